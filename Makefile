@@ -1,0 +1,49 @@
+# ernie-bundle.  The two commands a newcomer needs:  make bundle TASK=tnews   and   make test
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+TASK   ?= tnews
+MODEL  ?=
+DATA_DIR ?=
+ARGS   ?=
+
+RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL)) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+
+.PHONY: setup bundle status clean test test-fast lock help
+
+help:
+	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [ARGS='--set finetune.epochs=1']"
+	@echo "make test            run the test suite"
+	@echo "make status TASK=..  what has run; make clean TASK=.. removes runs/<task>"
+	@echo "make setup           create $(VENV) from requirements.lock (done automatically)"
+
+# The venv is (re)built when missing or when the lock/pyproject changed.
+$(BIN)/.installed: requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or pass PYTHON=..."; exit 2; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+setup: $(BIN)/.installed
+
+bundle: setup
+	$(BIN)/ernie-bundle run $(RUN_FLAGS) $(ARGS)
+
+status: setup
+	$(BIN)/ernie-bundle status $(RUN_FLAGS)
+
+clean: setup
+	$(BIN)/ernie-bundle clean --task $(TASK)
+
+test: setup
+	$(BIN)/python -m pytest $(ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+# Refresh requirements.lock from a clean resolve of pyproject's pins (needs the registries).
+lock:
+	rm -rf .lockenv && $(PYTHON) -m venv .lockenv && .lockenv/bin/pip install --quiet . pytest pytest-timeout
+	.lockenv/bin/pip freeze --exclude ernie-bundle > requirements.lock && rm -rf .lockenv

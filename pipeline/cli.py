@@ -1,0 +1,144 @@
+"""``ernie-bundle``: command line.  Parses arguments, builds the task config, calls the runner."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from pipeline.config import PROJECT_ROOT, known_tasks, load_task_config, parse_override
+from pipeline.errors import PipelineError, UserInputError
+from pipeline.graph import STAGE_NAMES, STAGES
+
+DESCRIPTION = """\
+Turn a fine-tuned ERNIE/BERT-style Chinese text model into a serving-ready bundle.
+
+Stages (each cached by content; a re-run skips what has not changed):
+{stages}
+"""
+
+EPILOG = """\
+examples:
+  ernie-bundle run --task tnews --data-dir ../shared/data/tnews
+      train the default small ERNIE (no --model given) and run every stage
+  ernie-bundle run --task tnews --model ./my-ernie --until finetune-check
+      check a fine-tuned PaddleNLP model directory against the dev set
+  ernie-bundle run --task tnews --set finetune.epochs=1 --set gates.min_accuracy=0.4
+      override any value of pipeline/tasks/tnews.yaml
+  ernie-bundle status --task tnews       what has run, what is stale
+  ernie-bundle clean --task tnews --stage finetune
+
+exit codes: 0 ok, 2 bad input, 3 a gate failed, 1 internal error, 130 interrupted
+"""
+
+
+def _stage_lines() -> str:
+    return "\n".join(
+        f"  {s.name:<15} {s.description}" + ("" if s.run else f"  [not built yet: {s.planned_in}]") for s in STAGES
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ernie-bundle",
+        description=DESCRIPTION.format(stages=_stage_lines()),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", metavar="{run,status,clean,tasks}")
+
+    def task_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--task", required=True, help=f"task name ({', '.join(known_tasks())}) or a YAML file")
+        sp.add_argument("--runs-dir", default=str(PROJECT_ROOT / "runs"), help="where stage outputs go (default: ./runs)")
+        sp.add_argument("--model", help="PaddleNLP model dir or name (default: the task config's; none = scratch model)")
+        sp.add_argument("--data-dir", help="directory with CLUE JSON lines (train.json, dev.json[, labels.json])")
+        sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a task config value, e.g. finetune.epochs=1 (repeatable)")
+
+    r = sub.add_parser("run", help="run the stage graph", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Run the stages in order, skipping those whose inputs and parameters are unchanged.")
+    task_args(r)
+    r.add_argument("--from", dest="from_", metavar="STAGE", choices=STAGE_NAMES, help="start at STAGE (earlier stages must be complete)")
+    r.add_argument("--until", metavar="STAGE", choices=STAGE_NAMES, help="stop after STAGE")
+    r.add_argument("--only", metavar="STAGE", choices=STAGE_NAMES, help="run just STAGE")
+    r.add_argument("--force", action="store_true", help="re-run the selected stages even when cached")
+    r.add_argument("--max-seq-len", type=int, help="override max_seq_len")
+    r.add_argument("--epochs", type=int, help="override finetune.epochs")
+
+    s = sub.add_parser("status", help="show what has run for a task and what is stale")
+    task_args(s)
+    c = sub.add_parser("clean", help="delete a task's run outputs (all stages, or one)")
+    c.add_argument("--task", required=True)
+    c.add_argument("--runs-dir", default=str(PROJECT_ROOT / "runs"))
+    c.add_argument("--stage", choices=STAGE_NAMES, help="only this stage (and its resumable state)")
+    sub.add_parser("tasks", help="list the task configs")
+    return p
+
+
+def _config(args: argparse.Namespace):
+    overrides = dict(parse_override(o) for o in args.overrides)
+    if args.model is not None:
+        overrides["model.name_or_path"] = args.model or None
+    if args.data_dir is not None:
+        overrides["data.dir"] = str(Path(args.data_dir).expanduser().resolve()) if args.data_dir else None
+    if getattr(args, "max_seq_len", None) is not None:
+        overrides["max_seq_len"] = args.max_seq_len
+    if getattr(args, "epochs", None) is not None:
+        overrides["finetune.epochs"] = args.epochs
+    return load_task_config(args.task, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return _dispatch(args)
+    except PipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("\ninterrupted: nothing was marked complete; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from pipeline.runner import Runner, format_table, select_stages
+
+    if args.command == "tasks":
+        from pipeline.config import load_task_config as load
+
+        for name in known_tasks():
+            print(f"{name:<13} {load(name).description}")
+        return 0
+    if args.command == "clean":
+        target = Path(args.runs_dir) / args.task
+        if args.stage:
+            target = target / args.stage
+        if target.exists():
+            shutil.rmtree(target)
+            print(f"removed {target}")
+        else:
+            print(f"nothing to remove at {target}")
+        return 0
+    cfg = _config(args)
+    runner = Runner(cfg, Path(args.runs_dir))
+    if args.command == "status":
+        print(f"task {cfg.task}: {runner.runs_dir}")
+        print(format_table(runner.status_rows()))
+        return 0
+    selected = select_stages(args.from_, args.until, args.only)
+    print(f"task {cfg.task}: stages {' -> '.join(selected)}; outputs in {runner.runs_dir}", flush=True)
+    try:
+        summary = runner.run(selected, force=args.force)
+    except PipelineError:
+        print(format_table(runner.status_rows()), file=sys.stderr)
+        raise
+    print()
+    print(format_table(summary.rows))
+    if summary.incomplete_reason:
+        print(f"\nbundle INCOMPLETE: {summary.incomplete_reason}; stopped after the last implemented stage.")
+    return summary.exit_code

@@ -1,0 +1,255 @@
+"""Task configuration: one YAML file per task in ``pipeline/tasks``, typed as dataclasses.
+
+Every value can be overridden from the command line with ``--set section.key=value`` (the value is
+parsed as YAML, so ``--set finetune.epochs=3`` gives an int); the common ones also have their own
+flags and Makefile variables (MODEL, DATA_DIR).  Validation happens in ``__post_init__`` so a bad
+value fails before any work starts, naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.errors import ConfigError
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class DataConfig:
+    """Where a task's data is and how its JSON fields map to model inputs."""
+
+    dir: str | None = None  # relative paths are resolved against the project root
+    clue_name: str | None = None  # paddlenlp load_dataset("clue", name) when no local data
+    train_file: str = "train.json"
+    dev_file: str = "dev.json"
+    labels_file: str | None = "labels.json"  # label order; optional when `labels` lists them
+    # A field is a dotted path into the JSON object; a list of paths is joined with `join`.
+    text_a: str | list[str] = "sentence"
+    text_b: str | list[str] | None = None
+    label_field: str = "label"
+    join: str = "；"
+    skip_labels: list[str] = field(default_factory=list)  # rows with these labels are skipped (and counted)
+
+    def __post_init__(self) -> None:
+        if not self.text_a:
+            raise ConfigError("data.text_a: a text field is required")
+
+
+@dataclass
+class ScratchModelConfig:
+    """The default model when none is given: a small ERNIE trained from scratch (like ernie-3.0-nano)."""
+
+    num_hidden_layers: int = 4
+    hidden_size: int = 312
+    num_attention_heads: int = 12
+    intermediate_size: int = 1248
+    hidden_act: str = "gelu"
+    min_char_freq: int = 2  # characters seen fewer times in train become [UNK]
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"model.scratch: hidden_size {self.hidden_size} is not divisible by "
+                f"num_attention_heads {self.num_attention_heads}"
+            )
+
+
+@dataclass
+class ModelConfig:
+    # A PaddleNLP model directory, a PaddleNLP model name (needs network), or null for the scratch model.
+    name_or_path: str | None = None
+    scratch: ScratchModelConfig = field(default_factory=ScratchModelConfig)
+
+
+@dataclass
+class FinetuneConfig:
+    epochs: int = 2
+    max_steps: int = -1  # > 0 stops training early (for smoke runs)
+    batch_size: int = 64
+    learning_rate: float = 5e-4
+    warmup_ratio: float = 0.06
+    weight_decay: float = 0.01
+    seed: int = 42
+    max_train_samples: int = -1  # > 0 trains on a deterministic subset
+    checkpoint_steps: int = 200  # resumable checkpoint every N steps (and at each epoch end)
+    eval_batch_size: int = 128
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "checkpoint_steps", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"finetune.{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"finetune.learning_rate must be > 0, got {self.learning_rate}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"finetune.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+
+
+@dataclass
+class GateConfig:
+    """Thresholds the stages check.  Accuracy values are fractions; drops are in points (0-100 scale)."""
+
+    min_accuracy: float = 0.0  # finetune-check: below this the model is wrong or not fine-tuned
+    max_accuracy_drop: float = 0.5  # compress/validate: points below the FP32 baseline
+    min_throughput_ratio: float = 2.0  # validate: compressed vs FP32 on the chosen backend
+    max_p99_latency_ms: float | None = None  # validate: batch-1 p99, optional
+    max_bundle_mb: float | None = None  # package: optional
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_accuracy <= 1:
+            raise ConfigError(f"gates.min_accuracy must be a fraction in [0, 1], got {self.min_accuracy}")
+        if self.max_accuracy_drop < 0:
+            raise ConfigError(f"gates.max_accuracy_drop must be >= 0, got {self.max_accuracy_drop}")
+
+
+@dataclass
+class TaskConfig:
+    task: str
+    type: str = "classification"
+    description: str = ""
+    labels: list[str] = field(default_factory=list)  # label values as they appear in the data
+    label_names: list[str] = field(default_factory=list)  # optional human-readable names, same order
+    max_seq_len: int = 128
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    gates: GateConfig = field(default_factory=GateConfig)
+
+    def __post_init__(self) -> None:
+        if self.type != "classification":
+            raise ConfigError(f"type: only 'classification' is supported so far, got {self.type!r}")
+        if self.label_names and len(self.label_names) != len(self.labels):
+            raise ConfigError(
+                f"label_names has {len(self.label_names)} entries but labels has {len(self.labels)}"
+            )
+        if len(set(self.labels)) != len(self.labels):
+            raise ConfigError("labels: duplicate label values")
+        if not 8 <= self.max_seq_len <= 512:
+            raise ConfigError(f"max_seq_len must be in [8, 512], got {self.max_seq_len}")
+
+    def data_dir(self) -> Path | None:
+        if not self.data.dir:
+            return None
+        p = Path(self.data.dir).expanduser()
+        return p if p.is_absolute() else (PROJECT_ROOT / p)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def known_tasks() -> list[str]:
+    return sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
+
+
+def load_task_config(task: str, overrides: dict[str, Any] | None = None) -> TaskConfig:
+    """Load ``pipeline/tasks/<task>.yaml`` (or a YAML path) and apply dotted-key overrides."""
+    path = Path(task)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(f"task config not found: {path}")
+    else:
+        path = TASKS_DIR / f"{task}.yaml"
+        if not path.is_file():
+            raise ConfigError(f"unknown task {task!r}; known tasks: {', '.join(known_tasks())}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}".replace("\n", " ")) from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    for key, value in (overrides or {}).items():
+        _set_dotted(raw, key, value)
+    return _build(TaskConfig, raw, where=str(path.name))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"finetune.epochs=3"`` -> ``("finetune.epochs", 3)``; the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. finetune.epochs=3")
+    key, value = text.split("=", 1)
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def _set_dotted(raw: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = raw
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {key}: {part} is not a section")
+    node[parts[-1]] = value
+
+
+def _build(cls: type, raw: Any, where: str, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a dict, checking every key and value type."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: {prefix.rstrip('.') or 'config'} must be a mapping")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {prefix}{unknown[0]} (valid: {', '.join(sorted(prefix + n for n in names))})"
+        )
+    kwargs = {}
+    for name, value in raw.items():
+        kwargs[name] = _coerce(hints[name], value, where, prefix + name)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {prefix.rstrip('.') or 'config'}: {exc}") from exc
+
+
+def _coerce(tp: Any, value: Any, where: str, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value if value is not None else {}, where, key + ".")
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, where, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[-1] if errors else f"{where}: {key}: invalid value {value!r}")
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: {key} must be a list, got {value!r}")
+        return [_coerce(item, v, where, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
+        return value
+    if tp is str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # labels like 100 written without quotes
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
+        return value
+    return value

@@ -1,0 +1,207 @@
+"""Reading task data: CLUE-format JSON lines from a local directory, or paddlenlp's CLUE loader online.
+
+Every problem is reported as a ``DataError`` naming the file and the line or field, before any
+training starts.  Labels are mapped to ids through ``labels.json`` order when the data directory has
+one (CLUE ships it for TNEWS and IFLYTEK), otherwise through the task config's ``labels``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.config import TaskConfig
+from pipeline.env import is_online
+from pipeline.errors import DataError
+
+
+@dataclass(frozen=True)
+class Example:
+    text_a: str
+    text_b: str | None
+    label: int  # index into TaskDataset.labels
+
+
+@dataclass(frozen=True)
+class Split:
+    name: str
+    examples: tuple[Example, ...]
+    source: str  # file path or "paddlenlp:clue/<name>/<split>"
+    skipped: int = 0  # rows dropped on purpose (data.skip_labels), reported, never silent
+
+
+@dataclass(frozen=True)
+class TaskDataset:
+    labels: tuple[str, ...]  # label values as in the data, in id order
+    label_names: tuple[str, ...]
+    train: Split
+    dev: Split
+    fingerprint: str  # content hash of everything read; part of the stage cache keys
+
+
+def load_task_data(cfg: TaskConfig) -> TaskDataset:
+    data_dir = cfg.data_dir()
+    explicit = cfg.data.dir is not None
+    if data_dir is not None and data_dir.exists():
+        return _load_local(cfg, data_dir)
+    if data_dir is not None and explicit and not _is_default_dir(cfg):
+        raise DataError(f"data dir not found: {data_dir} (set DATA_DIR=... or --data-dir to CLUE JSON lines)")
+    return _load_online(cfg, data_dir)
+
+
+def _is_default_dir(cfg: TaskConfig) -> bool:
+    # The task YAMLs point at ../shared/data/<task> for development machines; on other machines that
+    # directory is simply absent and the online loader is the right fallback, not an error.
+    return cfg.data.dir is not None and cfg.data.dir.startswith("../shared/")
+
+
+def _load_online(cfg: TaskConfig, tried: Path | None) -> TaskDataset:
+    hint = (
+        f"no local data for task {cfg.task!r}"
+        + (f" ({tried} does not exist)" if tried else "")
+        + f": pass DATA_DIR=<dir> (make) or --data-dir <dir> with {cfg.data.train_file} and "
+        f"{cfg.data.dev_file} in CLUE JSON-lines format"
+    )
+    if not cfg.data.clue_name:
+        raise DataError(hint)
+    if not is_online():
+        raise DataError(hint + "; the machine is offline, so paddlenlp's CLUE download is not possible")
+    from paddlenlp.datasets import load_dataset  # heavy; only on this path
+
+    labels = tuple(cfg.labels)
+    if not labels:
+        raise DataError(f"task {cfg.task}: the config lists no labels and there is no labels.json to read")
+    splits = {}
+    for split_name in ("train", "dev"):
+        ds = load_dataset("clue", cfg.data.clue_name, splits=split_name)
+        label_list = [str(x) for x in (ds.label_list or [])]
+        examples, skipped = [], 0
+        for i, row in enumerate(ds):
+            raw_label = row.get("label")
+            value = label_list[raw_label] if label_list and isinstance(raw_label, int) else str(raw_label)
+            where = f"paddlenlp:clue/{cfg.data.clue_name}/{split_name}#{i}"
+            ex = _example(cfg, row, value, labels, where)
+            if ex is None:
+                skipped += 1
+            else:
+                examples.append(ex)
+        splits[split_name] = Split(split_name, tuple(examples), f"paddlenlp:clue/{cfg.data.clue_name}/{split_name}", skipped)
+    fp = hashlib.sha256(f"paddlenlp:clue/{cfg.data.clue_name}:{len(splits['train'].examples)}".encode()).hexdigest()
+    return TaskDataset(labels, _names(cfg, labels), splits["train"], splits["dev"], fp)
+
+
+def _load_local(cfg: TaskConfig, data_dir: Path) -> TaskDataset:
+    if not data_dir.is_dir():
+        raise DataError(f"data dir is not a directory: {data_dir}")
+    digest = hashlib.sha256()
+    labels = _read_labels(cfg, data_dir, digest)
+    splits = {}
+    for split_name, file_name in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file)):
+        path = data_dir / file_name
+        if not path.is_file():
+            raise DataError(f"{path}: split {split_name!r} not found in data dir {data_dir}")
+        splits[split_name] = read_jsonl_split(cfg, path, split_name, labels, digest)
+    return TaskDataset(labels, _names(cfg, labels), splits["train"], splits["dev"], digest.hexdigest())
+
+
+def _read_labels(cfg: TaskConfig, data_dir: Path, digest) -> tuple[str, ...]:
+    path = data_dir / cfg.data.labels_file if cfg.data.labels_file else None
+    if path is None or not path.is_file():
+        if not cfg.labels:
+            raise DataError(f"{path or data_dir}: no labels.json and the task config lists no labels")
+        return tuple(cfg.labels)
+    raw = path.read_bytes()
+    digest.update(raw)
+    labels = []
+    for lineno, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from None
+        value = obj.get("label") if isinstance(obj, dict) else obj
+        if value is None:
+            raise DataError(f"{path}:{lineno}: field 'label' missing")
+        labels.append(str(value))
+    if not labels:
+        raise DataError(f"{path}: no labels")
+    if len(set(labels)) != len(labels):
+        raise DataError(f"{path}: duplicate labels")
+    if cfg.labels and set(cfg.labels) != set(labels):
+        extra = sorted(set(labels) - set(cfg.labels))
+        missing = sorted(set(cfg.labels) - set(labels))
+        raise DataError(
+            f"{path}: label set does not match task {cfg.task!r} config "
+            f"({len(labels)} vs {len(cfg.labels)} labels; only in file: {extra[:5]}, only in config: {missing[:5]})"
+        )
+    return tuple(labels)
+
+
+def read_jsonl_split(cfg: TaskConfig, path: Path, split_name: str, labels: tuple[str, ...], digest=None) -> Split:
+    raw = path.read_bytes()
+    if digest is not None:
+        digest.update(path.name.encode())
+        digest.update(raw)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = raw[: exc.start].count(b"\n") + 1
+        raise DataError(f"{path}:{lineno}: not valid UTF-8") from None
+    examples, skipped = [], 0
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        if cfg.data.label_field not in row:
+            raise DataError(f"{path}:{lineno}: field {cfg.data.label_field!r} missing")
+        ex = _example(cfg, row, str(row[cfg.data.label_field]), labels, f"{path}:{lineno}")
+        if ex is None:
+            skipped += 1
+        else:
+            examples.append(ex)
+    if not examples:
+        raise DataError(f"{path}: split {split_name!r} is empty")
+    return Split(split_name, tuple(examples), str(path), skipped)
+
+
+def _example(cfg: TaskConfig, row: dict, label_value: str, labels: tuple[str, ...], where: str) -> Example | None:
+    if label_value in cfg.data.skip_labels:
+        return None
+    if label_value not in labels:
+        raise DataError(
+            f"{where}: field {cfg.data.label_field!r}: label {label_value!r} is not one of the task's "
+            f"{len(labels)} labels (labels.json / config)"
+        )
+    text_a = _field(row, cfg.data.text_a, cfg.data.join, where)
+    text_b = _field(row, cfg.data.text_b, cfg.data.join, where) if cfg.data.text_b else None
+    return Example(text_a, text_b, labels.index(label_value))
+
+
+def _field(row: dict, spec: str | list[str], join: str, where: str) -> str:
+    if isinstance(spec, list):
+        return join.join(_field(row, s, join, where) for s in spec)
+    node = row
+    for part in spec.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise DataError(f"{where}: field {spec!r} missing")
+        node = node[part]
+    if isinstance(node, list):
+        return join.join(str(x) for x in node)
+    if not isinstance(node, str):
+        raise DataError(f"{where}: field {spec!r} must be text, got {type(node).__name__}")
+    return node
+
+
+def _names(cfg: TaskConfig, labels: tuple[str, ...]) -> tuple[str, ...]:
+    if cfg.label_names and len(cfg.label_names) == len(cfg.labels):
+        by_value = dict(zip(cfg.labels, cfg.label_names))
+        return tuple(by_value.get(v, v) for v in labels)
+    return labels

@@ -1,0 +1,100 @@
+"""The stage graph, declared once: what each stage needs, which config keys key its cache, what it runs.
+
+    finetune -> finetune-check -> compress -> export -> validate -> package
+
+A stage's cache key is the hash of its name, its code version, the config values it names in
+``params`` and the content hashes of its inputs (external files it names in ``inputs`` plus the
+outputs of the stages it ``requires``).  Change any of them and the stage, and everything after it,
+runs again; change nothing and it is reused.  The runner (``pipeline.runner``) does the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from pipeline.config import TaskConfig
+from pipeline.stages import finetune, finetune_check
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    description: str
+    requires: tuple[str, ...]
+    params: Callable[[TaskConfig], dict]
+    inputs: Callable[[TaskConfig], dict[str, str]]  # external inputs -> content hash (cheap: no parsing)
+    run: Callable | None  # (StageContext) -> StageResult; None: declared but not built yet
+    version: str = "1"  # bump when the stage's logic changes what it produces
+    planned_in: str = ""  # for stages not built yet: where they are tracked
+
+
+def _none(cfg: TaskConfig) -> dict[str, str]:
+    return {}
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        name="finetune",
+        description="train a classification head (and the scratch model) when the model has none for the task",
+        requires=(),
+        params=finetune.params,
+        inputs=finetune.inputs,
+        run=finetune.run,
+        version="1",
+    ),
+    Stage(
+        name="finetune-check",
+        description="evaluate the FP32 model on the full dev set; baseline for every later gate",
+        requires=("finetune",),
+        params=finetune_check.params,
+        inputs=finetune_check.inputs,
+        run=finetune_check.run,
+        version="1",
+    ),
+    Stage(
+        name="compress",
+        description="DynaBERT width pruning, PTQ, QAT, embedding quantization; every candidate evaluated",
+        requires=("finetune-check",),
+        params=lambda cfg: {},
+        inputs=_none,
+        run=None,
+        planned_in="issue #3",
+    ),
+    Stage(
+        name="export",
+        description="Paddle inference model and INT8 ONNX of the selected candidate and the FP32 baseline",
+        requires=("compress",),
+        params=lambda cfg: {},
+        inputs=_none,
+        run=None,
+        planned_in="issue #4",
+    ),
+    Stage(
+        name="validate",
+        description="parity and benchmarks per backend; regression gates",
+        requires=("export",),
+        params=lambda cfg: {},
+        inputs=_none,
+        run=None,
+        planned_in="issue #4",
+    ),
+    Stage(
+        name="package",
+        description="Triton / FastDeploy model repository with pre- and post-processing, bundle manifest",
+        requires=("validate",),
+        params=lambda cfg: {},
+        inputs=_none,
+        run=None,
+        planned_in="issue #5",
+    ),
+)
+
+STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+
+
+def get_stage(name: str) -> Stage:
+    for s in STAGES:
+        if s.name == name:
+            return s
+    raise KeyError(name)

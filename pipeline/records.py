@@ -1,0 +1,90 @@
+"""Stage records: what a stage run produced, written atomically into ``runs/<task>/<stage>/``.
+
+Layout of one stage directory::
+
+    record.json   written last; present only when the outputs beside it are complete
+    out/          the stage's outputs (moved into place from a temp dir in one rename)
+    work/<key>/   resumable state (training checkpoints), kept across interrupted runs
+    .tmp-*/       an unfinished attempt; removed by the next run
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+
+
+class StageStatus(str, Enum):
+    OK = "OK"  # ran and passed
+    CACHED = "CACHED"  # inputs and params unchanged: the earlier OK result is reused
+    FAIL = "FAIL"  # ran but failed its gate or raised
+    NOT_IMPLEMENTED = "NOT_IMPLEMENTED"  # declared in the graph, not built yet: says so, never pretends
+    NOT_RUN = "NOT_RUN"  # not selected, or an upstream stage did not finish
+
+
+@dataclass
+class StageRecord:
+    stage: str
+    status: StageStatus
+    key: str
+    params: dict[str, Any]
+    inputs: dict[str, str]  # input name -> content hash
+    outputs: dict[str, str] = field(default_factory=dict)  # relative path in out/ -> sha256
+    artifacts: dict[str, str] = field(default_factory=dict)  # role -> path (relative to out/ or absolute)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    started_at: str = ""
+    duration_s: float = 0.0
+    versions: dict[str, str] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["status"] = self.status.value
+        return json.dumps(d, indent=2, ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "StageRecord":
+        d = json.loads(text)
+        if d.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"record format_version {d.get('format_version')} != {FORMAT_VERSION}")
+        d["status"] = StageStatus(d["status"])
+        return cls(**d)
+
+    @property
+    def output_hash(self) -> str:
+        from pipeline.hashing import json_sha256
+
+        return json_sha256(self.outputs)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_record(stage_dir: Path) -> StageRecord | None:
+    path = Path(stage_dir) / "record.json"
+    if not path.is_file():
+        return None
+    try:
+        return StageRecord.from_json(path.read_text(encoding="utf-8"))
+    except (ValueError, TypeError, KeyError):
+        return None  # unreadable or older format: treated as not run

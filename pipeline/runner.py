@@ -1,0 +1,246 @@
+"""Runs the stage graph: selection, caching, atomic outputs, records, timing and the final summary."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.config import TaskConfig
+from pipeline.env import versions
+from pipeline.errors import GateFailed, PipelineError, StageNotReady, UserInputError
+from pipeline.graph import STAGE_NAMES, STAGES, Stage
+from pipeline.hashing import stage_key, tree_hashes
+from pipeline.records import StageRecord, StageStatus, atomic_write_text, read_record
+
+
+@dataclass
+class StageResult:
+    """What a stage's ``run`` returns.  ``gate_error`` set: the stage ran but its gate failed."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)  # role -> path relative to out/, or absolute
+    external_outputs: dict[str, str] = field(default_factory=dict)  # outputs that live outside out/ -> hash
+    message: str = ""
+    gate_error: str | None = None
+
+
+@dataclass
+class StageContext:
+    cfg: TaskConfig
+    stage: Stage
+    out_dir: Path  # a fresh temp dir; renamed to <stage>/out only if the stage succeeds
+    work_dir: Path  # survives interruptions (resumable state), keyed by the stage key
+    upstream: dict[str, StageRecord]
+    runs_dir: Path
+    log: Callable[[str], None]
+
+    def artifact(self, stage: str, role: str) -> Path:
+        rec = self.upstream[stage]
+        value = rec.artifacts[role]
+        p = Path(value)
+        return p if p.is_absolute() else self.runs_dir / stage / "out" / p
+
+
+@dataclass
+class RunSummary:
+    rows: list[tuple[str, StageStatus, float, str]]
+    exit_code: int
+    incomplete_reason: str = ""
+
+
+def select_stages(from_: str | None, until: str | None, only: str | None) -> list[str]:
+    for flag, value in (("--from", from_), ("--until", until), ("--only", only)):
+        if value is not None and value not in STAGE_NAMES:
+            raise UserInputError(f"{flag} {value!r}: unknown stage; stages are {', '.join(STAGE_NAMES)}")
+    if only:
+        if from_ or until:
+            raise UserInputError("--only cannot be combined with --from/--until")
+        return [only]
+    lo = STAGE_NAMES.index(from_) if from_ else 0
+    hi = STAGE_NAMES.index(until) if until else len(STAGE_NAMES) - 1
+    if lo > hi:
+        raise UserInputError(f"--from {from_} comes after --until {until}")
+    return list(STAGE_NAMES[lo : hi + 1])
+
+
+def check_writable(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-probe-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UserInputError(f"output dir {path} is not writable ({exc.strerror or exc})") from None
+
+
+class Runner:
+    def __init__(self, cfg: TaskConfig, runs_root: Path, log: Callable[[str], None] = print):
+        self.cfg = cfg
+        self.runs_dir = Path(runs_root) / cfg.task
+        self.log = log
+        self._inputs_cache: dict[str, dict[str, str]] = {}
+
+    # -- keys ---------------------------------------------------------------------------------
+    def stage_dir(self, name: str) -> Path:
+        return self.runs_dir / name
+
+    def current_key(self, stage: Stage, upstream: dict[str, StageRecord]) -> tuple[str, dict, dict]:
+        params = stage.params(self.cfg)
+        if stage.name not in self._inputs_cache:
+            self._inputs_cache[stage.name] = stage.inputs(self.cfg)
+        inputs = dict(self._inputs_cache[stage.name])
+        for dep in stage.requires:
+            inputs[f"stage:{dep}"] = upstream[dep].output_hash
+        return stage_key(stage.name, params, inputs, stage.version), params, inputs
+
+    def is_current(self, rec: StageRecord | None, key: str) -> bool:
+        if rec is None or rec.status != StageStatus.OK or rec.key != key:
+            return False
+        out = self.stage_dir(rec.stage) / "out"
+        local = {k: v for k, v in rec.outputs.items() if not k.startswith("external:")}
+        return (not local or out.is_dir()) and (not local or tree_hashes(out) == local)
+
+    # -- run ----------------------------------------------------------------------------------
+    def run(self, selected: list[str], force: bool = False) -> RunSummary:
+        check_writable(self.runs_dir)
+        done: dict[str, StageRecord] = {}
+        rows: list[tuple[str, StageStatus, float, str]] = []
+        first = STAGE_NAMES.index(selected[0])
+        # Stages before the selection must already be complete; their records feed the selection.
+        for stage in STAGES[:first]:
+            rec = read_record(self.stage_dir(stage.name))
+            if stage.run is None or rec is None or rec.status != StageStatus.OK:
+                continue
+            done[stage.name] = rec
+        incomplete = ""
+        for stage in STAGES:
+            if stage.name not in selected:
+                continue
+            missing = [d for d in stage.requires if d not in done]
+            if missing:
+                raise StageNotReady(
+                    f"stage {stage.name!r} needs {', '.join(missing)}, which has not completed; "
+                    f"run without --from/--only first"
+                )
+            if stage.run is None:
+                self.log(f"[{stage.name}] NOT IMPLEMENTED yet ({stage.planned_in}): {stage.description}")
+                rows.append((stage.name, StageStatus.NOT_IMPLEMENTED, 0.0, f"planned in {stage.planned_in}"))
+                incomplete = f"stage {stage.name!r} is not implemented yet ({stage.planned_in})"
+                for later in selected[selected.index(stage.name) + 1 :]:
+                    rows.append((later, StageStatus.NOT_RUN, 0.0, f"after {stage.name}"))
+                break
+            upstream = {d: done[d] for d in stage.requires}
+            key, params, inputs = self.current_key(stage, upstream)
+            rec = read_record(self.stage_dir(stage.name))
+            if not force and self.is_current(rec, key):
+                self.log(f"[{stage.name}] cached - inputs and parameters unchanged, skipping ({_fmt_metrics(rec.metrics)})")
+                done[stage.name] = rec
+                rows.append((stage.name, StageStatus.CACHED, rec.duration_s, _fmt_metrics(rec.metrics)))
+                continue
+            rec = self._run_stage(stage, key, params, inputs, upstream)
+            rows.append((stage.name, rec.status, rec.duration_s, rec.message or _fmt_metrics(rec.metrics)))
+            done[stage.name] = rec
+        return RunSummary(rows, 0, incomplete)
+
+    def _run_stage(self, stage: Stage, key: str, params: dict, inputs: dict, upstream: dict[str, StageRecord]) -> StageRecord:
+        sdir = self.stage_dir(stage.name)
+        sdir.mkdir(parents=True, exist_ok=True)
+        for stale in sdir.glob(".tmp-*"):  # attempts killed earlier
+            shutil.rmtree(stale, ignore_errors=True)
+        # The record goes first: from here until the new one is written the stage is not complete.
+        (sdir / "record.json").unlink(missing_ok=True)
+        tmp = sdir / f".tmp-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        work = sdir / "work" / key[:16]
+        started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        t0 = time.monotonic()
+        self.log(f"[{stage.name}] running: {stage.description}")
+        ctx = StageContext(self.cfg, stage, tmp, work, upstream, self.runs_dir, self.log)
+        rec = StageRecord(stage=stage.name, status=StageStatus.FAIL, key=key, params=params, inputs=inputs,
+                          started_at=started, versions=versions())
+        try:
+            result = stage.run(ctx)
+        except PipelineError as exc:
+            rec.duration_s = time.monotonic() - t0
+            rec.message = str(exc)
+            shutil.rmtree(tmp, ignore_errors=True)
+            atomic_write_text(sdir / "record.json", rec.to_json())
+            raise
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # kill -9 cannot get here: the next run removes it
+            raise
+        rec.duration_s = time.monotonic() - t0
+        rec.metrics, rec.artifacts, rec.message = result.metrics, result.artifacts, result.message
+        outputs = tree_hashes(tmp)
+        outputs.update({f"external:{k}": v for k, v in result.external_outputs.items()})
+        rec.outputs = outputs
+        out = sdir / "out"
+        if out.exists():
+            old = sdir / f".tmp-old-{uuid.uuid4().hex[:8]}"
+            out.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        tmp.rename(out)
+        if result.gate_error:
+            rec.message = result.gate_error
+            atomic_write_text(sdir / "record.json", rec.to_json())
+            self.log(f"[{stage.name}] FAILED its gate after {_fmt_s(rec.duration_s)}: {result.gate_error}")
+            raise GateFailed(f"{stage.name}: {result.gate_error}")
+        rec.status = StageStatus.OK
+        atomic_write_text(sdir / "record.json", rec.to_json())
+        shutil.rmtree(sdir / "work", ignore_errors=True)  # resumable state is no longer needed
+        self.log(f"[{stage.name}] done in {_fmt_s(rec.duration_s)}" + (f": {rec.message}" if rec.message else ""))
+        return rec
+
+    # -- status -------------------------------------------------------------------------------
+    def status_rows(self) -> list[tuple[str, str, float, str]]:
+        rows = []
+        done: dict[str, StageRecord] = {}
+        for stage in STAGES:
+            if stage.run is None:
+                rows.append((stage.name, StageStatus.NOT_IMPLEMENTED.value, 0.0, f"planned in {stage.planned_in}"))
+                continue
+            rec = read_record(self.stage_dir(stage.name))
+            if rec is None:
+                rows.append((stage.name, "-", 0.0, "not run" + (" (interrupted; will resume)" if (self.stage_dir(stage.name) / "work").exists() else "")))
+                continue
+            state = rec.status.value
+            if rec.status == StageStatus.OK and all(d in done for d in stage.requires):
+                try:
+                    key, _, _ = self.current_key(stage, {d: done[d] for d in stage.requires})
+                    if not self.is_current(rec, key):
+                        state = "STALE"
+                except PipelineError as exc:
+                    state = f"STALE ({exc})"
+            if rec.status == StageStatus.OK:
+                done[stage.name] = rec
+            rows.append((stage.name, state, rec.duration_s, rec.message if rec.status != StageStatus.OK else _fmt_metrics(rec.metrics)))
+        return rows
+
+
+def _fmt_s(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}m{s:02d}s" if m else f"{seconds:.1f}s"
+
+
+def _fmt_metrics(metrics: dict[str, Any]) -> str:
+    parts = []
+    for k, v in metrics.items():
+        if isinstance(v, float):
+            parts.append(f"{k}={v:.4f}")
+        elif isinstance(v, (int, str)):
+            parts.append(f"{k}={v}")
+    return ", ".join(parts[:4])
+
+
+def format_table(rows: list[tuple[str, Any, float, str]]) -> str:
+    lines = [f"{'stage':<16}{'status':<17}{'time':>9}  details"]
+    for name, status, dur, detail in rows:
+        status_s = status.value if isinstance(status, StageStatus) else str(status)
+        lines.append(f"{name:<16}{status_s:<17}{_fmt_s(dur) if dur else '-':>9}  {detail}")
+    return "\n".join(lines)

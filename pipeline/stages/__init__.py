@@ -1,0 +1,1 @@
+"""One module per stage; each exposes ``params(cfg)``, ``inputs(cfg)`` and ``run(ctx) -> StageResult``."""

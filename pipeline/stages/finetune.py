@@ -1,0 +1,145 @@
+"""Stage ``finetune``: make sure there is a classifier for the task's labels.
+
+* model has a head with the task's labels: nothing to train, the model is passed on as it is;
+* model without a head (a pretrained encoder): a head is trained, with the encoder;
+* no model: a small ERNIE is created from scratch with a character vocabulary from the training
+  text and trained.
+Training is resumable (see ``pipeline.training``); the best dev-accuracy epoch is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+from pipeline.config import TaskConfig
+from pipeline.data import load_task_data
+from pipeline.hashing import tree_sha256
+from pipeline.modeling import (
+    check_head,
+    create_scratch_classifier,
+    inspect_model,
+    load_classifier,
+    resolve_model_dir,
+    save_classifier,
+)
+from pipeline.tokenizer import Tokenizer, build_char_vocab, write_vocab
+from pipeline.training import finetune as train_loop
+
+
+def params(cfg: TaskConfig) -> dict:
+    p = {
+        "model": cfg.model.name_or_path,
+        "labels": list(cfg.labels),
+        "max_seq_len": cfg.max_seq_len,
+        "finetune": dataclasses.asdict(cfg.finetune),
+        "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
+    }
+    if not cfg.model.name_or_path:
+        p["scratch"] = dataclasses.asdict(cfg.model.scratch)
+    return p
+
+
+def data_inputs(cfg: TaskConfig) -> dict[str, str]:
+    """Content hashes of the data files (no parsing: cheap enough for ``status``)."""
+    from pipeline.errors import DataError
+    from pipeline.hashing import file_sha256
+
+    d = cfg.data_dir()
+    if d is not None and d.is_dir():
+        out = {}
+        for name in (cfg.data.train_file, cfg.data.dev_file, cfg.data.labels_file):
+            if name and (d / name).is_file():
+                out[f"data:{name}"] = file_sha256(d / name)
+        return out
+    if d is not None and d.exists():
+        raise DataError(f"data dir is not a directory: {d}")
+    return {"data": f"paddlenlp:clue/{cfg.data.clue_name}"}
+
+
+def inputs(cfg: TaskConfig) -> dict[str, str]:
+    out = data_inputs(cfg)
+    model_dir = resolve_model_dir(cfg.model)
+    if model_dir is not None:
+        inspect_model(model_dir)  # fail fast on a broken model dir, before anything runs
+        out["model"] = tree_sha256(model_dir)
+    return out
+
+
+def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph import-light
+    from pipeline.runner import StageResult
+
+    cfg = ctx.cfg
+    model_dir = resolve_model_dir(cfg.model)
+    if model_dir is not None:
+        info = inspect_model(model_dir)
+        data = load_task_data(cfg)
+        if check_head(info, data.labels, cfg.max_seq_len):
+            ctx.log(f"[finetune] {model_dir} already classifies the task's {len(data.labels)} labels: no training needed")
+            return StageResult(
+                artifacts={"model_dir": str(model_dir)},
+                external_outputs={str(model_dir): tree_sha256(model_dir)},
+                message="skipped training: model already has the task's classification head",
+                metrics={"trained": 0},
+            )
+    else:
+        data = load_task_data(cfg)
+    _report_data(ctx, data)
+
+    vocab_dir = ctx.work_dir / "vocab"
+    if model_dir is None:
+        if not (vocab_dir / "vocab.txt").is_file():
+            vocab_dir.mkdir(parents=True, exist_ok=True)
+            texts = [e.text_a for e in data.train.examples] + [e.text_b for e in data.train.examples if e.text_b]
+            vocab = build_char_vocab(texts, cfg.model.scratch.min_char_freq)
+            write_vocab(vocab, vocab_dir)
+        tokenizer = Tokenizer.from_model_dir(vocab_dir, cfg.max_seq_len)
+        model = create_scratch_classifier(cfg.model.scratch, tokenizer.vocab_size, len(data.labels), cfg.finetune.seed)
+        s = cfg.model.scratch
+        ctx.log(
+            f"[finetune] no model given: training a {s.num_hidden_layers}-layer, {s.hidden_size}-hidden ERNIE from scratch "
+            f"(vocabulary {tokenizer.vocab_size} characters from the training text)"
+        )
+    else:
+        vocab_dir = model_dir
+        tokenizer = Tokenizer.from_model_dir(model_dir, cfg.max_seq_len)
+        import paddle
+
+        paddle.seed(cfg.finetune.seed)
+        model = load_classifier(model_dir, len(data.labels))
+        ctx.log(f"[finetune] {model_dir} has no classification head for the task: fine-tuning one")
+
+    best_dir = ctx.work_dir / "best"
+
+    def save_best(m) -> None:
+        tmp = ctx.work_dir / ".best-tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_classifier(m, tmp, vocab_dir, data.labels, data.label_names)
+        shutil.rmtree(best_dir, ignore_errors=True)
+        tmp.rename(best_dir)
+
+    result = train_loop(model, tokenizer, data.train.examples, data.dev.examples, cfg.finetune, ctx.work_dir, save_best, ctx.log)
+    if not (best_dir / "model_state.pdparams").is_file():
+        save_best(model)
+    shutil.copytree(best_dir, ctx.out_dir / "model")
+    metrics = {
+        "best_dev_accuracy": result.best_accuracy,
+        "best_epoch": result.best_epoch,
+        "steps": result.steps,
+        "trained": 1,
+        "train_examples": len(data.train.examples),
+    }
+    if result.resumed_from_step:
+        metrics["resumed_from_step"] = result.resumed_from_step
+    return StageResult(
+        metrics=metrics,
+        artifacts={"model_dir": "model"},
+        message=f"best dev accuracy {result.best_accuracy:.4f} at epoch {result.best_epoch}",
+    )
+
+
+def _report_data(ctx, data) -> None:
+    for split in (data.train, data.dev):
+        skipped = f", {split.skipped} skipped (data.skip_labels)" if split.skipped else ""
+        ctx.log(f"[data] {split.name}: {len(split.examples)} examples from {split.source}{skipped}")

@@ -1,0 +1,123 @@
+"""Shared fixtures: tiny synthetic CLUE-format data and a tiny fine-tuned ERNIE trained on it.
+
+The data is made here (tests never read ../shared): three classes, each with its own characters
+mixed with shared filler, so a 1-layer model learns it to high accuracy in seconds and a broken
+export or quantization shows up as an accuracy drop.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+import pipeline  # noqa: F401  (must come before paddle: import order, MKL setup)
+
+LABELS = ["100", "101", "102"]
+LABEL_NAMES = ["news_sports", "news_finance", "news_tech"]
+CLASS_CHARS = ["球赛冠军队员比分联赛", "股票银行市场基金利率", "手机芯片电脑软件网络"]
+FILLER = "的了是在有和就不人都一个上也很到说要去你会着没看好自己这"
+
+TINY_MODEL_OVERRIDES = {
+    "model.scratch.num_hidden_layers": 1,
+    "model.scratch.hidden_size": 32,
+    "model.scratch.num_attention_heads": 4,
+    "model.scratch.intermediate_size": 64,
+    "model.scratch.min_char_freq": 1,
+    "finetune.epochs": 6,
+    "finetune.batch_size": 16,
+    "finetune.learning_rate": 3e-3,
+    "finetune.checkpoint_steps": 10,
+    "gates.min_accuracy": 0.5,
+    "max_seq_len": 32,
+}
+
+
+def make_sentence(rng: random.Random, label: int) -> str:
+    n = rng.randint(6, 20)
+    chars = [rng.choice(CLASS_CHARS[label]) if rng.random() < 0.4 else rng.choice(FILLER) for _ in range(n)]
+    if rng.random() < 0.2:
+        chars.insert(rng.randint(0, len(chars)), rng.choice(["iPhone", "2024", "NBA", "A股"]))
+    return "".join(chars)
+
+
+def write_tiny_data(root: Path, n_train: int = 480, n_dev: int = 90, seed: int = 0) -> Path:
+    """CLUE TNEWS-format JSON lines (train.json, dev.json, labels.json) under ``root``."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train.json", n_train), ("dev.json", n_dev)):
+        with open(root / name, "w", encoding="utf-8") as f:
+            for i in range(n):
+                y = i % len(LABELS)
+                row = {"label": LABELS[y], "label_desc": LABEL_NAMES[y], "sentence": make_sentence(rng, y), "keywords": ""}
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    with open(root / "labels.json", "w", encoding="utf-8") as f:
+        for v, n in zip(LABELS, LABEL_NAMES):
+            f.write(json.dumps({"label": v, "label_desc": n}) + "\n")
+    return root
+
+
+def write_tiny_task_yaml(path: Path, data_dir: Path, **extra) -> Path:
+    """A task config for the tiny data (3 labels), in the same schema as pipeline/tasks/*.yaml."""
+    import yaml
+
+    cfg = {
+        "task": "tiny",
+        "type": "classification",
+        "description": "synthetic 3-class test task",
+        "max_seq_len": 32,
+        "data": {"dir": str(data_dir), "clue_name": None, "text_a": "sentence"},
+        "labels": LABELS,
+        "label_names": LABEL_NAMES,
+    }
+    cfg.update(extra)
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny_data(tmp_path: Path) -> Path:
+    return write_tiny_data(tmp_path / "data")
+
+
+@pytest.fixture
+def tiny_task(tmp_path: Path, tiny_data: Path) -> Path:
+    return write_tiny_task_yaml(tmp_path / "tiny.yaml", tiny_data)
+
+
+def tiny_cli_args(task_yaml: Path, runs_dir: Path) -> list[str]:
+    args = ["--task", str(task_yaml), "--runs-dir", str(runs_dir)]
+    for k, v in TINY_MODEL_OVERRIDES.items():
+        args += ["--set", f"{k}={v}"]
+    return args
+
+
+@pytest.fixture(scope="session")
+def tiny_finetuned(tmp_path_factory) -> dict:
+    """Run finetune + finetune-check once per session on the tiny data.
+
+    Returns paths: ``model_dir`` (a PaddleNLP classifier dir with vocab.txt and labels.json),
+    ``data_dir``, ``task_yaml``, ``runs_dir`` and ``baseline`` (finetune-check's baseline.json).
+    Tests must copy anything they modify.
+    """
+    from pipeline.cli import main
+
+    root = tmp_path_factory.mktemp("tiny_finetuned")
+    data_dir = write_tiny_data(root / "data")
+    task_yaml = write_tiny_task_yaml(root / "tiny.yaml", data_dir)
+    runs = root / "runs"
+    rc = main(["run", *tiny_cli_args(task_yaml, runs), "--until", "finetune-check"])
+    assert rc == 0
+    model_dir = runs / "tiny" / "finetune" / "out" / "model"
+    baseline = runs / "tiny" / "finetune-check" / "out" / "baseline.json"
+    return {"model_dir": model_dir, "data_dir": data_dir, "task_yaml": task_yaml, "runs_dir": runs, "baseline": baseline}
+
+
+@pytest.fixture
+def tiny_model_copy(tiny_finetuned, tmp_path: Path) -> Path:
+    dst = tmp_path / "model"
+    shutil.copytree(tiny_finetuned["model_dir"], dst)
+    return dst
