@@ -17,7 +17,10 @@ from typing import Any
 
 import yaml
 
+from pipeline.compress.arguments import CompressConfig
 from pipeline.errors import ConfigError
+from pipeline.validation.config import ExportConfig, ValidateConfig
+from serving.config import PackageConfig
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -122,6 +125,10 @@ class TaskConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     gates: GateConfig = field(default_factory=GateConfig)
+    compress: CompressConfig = field(default_factory=CompressConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+    validate: ValidateConfig = field(default_factory=ValidateConfig)
+    package: PackageConfig = field(default_factory=PackageConfig)
 
     def __post_init__(self) -> None:
         if self.type != "classification":

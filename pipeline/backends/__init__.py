@@ -1,0 +1,1 @@
+"""One module per runtime (Paddle Inference, ONNX Runtime, TensorRT), each with the same functions."""

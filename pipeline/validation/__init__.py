@@ -1,0 +1,1 @@
+"""Parity checks, benchmarks, regression gates and reports for exported models."""
