@@ -1,5 +1,5 @@
 # ernie-bundle.  The two commands a newcomer needs:  make bundle TASK=tnews   and   make test
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 TASK   ?= tnews

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from pipeline.config import PROJECT_ROOT, known_tasks, load_task_config, parse_override
-from pipeline.errors import PipelineError, UserInputError
+from pipeline.errors import GateFailed, PipelineError
 from pipeline.graph import STAGE_NAMES, STAGES
 
 DESCRIPTION = """\
@@ -134,7 +134,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     print(f"task {cfg.task}: stages {' -> '.join(selected)}; outputs in {runner.runs_dir}", flush=True)
     try:
         summary = runner.run(selected, force=args.force)
-    except PipelineError:
+    except GateFailed:
         print(format_table(runner.status_rows()), file=sys.stderr)
         raise
     print()

@@ -242,6 +242,12 @@ def _coerce(tp: Any, value: Any, where: str, key: str) -> Any:
             raise ConfigError(f"{where}: {key} must be a list, got {value!r}")
         return [_coerce(item, v, where, f"{key}[{i}]") for i, v in enumerate(value)]
     if tp is float:
+        if isinstance(value, str):
+            # YAML 1.1 reads "1e-4" (no dot) as a string; accept it as the number it obviously is.
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
         return float(value)

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pipeline.config import TaskConfig
-from pipeline.stages import finetune, finetune_check
+from pipeline.stages import compress, finetune, finetune_check
+from pipeline.stages import package  # issue #5
+from pipeline.stages import export, validate  # issue #4
 
 
 @dataclass(frozen=True)
@@ -55,38 +57,38 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         name="compress",
         description="DynaBERT width pruning, PTQ, QAT, embedding quantization; every candidate evaluated",
-        requires=("finetune-check",),
-        params=lambda cfg: {},
-        inputs=_none,
-        run=None,
-        planned_in="issue #3",
+        requires=("finetune", "finetune-check"),  # the model from finetune, the baseline from finetune-check
+        params=compress.params,
+        inputs=compress.inputs,
+        run=compress.run,
+        version="1",
     ),
     Stage(
         name="export",
         description="Paddle inference model and INT8 ONNX of the selected candidate and the FP32 baseline",
-        requires=("compress",),
-        params=lambda cfg: {},
-        inputs=_none,
-        run=None,
-        planned_in="issue #4",
+        requires=("compress", "finetune-check"),
+        params=export.params,
+        inputs=export.inputs,
+        run=export.run,
+        version="1",
     ),
     Stage(
         name="validate",
         description="parity and benchmarks per backend; regression gates",
-        requires=("export",),
-        params=lambda cfg: {},
-        inputs=_none,
-        run=None,
-        planned_in="issue #4",
+        requires=("export", "finetune-check"),
+        params=validate.params,
+        inputs=validate.inputs,
+        run=validate.run,
+        version="1",
     ),
     Stage(
         name="package",
         description="Triton / FastDeploy model repository with pre- and post-processing, bundle manifest",
         requires=("validate",),
-        params=lambda cfg: {},
-        inputs=_none,
-        run=None,
-        planned_in="issue #5",
+        params=package.params,
+        inputs=package.inputs,
+        run=package.run,
+        version="1",
     ),
 )
 

@@ -26,3 +26,9 @@ def progress(iterable: Iterable[T] | None = None, *, total: int | None = None, d
         leave=tty,
         file=sys.stderr,
     )
+
+
+def log(message: str) -> None:
+    """Print a line without breaking an active progress bar."""
+    tqdm.write(message, file=sys.stdout)
+    sys.stdout.flush()

@@ -16,6 +16,7 @@ from pipeline.env import versions
 from pipeline.errors import GateFailed, PipelineError, StageNotReady, UserInputError
 from pipeline.graph import STAGE_NAMES, STAGES, Stage
 from pipeline.hashing import stage_key, tree_hashes
+from pipeline.progress import log as _log
 from pipeline.records import StageRecord, StageStatus, atomic_write_text, read_record
 
 
@@ -80,7 +81,7 @@ def check_writable(path: Path) -> None:
 
 
 class Runner:
-    def __init__(self, cfg: TaskConfig, runs_root: Path, log: Callable[[str], None] = print):
+    def __init__(self, cfg: TaskConfig, runs_root: Path, log: Callable[[str], None] = _log):
         self.cfg = cfg
         self.runs_dir = Path(runs_root) / cfg.task
         self.log = log

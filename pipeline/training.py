@@ -22,6 +22,7 @@ from pipeline.batching import encode_batch, train_batch_order
 from pipeline.config import FinetuneConfig
 from pipeline.data import Example
 from pipeline.evaluation import Evaluation, evaluate_dygraph
+from pipeline.progress import log as _log
 from pipeline.progress import progress
 from pipeline.tokenizer import Tokenizer
 
@@ -60,7 +61,7 @@ def finetune(
     cfg: FinetuneConfig,
     work_dir: Path,
     save_best: Callable[[object], None],
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = _log,
 ) -> TrainResult:
     import paddle
 

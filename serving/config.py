@@ -1,10 +1,90 @@
-"""The ``package:`` section of a task config.  Owned by the package stage / serving."""
+"""The ``package:`` section of a task config.  Owned by the package stage / serving.
+
+Validated in ``__post_init__`` so a bad value fails when the config is loaded, naming the key.
+The error type is ``pipeline.errors.ConfigError`` when the pipeline is installed (so the CLI maps
+it to exit code 2), otherwise a plain ``ValueError``: serving must not import the pipeline at
+module import time, it runs inside Triton containers where the pipeline is absent.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+# runtime -> (Triton backend, engine inside it)
+RUNTIMES = {
+    "python-onnxruntime": ("python", "onnxruntime"),  # in-process ORT: runs on any Triton, the one here too
+    "python-paddle": ("python", "paddle"),  # in-process Paddle Inference
+    "onnxruntime": ("onnxruntime", "onnxruntime"),  # Triton's native ORT backend (optional TensorRT accelerator)
+    "fastdeploy": ("fastdeploy", "fastdeploy"),  # FastDeploy serving image's backend
+}
+PRECISIONS = ("auto", "int8", "fp32")
+ACCELERATORS = ("none", "tensorrt-fp16", "tensorrt-int8")
+FASTDEPLOY_ENGINES = ("paddle", "onnxruntime", "tensorrt", "openvino")
+KINDS = ("CPU", "GPU")
+VERSION_POLICIES = ("latest", "all")
+
+
+def _config_error(message: str) -> Exception:
+    try:
+        from pipeline.errors import ConfigError
+    except ImportError:  # serving installed on its own
+        return ValueError(message)
+    return ConfigError(message)
+
 
 @dataclass
 class PackageConfig:
     runtime: str = "python-onnxruntime"
+    precision: str = "auto"  # auto: validate's chosen model (int8 when it exists), else fp32
+    accelerator: str = "none"  # runtime=onnxruntime: TensorRT execution accelerator (GPU)
+    fastdeploy_engine: str = "onnxruntime"  # runtime=fastdeploy: paddle | onnxruntime | tensorrt | openvino
+    repository: str = "model_repository"  # relative to the project root; the task's bundle is <repository>/<task>
+    max_batch_size: int = 64  # per model; a request with more texts is refused by Triton; 0: no batching
+    preferred_batch_size: int = 16
+    max_queue_delay_microseconds: int = 2000
+    instance_count: int = 1
+    kind: str = "CPU"
+    threads: int = 0  # intra-op threads of the in-process engine; 0: the engine's default
+    version_policy: str = "latest"
+    top_k: int = 3
+    max_text_bytes: int = 65536  # longer texts are refused per request (they would be truncated anyway)
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise _config_error(f"package.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        if self.precision not in PRECISIONS:
+            raise _config_error(f"package.precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.accelerator not in ACCELERATORS:
+            raise _config_error(f"package.accelerator: {self.accelerator!r} is not one of {', '.join(ACCELERATORS)}")
+        if self.accelerator != "none" and (self.runtime != "onnxruntime" or self.kind != "GPU"):
+            raise _config_error("package.accelerator: TensorRT needs runtime: onnxruntime and kind: GPU")
+        if self.fastdeploy_engine not in FASTDEPLOY_ENGINES:
+            raise _config_error(
+                f"package.fastdeploy_engine: {self.fastdeploy_engine!r} is not one of {', '.join(FASTDEPLOY_ENGINES)}"
+            )
+        if self.runtime == "fastdeploy" and self.fastdeploy_engine == "tensorrt" and self.kind != "GPU":
+            raise _config_error("package.fastdeploy_engine: tensorrt needs kind: GPU")
+        if self.kind not in KINDS:
+            raise _config_error(f"package.kind: {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.version_policy not in VERSION_POLICIES:
+            raise _config_error(f"package.version_policy: {self.version_policy!r} is not one of {', '.join(VERSION_POLICIES)}")
+        if not self.repository:
+            raise _config_error("package.repository: a directory is required")
+        for name in ("preferred_batch_size", "instance_count", "top_k", "max_text_bytes"):
+            if getattr(self, name) < 1:
+                raise _config_error(f"package.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_batch_size", "max_queue_delay_microseconds", "threads"):
+            if getattr(self, name) < 0:
+                raise _config_error(f"package.{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_batch_size and self.preferred_batch_size > self.max_batch_size:
+            raise _config_error(
+                f"package.preferred_batch_size {self.preferred_batch_size} is larger than max_batch_size {self.max_batch_size}"
+            )
+
+    @property
+    def backend(self) -> str:
+        return RUNTIMES[self.runtime][0]
+
+    @property
+    def engine(self) -> str:
+        return RUNTIMES[self.runtime][1]

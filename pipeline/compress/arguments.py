@@ -1,10 +1,145 @@
-"""Compression arguments (the ``compress:`` section of a task config).  Owned by the compress stage."""
+"""Compression arguments (the ``compress:`` section of a task config).  Owned by the compress stage.
+
+Names follow PaddleNLP's ``CompressionArguments`` so upstream recipes carry over; every value is
+checked here, so a bad one fails when the config is loaded, before any calibration or training.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from pipeline.errors import ConfigError
+
+STRATEGY_PARTS = ("dynabert", "ptq", "qat", "embeddings")
+PTQ_ALGOS = ("KL", "abs_max", "min_max", "avg", "hist", "mse", "emd")
+WEIGHT_QUANTIZE_TYPES = ("abs_max", "channel_wise_abs_max")
+ACTIVATION_QUANTIZE_TYPES = ("range_abs_max", "moving_average_abs_max", "abs_max")
+ROUND_TYPES = ("round", "adaround")
+INPUT_DTYPES = ("int64", "int32")
+
+
+def parse_strategy(strategy: str) -> tuple[str, ...]:
+    """``"dynabert+ptq"`` -> ``("dynabert", "ptq")``, checked: known parts, no repeats, pruning first,
+    at most one of ptq/qat (QAT already produces the quantized model PTQ would)."""
+    parts = tuple(p.strip() for p in str(strategy).split("+"))
+    unknown = [p for p in parts if p not in STRATEGY_PARTS]
+    if not parts or unknown:
+        raise ConfigError(
+            f"compress.strategy {strategy!r}: unknown part {unknown[0] if unknown else '(empty)'!r}; "
+            f"combine {', '.join(STRATEGY_PARTS)} with '+', e.g. dynabert+ptq"
+        )
+    if len(set(parts)) != len(parts):
+        raise ConfigError(f"compress.strategy {strategy!r}: a part is repeated")
+    if "dynabert" in parts and parts[0] != "dynabert":
+        raise ConfigError(f"compress.strategy {strategy!r}: dynabert (pruning) must come first, before quantization")
+    if "ptq" in parts and "qat" in parts:
+        raise ConfigError(f"compress.strategy {strategy!r}: choose ptq or qat, not both")
+    return parts
+
+
+def parse_width(value: str | float, key: str = "compress.width_mult_list") -> float:
+    """``"3/4"``, ``"0.75"`` or ``0.75`` -> 0.75; must be in (0, 1]."""
+    try:
+        width = float(Fraction(str(value).strip())) if not isinstance(value, float) else value
+    except (ValueError, ZeroDivisionError):
+        raise ConfigError(f"{key}: {value!r} is not a number or fraction like 3/4") from None
+    if not 0 < width <= 1:
+        raise ConfigError(f"{key}: width {value!r} = {width:g} is outside (0, 1]")
+    return width
 
 
 @dataclass
 class CompressConfig:
     strategy: str = "dynabert+ptq"
+    # DynaBERT width pruning
+    width_mult_list: list[str | float] = field(default_factory=lambda: ["3/4"])
+    # PTQ grid: every algo x batch_size x batch_num is one candidate
+    algo_list: list[str] = field(default_factory=lambda: ["mse", "KL"])
+    batch_size_list: list[int] = field(default_factory=lambda: [4])
+    batch_num_list: list[int] = field(default_factory=lambda: [1])
+    weight_quantize_type: str = "channel_wise_abs_max"
+    activation_quantize_type: str | None = None  # None: range_abs_max for PTQ, moving_average_abs_max for QAT
+    round_type: str = "round"
+    bias_correction: bool = False
+    # QAT
+    use_pact: bool = True
+    moving_rate: float = 0.9
+    # training (DynaBERT distillation and QAT)
+    learning_rate: float = 2e-5
+    num_train_epochs: int = 1
+    max_steps: int = -1
+    per_device_train_batch_size: int = 32
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.0
+    seed: int = 42
+    # inputs / outputs
+    input_infer_model_path: str | None = None  # a static Paddle model dir to compress (ptq, embeddings)
+    input_dtype: str = "int64"
+    # evaluation of candidates
+    throughput_batch_size: int = 32
+    throughput_batches: int = 8  # batches of the short throughput measurement per candidate
+    eval_batch_size: int = 64
+    keep_all_candidates: bool = False  # False: delete non-selected quantized models (the FP32 baseline stays)
+
+    def __post_init__(self) -> None:
+        self.parts()
+        if not isinstance(self.width_mult_list, list) or not self.width_mult_list:
+            raise ConfigError("compress.width_mult_list: at least one width is needed, e.g. [3/4]")
+        self.widths()
+        if not self.algo_list:
+            raise ConfigError(f"compress.algo_list: at least one algo is needed ({', '.join(PTQ_ALGOS)})")
+        for algo in self.algo_list:
+            if algo not in PTQ_ALGOS:
+                raise ConfigError(f"compress.algo_list: unknown algo {algo!r}; known: {', '.join(PTQ_ALGOS)}")
+        for key in ("batch_size_list", "batch_num_list"):
+            values = getattr(self, key)
+            if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+                raise ConfigError(f"compress.{key}: a non-empty list of integers >= 1 is needed, got {values!r}")
+        choices = (
+            ("weight_quantize_type", WEIGHT_QUANTIZE_TYPES),
+            ("round_type", ROUND_TYPES),
+            ("input_dtype", INPUT_DTYPES),
+        )
+        for key, allowed in choices:
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"compress.{key}: {getattr(self, key)!r} is not one of {', '.join(allowed)}")
+        if self.activation_quantize_type is not None and self.activation_quantize_type not in ACTIVATION_QUANTIZE_TYPES:
+            raise ConfigError(
+                f"compress.activation_quantize_type: {self.activation_quantize_type!r} is not one of "
+                f"{', '.join(ACTIVATION_QUANTIZE_TYPES)}"
+            )
+        if not 0 < self.moving_rate < 1:
+            raise ConfigError(f"compress.moving_rate must be in (0, 1), got {self.moving_rate}")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"compress.learning_rate must be > 0, got {self.learning_rate}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"compress.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"compress.weight_decay must be >= 0, got {self.weight_decay}")
+        for key in ("num_train_epochs", "per_device_train_batch_size", "throughput_batch_size", "throughput_batches", "eval_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"compress.{key} must be >= 1, got {getattr(self, key)}")
+        parts = self.parts()
+        if "qat" in parts and self.activation_quantize_type not in (None, "moving_average_abs_max"):
+            raise ConfigError(
+                f"compress.activation_quantize_type: QAT trains moving_average_abs_max activations only, "
+                f"got {self.activation_quantize_type!r}"
+            )
+        if self.input_infer_model_path and ("dynabert" in parts or "qat" in parts):
+            raise ConfigError(
+                f"compress.input_infer_model_path: a static model can only be compressed with ptq and/or "
+                f"embeddings (dynabert and qat need the dygraph model), strategy is {self.strategy!r}"
+            )
+
+    def parts(self) -> tuple[str, ...]:
+        return parse_strategy(self.strategy)
+
+    def widths(self) -> list[float]:
+        return [parse_width(w, f"compress.width_mult_list[{i}]") for i, w in enumerate(self.width_mult_list)]
+
+    def ptq_activation_type(self) -> str:
+        return self.activation_quantize_type or "range_abs_max"
+
+    def qat_activation_type(self) -> str:
+        return self.activation_quantize_type or "moving_average_abs_max"

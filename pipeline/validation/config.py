@@ -1,15 +1,81 @@
-"""The ``export:`` and ``validate:`` sections of a task config.  Owned by the export/validate stages."""
+"""The ``export:`` and ``validate:`` sections of a task config.  Owned by the export/validate stages.
+
+Gate thresholds are not here: they live in ``gates:`` (``pipeline.config.GateConfig``) so every
+stage reads the same ones.  Values are checked in ``__post_init__`` and a bad one raises
+``ConfigError`` naming the key, before any work starts.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+from pipeline.errors import ConfigError
+
+ONNX_INT8_FORMS = ("dynamic", "qdq")
+
+
+def _number(key: str, value, *, minimum: float | None = None, integer: bool = False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
+        raise ConfigError(f"{key} must be a number, got {value!r}")
+    if integer and not float(value).is_integer():
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{key} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def _int_list(key: str, values, minimum: int = 1) -> None:
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"{key} must be a non-empty list of integers, got {values!r}")
+    for i, v in enumerate(values):
+        _number(f"{key}[{i}]", v, minimum=minimum, integer=True)
 
 
 @dataclass
 class ExportConfig:
-    opset: int = 13
+    opset: int = 13  # >= 13: per-channel QuantizeLinear/DequantizeLinear
+    calibration_sentences: int = 256  # training sentences that calibrate the QDQ (TensorRT) INT8 ONNX
+    calibration_batch_size: int = 16
+    int8_embeddings: bool = True  # store the word-embedding table int8 in both INT8 ONNX forms
+    ort_transformer_optimize: bool = False  # ORT BERT fusions before quantize_dynamic (slower here; see backend)
+    max_int8_size_ratio: float = 0.35  # the INT8 ONNX must be at most this fraction of the FP32 file
+
+    def __post_init__(self) -> None:
+        _number("export.opset", self.opset, minimum=13, integer=True)
+        _number("export.calibration_sentences", self.calibration_sentences, minimum=1, integer=True)
+        _number("export.calibration_batch_size", self.calibration_batch_size, minimum=1, integer=True)
+        _number("export.max_int8_size_ratio", self.max_int8_size_ratio, minimum=0.0)
+        for name in ("int8_embeddings", "ort_transformer_optimize"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"export.{name} must be true or false, got {getattr(self, name)!r}")
 
 
 @dataclass
 class ValidateConfig:
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8, 32])
+    seq_lens: list[int] = field(default_factory=lambda: [32, 64, 128])  # fixed-shape grid (may exceed max_seq_len)
+    warmup: int = 2
+    repeats: int = 5  # timed repeats per grid cell; medians are reported
+    dev_batch_size: int = 32  # the real dev length distribution, dynamic padding
+    dev_benchmark_limit: int = 0  # > 0: time only the first N dev examples (parity always uses the full set)
+    threads: int = 0  # 0: OMP_NUM_THREADS
+    chosen_backend: str = "auto"  # "auto": the fastest CPU backend that passes the accuracy gate
+    throughput_batch_size: int = 32  # batch size of the throughput-ratio gate
+    # Release gating against a previous bundle's report (make gate BASELINE=...)
+    release_max_accuracy_drop: float = 0.2  # points
+    release_max_throughput_drop: float = 0.15  # fraction of the previous throughput
+
+    def __post_init__(self) -> None:
+        _int_list("validate.batch_sizes", self.batch_sizes)
+        _int_list("validate.seq_lens", self.seq_lens, minimum=2)
+        _number("validate.warmup", self.warmup, minimum=0, integer=True)
+        _number("validate.repeats", self.repeats, minimum=1, integer=True)
+        _number("validate.dev_batch_size", self.dev_batch_size, minimum=1, integer=True)
+        _number("validate.dev_benchmark_limit", self.dev_benchmark_limit, minimum=0, integer=True)
+        _number("validate.threads", self.threads, minimum=0, integer=True)
+        _number("validate.throughput_batch_size", self.throughput_batch_size, minimum=1, integer=True)
+        _number("validate.release_max_accuracy_drop", self.release_max_accuracy_drop, minimum=0.0)
+        _number("validate.release_max_throughput_drop", self.release_max_throughput_drop, minimum=0.0)
+        if not isinstance(self.chosen_backend, str) or not self.chosen_backend:
+            raise ConfigError(f"validate.chosen_backend must be a backend name or 'auto', got {self.chosen_backend!r}")

@@ -1,0 +1,193 @@
+"""Builds and evaluates every compression candidate of a strategy: the one code path behind the
+``compress`` stage and the Python API (``pipeline.compress.api``).
+
+Order (pruning always before quantization):
+  1. FP32 baseline as a static model (exported from the dygraph model, or the given static model);
+  2. ``dynabert``: one physically pruned model per width (width 1.0 is the baseline itself);
+  3. ``ptq``: every grid point for every width;  ``qat``: one QAT model per width;
+  4. ``embeddings``: an int8-embedding variant of every candidate so far.
+Unpruned models are quantized too when pruning is on: if pruning costs too much accuracy, the
+unpruned int8 model can still pass the budget, and it costs one grid's calibration time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pipeline.backends import paddle_inference
+from pipeline.compress.arguments import CompressConfig
+from pipeline.compress.candidates import Candidate, evaluate
+from pipeline.compress.embeddings import copy_static, quantize_embeddings
+from pipeline.compress.ptq import PTQSettings, calibration_examples, check_calibration, ptq_grid, quantize_static
+from pipeline.data import Example
+from pipeline.errors import ConfigError
+from pipeline.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class CompressInputs:
+    model_dir: Path | None  # FP32 dygraph PaddleNLP classifier dir (None: compress static_model_dir)
+    static_model_dir: Path | None  # --input_infer_model_path
+    tokenizer: Tokenizer
+    train: Sequence[Example]
+    dev: Sequence[Example]
+    num_labels: int
+    max_seq_len: int
+    baseline_accuracy: float
+
+
+@dataclass(frozen=True)
+class _Source:
+    width: float
+    model_dir: Path | None  # dygraph FP32 dir (None for a static input)
+    infer_dir: Path  # its FP32 static model
+    prefix: str  # "" for width 1.0, "w0.75-" for pruned
+
+
+def load_classifier(model_dir: Path, num_labels: int):
+    """Loads stock and head-pruned ERNIE classifier dirs (pruned ones need ``pruned_ernie``'s class)."""
+    try:
+        from pipeline.compress.pruned_ernie import load_classifier as load_any
+    except ImportError:  # pruning helper not there: only stock models can exist
+        from pipeline.modeling import load_classifier as load_any
+    return load_any(model_dir, num_labels)
+
+
+def _need(part: str, module: str, function: str) -> Callable:
+    try:
+        return getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError):
+        raise ConfigError(f"compress.strategy part {part}: not available yet ({module}.{function} is missing)") from None
+
+
+def preflight(cfg: CompressConfig, *, train_size: int, static_model_dir: Path | None) -> list[PTQSettings]:
+    """Every check that can fail on bad input, before any long work; returns the PTQ grid."""
+    parts = cfg.parts()
+    cfg.widths()
+    grid = ptq_grid(cfg) if "ptq" in parts else []
+    if grid:
+        check_calibration(train_size, grid, source="training split")
+    if static_model_dir is not None:
+        paddle_inference.check_static_dir(static_model_dir)
+        if "dynabert" in parts or "qat" in parts:
+            raise ConfigError("compress.input_infer_model_path: dynabert and qat need the dygraph model; use ptq and/or embeddings")
+    if "dynabert" in parts:
+        _need("dynabert", "pipeline.compress.dynabert", "prune_width")
+    if "qat" in parts:
+        _need("qat", "pipeline.compress.qat", "quant_aware_train")
+    return grid
+
+
+def build_and_evaluate(
+    cfg: CompressConfig,
+    inp: CompressInputs,
+    out_dir: Path,
+    work_dir: Path,
+    *,
+    log: Callable[[str], None] = print,
+    accuracy_fn: Callable | None = None,
+) -> list[Candidate]:
+    """Create every candidate under ``out_dir/candidates/<name>/`` and evaluate each as it is made.
+
+    ``work_dir`` keeps the expensive trained models (pruned, QAT) so an interrupted run reuses them.
+    """
+    out_dir, work_dir = Path(out_dir), Path(work_dir)
+    parts = cfg.parts()
+    grid = preflight(cfg, train_size=len(inp.train), static_model_dir=inp.static_model_dir)
+    cands: list[Candidate] = []
+
+    def add(c: Candidate, started: float) -> None:
+        c.build_seconds = round(time.monotonic() - started, 2)
+        evaluate(c, inp.tokenizer, inp.dev, baseline_accuracy=inp.baseline_accuracy, eval_batch_size=cfg.eval_batch_size,
+                 throughput_batch_size=cfg.throughput_batch_size, throughput_batches=cfg.throughput_batches, log=log,
+                 accuracy_fn=accuracy_fn)
+        cands.append(c)
+
+    # 1. FP32 baseline
+    t0 = time.monotonic()
+    fp32_dir = out_dir / "candidates" / "fp32" / "infer"
+    if inp.static_model_dir is not None:
+        copy_static(inp.static_model_dir, fp32_dir)
+        input_dtype = paddle_inference.program_input_dtype(fp32_dir)
+    else:
+        paddle_inference.export_static(load_classifier(inp.model_dir, inp.num_labels), fp32_dir, cfg.input_dtype)
+        input_dtype = cfg.input_dtype
+    add(Candidate("fp32", 1.0, "none", False, fp32_dir, inp.model_dir, {"input_dtype": input_dtype}), t0)
+    sources = [_Source(1.0, inp.model_dir, fp32_dir, "")]
+
+    # 2. DynaBERT width pruning
+    if "dynabert" in parts:
+        prune_width = _need("dynabert", "pipeline.compress.dynabert", "prune_width")
+
+        for width in cfg.widths():
+            if width == 1.0:
+                continue
+            t0 = time.monotonic()
+            name = f"w{width:.4g}"
+            pruned = work_dir / "dynabert" / name
+            if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
+                tmp = work_dir / "dynabert" / f".{name}.tmp"
+                shutil.rmtree(tmp, ignore_errors=True)
+                prune_width(inp.model_dir, width, inp.train, inp.dev, max_seq_len=inp.max_seq_len, out_dir=tmp,
+                            epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,
+                            batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=log)
+                shutil.rmtree(pruned, ignore_errors=True)
+                tmp.rename(pruned)
+            else:
+                log(f"[compress] dynabert {name}: reusing {pruned}")
+            model_dir = out_dir / "candidates" / name / "model"
+            shutil.copytree(pruned, model_dir)
+            infer = paddle_inference.export_static(load_classifier(model_dir, inp.num_labels), out_dir / "candidates" / name / "infer", input_dtype)
+            add(Candidate(name, width, "none", False, infer, model_dir, {"width_mult": width, "input_dtype": input_dtype}), t0)
+            sources.append(_Source(width, model_dir, infer, name + "-"))
+
+    # 3. quantization
+    if grid:
+        calib = calibration_examples(inp.train, max(s.calibration_examples for s in grid), cfg.seed)
+        for src in sources:
+            for s in grid:
+                t0 = time.monotonic()
+                name = src.prefix + s.name
+                infer = quantize_static(src.infer_dir, out_dir / "candidates" / name / "infer", inp.tokenizer, calib, s,
+                                        input_dtype=input_dtype, log=log)
+                add(Candidate(name, src.width, "ptq", False, infer, src.model_dir, {**s.to_dict(), "width_mult": src.width, "input_dtype": input_dtype}), t0)
+    if "qat" in parts:
+        quant_aware_train = _need("qat", "pipeline.compress.qat", "quant_aware_train")
+        for src in sources:
+            t0 = time.monotonic()
+            name = src.prefix + "qat"
+            trained = work_dir / "qat" / name
+            settings = {
+                "use_pact": cfg.use_pact, "moving_rate": cfg.moving_rate, "weight_quantize_type": cfg.weight_quantize_type,
+                "activation_quantize_type": cfg.qat_activation_type(), "epochs": cfg.num_train_epochs,
+                "learning_rate": cfg.learning_rate, "batch_size": cfg.per_device_train_batch_size, "max_steps": cfg.max_steps,
+                "seed": cfg.seed, "warmup_ratio": cfg.warmup_ratio, "weight_decay": cfg.weight_decay,
+            }
+            if not (trained / paddle_inference.MODEL_FILE).is_file():
+                tmp = work_dir / "qat" / f".{name}.tmp"
+                shutil.rmtree(tmp, ignore_errors=True)
+                quant_aware_train(src.model_dir, inp.train, inp.dev, max_seq_len=inp.max_seq_len, out_dir=tmp,
+                                  input_dtype=input_dtype, log=log, **settings)
+                shutil.rmtree(trained, ignore_errors=True)
+                tmp.rename(trained)
+            else:
+                log(f"[compress] qat {name}: reusing {trained}")
+            infer = copy_static(trained, out_dir / "candidates" / name / "infer")
+            add(Candidate(name, src.width, "qat", False, infer, src.model_dir, {**settings, "width_mult": src.width, "input_dtype": input_dtype}), t0)
+
+    # 4. int8 word embeddings on top of every candidate
+    if "embeddings" in parts:
+        for base in list(cands):
+            t0 = time.monotonic()
+            name = base.name + "+emb"
+            infer = out_dir / "candidates" / name / "infer"
+            info = quantize_embeddings(base.infer_dir, infer, log=log)
+            settings = {**base.settings, "embeddings": {"table": info.table, "fp32_bytes": info.fp32_bytes, "int8_bytes": info.int8_bytes,
+                                                        "max_abs_error": info.max_abs_error}}
+            add(Candidate(name, base.width_mult, base.quantization, True, infer, base.source_model_dir, settings), t0)
+    return cands

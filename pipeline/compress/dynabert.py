@@ -1,0 +1,291 @@
+"""DynaBERT width pruning that works on Paddle 2.6, exporting a physically smaller ERNIE.
+
+The steps are DynaBERT's (and PaddleNLP ``Trainer.compress()``'s):
+
+1. Importance on the dev data, from gradients of the task loss: per head, |d loss / d head_mask|; per FFN
+   neuron, |sum(w1 * grad w1) + b1 * grad b1| + |sum(w2 * grad w2)| (paddlenlp's
+   ``compute_neuron_head_importance``).  Upstream gets the head-mask gradient by monkey-patching paddle's
+   attention/encoder forwards (importing ``paddleslim.nas.ofa.utils.nlp_utils`` even patches them for the
+   whole process).  Here a forward pre-hook on each ``out_proj`` multiplies every head's context by its
+   mask entry instead: the same gradient (attention output is linear in the per-head weights), no patching.
+2. Reorder heads and neurons by importance with paddlenlp's ``reorder_head``/``reorder_neuron`` (they work
+   on plain paddle layers).  A permutation: the model computes exactly the same function.
+3. Width-adaptive training with distillation from the unpruned teacher: soft cross-entropy on logits plus
+   0.1 x MSE of the embedding output and of every layer's output (upstream's ``lambda_distill``).
+   Upstream trains this through paddleslim OFA's super-layers, whose ``SuperLayerNorm`` is broken on
+   Paddle 2.6 (``_C_ops.layer_norm`` returns one tensor; OFA unpacks three).  OFA at width ``w`` slices the
+   first heads/neurons of every layer, and only that slice gets gradients; so for one width per call
+   (the compress stage prunes each width of ``--width_mult_list`` separately) it is the same thing to
+   slice first and train the physically smaller student directly.  That is what this module does:
+   no super-layers at all.
+4. Export: the student is already the smaller network; it is saved as a PaddleNLP ERNIE directory whose
+   config says e.g. 9 heads and intermediate 1152 (see ``pipeline.compress.pruned_ernie`` for why the
+   config also carries ``attention_head_size``), with the tokenizer files and labels.json copied.
+
+Head counts are ``floor(heads * width)`` (at least 1; 2/3 of 12 is 8, not 7), FFN sizes ``round``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pipeline.batching import encode_batch, eval_batch_order, iter_batches, train_batch_order
+from pipeline.compress.pruned_ernie import ErnieForSequenceClassification, load_classifier, narrow_attention, narrow_ffn, prune_config
+from pipeline.data import Example
+from pipeline.errors import ConfigError, ModelError
+from pipeline.evaluation import evaluate_dygraph
+from pipeline.modeling import LABELS_FILE, VOCAB_FILE, inspect_model
+from pipeline.progress import progress
+from pipeline.tokenizer import Tokenizer
+
+COPIED_FILES = (VOCAB_FILE, "tokenizer_config.json", "special_tokens_map.json", LABELS_FILE)
+LAMBDA_DISTILL = 0.1  # weight of the hidden-state MSE, as upstream's DistillConfig(lambda_distill=0.1)
+EVAL_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Importance:
+    heads: np.ndarray  # [num_layers, num_heads]
+    neurons: list[np.ndarray]  # per layer, [intermediate_size]
+
+
+def pruned_sizes(num_heads: int, intermediate_size: int, width_mult: float) -> tuple[int, int]:
+    """Heads and FFN neurons kept per layer at ``width_mult``."""
+    check_width(width_mult)
+    heads = max(1, math.floor(num_heads * width_mult + 1e-6))
+    neurons = max(1, int(round(intermediate_size * width_mult)))
+    return heads, neurons
+
+
+def check_width(width_mult: float) -> None:
+    if not 0.0 < width_mult <= 1.0:
+        raise ConfigError(f"width_mult_list: {width_mult} is outside (0, 1]")
+
+
+def compute_importance(model, tokenizer: Tokenizer, examples: Sequence[Example], batch_size: int) -> Importance:
+    """Gradient-based head and FFN-neuron importance over ``examples`` (model left unchanged, in eval mode)."""
+    import paddle
+
+    layers = list(model.ernie.encoder.layers)
+    num_heads, head_dim = layers[0].self_attn.num_heads, layers[0].self_attn.head_dim
+    head_mask = paddle.ones([len(layers), num_heads], dtype="float32")
+    head_mask.stop_gradient = False
+
+    def mask_hook(index: int):
+        def hook(_layer, inputs):
+            # out_proj's input is the heads' contexts side by side: scale head h's block by mask[h].
+            scale = paddle.repeat_interleave(head_mask[index], head_dim)
+            return (inputs[0] * scale,)
+
+        return hook
+
+    handles = [layer.self_attn.out_proj.register_forward_pre_hook(mask_hook(i)) for i, layer in enumerate(layers)]
+    heads = np.zeros([len(layers), num_heads], dtype=np.float64)
+    neurons = [np.zeros([layer.linear1.weight.shape[1]], dtype=np.float64) for layer in layers]
+    loss_fn = paddle.nn.CrossEntropyLoss()
+    model.eval()  # deterministic: no dropout
+    order = eval_batch_order(examples, batch_size)
+    try:
+        for batch in progress(iter_batches(tokenizer, examples, order), total=len(order), desc="importance", unit="batch"):
+            logits = model(paddle.to_tensor(batch.input_ids), token_type_ids=paddle.to_tensor(batch.token_type_ids))
+            loss = loss_fn(logits, paddle.to_tensor(batch.labels))
+            loss.backward()
+            heads += np.abs(head_mask.grad.numpy())
+            for layer, acc in zip(layers, neurons):
+                w1, b1, w2 = layer.linear1.weight, layer.linear1.bias, layer.linear2.weight
+                acc += np.abs((w1.numpy() * w1.grad.numpy()).sum(0) + b1.numpy() * b1.grad.numpy())
+                acc += np.abs((w2.numpy() * w2.grad.numpy()).sum(1))
+            model.clear_gradients()
+            head_mask.clear_gradient()
+    finally:
+        for h in handles:
+            h.remove()
+    return Importance(heads.astype(np.float32), [n.astype(np.float32) for n in neurons])
+
+
+def reorder_by_importance(model, importance: Importance) -> None:
+    """Sort every layer's heads and FFN neurons by decreasing importance (same function, new order)."""
+    import paddle
+    from paddlenlp.transformers.ofa_utils import reorder_head, reorder_neuron
+
+    for i, layer in enumerate(model.ernie.encoder.layers):
+        # stable sort: ties (e.g. all-zero importance) keep their original order
+        head_idx = paddle.to_tensor(np.argsort(-importance.heads[i], kind="stable").astype(np.int64))
+        reorder_head(layer.self_attn, head_idx)
+        neuron_idx = paddle.to_tensor(np.argsort(-importance.neurons[i], kind="stable").astype(np.int64))
+        reorder_neuron(layer.linear1, neuron_idx, dim=1)
+        reorder_neuron(layer.linear2, neuron_idx, dim=0)
+
+
+def narrow_model(model, num_heads: int, intermediate_size: int):
+    """A physically smaller copy of ``model`` keeping the first heads/neurons of every layer."""
+    student = copy.deepcopy(model)
+    for layer in student.ernie.encoder.layers:
+        if num_heads < layer.self_attn.num_heads:
+            narrow_attention(layer.self_attn, num_heads)
+        if intermediate_size < layer.linear1.weight.shape[1]:
+            narrow_ffn(layer, intermediate_size)
+    config = prune_config(model.config, num_heads, intermediate_size)
+    student.config = config
+    student.ernie.config = config
+    return student
+
+
+def soft_cross_entropy(logits, teacher_logits):
+    import paddle.nn.functional as F
+
+    return -(F.log_softmax(logits, axis=-1) * F.softmax(teacher_logits, axis=-1)).sum(-1).mean()
+
+
+def distill(
+    student,
+    teacher,
+    tokenizer: Tokenizer,
+    train: Sequence[Example],
+    dev: Sequence[Example],
+    *,
+    epochs: int,
+    learning_rate: float,
+    batch_size: int,
+    max_steps: int,
+    seed: int,
+    log: Callable[[str], None] = print,
+    desc: str = "dynabert",
+) -> float:
+    """Train ``student`` to match ``teacher``; leaves the best-dev-accuracy weights in ``student``."""
+    import paddle
+    import paddle.nn.functional as F
+
+    steps_per_epoch = max(1, math.ceil(len(train) / batch_size))
+    total = steps_per_epoch * max(1, epochs)
+    if max_steps > 0:
+        total = min(total, max_steps)
+    sched = paddle.optimizer.lr.PolynomialDecay(learning_rate, decay_steps=max(1, total), end_lr=0.0)
+    opt = paddle.optimizer.AdamW(
+        learning_rate=sched, parameters=student.parameters(), weight_decay=0.0, grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)
+    )
+    teacher.eval()
+    student.train()
+    best_acc, best_state, step = -1.0, None, 0
+    bar = progress(total=total, desc=desc, unit="step")
+    try:
+        for epoch in range(max(1, epochs)):
+            if step >= total:
+                break
+            running, n = 0.0, 0
+            for idx in train_batch_order(train, batch_size, seed, epoch):
+                if step >= total:
+                    break
+                b = encode_batch(tokenizer, train, idx)
+                ids, types = paddle.to_tensor(b.input_ids), paddle.to_tensor(b.token_type_ids)
+                with paddle.no_grad():
+                    t_out = teacher(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
+                s_out = student(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
+                rep = sum(F.mse_loss(s, t) for s, t in zip(s_out.hidden_states, t_out.hidden_states))
+                loss = soft_cross_entropy(s_out.logits, t_out.logits) + LAMBDA_DISTILL * rep
+                loss.backward()
+                opt.step()
+                opt.clear_grad()
+                sched.step()
+                step += 1
+                running += float(loss)
+                n += 1
+                bar.update(1)
+            acc = evaluate_dygraph(student, tokenizer, dev, EVAL_BATCH, desc=f"dev eval (epoch {epoch + 1})").accuracy
+            improved = acc > best_acc
+            log(
+                f"{desc} epoch {epoch + 1}/{epochs}: step {step}, distill loss {running / max(n, 1):.4f}, "
+                f"dev accuracy {acc:.4f}" + ("  (best so far, kept)" if improved else "")
+            )
+            if improved:
+                best_acc = acc
+                best_state = {k: v.numpy().copy() for k, v in student.state_dict().items()}
+            student.train()
+    finally:
+        bar.close()
+    if best_state is not None:
+        student.set_state_dict(best_state)
+    student.eval()
+    return best_acc
+
+
+def prune_width(
+    model_dir: Path,
+    width_mult: float,
+    train: Sequence[Example],
+    dev: Sequence[Example],
+    *,
+    max_seq_len: int,
+    out_dir: Path,
+    epochs: int,
+    learning_rate: float,
+    batch_size: int,
+    max_steps: int,
+    seed: int,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Prune ``model_dir`` to ``width_mult`` of its heads/FFN neurons, distill, save to ``out_dir``; returns it."""
+    import paddle
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    check_width(width_mult)
+    if not dev:
+        raise ConfigError("dynabert: the dev set is empty (head/neuron importance needs labelled dev data)")
+    if not train:
+        raise ConfigError("dynabert: the training set is empty")
+    info = inspect_model(model_dir)
+    if info.head_classes is None:
+        raise ModelError(f"model dir {model_dir}: has no classification head to prune")
+    paddle.seed(seed)
+    np.random.seed(seed)
+    tokenizer = Tokenizer.from_model_dir(model_dir, max_seq_len)
+    teacher = load_classifier(model_dir, info.head_classes)
+    cfg = teacher.config
+    heads, neurons = pruned_sizes(cfg.num_attention_heads, cfg.intermediate_size, width_mult)
+    log(
+        f"dynabert width {width_mult:.4g}: {cfg.num_attention_heads} -> {heads} heads, "
+        f"intermediate {cfg.intermediate_size} -> {neurons}, {cfg.num_hidden_layers} layers"
+    )
+
+    model = load_classifier(model_dir, info.head_classes)
+    importance = compute_importance(model, tokenizer, dev, batch_size=EVAL_BATCH)
+    reorder_by_importance(model, importance)
+    student = narrow_model(model, heads, neurons)
+    del model
+    paddle.seed(seed)
+    best = distill(
+        student, teacher, tokenizer, train, dev,
+        epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, log=log,
+        desc=f"dynabert w={width_mult:.3g}",
+    )
+    log(f"dynabert width {width_mult:.4g}: best dev accuracy {best:.4f}")
+    save_pruned(student, model_dir, out_dir)
+    return out_dir
+
+
+def save_pruned(model, source_dir: Path, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir))
+    for name in COPIED_FILES:
+        src = Path(source_dir) / name
+        if src.is_file():
+            shutil.copyfile(src, out_dir / name)
+
+
+__all__ = [
+    "ErnieForSequenceClassification",
+    "Importance",
+    "compute_importance",
+    "distill",
+    "narrow_model",
+    "prune_width",
+    "pruned_sizes",
+    "reorder_by_importance",
+]

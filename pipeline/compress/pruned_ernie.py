@@ -1,0 +1,113 @@
+"""An ERNIE classifier whose layers may have fewer attention heads and FFN neurons than stock ERNIE allows.
+
+Why a class of our own: paddle's ``nn.MultiHeadAttention`` derives ``head_dim = embed_dim // num_heads``
+and builds q/k/v/out projections ``embed_dim`` wide, so a stock PaddleNLP ERNIE cannot express "9 heads
+of 64 with hidden size 768" (q/k/v 576 wide).  DynaBERT's width pruning needs exactly that: heads are
+removed whole and the kept ones keep their size.  (Upstream PaddleNLP only ever exported such models as
+static graphs, by mutating the layers; its pruned *dygraph* directory cannot be reloaded.)
+
+The smallest design that still saves and loads as a PaddleNLP ERNIE directory: ``config.json`` is the
+ordinary ERNIE config with the smaller ``num_attention_heads`` and ``intermediate_size`` plus one extra
+key, ``attention_head_size`` (the kept head width).  This subclass builds the stock network with the
+original head count and then narrows each attention's projections; parameter names and the state-dict
+layout are exactly ERNIE's, so ``from_pretrained``/``save_pretrained``, ``paddle.jit.save`` and
+paddle2onnx see a normal ERNIE.  Paddle's attention forward only uses ``num_heads`` and ``head_dim``,
+which stay consistent after narrowing.  For a config without the extra key this class *is* the stock
+classifier, so a loader can use it for every model.
+
+The intermediate size needs nothing special (stock ERNIE reads it from the config).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from paddlenlp.transformers import ErnieForSequenceClassification as _StockErnieForSequenceClassification
+
+HEAD_SIZE_KEY = "attention_head_size"
+
+
+def narrow_attention(attn, num_heads: int) -> None:
+    """Keep the first ``num_heads`` heads of a ``paddle.nn.MultiHeadAttention``, physically (in place)."""
+    import paddle
+
+    if not 1 <= num_heads <= attn.num_heads:
+        raise ValueError(f"cannot keep {num_heads} of {attn.num_heads} attention heads")
+    width = num_heads * attn.head_dim
+    for name in ("q_proj", "k_proj", "v_proj"):
+        old = getattr(attn, name)
+        new = paddle.nn.Linear(old.weight.shape[0], width)
+        new.weight.set_value(old.weight[:, :width])
+        new.bias.set_value(old.bias[:width])
+        setattr(attn, name, new)
+    old = attn.out_proj
+    new = paddle.nn.Linear(width, old.weight.shape[1])
+    new.weight.set_value(old.weight[:width, :])
+    new.bias.set_value(old.bias)
+    attn.out_proj = new
+    attn.num_heads = num_heads  # head_dim is unchanged: each kept head keeps its width
+
+
+def narrow_ffn(layer, neurons: int) -> None:
+    """Keep the first ``neurons`` FFN neurons of a ``paddle.nn.TransformerEncoderLayer`` (in place)."""
+    import paddle
+
+    inner = layer.linear1.weight.shape[1]
+    if not 1 <= neurons <= inner:
+        raise ValueError(f"cannot keep {neurons} of {inner} FFN neurons")
+    old1, old2 = layer.linear1, layer.linear2
+    new1 = paddle.nn.Linear(old1.weight.shape[0], neurons)
+    new1.weight.set_value(old1.weight[:, :neurons])
+    new1.bias.set_value(old1.bias[:neurons])
+    new2 = paddle.nn.Linear(neurons, old2.weight.shape[1])
+    new2.weight.set_value(old2.weight[:neurons, :])
+    new2.bias.set_value(old2.bias)
+    layer.linear1, layer.linear2 = new1, new2
+
+
+class ErnieForSequenceClassification(_StockErnieForSequenceClassification):
+    """PaddleNLP's ERNIE classifier, plus head-pruned attention when config has ``attention_head_size``."""
+
+    def __init__(self, config):
+        head_size = getattr(config, HEAD_SIZE_KEY, None)
+        if not head_size or int(head_size) * config.num_attention_heads == config.hidden_size:
+            super().__init__(config)
+            return
+        head_size = int(head_size)
+        if config.hidden_size % head_size:
+            raise ValueError(f"config: hidden_size {config.hidden_size} is not a multiple of {HEAD_SIZE_KEY} {head_size}")
+        kept = config.num_attention_heads
+        full = copy.deepcopy(config)
+        full.num_attention_heads = config.hidden_size // head_size
+        if kept > full.num_attention_heads:
+            raise ValueError(f"config: num_attention_heads {kept} x {HEAD_SIZE_KEY} {head_size} exceeds hidden_size")
+        super().__init__(full)
+        for layer in self.ernie.encoder.layers:
+            narrow_attention(layer.self_attn, kept)
+        # save_pretrained writes self.config: it must say what the network now is.
+        self.config = config
+        self.ernie.config = config
+
+
+def prune_config(config, num_heads: int, intermediate_size: int):
+    """A copy of an ERNIE config describing ``num_heads`` heads (of the original width) and a narrower FFN."""
+    head_size = int(getattr(config, HEAD_SIZE_KEY, None) or config.hidden_size // config.num_attention_heads)
+    out = copy.deepcopy(config)
+    out.num_attention_heads = num_heads
+    out.intermediate_size = intermediate_size
+    setattr(out, HEAD_SIZE_KEY, head_size)
+    return out
+
+
+def load_classifier(model_dir, num_labels: int):
+    """Like ``pipeline.modeling.load_classifier``, but also for head-pruned directories."""
+    from pipeline.errors import ModelError
+    from pipeline.modeling import quiet_paddlenlp
+
+    quiet_paddlenlp()
+    try:
+        model = ErnieForSequenceClassification.from_pretrained(str(model_dir), num_labels=num_labels)
+    except Exception as exc:
+        raise ModelError(f"model dir {model_dir}: cannot be loaded as an ERNIE classifier ({type(exc).__name__}: {exc})") from None
+    model.eval()
+    return model

@@ -1,0 +1,264 @@
+"""Quantization-aware training (paddleslim dygraph QAT) of an ERNIE classifier, saved as a static int8 model.
+
+paddleslim's ``QAT`` wraps every ``Linear`` in fake-quant layers (``moving_average_abs_max`` activations,
+PACT clipping when asked).  On these pins ERNIE's own forward then breaks: without an attention mask it
+builds one with ``self.pooler.dense.weight.dtype``, and the wrapped pooler has no ``weight``
+(``AttributeError: 'MAOutputScaleLayer' object has no attribute 'weight'``).  Upstream PaddleNLP works
+around it by monkey-patching ERNIE's forward; here the classifier is wrapped in ``MaskedClassifier``,
+which always builds the mask the way ERNIE does (pad positions get -1e4) and passes it in.  The wrapper is
+also what gets exported, so the static model takes exactly ``input_ids`` and ``token_type_ids``.
+
+Training is the fine-tune recipe (AdamW, linear warmup then linear decay, no decay on biases/LayerNorm,
+dev accuracy each epoch, best epoch kept); the best weights are saved with
+``QAT.save_quantized_model`` as ``model.pdmodel``/``model.pdiparams``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pipeline.backends import paddle_inference
+from pipeline.batching import encode_batch, train_batch_order
+from pipeline.compress.pruned_ernie import load_classifier
+from pipeline.data import Example
+from pipeline.errors import ConfigError, ModelError
+from pipeline.evaluation import evaluate_dygraph
+from pipeline.modeling import inspect_model
+from pipeline.progress import progress
+from pipeline.tokenizer import Tokenizer
+
+MODEL_PREFIX = "model"  # out_dir/model.pdmodel + model.pdiparams, as pipeline.backends.paddle_inference reads
+WEIGHT_TYPES = ("abs_max", "channel_wise_abs_max")
+ACTIVATION_TYPES = ("moving_average_abs_max",)  # the only activation type paddleslim's dygraph QAT trains
+EVAL_BATCH = 64
+
+
+def _masked_classifier_class():
+    import paddle
+
+    class MaskedClassifier(paddle.nn.Layer):
+        """``model(input_ids, token_type_ids)`` with ERNIE's padding mask built outside the quantized model."""
+
+        def __init__(self, model, pad_token_id: int):
+            super().__init__()
+            self.model = model
+            self.pad_token_id = pad_token_id
+
+        def forward(self, input_ids, token_type_ids):
+            mask = paddle.unsqueeze((input_ids == self.pad_token_id).astype("float32") * -1e4, axis=[1, 2])
+            return self.model(input_ids, token_type_ids=token_type_ids, attention_mask=mask)
+
+    return MaskedClassifier
+
+
+def quant_config(*, use_pact: bool, moving_rate: float, weight_quantize_type: str, activation_quantize_type: str) -> dict:
+    """paddleslim QAT config, with upstream PaddleNLP's choices (int8 weights and activations, Linear only)."""
+    if weight_quantize_type not in WEIGHT_TYPES:
+        raise ConfigError(f"weight_quantize_type: {weight_quantize_type!r} is not one of {', '.join(WEIGHT_TYPES)}")
+    if activation_quantize_type not in ACTIVATION_TYPES:
+        raise ConfigError(
+            f"activation_quantize_type: {activation_quantize_type!r} is not supported by QAT (use {', '.join(ACTIVATION_TYPES)})"
+        )
+    if not 0.0 < float(moving_rate) < 1.0:
+        raise ConfigError(f"moving_rate: {moving_rate} is outside (0, 1)")
+    return {
+        "weight_preprocess_type": "PACT" if use_pact else None,
+        "activation_preprocess_type": "PACT" if use_pact else None,
+        "weight_quantize_type": weight_quantize_type,
+        "activation_quantize_type": activation_quantize_type,
+        "weight_bits": 8,
+        "activation_bits": 8,
+        "dtype": "int8",
+        "window_size": 10000,
+        "quantizable_layer_type": ["Linear"],
+        "moving_rate": float(moving_rate),
+        "onnx_format": False,
+    }
+
+
+@dataclass
+class QatRun:
+    """A finished QAT training: the quantized dygraph model (best weights loaded) and what was measured."""
+
+    model: object  # MaskedClassifier with fake-quant layers, eval mode
+    quanter: object  # the paddleslim QAT that wrapped it (needed to save it)
+    tokenizer: Tokenizer
+    fp32_accuracy: float
+    best_accuracy: float
+    best_epoch: int
+    steps: int
+    history: list = field(default_factory=list)
+
+
+def quant_aware_train(
+    model_dir: Path,
+    train: Sequence[Example],
+    dev: Sequence[Example],
+    *,
+    max_seq_len: int,
+    out_dir: Path,
+    use_pact: bool,
+    moving_rate: float,
+    weight_quantize_type: str,
+    activation_quantize_type: str,
+    epochs: int,
+    learning_rate: float,
+    batch_size: int,
+    max_steps: int,
+    seed: int,
+    warmup_ratio: float,
+    weight_decay: float,
+    input_dtype: str = "int64",
+    log: Callable[[str], None] = print,
+) -> Path:
+    """QAT-train the classifier in ``model_dir``; save ``out_dir/model.pdmodel``+``.pdiparams``; return ``out_dir``."""
+    if input_dtype not in paddle_inference.INPUT_DTYPES:
+        raise ConfigError(f"input_dtype: {input_dtype!r} is not one of {', '.join(paddle_inference.INPUT_DTYPES)}")
+    run = train_quant_aware(
+        model_dir, train, dev, max_seq_len=max_seq_len, use_pact=use_pact, moving_rate=moving_rate,
+        weight_quantize_type=weight_quantize_type, activation_quantize_type=activation_quantize_type, epochs=epochs,
+        learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, warmup_ratio=warmup_ratio,
+        weight_decay=weight_decay, log=log,
+    )
+    save_quantized(run, Path(out_dir), input_dtype)
+    log(f"qat: best dev accuracy {run.best_accuracy:.4f} (FP32 {run.fp32_accuracy:.4f}); saved {Path(out_dir) / MODEL_PREFIX}.pdmodel")
+    return Path(out_dir)
+
+
+def train_quant_aware(
+    model_dir: Path,
+    train: Sequence[Example],
+    dev: Sequence[Example],
+    *,
+    max_seq_len: int,
+    use_pact: bool,
+    moving_rate: float,
+    weight_quantize_type: str,
+    activation_quantize_type: str,
+    epochs: int,
+    learning_rate: float,
+    batch_size: int,
+    max_steps: int,
+    seed: int,
+    warmup_ratio: float,
+    weight_decay: float,
+    log: Callable[[str], None] = print,
+) -> QatRun:
+    import paddle
+    from paddleslim import QAT
+
+    model_dir = Path(model_dir)
+    if not train:
+        raise ConfigError("qat: the training set is empty")
+    if not dev:
+        raise ConfigError("qat: the dev set is empty (the best checkpoint is chosen on it)")
+    config = quant_config(
+        use_pact=use_pact, moving_rate=moving_rate, weight_quantize_type=weight_quantize_type,
+        activation_quantize_type=activation_quantize_type,
+    )
+    info = inspect_model(model_dir)
+    if info.head_classes is None:
+        raise ModelError(f"model dir {model_dir}: has no classification head to train")
+
+    paddle.seed(seed)
+    np.random.seed(seed)
+    tokenizer = Tokenizer.from_model_dir(model_dir, max_seq_len)
+    inner = load_classifier(model_dir, info.head_classes)
+    model = _masked_classifier_class()(inner, int(inner.config.pad_token_id or 0))
+    fp32_acc = evaluate_dygraph(model, tokenizer, dev, EVAL_BATCH, desc="dev eval (fp32)").accuracy
+    log(f"qat: FP32 dev accuracy before quantization {fp32_acc:.4f}")
+
+    quanter = QAT(config=config)
+    quanter.quantize(model)  # in place: Linear layers now fake-quantize weights and inputs
+
+    steps_per_epoch = max(1, math.ceil(len(train) / batch_size))
+    total = steps_per_epoch * max(1, epochs)
+    if max_steps > 0:
+        total = min(total, max_steps)
+    warmup = int(warmup_ratio * total)
+    sched = paddle.optimizer.lr.PolynomialDecay(learning_rate, decay_steps=max(1, total - warmup), end_lr=0.0)
+    if warmup > 0:
+        sched = paddle.optimizer.lr.LinearWarmup(sched, warmup_steps=warmup, start_lr=0.0, end_lr=learning_rate)
+    # No weight decay on biases and LayerNorm weights, as in pipeline.training.
+    no_decay = {p.name for n, p in model.named_parameters() if "bias" in n or "norm" in n}
+    opt = paddle.optimizer.AdamW(
+        learning_rate=sched,
+        parameters=model.parameters(),
+        weight_decay=weight_decay,
+        apply_decay_param_fun=lambda name: name not in no_decay,
+        grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0),
+    )
+    loss_fn = paddle.nn.CrossEntropyLoss()
+    best_acc, best_epoch, best_state, step, history = -1.0, 0, None, 0, []
+    model.train()
+    bar = progress(total=total, desc="qat", unit="step")
+    try:
+        for epoch in range(max(1, epochs)):
+            if step >= total:
+                break
+            running, n = 0.0, 0
+            for idx in train_batch_order(train, batch_size, seed, epoch):
+                if step >= total:
+                    break
+                b = encode_batch(tokenizer, train, idx)
+                logits = model(paddle.to_tensor(b.input_ids), paddle.to_tensor(b.token_type_ids))
+                loss = loss_fn(logits, paddle.to_tensor(b.labels))
+                loss.backward()
+                opt.step()
+                opt.clear_grad()
+                sched.step()
+                step += 1
+                running += float(loss)
+                n += 1
+                bar.update(1)
+            acc = evaluate_dygraph(model, tokenizer, dev, EVAL_BATCH, desc=f"dev eval (qat epoch {epoch + 1})").accuracy
+            history.append({"epoch": epoch + 1, "step": step, "train_loss": running / max(n, 1), "dev_accuracy": acc})
+            improved = acc > best_acc
+            log(
+                f"qat epoch {epoch + 1}/{epochs}: step {step}, train loss {running / max(n, 1):.4f}, "
+                f"dev accuracy {acc:.4f}" + ("  (best so far, kept)" if improved else "")
+            )
+            if improved:
+                best_acc, best_epoch = acc, epoch + 1
+                best_state = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+            model.train()
+    finally:
+        bar.close()
+    if best_state is not None:
+        model.set_state_dict(best_state)
+    model.eval()
+    return QatRun(model, quanter, tokenizer, fp32_acc, best_acc, best_epoch, step, history)
+
+
+def save_quantized(run: QatRun, out_dir: Path, input_dtype: str = "int64") -> Path:
+    """Write the static quantized model (``model.pdmodel``/``.pdiparams``, output named ``logits``) and qat.json."""
+    import paddle
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    prefix = out_dir / MODEL_PREFIX
+    specs = [paddle.static.InputSpec([-1, -1], input_dtype, name) for name in paddle_inference.INPUT_NAMES]
+    try:
+        run.quanter.save_quantized_model(run.model, str(prefix), input_spec=specs)
+    finally:
+        # with PACT, paddleslim's save switches the process to static-graph mode and leaves it there
+        if not paddle.in_dynamic_mode():
+            paddle.disable_static()
+    for extra in out_dir.glob(f"{MODEL_PREFIX}.pdiparams.info"):
+        extra.unlink()  # dygraph bookkeeping; inference does not read it
+    paddle_inference.rename_output(out_dir, paddle_inference.OUTPUT_NAME)
+    summary = {
+        "fp32_dev_accuracy": run.fp32_accuracy,
+        "qat_dev_accuracy": run.best_accuracy,
+        "best_epoch": run.best_epoch,
+        "steps": run.steps,
+        "history": run.history,
+        "input_dtype": input_dtype,
+    }
+    (out_dir / "qat.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return out_dir

@@ -1,0 +1,108 @@
+"""Stage ``compress``: DynaBERT width pruning, PTQ, QAT and int8 embeddings; every candidate evaluated.
+
+Every candidate is run through Paddle Inference on CPU over the full dev set (see
+``pipeline.compress.candidates``); the fastest one within ``gates.max_accuracy_drop`` points of the
+finetune-check baseline is selected.  When none qualifies the stage says so, names the best one found
+and fails at the gate (its table is still written, so the numbers are there to look at).
+
+Outputs (consumed by export): candidates.json, candidates.md, selected.json,
+candidates/<name>/infer/model.pdmodel+.pdiparams (the FP32 baseline and the selected candidate are
+always kept), the FP32 dygraph PaddleNLP dir the selected candidate was made from (selected_model/, or
+candidates/<width>/model for a pruned one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+from pipeline.config import TaskConfig
+from pipeline.data import load_task_data
+from pipeline.stages.finetune import data_inputs
+
+SELECTED_MODEL_DIR = "selected_model"
+
+
+def params(cfg: TaskConfig) -> dict:
+    return {
+        "compress": dataclasses.asdict(cfg.compress),
+        "max_seq_len": cfg.max_seq_len,
+        "labels": list(cfg.labels),
+        "max_accuracy_drop": cfg.gates.max_accuracy_drop,
+        "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
+    }
+
+
+def inputs(cfg: TaskConfig) -> dict[str, str]:
+    out = data_inputs(cfg)
+    static = cfg.compress.input_infer_model_path
+    if static:
+        from pipeline.backends.paddle_inference import check_static_dir
+        from pipeline.hashing import tree_sha256
+
+        out["input_infer_model"] = tree_sha256(check_static_dir(Path(static).expanduser()))
+    return out
+
+
+def run(ctx):
+    from pipeline.compress.build import CompressInputs, build_and_evaluate, preflight
+    from pipeline.compress.candidates import select, selected_json, write_table
+    from pipeline.runner import StageResult
+    from pipeline.tokenizer import Tokenizer
+
+    cfg = ctx.cfg
+    ccfg = cfg.compress
+    model_dir = ctx.artifact("finetune", "model_dir")
+    baseline = json.loads(ctx.artifact("finetune-check", "baseline").read_text(encoding="utf-8"))
+    data = load_task_data(cfg)
+    static = Path(ccfg.input_infer_model_path).expanduser() if ccfg.input_infer_model_path else None
+    preflight(ccfg, train_size=len(data.train.examples), static_model_dir=static)  # bad input fails here, before any work
+    vocab_dir = static if static is not None and (static / "vocab.txt").is_file() else model_dir
+    tokenizer = Tokenizer.from_model_dir(vocab_dir, cfg.max_seq_len)
+    inp = CompressInputs(
+        model_dir=None if static is not None else model_dir,
+        static_model_dir=static,
+        tokenizer=tokenizer,
+        train=data.train.examples,
+        dev=data.dev.examples,
+        num_labels=len(data.labels),
+        max_seq_len=cfg.max_seq_len,
+        baseline_accuracy=float(baseline["accuracy"]),
+    )
+    ctx.log(f"[compress] strategy {ccfg.strategy}: FP32 baseline accuracy {inp.baseline_accuracy:.4f}, "
+            f"budget {cfg.gates.max_accuracy_drop:g} points, {len(inp.dev)} dev examples")
+    cands = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log)
+    selection = select(cands, cfg.gates.max_accuracy_drop)
+    chosen = selection.selected
+    if not ccfg.keep_all_candidates:
+        for c in cands:
+            if c.name != "fp32" and c is not chosen and c.quantization != "none":
+                shutil.rmtree(c.infer_dir.parent, ignore_errors=True)  # quantized models are cheap to remake
+                c.kept = False
+    write_table(ctx.out_dir, cands, selection, baseline, cfg.gates.max_accuracy_drop)
+    ctx.log(f"[compress] {selection.message}")
+    fp32 = cands[0]
+    metrics = {"candidates": len(cands), "fp32_accuracy": fp32.accuracy, "fp32_throughput": fp32.throughput}
+    artifacts = {"candidates": "candidates.json", "fp32_infer_dir": str(fp32.infer_dir.relative_to(ctx.out_dir))}
+    if chosen is None:
+        return StageResult(metrics=metrics, artifacts=artifacts, gate_error=selection.message, message=selection.message)
+    (ctx.out_dir / "selected.json").write_text(json.dumps(selected_json(chosen), indent=2, ensure_ascii=False), encoding="utf-8")
+    artifacts.update({"selected": "selected.json", "selected_infer_dir": str(chosen.infer_dir.relative_to(ctx.out_dir))})
+    if chosen.source_model_dir is not None:
+        src = Path(chosen.source_model_dir)
+        if src.is_relative_to(ctx.out_dir):  # a pruned model already lives under candidates/
+            artifacts["selected_fp32_model_dir"] = str(src.relative_to(ctx.out_dir))
+        else:
+            shutil.copytree(src, ctx.out_dir / SELECTED_MODEL_DIR)
+            artifacts["selected_fp32_model_dir"] = SELECTED_MODEL_DIR
+    metrics = {
+        "selected": chosen.name,
+        "accuracy": chosen.accuracy,
+        "accuracy_drop_points": chosen.accuracy_drop_points,
+        "speedup": (chosen.throughput / fp32.throughput) if fp32.throughput else 0.0,
+        "throughput": chosen.throughput,
+        **metrics,
+    }
+    return StageResult(metrics=metrics, artifacts=artifacts, message=selection.message)

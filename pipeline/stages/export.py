@@ -1,0 +1,179 @@
+"""Stage ``export``: deployable artifacts of the selected candidate and the FP32 baseline.
+
+Output (the package stage consumes exactly this)::
+
+    paddle_fp32/{model.pdmodel, model.pdiparams}   FP32 baseline (unpruned)
+    paddle_int8/{...}                              selected candidate, only when it is quantized
+    onnx/fp32.onnx                                 FP32 baseline, cleaned (see pipeline.backends.onnxruntime)
+    onnx/int8.onnx                                 fast CPU INT8 (dynamic, per-channel, int8 embeddings)
+    onnx/int8_qdq.onnx                             static QDQ per-channel INT8 (TensorRT explicit quantization)
+    tokenizer/{vocab.txt, tokenizer_config.json, special_tokens_map.json}
+    labels.json, meta.json
+
+Both INT8 ONNX files are built from the FP32 ONNX of the model the selected candidate was made from
+(pruned when the candidate is pruned), never from paddle2onnx's conversion of a PTQ program, which
+keeps float weights and runs 3x slower.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from pipeline.config import TaskConfig
+from pipeline.errors import ModelError
+
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def params(cfg: TaskConfig) -> dict:
+    e = cfg.export
+    return {"opset": e.opset, "calibration_sentences": e.calibration_sentences,
+            "calibration_batch_size": e.calibration_batch_size, "int8_embeddings": e.int8_embeddings,
+            "ort_transformer_optimize": e.ort_transformer_optimize, "max_int8_size_ratio": e.max_int8_size_ratio,
+            "max_seq_len": cfg.max_seq_len, "labels": list(cfg.labels), "label_names": list(cfg.label_names)}
+
+
+def inputs(cfg: TaskConfig) -> dict[str, str]:
+    from pipeline.stages.finetune import data_inputs
+
+    return data_inputs(cfg)  # calibration sentences come from the training split
+
+
+def read_selected(path: Path) -> dict:
+    try:
+        selected = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{path}: cannot read the selected candidate ({exc})") from None
+    if not isinstance(selected, dict) or "name" not in selected:
+        raise ModelError(f"{path}: selected candidate has no 'name'")
+    return selected
+
+
+def copy_static(src: Path, dst: Path) -> Path:
+    from pipeline.backends.paddle_inference import MODEL_FILE, PARAMS_FILE, check_static_dir
+
+    check_static_dir(src)
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in (MODEL_FILE, PARAMS_FILE):
+        shutil.copyfile(src / name, dst / name)
+    return dst
+
+
+def write_tokenizer(src_dir: Path, dst: Path) -> bool:
+    from pipeline.tokenizer import TOKENIZER_CONFIG
+
+    dst.mkdir(parents=True, exist_ok=True)
+    if not (src_dir / "vocab.txt").is_file():
+        raise ModelError(f"model dir {src_dir}: missing vocab.txt")
+    shutil.copyfile(src_dir / "vocab.txt", dst / "vocab.txt")
+    cfg = dict(TOKENIZER_CONFIG)
+    if (src_dir / "tokenizer_config.json").is_file():
+        cfg.update(json.loads((src_dir / "tokenizer_config.json").read_text(encoding="utf-8")))
+    (dst / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False), encoding="utf-8")
+    special = {k: v for k, v in cfg.items() if k.endswith("_token") and isinstance(v, str)}
+    (dst / "special_tokens_map.json").write_text(json.dumps(special, indent=2), encoding="utf-8")
+    return bool(cfg.get("do_lower_case", True))
+
+
+def selected_fp32_onnx(ctx, selected: dict, fp32_onnx: Path, opset: int) -> tuple[Path, bool]:
+    """The FP32 ONNX the INT8 forms are built from: the baseline's, or the pruned model's when pruned."""
+    if float(selected.get("width_mult", 1.0)) >= 1.0:
+        return fp32_onnx, False
+    from pipeline.backends.onnxruntime import export_onnx
+    from pipeline.backends.paddle_inference import export_static
+    from pipeline.modeling import load_classifier
+
+    model_dir = ctx.artifact("compress", "selected_fp32_model_dir")
+    model = load_classifier(model_dir, len(ctx.cfg.labels) or _num_labels(model_dir))
+    work = ctx.work_dir / "selected_fp32"
+    export_static(model, work / "static")
+    return export_onnx(work / "static", work / "selected_fp32.onnx", opset), True
+
+
+def _num_labels(model_dir: Path) -> int:
+    from pipeline.modeling import inspect_model
+
+    info = inspect_model(model_dir)
+    if info.head_classes is None:
+        raise ModelError(f"model dir {model_dir}: no classification head")
+    return info.head_classes
+
+
+def run(ctx):
+    from pipeline.backends import onnxruntime as ortb
+    from pipeline.data import load_task_data
+    from pipeline.modeling import write_labels
+    from pipeline.runner import StageResult
+    from pipeline.tokenizer import Tokenizer
+
+    cfg, out = ctx.cfg, ctx.out_dir
+    ecfg = cfg.export
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    selected = read_selected(ctx.artifact("compress", "selected"))
+    quantized = selected.get("quantization", "none") not in (None, "none")
+    data = load_task_data(cfg)
+
+    copy_static(ctx.artifact("compress", "fp32_infer_dir"), out / "paddle_fp32")
+    artifacts = {"paddle_fp32": "paddle_fp32"}
+    if quantized:
+        copy_static(ctx.artifact("compress", "selected_infer_dir"), out / "paddle_int8")
+        artifacts["paddle_int8"] = "paddle_int8"
+
+    ctx.log("[export] Paddle static -> ONNX (FP32 baseline)")
+    fp32_onnx = ortb.export_onnx(out / "paddle_fp32", out / "onnx" / "fp32.onnx", ecfg.opset)
+    source, pruned = selected_fp32_onnx(ctx, selected, fp32_onnx, ecfg.opset)
+    ctx.log(f"[export] INT8 ONNX (dynamic per-channel) from {'the pruned' if pruned else 'the'} FP32 ONNX")
+    int8 = ortb.quantize_int8_dynamic(source, out / "onnx" / "int8.onnx", optimize=ecfg.ort_transformer_optimize,
+                                      embeddings=ecfg.int8_embeddings)
+
+    model_src = ctx.artifact("compress", "selected_fp32_model_dir")
+    do_lower = write_tokenizer(model_src, out / "tokenizer")
+    tokenizer = Tokenizer.from_model_dir(out / "tokenizer", cfg.max_seq_len)
+    train = data.train.examples[: ecfg.calibration_sentences]
+    feeds = ortb.calibration_feeds(tokenizer, [(e.text_a, e.text_b) for e in train], ecfg.calibration_batch_size)
+    ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {len(train)} calibration sentences)")
+    qdq = ortb.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
+
+    stats = {name: ortb.weight_stats(p) for name, p in (("fp32", fp32_onnx), ("int8", int8), ("int8_qdq", qdq))}
+    for name in ("int8", "int8_qdq"):
+        ortb.check_onnx(out / "onnx" / f"{name}.onnx")
+        if stats[name].int8_initializers == 0:
+            raise ModelError(f"onnx/{name}.onnx: no int8 weight initializers were written")
+    # Both sessions must load and agree in shape with the reference before anything is packaged.
+    probe = tokenizer.encode([e.text_a for e in data.dev.examples[:4]], [e.text_b for e in data.dev.examples[:4]])
+    for p in (fp32_onnx, int8, qdq):
+        logits = ortb.session(p, threads=1).run(probe.input_ids, probe.token_type_ids)
+        if logits.shape != (len(probe.lengths), len(data.labels)):
+            raise ModelError(f"{p}: logits shape {logits.shape}, expected ({len(probe.lengths)}, {len(data.labels)})")
+
+    write_labels(out / "labels.json", data.labels, data.label_names)
+    meta = {
+        "task": cfg.task,
+        "max_seq_len": cfg.max_seq_len,
+        "do_lower_case": do_lower,
+        "inputs": [{"name": n, "dtype": "int64", "shape": [-1, -1]} for n in ortb.INPUT_NAMES],
+        "outputs": [{"name": ortb.OUTPUT_NAME, "dtype": "float32", "shape": [-1, len(data.labels)]}],
+        "num_labels": len(data.labels),
+        "labels": list(data.labels),
+        "label_names": list(data.label_names),
+        "selected_candidate": selected,
+        "onnx": {name: s.as_dict() for name, s in stats.items()},
+        "opset": ecfg.opset,
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
+    artifacts.update({"onnx_fp32": "onnx/fp32.onnx", "onnx_int8": "onnx/int8.onnx", "onnx_int8_qdq": "onnx/int8_qdq.onnx",
+                      "tokenizer_dir": "tokenizer", "labels": "labels.json", "meta": "meta.json"})
+    ratio = stats["int8"].file_bytes / stats["fp32"].file_bytes
+    metrics = {"onnx_fp32_mb": stats["fp32"].file_bytes / 2**20, "onnx_int8_mb": stats["int8"].file_bytes / 2**20,
+               "onnx_int8_qdq_mb": stats["int8_qdq"].file_bytes / 2**20, "int8_size_ratio": ratio,
+               "int8_initializers": stats["int8"].int8_initializers, "selected": selected.get("name"), "pruned": pruned}
+    gate = None
+    if ratio > ecfg.max_int8_size_ratio:
+        gate = (f"onnx/int8.onnx is {100 * ratio:.1f}% of onnx/fp32.onnx, above export.max_int8_size_ratio "
+                f"{100 * ecfg.max_int8_size_ratio:.0f}% by {100 * (ratio - ecfg.max_int8_size_ratio):.1f} points")
+    ctx.log(f"[export] ONNX FP32 {metrics['onnx_fp32_mb']:.1f} MB, INT8 {metrics['onnx_int8_mb']:.1f} MB ({100 * ratio:.0f}%), "
+            f"QDQ {metrics['onnx_int8_qdq_mb']:.1f} MB")
+    return StageResult(metrics=metrics, artifacts=artifacts, gate_error=gate,
+                       message=f"ONNX INT8 {metrics['onnx_int8_mb']:.1f} MB ({100 * ratio:.0f}% of FP32)")

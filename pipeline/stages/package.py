@@ -1,0 +1,148 @@
+"""Stage ``package``: the export stage's models + validation results -> a Triton model repository.
+
+The bundle is written to ``<package.repository>/<task>`` (default ``model_repository/tnews``) by
+``serving.repository.write_repository``, atomically: a failure leaves the previous bundle as it
+was.  ``out/`` keeps a copy of the manifest and model card for the record.
+
+The repository lives outside ``out/``, so its state is one of this stage's inputs: a bundle that
+was deleted or edited by hand makes the stage run again (an intact one costs one extra, cheap run
+after the first).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from pipeline.config import PROJECT_ROOT, TaskConfig
+
+EXPORT_ROLES = {
+    "onnx_fp32": "onnx_fp32", "onnx_int8": "onnx_int8", "onnx_int8_qdq": "onnx_int8_qdq",
+    "paddle_fp32": "paddle_fp32", "paddle_int8": "paddle_int8",
+    "tokenizer_dir": "tokenizer_dir", "labels": "labels", "meta": "meta",
+}
+
+
+def repository_dir(cfg: TaskConfig) -> Path:
+    p = Path(cfg.package.repository).expanduser()
+    return p if p.is_absolute() else PROJECT_ROOT / p
+
+
+def params(cfg: TaskConfig) -> dict:
+    import dataclasses
+
+    return {"package": dataclasses.asdict(cfg.package), "max_accuracy_drop": cfg.gates.max_accuracy_drop,
+            "max_bundle_mb": cfg.gates.max_bundle_mb}
+
+
+def inputs(cfg: TaskConfig) -> dict[str, str]:
+    from serving.integrity import BundleIntegrityError, verify_bundle
+
+    target = repository_dir(cfg) / cfg.task
+    try:
+        verify_bundle(target)
+        state = "intact"
+    except BundleIntegrityError:
+        state = "missing-or-changed"
+    return {"repository_state": state}
+
+
+def _artifacts(ctx) -> "object":
+    from serving.repository import ExportArtifacts
+
+    rec = ctx.upstream["export"] if "export" in ctx.upstream else None
+    if rec is None:  # package requires validate; export's record is read from disk
+        from pipeline.records import read_record
+
+        rec = read_record(ctx.runs_dir / "export")
+    if rec is None:
+        from pipeline.errors import StageNotReady
+
+        raise StageNotReady("stage 'package' needs the export stage's output; run the export stage first")
+
+    def path(role: str) -> Path | None:
+        value = rec.artifacts.get(role)
+        if value is None:
+            return None
+        p = Path(value)
+        p = p if p.is_absolute() else ctx.runs_dir / "export" / "out" / p
+        return p if p.exists() else None
+
+    required = {r: path(r) for r in ("onnx_fp32", "tokenizer_dir", "labels", "meta")}
+    missing = [r for r, p in required.items() if p is None]
+    if missing:
+        from pipeline.errors import ModelError
+
+        raise ModelError(f"export stage output lacks {', '.join(missing)} (runs/{ctx.cfg.task}/export/out)")
+    return ExportArtifacts(onnx_fp32=required["onnx_fp32"], tokenizer_dir=required["tokenizer_dir"], labels=required["labels"],
+                           meta=required["meta"], onnx_int8=path("onnx_int8"), onnx_int8_qdq=path("onnx_int8_qdq"),
+                           paddle_fp32=path("paddle_fp32"), paddle_int8=path("paddle_int8"))
+
+
+def _validate_results(ctx) -> tuple[dict, dict]:
+    rec = ctx.upstream.get("validate")
+    out = []
+    for role in ("metrics", "gates"):
+        data = {}
+        if rec is not None and role in rec.artifacts:
+            p = Path(rec.artifacts[role])
+            p = p if p.is_absolute() else ctx.runs_dir / "validate" / "out" / p
+            if p.is_file():
+                data = json.loads(p.read_text(encoding="utf-8"))
+        if not data and rec is not None and role == "metrics":
+            data = dict(rec.metrics)
+        out.append(data)
+    return out[0], out[1]
+
+
+def preferred_precision(metrics: dict) -> str | None:
+    """int8/fp32 from validate's ``chosen_backend`` (e.g. ``onnxruntime-int8``); None when it did not say."""
+    chosen = str(metrics.get("chosen_backend", "")).lower()
+    if "int8" in chosen:
+        return "int8"
+    if "fp32" in chosen:
+        return "fp32"
+    return None
+
+
+def run(ctx):
+    from pipeline.env import versions
+    from pipeline.errors import ModelError
+    from pipeline.records import read_record
+    from pipeline.runner import StageResult
+    from pipeline.stages.finetune import data_inputs
+    from pipeline.hashing import json_sha256, tree_sha256
+    from serving.repository import BundleTooLarge, PackageError, Provenance, write_repository
+
+    cfg = ctx.cfg
+    exported = _artifacts(ctx)
+    metrics, gates = _validate_results(ctx)
+    finetune = read_record(ctx.runs_dir / "finetune")
+    prov = Provenance(
+        source_model_sha256=json_sha256(finetune.outputs) if finetune else "",
+        data_fingerprint=json_sha256(data_inputs(cfg)),
+        selected_candidate=json.loads(exported.meta.read_text(encoding="utf-8")).get("selected_candidate", {}),
+        metrics=metrics,
+        gates=gates,
+        versions=versions(),
+        description=cfg.description,
+    )
+    repo = repository_dir(cfg)
+    try:
+        info = write_repository(repo, cfg.task, exported, cfg.package, prov, preferred_precision(metrics), cfg.gates.max_bundle_mb)
+    except BundleTooLarge as exc:  # checked before the swap: the previous bundle stays in place
+        return StageResult(gate_error=f"{exc} (gates.max_bundle_mb)", message=str(exc))
+    except PackageError as exc:
+        raise ModelError(str(exc)) from None
+    shutil.copyfile(info.path / "bundle.json", ctx.out_dir / "bundle.json")
+    shutil.copyfile(info.path / "README.md", ctx.out_dir / "README.md")
+    size_mb = info.size_bytes / 2**20
+    ctx.log(f"[package] {info.path}: runtime {cfg.package.runtime}, {info.choice.precision} model ({info.choice.form}), {size_mb:.1f} MiB")
+    return StageResult(
+        metrics={"bundle_mb": round(size_mb, 3), "runtime": cfg.package.runtime, "precision": info.choice.precision,
+                 "files": len(info.manifest["files"])},
+        artifacts={"bundle_dir": str(info.path), "manifest": "bundle.json", "model_card": "README.md"},
+        external_outputs={"bundle": tree_sha256(info.path)},
+        message=f"{info.path} ({cfg.package.runtime}, {info.choice.precision}, {size_mb:.1f} MiB)",
+    )

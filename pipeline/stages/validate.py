@@ -1,0 +1,192 @@
+"""Stage ``validate``: parity against the FP32 dygraph reference, benchmarks per backend, gates.
+
+Every backend runs the full dev set (accuracy, argmax agreement, logit differences vs finetune-check's
+``dev_logits.npy``) and the benchmark grid; the FP32 model of each runtime is measured in the same run,
+so throughput is also a ratio.  GPU backends that cannot run here are recorded ``skipped: <reason>``.
+Writes gates.json, metrics.json, report.md and accuracy_vs_throughput.png.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from pipeline.config import TaskConfig
+
+METRICS_FILE = "metrics.json"
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    runtime: str  # "paddle" or "onnxruntime": the FP32 of the same runtime is the ratio's base
+    precision: str
+    model_path: Path
+    make: Callable[[], object]
+    quantized: bool
+
+
+def params(cfg: TaskConfig) -> dict:
+    v, g = cfg.validate, cfg.gates
+    return {"validate": {k: getattr(v, k) for k in v.__dataclass_fields__},
+            "gates": {"max_accuracy_drop": g.max_accuracy_drop, "min_throughput_ratio": g.min_throughput_ratio,
+                      "max_p99_latency_ms": g.max_p99_latency_ms, "max_bundle_mb": g.max_bundle_mb},
+            "max_seq_len": cfg.max_seq_len}
+
+
+def inputs(cfg: TaskConfig) -> dict[str, str]:
+    from pipeline.stages.finetune import data_inputs
+
+    return data_inputs(cfg)
+
+
+def cpu_backends(export_dir: Path, threads: int | None) -> list[BackendSpec]:
+    from pipeline.backends import onnxruntime as ortb
+    from pipeline.backends import paddle_inference as pib
+
+    specs = [BackendSpec("paddle-cpu-fp32", "paddle", "fp32", export_dir / "paddle_fp32",
+                         lambda: pib.session(export_dir / "paddle_fp32", precision="fp32", threads=threads), False)]
+    if (export_dir / "paddle_int8").is_dir():
+        specs.append(BackendSpec("paddle-cpu-int8", "paddle", "int8", export_dir / "paddle_int8",
+                                 lambda: pib.session(export_dir / "paddle_int8", precision="int8", threads=threads), True))
+    for name, file, prec, q in (("onnxruntime-cpu-fp32", "fp32.onnx", "fp32", False),
+                                ("onnxruntime-cpu-int8", "int8.onnx", "int8", True),
+                                ("onnxruntime-cpu-int8-qdq", "int8_qdq.onnx", "int8", True)):
+        path = export_dir / "onnx" / file
+        specs.append(BackendSpec(name, "onnxruntime", prec, path,
+                                 lambda path=path, prec=prec, name=name: _named(ortb.session(path, precision=prec, threads=threads), name), q))
+    return specs
+
+
+def _named(session, name: str):
+    session.name = name
+    return session
+
+
+def gpu_skips() -> dict[str, str]:
+    from pipeline.backends.tensorrt import GPU_BACKENDS, availability
+
+    out = {}
+    for kind in GPU_BACKENDS:
+        reason = availability(kind)
+        if reason:
+            out[kind] = reason
+    return out
+
+
+def choose_backend(rows: list[dict], requested: str, max_drop: float) -> str:
+    by_name = {r["backend"]: r for r in rows}
+    if requested != "auto":
+        if requested not in by_name:
+            from pipeline.errors import ConfigError
+
+            raise ConfigError(f"validate.chosen_backend {requested!r} was not measured; measured: {', '.join(by_name)}")
+        return requested
+    quantized = [r for r in rows if r["quantized"] and r.get("sentences_per_s")]
+    good = [r for r in quantized if r["accuracy_drop_points"] <= max_drop]
+    pool = good or quantized or rows
+    return max(pool, key=lambda r: r.get("sentences_per_s") or 0.0)["backend"]
+
+
+def run(ctx):
+    import numpy as np
+
+    from pipeline.data import load_task_data
+    from pipeline.evaluation import evaluate_session
+    from pipeline.runner import StageResult
+    from pipeline.tokenizer import Tokenizer
+    from pipeline.validation import gates as G
+    from pipeline.validation.benchmark import BenchmarkSettings, benchmark_backend, path_bytes, ratio
+    from pipeline.validation.parity import compare, load_reference
+    from pipeline.validation.report import PLOT_FILE, plot_accuracy_vs_throughput, write_report
+
+    cfg, out = ctx.cfg, ctx.out_dir
+    vcfg, gcfg = cfg.validate, cfg.gates
+    for name in ("max_accuracy_drop", "min_throughput_ratio"):
+        G.threshold(name, getattr(gcfg, name))
+    export_dir = ctx.artifact("export", "meta").parent
+    meta = json.loads((export_dir / "meta.json").read_text(encoding="utf-8"))
+    data = load_task_data(cfg)
+    dev = list(data.dev.examples)
+    tokenizer = Tokenizer.from_model_dir(export_dir / "tokenizer", cfg.max_seq_len)
+    reference = load_reference(ctx.artifact("finetune-check", "dev_logits"), len(dev), len(data.labels))
+    labels = np.array([e.label for e in dev], dtype=np.int64)
+    fp32_accuracy = float((reference.argmax(-1) == labels).mean())
+    threads = vcfg.threads or None
+    settings = BenchmarkSettings(list(vcfg.batch_sizes), list(vcfg.seq_lens), vcfg.warmup, vcfg.repeats,
+                                 vcfg.throughput_batch_size, vcfg.dev_benchmark_limit)
+
+    rows, grids, benches = [], {}, {}
+    for spec in cpu_backends(export_dir, threads):
+        ctx.log(f"[validate] {spec.name}: parity on {len(dev)} dev examples, then benchmark")
+        bench = benchmark_backend(spec.name, spec.make, tokenizer, dev, settings, spec.model_path)
+        session = spec.make()
+        ev = evaluate_session(session, tokenizer, dev, vcfg.dev_batch_size, desc=f"parity {spec.name}")
+        del session
+        par = compare(spec.name, ev.logits, reference, labels)
+        benches[spec.name] = bench
+        grids[spec.name] = [c.__dict__ for c in bench.grid]
+        b1 = [c for c in bench.grid if c.batch_size == 1 and c.seq_len <= cfg.max_seq_len] or \
+             [c for c in bench.grid if c.batch_size == 1]
+        rows.append({**par.as_dict(), "runtime": spec.runtime, "precision": spec.precision, "quantized": spec.quantized,
+                     "sentences_per_s": bench.dev.sentences_per_s if bench.dev else None,
+                     "latency_ms_p50": bench.dev.latency_ms_p50 if bench.dev else None,
+                     "latency_ms_p95": bench.dev.latency_ms_p95 if bench.dev else None,
+                     "latency_ms_p99": bench.dev.latency_ms_p99 if bench.dev else None,
+                     "batch1_p99_ms": max(b1, key=lambda c: c.seq_len).latency_ms_p99 if b1 else None,
+                     "dev_batch1_p99_ms": bench.dev_batch1.latency_ms_p99 if bench.dev_batch1 else None,
+                     "peak_rss_mb": bench.peak_rss_mb, "model_mb": bench.model_bytes / 2**20})
+    base = {r["runtime"]: r for r in rows if r["precision"] == "fp32"}
+    for r in rows:
+        b = base.get(r["runtime"])
+        r["throughput_ratio"] = ratio(r["sentences_per_s"], b["sentences_per_s"] if b else None)
+        bb = benches.get(b["backend"]) if b else None
+        r["grid_ratios"] = {f"b{c.batch_size}_s{c.seq_len}": ratio(c.sentences_per_s, bb.cell(c.batch_size, c.seq_len).sentences_per_s)
+                            for c in benches[r["backend"]].grid if bb and bb.cell(c.batch_size, c.seq_len)}
+    skipped = gpu_skips()
+    chosen = choose_backend(rows, vcfg.chosen_backend, gcfg.max_accuracy_drop)
+    crow = next(r for r in rows if r["backend"] == chosen)
+
+    gate_list = [
+        G.check("max_accuracy_drop", gcfg.max_accuracy_drop, crow["accuracy_drop_points"], kind="max", unit=" points",
+                detail=f"{chosen} {crow['accuracy']:.4f} vs FP32 {fp32_accuracy:.4f}"),
+        G.check("min_throughput_ratio", gcfg.min_throughput_ratio, crow["throughput_ratio"], kind="min", unit="x",
+                detail=f"{chosen} vs {crow['runtime']} FP32, dev lengths, batch {vcfg.throughput_batch_size}"),
+    ]
+    if gcfg.max_p99_latency_ms is not None:
+        gate_list.append(G.check("max_p99_latency_ms", gcfg.max_p99_latency_ms, crow["batch1_p99_ms"], kind="max",
+                                 unit=" ms", detail=f"{chosen}, batch 1"))
+    bundle_bytes = path_bytes(Path(next(s.model_path for s in cpu_backends(export_dir, threads) if s.name == chosen))) + \
+        path_bytes(export_dir / "tokenizer") + path_bytes(export_dir / "labels.json") + path_bytes(export_dir / "meta.json")
+    if gcfg.max_bundle_mb is not None:
+        gate_list.append(G.check("max_bundle_mb", gcfg.max_bundle_mb, bundle_bytes / 2**20, kind="max", unit=" MB",
+                                 detail=f"{chosen} model + tokenizer + labels + meta"))
+    summary = {"accuracy": crow["accuracy"], "fp32_accuracy": fp32_accuracy, "accuracy_drop_points": crow["accuracy_drop_points"],
+               "sentences_per_s": crow["sentences_per_s"], "throughput_ratio": crow["throughput_ratio"],
+               "batch_size": vcfg.throughput_batch_size, "batch1_p99_ms": crow["batch1_p99_ms"],
+               "bundle_mb": bundle_bytes / 2**20, "dev_examples": len(dev)}
+    report = G.GateReport(cfg.task, chosen, gate_list, summary)
+    report.write(out)
+    sizes = {p.relative_to(export_dir).as_posix(): path_bytes(p) for p in
+             [export_dir / "paddle_fp32", export_dir / "paddle_int8", export_dir / "onnx" / "fp32.onnx",
+              export_dir / "onnx" / "int8.onnx", export_dir / "onnx" / "int8_qdq.onnx", export_dir / "tokenizer"] if p.exists()}
+    metrics_doc = {"format_version": G.FORMAT_VERSION, "kind": "ernie-bundle-metrics", "task": cfg.task,
+                   "chosen_backend": chosen, "summary": summary, "backends": rows, "skipped": skipped,
+                   "benchmarks": {k: b.as_dict() for k, b in benches.items()}, "sizes": sizes,
+                   "selected_candidate": meta.get("selected_candidate", {})}
+    (out / METRICS_FILE).write_text(json.dumps(metrics_doc, indent=2, ensure_ascii=False), encoding="utf-8")
+    plot_accuracy_vs_throughput(rows, out / PLOT_FILE, fp32_accuracy, vcfg.throughput_batch_size)
+    write_report(out, task=cfg.task, gates=gate_list, rows=rows, skipped=skipped, grid=grids, sizes=sizes,
+                 selected=meta.get("selected_candidate", {}), chosen=chosen, fp32_accuracy=fp32_accuracy,
+                 batch_size=vcfg.throughput_batch_size)
+    for name, reason in skipped.items():
+        ctx.log(f"[validate] {name}: skipped: {reason}")
+    metrics = {"chosen_backend": chosen, "accuracy": crow["accuracy"], "accuracy_drop_points": crow["accuracy_drop_points"],
+               "throughput_ratio": crow["throughput_ratio"], "sentences_per_s": crow["sentences_per_s"],
+               "gates_passed": report.passed, "skipped": {k: f"skipped: {v}" for k, v in skipped.items()}}
+    return StageResult(metrics=metrics, gate_error=G.failure_message(gate_list),
+                       artifacts={"gates": G.GATES_FILE, "report": "report.md", "metrics": METRICS_FILE, "plot": PLOT_FILE},
+                       message=f"{chosen}: accuracy {crow['accuracy']:.4f} ({crow['accuracy_drop_points']:+.2f} pts), "
+                               f"{(crow['throughput_ratio'] or 0):.2f}x FP32")

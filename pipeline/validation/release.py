@@ -1,0 +1,103 @@
+"""Release gating against a previous bundle: ``make gate TASK=tnews BASELINE=<previous gates.json>``.
+
+Compares the current validate results (``runs/<task>/validate/out/gates.json`` unless ``--current``
+names another) with a previous bundle's ``gates.json`` or ``metrics.json``: it fails (exit 3) when
+accuracy dropped by more than ``validate.release_max_accuracy_drop`` points or throughput by more than
+``validate.release_max_throughput_drop`` (a fraction) on the chosen backend.  A report of another task,
+or a file that is not a report, is bad input (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import DataError, PipelineError
+from pipeline.validation.gates import Gate, check, failure_message
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    path: Path
+    task: str
+    chosen_backend: str
+    accuracy: float
+    sentences_per_s: float
+
+
+def read_report(path: Path) -> ReportSummary:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"report not found: {path}")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a JSON report ({exc})") from None
+    if not isinstance(obj, dict) or "task" not in obj or not isinstance(obj.get("summary"), dict):
+        raise DataError(f"{path}: not an ernie-bundle gates.json/metrics.json (fields 'task' and 'summary' missing)")
+    summary = obj["summary"]
+    for key in ("accuracy", "sentences_per_s"):
+        value = summary.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DataError(f"{path}: summary.{key} must be a number, got {value!r}")
+    return ReportSummary(path, str(obj["task"]), str(obj.get("chosen_backend", "")), float(summary["accuracy"]),
+                         float(summary["sentences_per_s"]))
+
+
+def compare_reports(current: ReportSummary, baseline: ReportSummary, *, max_accuracy_drop: float,
+                    max_throughput_drop: float) -> list[Gate]:
+    """Gates for a release: accuracy drop (points) and relative throughput drop vs the previous bundle."""
+    if current.task != baseline.task:
+        raise DataError(f"{baseline.path}: baseline report is for task {baseline.task!r}, but the current bundle is "
+                        f"task {current.task!r}; pass the previous report of the same task")
+    acc_drop = 100.0 * (baseline.accuracy - current.accuracy)
+    tput_drop = 1.0 - current.sentences_per_s / baseline.sentences_per_s if baseline.sentences_per_s > 0 else 0.0
+    backends = f"{current.chosen_backend} vs previous {baseline.chosen_backend}"
+    return [
+        check("release_accuracy_drop", max_accuracy_drop, acc_drop, kind="max", unit=" points",
+              detail=f"{current.accuracy:.4f} vs previous {baseline.accuracy:.4f}; {backends}"),
+        check("release_throughput_drop", max_throughput_drop, tput_drop, kind="max",
+              detail=f"{current.sentences_per_s:.1f} vs previous {baseline.sentences_per_s:.1f} sentences/s (fraction)"),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ernie-bundle gate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", required=True, help="task name or YAML (its validate.release_* tolerances are used)")
+    p.add_argument("--baseline", required=True, help="the previous bundle's gates.json or metrics.json")
+    p.add_argument("--current", help="the current gates.json (default: <runs-dir>/<task>/validate/out/gates.json)")
+    p.add_argument("--runs-dir", default=None, help="where stage outputs are (default: ./runs)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. validate.release_max_accuracy_drop=0.3")
+    args = p.parse_args(argv)
+    try:
+        from pipeline.config import PROJECT_ROOT, load_task_config, parse_override
+
+        cfg = load_task_config(args.task, dict(parse_override(o) for o in args.overrides))
+        runs = Path(args.runs_dir) if args.runs_dir else PROJECT_ROOT / "runs"
+        current_path = Path(args.current) if args.current else runs / cfg.task / "validate" / "out" / "gates.json"
+        if not current_path.is_file() and not args.current:
+            raise DataError(f"no current report at {current_path}: run the validate stage first (make bundle TASK={cfg.task})")
+        current = read_report(current_path)
+        baseline = read_report(Path(args.baseline))
+        gates = compare_reports(current, baseline, max_accuracy_drop=cfg.validate.release_max_accuracy_drop,
+                                max_throughput_drop=cfg.validate.release_max_throughput_drop)
+    except PipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    for g in gates:
+        print(f"{'PASS' if g.passed else 'FAIL'}  {g.name}: measured {g.measured:.4g}, limit {g.threshold:.4g}  ({g.detail})")
+    msg = failure_message(gates)
+    if msg:
+        print(f"release gate FAILED: {msg}", file=sys.stderr)
+        return 3
+    print("release gate passed")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

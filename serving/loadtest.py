@@ -1,0 +1,171 @@
+"""Load test of a running server on this machine: a concurrency sweep for a bounded time.
+
+Each of ``c`` threads has its own client and sends requests of ``--batch-size`` texts back to back
+for ``--seconds`` (and at most ``--max-requests`` in all per level).  Reports requests/s, texts/s,
+p50/p95/p99 latency and errors per level, as a table and JSON.  Targets only loopback addresses.
+
+    python -m serving.loadtest --task tnews [--concurrency 1 4 16] [--seconds 10] [--json-out runs/tnews/loadtest.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import socket
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from serving.client import ClassifierClient, ClientError
+
+SAMPLE_TEXTS = ("国足今晚出战世预赛", "央行宣布下调存款准备金率", "新款手机搭载自研芯片", "这部电影票房突破十亿",
+                "房价连续三个月下跌", "高考志愿填报指南发布", "新能源汽车销量创新高", "航母编队完成远海训练")
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    concurrency: int
+    requests: int
+    errors: int
+    seconds: float
+    requests_per_s: float
+    texts_per_s: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+
+
+def check_loopback(url: str) -> None:
+    host = url.rsplit(":", 1)[0].strip("[]")
+    addr = socket.gethostbyname(host) if host != "::1" else host
+    if not ipaddress.ip_address(addr).is_loopback:
+        raise ClientError(f"load tests only target this machine (127.0.0.0/8, ::1); {url} is not loopback")
+
+
+def run_level(url: str, protocol: str, model: str, texts: Sequence[str], concurrency: int, seconds: float,
+              batch_size: int = 1, max_requests: int = 100_000) -> LevelResult:
+    latencies: list[float] = []
+    errors = [0]
+    sent = [0]
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def worker(k: int) -> None:
+        client = ClassifierClient(url, protocol, model, timeout=30, retries=0)
+        i = k * batch_size
+        try:
+            while time.monotonic() < stop_at:
+                with lock:
+                    if sent[0] >= max_requests:
+                        return
+                    sent[0] += 1
+                batch = [texts[(i + j) % len(texts)] for j in range(batch_size)]
+                i += batch_size * concurrency
+                t0 = time.perf_counter()
+                try:
+                    client.infer_raw(batch)
+                    ok = True
+                except ClientError:
+                    ok = False
+                dt = time.perf_counter() - t0
+                with lock:
+                    if ok:
+                        latencies.append(dt)
+                    else:
+                        errors[0] += 1
+        finally:
+            client.close()
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 60)
+    wall = time.monotonic() - t0
+    lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
+    n = len(latencies)
+    return LevelResult(concurrency, n, errors[0], round(wall, 2), n / wall, n * batch_size / wall,
+                       float(np.percentile(lat, 50)), float(np.percentile(lat, 95)), float(np.percentile(lat, 99)))
+
+
+def format_table(rows: Sequence[LevelResult]) -> str:
+    lines = [f"{'conc':>5} {'requests':>9} {'errors':>7} {'req/s':>9} {'texts/s':>9} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}"]
+    for r in rows:
+        lines.append(f"{r.concurrency:>5} {r.requests:>9} {r.errors:>7} {r.requests_per_s:>9.1f} {r.texts_per_s:>9.1f} "
+                     f"{r.p50_ms:>8.2f} {r.p95_ms:>8.2f} {r.p99_ms:>8.2f}")
+    return "\n".join(lines)
+
+
+def _texts(args) -> list[str]:
+    if args.file:
+        return [l for l in Path(args.file).read_text(encoding="utf-8").splitlines() if l.strip()]
+    if args.task:
+        try:
+            from serving.smoke import _dev_set
+
+            texts, _, _ = _dev_set(args.task, args.data_dir)
+            return texts
+        except Exception as exc:  # no data here: the built-in sentences still exercise the server
+            print(f"note: using built-in sample texts ({exc})", file=sys.stderr)
+    return list(SAMPLE_TEXTS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m serving.loadtest", description=__doc__.split("\n")[0])
+    p.add_argument("--task", help="ensemble name, and the dev set to draw texts from")
+    p.add_argument("--model", help="ensemble name (default: --task)")
+    p.add_argument("--data-dir")
+    p.add_argument("--file", help="texts, one per line (instead of the dev set)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="grpc")
+    p.add_argument("--url", help="host:port (default 127.0.0.1:8000 / :8001)")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    p.add_argument("--seconds", type=float, default=10.0, help="per concurrency level")
+    p.add_argument("--batch-size", type=int, default=1, help="texts per request")
+    p.add_argument("--max-requests", type=int, default=100_000, help="per level, a hard bound")
+    p.add_argument("--repository", default="model_repository", help="for the offline model-only comparison")
+    p.add_argument("--no-offline", action="store_true", help="skip the offline model-only throughput measurement")
+    p.add_argument("--json-out")
+    args = p.parse_args(argv)
+    model = args.model or args.task
+    if not model:
+        p.error("--task or --model is required")
+    url = args.url or {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}[args.protocol]
+    try:
+        check_loopback(url)
+        if args.task:
+            import pipeline  # noqa: F401
+        texts = _texts(args)
+        ClassifierClient(url, args.protocol, model).wait_ready(30)
+        rows = [run_level(url, args.protocol, model, texts, c, args.seconds, args.batch_size, args.max_requests) for c in args.concurrency]
+    except ClientError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"load test {model} via {args.protocol} at {url}: {args.seconds:.0f}s per level, {args.batch_size} text(s) per request")
+    print(format_table(rows))
+    report = {"model": model, "protocol": args.protocol, "batch_size": args.batch_size, "levels": [asdict(r) for r in rows]}
+    repo = Path(args.repository) / model
+    if not args.no_offline and (repo / "bundle.json").is_file():
+        from serving.offline import BundleModel, model_only_throughput
+
+        bundle = BundleModel.open(repo)
+        bs = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
+        offline = model_only_throughput(bundle, texts, bs, seconds=min(args.seconds, 10.0))
+        best = max(r.texts_per_s for r in rows)
+        report.update({"offline_model_only_texts_per_s": offline, "offline_batch_size": bs, "served_best_texts_per_s": best,
+                       "served_vs_offline": best / offline if offline else None})
+        print(f"offline model-only (batch {bs}): {offline:.1f} texts/s; best served {best:.1f} texts/s = {best / offline:.2f}x")
+    if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(json.dumps(report, indent=2))
+    return 1 if any(r.errors for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""Triton ``config.pbtxt`` for the four models of a task's bundle, built as ``ModelConfig`` protobufs.
+
+Every config goes through ``tritonclient.grpc.model_config_pb2`` and ``text_format``, never string
+templates, so a config that Triton would reject for its structure cannot be written.
+
+    <task>              ensemble: text -> tokenizer -> model -> postprocess -> label, label_desc, confidence, probs, top-k
+    <task>_tokenizer    python backend: WordPiece over the bundle's vocab.txt
+    <task>_model        the classifier; runtime chosen at package time (serving.config.RUNTIMES)
+    <task>_postprocess  python backend: softmax, label mapping, top-k
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serving.config import PackageConfig
+
+TEXT = "text"
+INPUT_IDS = "input_ids"
+TOKEN_TYPE_IDS = "token_type_ids"
+LOGITS = "logits"
+# Ensemble outputs, in the order clients see them.
+LABEL, LABEL_DESC, CONFIDENCE, PROBS, TOPK_LABEL, TOPK_PROB = "label", "label_desc", "confidence", "probs", "topk_label", "topk_prob"
+VERSION = "1"
+
+
+@dataclass(frozen=True)
+class ModelNames:
+    task: str
+
+    @property
+    def ensemble(self) -> str:
+        return self.task
+
+    @property
+    def tokenizer(self) -> str:
+        return f"{self.task}_tokenizer"
+
+    @property
+    def model(self) -> str:
+        return f"{self.task}_model"
+
+    @property
+    def postprocess(self) -> str:
+        return f"{self.task}_postprocess"
+
+    def all(self) -> tuple[str, str, str, str]:
+        return (self.ensemble, self.tokenizer, self.model, self.postprocess)
+
+
+@dataclass(frozen=True)
+class BundleShape:
+    """What the configs need to know about the bundle besides the package settings."""
+
+    task: str
+    num_labels: int
+    max_seq_len: int
+    model_file: str  # inside 1/ of <task>_model: model.onnx, or model.pdmodel (+ model.pdiparams)
+    pad_id: int = 0  # the vocabulary's [PAD] id: the python runner re-pads merged requests with it
+
+
+def _tensor(cls, name: str, dtype: int, dims: list[int], max_batch_size: int):
+    # With max_batch_size 0 the batch dimension is not implicit: it must be part of dims.
+    return cls(name=name, data_type=dtype, dims=dims if max_batch_size else [-1, *dims])
+
+
+def _inp(name, dtype, dims, pc: PackageConfig, **kw) -> mc.ModelInput:
+    t = _tensor(mc.ModelInput, name, dtype, dims, pc.max_batch_size)
+    for k, v in kw.items():
+        setattr(t, k, v)
+    return t
+
+
+def _out(name, dtype, dims, pc: PackageConfig) -> mc.ModelOutput:
+    return _tensor(mc.ModelOutput, name, dtype, dims, pc.max_batch_size)
+
+
+def _common(cfg: mc.ModelConfig, pc: PackageConfig, *, scheduled: bool = True) -> None:
+    cfg.max_batch_size = pc.max_batch_size
+    if pc.version_policy == "all":
+        cfg.version_policy.all.SetInParent()
+    else:
+        cfg.version_policy.latest.num_versions = 1
+    if not scheduled:
+        return  # ensembles have no instances and no batcher of their own
+    if pc.max_batch_size:
+        cfg.dynamic_batching.preferred_batch_size.append(pc.preferred_batch_size)
+        cfg.dynamic_batching.max_queue_delay_microseconds = pc.max_queue_delay_microseconds
+    group = cfg.instance_group.add()
+    group.count = pc.instance_count
+    group.kind = mc.ModelInstanceGroup.KIND_GPU if pc.kind == "GPU" else mc.ModelInstanceGroup.KIND_CPU
+
+
+def _param(cfg: mc.ModelConfig, key: str, value) -> None:
+    cfg.parameters[key].string_value = str(value)
+
+
+def tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    cfg = mc.ModelConfig(name=names.tokenizer, backend="python")
+    cfg.input.append(_inp(TEXT, mc.TYPE_STRING, [1], pc))
+    cfg.output.extend([_out(INPUT_IDS, mc.TYPE_INT64, [-1], pc), _out(TOKEN_TYPE_IDS, mc.TYPE_INT64, [-1], pc)])
+    _common(cfg, pc)
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU  # tokenization is CPU work whatever the model runs on
+    _param(cfg, "max_seq_len", shape.max_seq_len)
+    _param(cfg, "max_text_bytes", pc.max_text_bytes)
+    return cfg
+
+
+def model_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    cfg = mc.ModelConfig(name=names.model)
+    # The python runner re-pads requests of different lengths into one batch itself, so Triton may
+    # batch them together (ragged); native backends need equal shapes per batch.
+    ragged = pc.backend == "python"
+    cfg.input.extend([
+        _inp(INPUT_IDS, mc.TYPE_INT64, [-1], pc, allow_ragged_batch=ragged and bool(pc.max_batch_size)),
+        _inp(TOKEN_TYPE_IDS, mc.TYPE_INT64, [-1], pc, allow_ragged_batch=ragged and bool(pc.max_batch_size)),
+    ])
+    cfg.output.append(_out(LOGITS, mc.TYPE_FP32, [shape.num_labels], pc))
+    _common(cfg, pc)
+    if pc.backend == "python":
+        cfg.backend = "python"
+        _param(cfg, "engine", pc.engine)
+        _param(cfg, "model_file", shape.model_file)
+        _param(cfg, "threads", pc.threads)
+        _param(cfg, "pad_id", shape.pad_id)
+    elif pc.backend == "onnxruntime":
+        cfg.backend = "onnxruntime"
+        cfg.platform = "onnxruntime_onnx"
+        cfg.default_model_filename = shape.model_file
+        if pc.threads:
+            _param(cfg, "intra_op_thread_count", pc.threads)
+        if pc.accelerator != "none":
+            acc = cfg.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
+            acc.parameters["precision_mode"] = "INT8" if pc.accelerator == "tensorrt-int8" else "FP16"
+            acc.parameters["max_workspace_size_bytes"] = str(1 << 30)
+            acc.parameters["trt_engine_cache_enable"] = "1"
+    elif pc.backend == "fastdeploy":
+        cfg.backend = "fastdeploy"
+        accs = cfg.optimization.execution_accelerators
+        target = accs.gpu_execution_accelerator if pc.kind == "GPU" else accs.cpu_execution_accelerator
+        acc = target.add(name=pc.fastdeploy_engine)
+        if pc.fastdeploy_engine == "tensorrt":
+            acc.parameters["precision"] = "trt_fp16"  # a quantized (QDQ) model switches to int8 by itself
+        else:
+            acc.parameters["cpu_threads"] = str(pc.threads or 1)
+        if pc.fastdeploy_engine == "paddle":
+            acc.parameters["use_mkldnn"] = "1"
+        if pc.fastdeploy_engine == "openvino":
+            acc.parameters["num_streams"] = str(pc.instance_count)
+    else:  # pragma: no cover - PackageConfig validates runtime
+        raise AssertionError(pc.runtime)
+    return cfg
+
+
+def postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    k = min(pc.top_k, shape.num_labels)
+    cfg = mc.ModelConfig(name=names.postprocess, backend="python")
+    cfg.input.append(_inp(LOGITS, mc.TYPE_FP32, [shape.num_labels], pc))
+    cfg.output.extend(_outputs(shape, pc, k))
+    _common(cfg, pc)
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    _param(cfg, "top_k", k)
+    return cfg
+
+
+def _outputs(shape: BundleShape, pc: PackageConfig, k: int) -> list[mc.ModelOutput]:
+    return [
+        _out(LABEL, mc.TYPE_STRING, [1], pc),
+        _out(LABEL_DESC, mc.TYPE_STRING, [1], pc),
+        _out(CONFIDENCE, mc.TYPE_FP32, [1], pc),
+        _out(PROBS, mc.TYPE_FP32, [shape.num_labels], pc),
+        _out(TOPK_LABEL, mc.TYPE_STRING, [k], pc),
+        _out(TOPK_PROB, mc.TYPE_FP32, [k], pc),
+    ]
+
+
+def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    k = min(pc.top_k, shape.num_labels)
+    cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
+    cfg.input.append(_inp(TEXT, mc.TYPE_STRING, [1], pc))
+    cfg.output.extend(_outputs(shape, pc, k))
+    _common(cfg, pc, scheduled=False)
+    steps = cfg.ensemble_scheduling.step
+    tok = steps.add(model_name=names.tokenizer, model_version=-1)
+    tok.input_map[TEXT] = TEXT
+    tok.output_map[INPUT_IDS] = "_input_ids"
+    tok.output_map[TOKEN_TYPE_IDS] = "_token_type_ids"
+    run = steps.add(model_name=names.model, model_version=-1)
+    run.input_map[INPUT_IDS] = "_input_ids"
+    run.input_map[TOKEN_TYPE_IDS] = "_token_type_ids"
+    run.output_map[LOGITS] = "_logits"
+    post = steps.add(model_name=names.postprocess, model_version=-1)
+    post.input_map[LOGITS] = "_logits"
+    for name in (LABEL, LABEL_DESC, CONFIDENCE, PROBS, TOPK_LABEL, TOPK_PROB):
+        post.output_map[name] = name
+    return cfg
+
+
+def all_configs(shape: BundleShape, pc: PackageConfig) -> dict[str, mc.ModelConfig]:
+    return {c.name: c for c in (ensemble_config(shape, pc), tokenizer_config(shape, pc), model_config(shape, pc), postprocess_config(shape, pc))}
+
+
+def to_pbtxt(cfg: mc.ModelConfig) -> str:
+    text = text_format.MessageToString(cfg)
+    if cfg.max_batch_size == 0:
+        # proto3 does not print zero scalars; say it anyway so a reader sees batching is off on purpose.
+        text = "max_batch_size: 0\n" + text
+    return text
+
+
+def parse_pbtxt(text: str) -> mc.ModelConfig:
+    return text_format.Parse(text, mc.ModelConfig())

@@ -1,0 +1,100 @@
+"""``<task>_model`` on the python backend: the classifier run in-process by ONNX Runtime or Paddle Inference.
+
+Requests of different lengths arrive together (the config allows ragged batching); they are
+re-padded with the vocabulary's [PAD] id into one array and run in one call, then split back.
+ERNIE masks [PAD] positions, so the extra padding does not change a request's logits beyond float
+rounding.
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np  # before paddle, always
+import triton_python_backend_utils as pb_utils
+
+HERE = Path(__file__).resolve().parent
+
+
+def _sibling(name):
+    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _OrtEngine:
+    def __init__(self, path, threads, gpu):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        if threads:
+            so.intra_op_num_threads = threads
+            so.inter_op_num_threads = 1
+        providers = ["CPUExecutionProvider"]
+        if gpu and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        self.session = ort.InferenceSession(str(path), so, providers=providers)
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.output = self.session.get_outputs()[0].name
+
+    def __call__(self, feeds):
+        return self.session.run([self.output], {k: v for k, v in feeds.items() if k in self.inputs})[0]
+
+
+class _PaddleEngine:
+    def __init__(self, path, threads, gpu):
+        from paddle import inference
+
+        config = inference.Config(str(path), str(path.with_suffix(".pdiparams")))
+        if gpu:
+            config.enable_use_gpu(256, 0)
+        else:
+            config.disable_gpu()
+            config.set_cpu_math_library_num_threads(threads or 1)
+        config.disable_glog_info()
+        self.predictor = inference.create_predictor(config)
+        self.inputs = self.predictor.get_input_names()
+
+    def __call__(self, feeds):
+        for name in self.inputs:
+            self.predictor.get_input_handle(name).copy_from_cpu(feeds[name])
+        self.predictor.run()
+        return self.predictor.get_output_handle(self.predictor.get_output_names()[0]).copy_to_cpu()
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
+        params = {k: v.get("string_value", "") for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
+        self.pad_id = int(params.get("pad_id", "0"))
+        engine = params["engine"]
+        gpu = args.get("model_instance_kind") == "GPU"
+        path = HERE / params["model_file"]
+        threads = int(params.get("threads", "0") or 0)
+        self.engine = _OrtEngine(path, threads, gpu) if engine == "onnxruntime" else _PaddleEngine(path, threads, gpu)
+
+    def execute(self, requests):
+        parts = []
+        for request in requests:
+            ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()
+            types = pb_utils.get_input_tensor_by_name(request, "token_type_ids").as_numpy()
+            parts.append((ids, types))
+        width = max(p[0].shape[1] for p in parts)
+        total = sum(p[0].shape[0] for p in parts)
+        ids = np.full((total, width), self.pad_id, dtype=np.int64)
+        types = np.zeros((total, width), dtype=np.int64)
+        row = 0
+        for a, b in parts:
+            ids[row : row + len(a), : a.shape[1]] = a
+            types[row : row + len(b), : b.shape[1]] = b
+            row += len(a)
+        try:
+            logits = np.asarray(self.engine({"input_ids": ids, "token_type_ids": types}), dtype=np.float32)
+        except Exception as exc:
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(f"inference failed: {exc}")) for _ in requests]
+        responses, row = [], 0
+        for a, _ in parts:
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("logits", logits[row : row + len(a)])]))
+            row += len(a)
+        return responses

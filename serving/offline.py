@@ -1,0 +1,111 @@
+"""The bundle's own model run offline (no server): the reference the smoke test and load test compare to.
+
+Tokenizes with ``pipeline.tokenizer.Tokenizer`` over the bundle's vocabulary (the pipeline's code,
+not the served copy) and runs the very model file inside ``<task>_model/1/`` with ONNX Runtime or
+Paddle Inference.  Imports the pipeline lazily: only these developer tools need it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from serving.integrity import verify_bundle
+from serving.model_config import ModelNames
+
+
+@dataclass(frozen=True)
+class BundleModel:
+    root: Path
+    manifest: dict
+
+    @classmethod
+    def open(cls, root: Path) -> "BundleModel":
+        return cls(Path(root), verify_bundle(root))
+
+    @property
+    def names(self) -> ModelNames:
+        return ModelNames(self.manifest["task"])
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.root / self.names.tokenizer / "1"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / self.names.model / "1"
+
+    def labels(self) -> list[str]:
+        lines = (self.root / self.names.postprocess / "1" / "labels.json").read_text(encoding="utf-8").splitlines()
+        return [str(json.loads(line)["label"]) for line in lines if line.strip()]
+
+    def tokenizer(self):
+        from pipeline.tokenizer import Tokenizer
+
+        return Tokenizer.from_model_dir(self.tokenizer_dir, int(self.manifest["max_seq_len"]))
+
+    def session(self, threads: int = 0):
+        """A callable ``(input_ids, token_type_ids) -> logits`` over the bundle's model file."""
+        onnx = self.model_dir / "model.onnx"
+        if onnx.is_file():
+            import onnxruntime as ort
+
+            so = ort.SessionOptions()
+            if threads:
+                so.intra_op_num_threads = threads
+            sess = ort.InferenceSession(str(onnx), so, providers=["CPUExecutionProvider"])
+            names = {i.name for i in sess.get_inputs()}
+            return lambda ids, types: sess.run(None, {k: v for k, v in (("input_ids", ids), ("token_type_ids", types)) if k in names})[0]
+        import pipeline  # noqa: F401  (numpy before paddle)
+        from paddle import inference
+
+        config = inference.Config(str(self.model_dir / "model.pdmodel"), str(self.model_dir / "model.pdiparams"))
+        config.disable_gpu()
+        config.set_cpu_math_library_num_threads(threads or 1)
+        config.disable_glog_info()
+        pred = inference.create_predictor(config)
+
+        def run(ids, types):
+            feeds = {"input_ids": ids, "token_type_ids": types}
+            for name in pred.get_input_names():
+                pred.get_input_handle(name).copy_from_cpu(feeds[name])
+            pred.run()
+            return pred.get_output_handle(pred.get_output_names()[0]).copy_to_cpu()
+
+        return run
+
+
+def offline_logits(bundle: BundleModel, texts: Sequence[str], batch_size: int = 64, threads: int = 0) -> np.ndarray:
+    """Logits for ``texts`` in order; batches are length-sorted like the pipeline's evaluation."""
+    from pipeline.progress import progress
+
+    tok = bundle.tokenizer()
+    run = bundle.session(threads)
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    out = np.zeros((len(texts), int(bundle.manifest["num_labels"])), dtype=np.float32)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    for idx in progress(batches, desc="offline model", unit="batch"):
+        enc = tok.encode([texts[i] for i in idx])
+        out[idx] = run(enc.input_ids, enc.token_type_ids)
+    return out
+
+
+def model_only_throughput(bundle: BundleModel, texts: Sequence[str], batch_size: int, seconds: float = 5.0, threads: int = 0) -> float:
+    """Texts/s of the model file alone (pre-tokenized batches), the yardstick for served throughput."""
+    tok = bundle.tokenizer()
+    run = bundle.session(threads)
+    batches = [tok.encode(list(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)]
+    run(batches[0].input_ids, batches[0].token_type_ids)  # warm-up
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for b in batches:
+            run(b.input_ids, b.token_type_ids)
+            done += len(b.input_ids)
+            if time.perf_counter() - t0 >= seconds:
+                break
+    return done / (time.perf_counter() - t0)

@@ -1,0 +1,341 @@
+"""Write a task's bundle: a Triton model repository that takes raw text in and gives labels out.
+
+    <repository>/<task>/                  the bundle; itself a Triton --model-repository
+      bundle.json                          manifest: SHA-256 of every file, provenance, metrics, gates, versions
+      README.md                            model card
+      meta.json                            the export stage's model description
+      <task>/config.pbtxt, 1/              ensemble
+      <task>_tokenizer/config.pbtxt, 1/{model.py, bundle_integrity.py, vocab.txt, tokenizer_config.json, special_tokens_map.json}
+      <task>_model/config.pbtxt, 1/{model.onnx | model.pdmodel + model.pdiparams [, model.py, bundle_integrity.py]}
+      <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, labels.json}
+
+Each task's bundle is its own repository so it can be replaced in one step: it is built in a temp
+dir next to the target and swapped in by renames; a failure before the swap leaves the previous good
+bundle as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import shutil
+import sys
+import uuid
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from serving import integrity
+from serving.config import PackageConfig
+from serving.model_config import VERSION, BundleShape, ModelNames, all_configs, to_pbtxt
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+SERVING_PACKAGES = ("numpy", "onnxruntime", "tokenizers", "paddlepaddle", "tritonclient", "nvidia-pytriton", "protobuf")
+PYTRITON_TRITONSERVER = {"0.7.0": "2.51.0"}  # nvidia-pytriton release -> the tritonserver it ships
+
+
+class PackageError(ValueError):
+    """The export output cannot be packaged as asked (missing model form, bad meta.json)."""
+
+
+class BundleTooLarge(PackageError):
+    """The built bundle is over the size limit; it was not swapped in."""
+
+
+@dataclass(frozen=True)
+class ExportArtifacts:
+    """The export stage's output (see the export contract); optional forms are None when absent."""
+
+    onnx_fp32: Path
+    tokenizer_dir: Path
+    labels: Path
+    meta: Path
+    onnx_int8: Path | None = None
+    onnx_int8_qdq: Path | None = None
+    paddle_fp32: Path | None = None  # dir with model.pdmodel + model.pdiparams
+    paddle_int8: Path | None = None
+
+    @classmethod
+    def from_dir(cls, out: Path) -> "ExportArtifacts":
+        out = Path(out)
+
+        def opt(p: Path) -> Path | None:
+            return p if p.exists() else None
+
+        return cls(
+            onnx_fp32=out / "onnx" / "fp32.onnx",
+            tokenizer_dir=out / "tokenizer",
+            labels=out / "labels.json",
+            meta=out / "meta.json",
+            onnx_int8=opt(out / "onnx" / "int8.onnx"),
+            onnx_int8_qdq=opt(out / "onnx" / "int8_qdq.onnx"),
+            paddle_fp32=opt(out / "paddle_fp32"),
+            paddle_int8=opt(out / "paddle_int8"),
+        )
+
+    def read_meta(self) -> dict:
+        try:
+            meta = json.loads(self.meta.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise PackageError(f"{self.meta}: missing (export stage output incomplete)") from None
+        except json.JSONDecodeError as exc:
+            raise PackageError(f"{self.meta}: malformed JSON ({exc.msg})") from None
+        for key in ("task", "max_seq_len", "num_labels"):
+            if key not in meta:
+                raise PackageError(f"{self.meta}: field {key!r} missing")
+        return meta
+
+
+@dataclass
+class Provenance:
+    """Where the bundle came from; goes into bundle.json and the model card."""
+
+    source_model_sha256: str = ""
+    data_fingerprint: str = ""
+    selected_candidate: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    gates: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)  # the pipeline's (training/export) package versions
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which exported form goes into ``<task>_model/1/`` and under which file names."""
+
+    precision: str  # int8 | fp32
+    sources: tuple[tuple[Path, str], ...]  # (exported file, name in 1/)
+    model_file: str  # the name the config points at
+    form: str  # export artifact role it came from, for the manifest
+
+
+@dataclass(frozen=True)
+class BundleInfo:
+    path: Path
+    manifest: dict
+    choice: ModelChoice
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+
+def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None = None) -> ModelChoice:
+    """Pick the exported form the runtime can run: int8 where it exists and is wanted, else fp32.
+
+    ``preferred`` (int8/fp32) is what validation chose; ``package.precision`` other than auto overrides it.
+    """
+    want = pc.precision if pc.precision != "auto" else (preferred or "int8")
+
+    def onnx(int8_form: str | None) -> ModelChoice:
+        if want == "int8" and int8_form:
+            path = exp.onnx_int8_qdq if int8_form == "onnx_int8_qdq" else exp.onnx_int8
+            if path is not None:
+                return ModelChoice("int8", ((path, "model.onnx"),), "model.onnx", int8_form)
+            if pc.precision == "int8":
+                raise PackageError(f"package.precision int8: the export has no {int8_form.replace('onnx_', '')} ONNX model")
+        if not exp.onnx_fp32.is_file():
+            raise PackageError(f"{exp.onnx_fp32}: missing (export stage output incomplete)")
+        return ModelChoice("fp32", ((exp.onnx_fp32, "model.onnx"),), "model.onnx", "onnx_fp32")
+
+    def paddle() -> ModelChoice:
+        d, form, precision = (exp.paddle_int8, "paddle_int8", "int8") if want == "int8" and exp.paddle_int8 else (exp.paddle_fp32, "paddle_fp32", "fp32")
+        if want == "int8" and pc.precision == "int8" and exp.paddle_int8 is None:
+            raise PackageError("package.precision int8: the export has no paddle_int8 model")
+        if d is None or not (d / "model.pdmodel").is_file():
+            raise PackageError(f"runtime {pc.runtime}: the export has no Paddle inference model ({form})")
+        files = ((d / "model.pdmodel", "model.pdmodel"), (d / "model.pdiparams", "model.pdiparams"))
+        return ModelChoice(precision, files, "model.pdmodel", form)
+
+    if pc.runtime == "python-onnxruntime":
+        return onnx("onnx_int8")  # dynamic-quantized int8: the fast form on CPU
+    if pc.runtime == "python-paddle":
+        return paddle()
+    if pc.runtime == "onnxruntime":
+        if pc.accelerator == "tensorrt-int8":
+            return onnx("onnx_int8_qdq")  # TensorRT builds int8 engines from explicit Q/DQ
+        if pc.accelerator == "tensorrt-fp16" or pc.kind == "GPU":
+            return onnx(None)  # MatMulInteger (dynamic int8) runs on CPU only
+        return onnx("onnx_int8")
+    # fastdeploy
+    if pc.fastdeploy_engine in ("paddle", "openvino"):
+        return paddle()
+    if pc.fastdeploy_engine == "tensorrt":
+        return onnx("onnx_int8_qdq")
+    return onnx("onnx_int8" if pc.kind == "CPU" else None)
+
+
+def _pad_id(vocab: Path) -> int:
+    with open(vocab, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if line.rstrip("\n") == "[PAD]":
+                return i
+    raise PackageError(f"{vocab}: vocabulary has no [PAD] token")
+
+
+def serving_versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0]}
+    for name in SERVING_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    if out.get("nvidia-pytriton") in PYTRITON_TRITONSERVER:
+        out["tritonserver (nvidia-pytriton)"] = PYTRITON_TRITONSERVER[out["nvidia-pytriton"]]
+    return out
+
+
+def _copy_python_model(version_dir: Path, source: str) -> None:
+    shutil.copyfile(MODELS_DIR / source, version_dir / "model.py")
+    shutil.copyfile(Path(integrity.__file__), version_dir / "bundle_integrity.py")
+
+
+def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: dict, choice: ModelChoice) -> BundleShape:
+    names = ModelNames(task)
+    vocab = exp.tokenizer_dir / "vocab.txt"
+    if not vocab.is_file():
+        raise PackageError(f"{vocab}: missing (export stage output incomplete)")
+    if not exp.labels.is_file():
+        raise PackageError(f"{exp.labels}: missing (export stage output incomplete)")
+    num_labels = int(meta["num_labels"])
+    label_rows = [line for line in exp.labels.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if len(label_rows) != num_labels:
+        raise PackageError(f"{exp.labels}: {len(label_rows)} labels but meta.json says num_labels={num_labels}")
+    shape = BundleShape(task=task, num_labels=num_labels, max_seq_len=int(meta["max_seq_len"]),
+                        model_file=choice.model_file, pad_id=_pad_id(vocab))
+    configs = all_configs(shape, pc)
+    for name in names.all():
+        (tmp / name / VERSION).mkdir(parents=True)
+        (tmp / name / "config.pbtxt").write_text(to_pbtxt(configs[name]), encoding="utf-8")
+    # The ensemble's version folder stays empty: Triton requires it to exist.
+    tok = tmp / names.tokenizer / VERSION
+    _copy_python_model(tok, "tokenizer.py")
+    for f in TOKENIZER_FILES:
+        if (exp.tokenizer_dir / f).is_file():
+            shutil.copyfile(exp.tokenizer_dir / f, tok / f)
+    post = tmp / names.postprocess / VERSION
+    _copy_python_model(post, "postprocess.py")
+    shutil.copyfile(exp.labels, post / "labels.json")
+    model = tmp / names.model / VERSION
+    for src, dst in choice.sources:
+        shutil.copyfile(src, model / dst)
+    if pc.backend == "python":
+        _copy_python_model(model, "runner.py")
+    shutil.copyfile(exp.meta, tmp / "meta.json")
+    return shape
+
+
+def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> dict:
+    m = {
+        "format": "ernie-bundle/1",
+        "task": task,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "models": dict(zip(("ensemble", "tokenizer", "model", "postprocess"), ModelNames(task).all())),
+        "runtime": pc.runtime,
+        "backend": pc.backend,
+        "engine": pc.fastdeploy_engine if pc.runtime == "fastdeploy" else pc.engine,
+        "accelerator": pc.accelerator,
+        "precision": choice.precision,
+        "model_form": choice.form,
+        "max_seq_len": int(meta["max_seq_len"]),
+        "num_labels": int(meta["num_labels"]),
+        "labels": meta.get("labels", []),
+        "label_names": meta.get("label_names", []),
+        "package": dataclasses.asdict(pc),
+        "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint},
+        "selected_candidate": prov.selected_candidate or meta.get("selected_candidate", {}),
+        "metrics": prov.metrics,
+        "gates": prov.gates,
+        "versions": {"pipeline": prov.versions, "serving": serving_versions()},
+        "files": {rel: integrity.file_sha256(tmp / rel) for rel in integrity.bundle_files(tmp)},
+    }
+    m["manifest_sha256"] = integrity.manifest_sha256(m)
+    return m
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> str:
+    names = ModelNames(task)
+    lines = [
+        f"# {task} — ernie-bundle serving bundle",
+        "",
+        prov.description or f"Chinese text classifier for task `{task}` ({meta['num_labels']} labels), packaged for Triton Inference Server.",
+        "",
+        "## What it is",
+        f"- Ensemble `{names.ensemble}`: input `text` (TYPE_STRING, a batch of UTF-8 texts) -> outputs `label` (label id), "
+        "`label_desc`, `confidence` (FP32), `probs` (all classes), `topk_label`/`topk_prob`.",
+        f"- `{names.tokenizer}` (python): WordPiece, max_seq_len {meta['max_seq_len']}, padding to the longest text of a request.",
+        f"- `{names.model}` ({pc.backend} backend, runtime `{pc.runtime}`): {choice.precision} model from `{choice.form}`"
+        + (f", TensorRT {pc.accelerator}" if pc.accelerator != "none" else "") + ".",
+        f"- `{names.postprocess}` (python): softmax, label mapping, top-{min(pc.top_k, int(meta['num_labels']))}.",
+        f"- Batching: max_batch_size {pc.max_batch_size}, preferred {pc.preferred_batch_size}, queue delay "
+        f"{pc.max_queue_delay_microseconds} µs; {pc.instance_count} {pc.kind} instance(s) per model.",
+        "",
+        "## How it was made",
+        "finetune -> finetune-check -> compress -> export -> validate -> package (ernie-bundle).",
+    ]
+    if prov.selected_candidate or meta.get("selected_candidate"):
+        lines.append(f"- Selected compression candidate: `{json.dumps(prov.selected_candidate or meta.get('selected_candidate'), ensure_ascii=False)}`")
+    if prov.source_model_sha256:
+        lines.append(f"- Source model SHA-256: `{prov.source_model_sha256}`; data fingerprint `{prov.data_fingerprint}`")
+    lines += ["", "## Measured numbers (validate stage)"]
+    flat = {k: v for k, v in prov.metrics.items() if isinstance(v, (int, float, str))}
+    if flat:
+        lines += ["| metric | value |", "| --- | --- |"] + [f"| {k} | {_fmt(v)} |" for k, v in flat.items()]
+    else:
+        lines.append("No validation metrics were available when this bundle was packaged.")
+    if prov.gates:
+        lines += ["", "## Gates", "```json", json.dumps(prov.gates, indent=2, ensure_ascii=False), "```"]
+    lines += [
+        "", "## Using it",
+        "```",
+        f"python -m serving.server --repository <dir containing {task}/> --task {task}",
+        f"python -m serving.client classify --model {task} '今天股市大涨'",
+        "```",
+        "Every file's SHA-256 is in bundle.json; the server launcher and each python model refuse a bundle that changed.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_repository(
+    repository: Path,
+    task: str,
+    exported: ExportArtifacts,
+    pc: PackageConfig,
+    provenance: Provenance | None = None,
+    preferred_precision: str | None = None,
+    max_mb: float | None = None,
+) -> BundleInfo:
+    """Write ``<repository>/<task>`` atomically and return what was written."""
+    repository = Path(repository)
+    repository.mkdir(parents=True, exist_ok=True)
+    prov = provenance or Provenance()
+    meta = exported.read_meta()
+    choice = choose_model(exported, pc, preferred_precision)
+    target = repository / task
+    tmp = repository / f".{task}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        _build(tmp, task, exported, pc, meta, choice)
+        (tmp / "README.md").write_text(model_card(task, pc, meta, choice, prov), encoding="utf-8")
+        manifest = _manifest(tmp, task, pc, meta, choice, prov)
+        (tmp / integrity.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        integrity.verify_bundle(tmp)  # what we hand over must pass the check the server makes
+        size_mb = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 2**20
+        if max_mb is not None and size_mb > max_mb:
+            raise BundleTooLarge(f"bundle is {size_mb:.1f} MiB, over the limit of {max_mb} MiB")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = repository / f".{task}.old-{uuid.uuid4().hex[:8]}"
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return BundleInfo(target, manifest, choice)

@@ -1,0 +1,284 @@
+"""Start a real Triton Inference Server on a bundle's model repository.
+
+Where the binary comes from, in order: ``$TRITONSERVER`` (a path), ``tritonserver`` on PATH (the
+Triton image), then the one shipped in the ``nvidia-pytriton`` wheel.  The wheel's copy needs
+preparing once: its ``bin/``, ``backends/`` and ``caches/`` are copied to a cache directory and the
+python backend stub built for this interpreter's version is put at
+``backends/python/triton_python_backend_stub`` (the wheel ships one stub per Python version); it
+runs with the wheel's bundled libraries on ``LD_LIBRARY_PATH`` and this interpreter's ``bin/``
+first on PATH, so the python models import this environment's numpy/onnxruntime/tokenizers.
+
+The server binds to 127.0.0.1 by default, on free ports, and ``start_server`` returns once every
+model is ready (or raises with the server log's tail).  Bundle hashes are checked before the server
+starts, and again by each python model when it loads.
+
+    python -m serving.server --repository model_repository --task tnews
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from serving.integrity import BundleIntegrityError, verify_bundle
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
+
+
+class ServerError(RuntimeError):
+    """The server could not be found, started or made ready."""
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    binary: Path
+    backend_dir: Path | None  # None: the binary's own default (/opt/tritonserver/backends in the image)
+    cache_dir: Path | None
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for the server process
+
+
+def _pytriton_dist() -> Path | None:
+    try:
+        import pytriton
+    except ImportError:
+        return None
+    dist = Path(pytriton.__file__).resolve().parent / "tritonserver"
+    return dist if (dist / "bin" / "tritonserver").is_file() else None
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ernie-bundle"
+
+
+def prepare_pytriton_server(dist: Path, cache_root: Path | None = None) -> Path:
+    """A runnable copy of the wheel's server with this Python's backend stub; made once, atomically."""
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise ServerError(f"nvidia-pytriton ships no python backend stub for Python {version} ({stub})")
+    stamp = f"{dist.stat().st_mtime_ns}-{stub.stat().st_size}-py{version}"
+    home = (cache_root or _cache_root()) / f"tritonserver-{stamp}"
+    if (home / ".complete").is_file():
+        return home
+    home.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tritonserver-", dir=home.parent))
+    try:
+        for part in ("bin", "backends", "caches"):
+            shutil.copytree(dist / part, tmp / part, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy2(stub, tmp / "backends" / "python" / "triton_python_backend_stub")
+        (tmp / ".complete").write_text(stamp)
+        try:
+            tmp.rename(home)
+        except OSError:  # another process made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return home
+
+
+def find_tritonserver() -> TritonInstall:
+    explicit = os.environ.get("TRITONSERVER")
+    if explicit:
+        if not Path(explicit).is_file():
+            raise ServerError(f"$TRITONSERVER={explicit} is not a file")
+        return TritonInstall(Path(explicit), None, None)
+    on_path = shutil.which("tritonserver")
+    if on_path:
+        return TritonInstall(Path(on_path), None, None)
+    dist = _pytriton_dist()
+    if dist is None:
+        raise ServerError(
+            "no tritonserver found: install nvidia-pytriton (requirements.lock), put tritonserver on PATH, "
+            "set $TRITONSERVER, or use the Docker image (see Dockerfile)"
+        )
+    home = prepare_pytriton_server(dist)
+    libs = dist.parent.parent / "nvidia_pytriton.libs"
+    env = {
+        "LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(libs), os.environ.get("LD_LIBRARY_PATH", "")) if p),
+        # The python backend stub starts an interpreter that must see this environment's packages.
+        "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
+    }
+    return TritonInstall(home / "bin" / "tritonserver", home / "backends", home / "caches", env)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class TritonServer:
+    process: subprocess.Popen
+    repository: Path
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGINT (Triton unloads models and exits cleanly), then SIGKILL after ``timeout``."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def __enter__(self) -> "TritonServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def resolve_repository(repository: Path | str, task: str | None) -> Path:
+    """``model_repository`` + ``tnews`` -> ``model_repository/tnews`` (a task's bundle is its own repository)."""
+    repo = Path(repository)
+    if task and (repo / task / "bundle.json").is_file():
+        return repo / task
+    if (repo / "bundle.json").is_file():
+        return repo
+    where = repo / task if task else repo
+    raise ServerError(f"no bundle at {where} (bundle.json missing): run `make bundle TASK={task or '<task>'}` first")
+
+
+def start_server(
+    repository: Path,
+    host: str = "127.0.0.1",
+    http_port: int = 0,
+    grpc_port: int = 0,
+    metrics_port: int = 0,
+    timeout: float = 180.0,
+    log_path: Path | None = None,
+    verify: bool = True,
+    extra_args: tuple[str, ...] = (),
+) -> TritonServer:
+    repository = Path(repository).resolve()
+    if verify:
+        verify_bundle(repository)
+    install = find_tritonserver()
+    http_port = http_port or free_port(host)
+    grpc_port = grpc_port or free_port(host)
+    metrics_port = metrics_port or free_port(host)
+    if log_path is None:
+        log_path = Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
+    cmd = [
+        str(install.binary),
+        f"--model-repository={repository}",
+        f"--http-address={host}", f"--http-port={http_port}",
+        f"--grpc-address={host}", f"--grpc-port={grpc_port}",
+        f"--metrics-address={host}", f"--metrics-port={metrics_port}",
+        "--allow-sagemaker=false", "--allow-vertex-ai=false",
+        "--strict-readiness=true", "--exit-on-error=true",
+        "--exit-timeout-secs=5",  # on Ctrl-C, wait at most this long for open client connections
+        "--log-verbose=0",
+    ]
+    if install.backend_dir:
+        cmd.append(f"--backend-directory={install.backend_dir}")
+    if install.cache_dir:
+        cmd.append(f"--cache-directory={install.cache_dir}")
+    cmd.extend(extra_args)
+    env = {**os.environ, **install.env}
+    log = open(log_path, "wb")
+    try:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    finally:
+        log.close()
+    server = TritonServer(proc, repository, host, http_port, grpc_port, metrics_port, Path(log_path))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise ServerError(f"tritonserver exited with code {proc.returncode} while loading {repository}:\n{server.log_tail()}")
+        if server.ready():
+            return server
+        time.sleep(0.25)
+    server.stop(5)
+    raise ServerError(f"tritonserver not ready after {timeout:.0f}s on {repository}:\n{server.log_tail()}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m serving.server", description="Serve a task's bundle with Triton until Ctrl-C.")
+    p.add_argument("--repository", default=str(DEFAULT_REPOSITORY), help="model repository root (default: model_repository)")
+    p.add_argument("--task", help="task name: serves <repository>/<task>")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it)")
+    p.add_argument("--http-port", type=int, default=8000, help="0: a free port")
+    p.add_argument("--grpc-port", type=int, default=8001, help="0: a free port")
+    p.add_argument("--metrics-port", type=int, default=8002, help="0: a free port")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
+    p.add_argument("--log", help="server log file (default: a temp file)")
+    args = p.parse_args(argv)
+    try:
+        repo = resolve_repository(args.repository, args.task)
+        server = start_server(repo, args.host, args.http_port, args.grpc_port, args.metrics_port, args.timeout,
+                              Path(args.log) if args.log else None)
+    except (ServerError, BundleIntegrityError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"Triton is serving {repo}")
+    print(f"  HTTP     http://{server.http_url}   (v2 API; e.g. curl http://{server.http_url}/v2/health/ready)")
+    print(f"  gRPC     {server.grpc_url}")
+    print(f"  metrics  http://{server.host}:{server.metrics_port}/metrics")
+    print(f"  log      {server.log_path}")
+    print("Ctrl-C stops it.", flush=True)
+    stop = {"now": False}
+
+    def _stop(*_):
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    while not stop["now"] and server.alive():
+        time.sleep(0.5)
+    if not server.alive():
+        print(f"error: tritonserver exited with code {server.process.returncode}:\n{server.log_tail()}", file=sys.stderr)
+        return 1
+    rc = server.stop()
+    print(f"stopped (exit code {rc})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+import pytest
+
+from pipeline.config import known_tasks, load_task_config, parse_override
+from pipeline.errors import ConfigError
+
+CLUE_TASKS = {"tnews", "afqmc", "iflytek", "ocnli", "cmnli", "cluewsc2020", "csl"}
+
+
+def test_all_clue_classification_tasks_load():
+    assert CLUE_TASKS <= set(known_tasks())
+    for name in CLUE_TASKS:
+        cfg = load_task_config(name)
+        assert cfg.task == name and cfg.labels, name
+        assert cfg.gates.min_accuracy > 0, f"{name}: a finetune-check gate must be set"
+
+
+def test_tnews_config_matches_clue_labels():
+    cfg = load_task_config("tnews")
+    assert len(cfg.labels) == 15 and cfg.labels[0] == "100" and "105" not in cfg.labels
+    assert cfg.label_names[cfg.labels.index("108")] == "news_edu"
+    assert load_task_config("iflytek").labels == [str(i) for i in range(119)]
+
+
+def test_overrides_are_typed():
+    cfg = load_task_config("tnews", dict([parse_override("finetune.epochs=3"), parse_override("finetune.learning_rate=1e-4"),
+                                          parse_override("model.name_or_path=/tmp/m")]))
+    assert cfg.finetune.epochs == 3 and cfg.finetune.learning_rate == 1e-4 and cfg.model.name_or_path == "/tmp/m"
+
+
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("finetune.epochs=abc", "finetune.epochs must be an integer"),
+        ("gates.min_accuracy=high", "gates.min_accuracy must be a number"),
+        ("gates.min_accuracy=42", "gates.min_accuracy must be a fraction"),
+        ("finetune.epocs=3", "unknown key finetune.epocs"),
+        ("max_seq_len=4", "max_seq_len must be in"),
+        ("model.scratch.hidden_size=100", "not divisible"),
+    ],
+)
+def test_bad_overrides_name_the_key(override, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_task_config("tnews", dict([parse_override(override)]))
+
+
+def test_unknown_task_lists_known_ones():
+    with pytest.raises(ConfigError, match=r"unknown task 'tnewz'.*tnews"):
+        load_task_config("tnewz")
+
+
+def test_override_without_equals():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_override("finetune.epochs")

@@ -1,0 +1,253 @@
+"""DynaBERT width pruning (pipeline.compress.dynabert) on the tiny fine-tuned ERNIE (1 layer, 4 heads, FFN 64)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.compress import dynabert
+from pipeline.compress.pruned_ernie import HEAD_SIZE_KEY, load_classifier
+from pipeline.errors import ConfigError, ModelError
+from pipeline.evaluation import evaluate_dygraph
+from pipeline.tokenizer import Tokenizer
+
+MAX_SEQ_LEN = 32
+
+
+def _examples(data_dir: Path, name: str):
+    from pipeline.data import Example
+
+    labels = [json.loads(line)["label"] for line in (data_dir / "labels.json").read_text().splitlines()]
+    rows = [json.loads(line) for line in (data_dir / name).read_text(encoding="utf-8").splitlines()]
+    return [Example(r["sentence"], None, labels.index(r["label"])) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def splits(tiny_finetuned):
+    return _examples(tiny_finetuned["data_dir"], "train.json"), _examples(tiny_finetuned["data_dir"], "dev.json")
+
+
+def _logits(model, tokenizer, examples):
+    return evaluate_dygraph(model, tokenizer, examples, 64).logits
+
+
+def _kl_to_teacher(teacher_logits, student_logits):
+    def log_softmax(x):
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    lt, ls = log_softmax(teacher_logits), log_softmax(student_logits)
+    return float((np.exp(lt) * (lt - ls)).sum(-1).mean())
+
+
+def test_pruned_sizes_round_heads_down_and_neurons_to_nearest():
+    assert dynabert.pruned_sizes(12, 1536, 0.75) == (9, 1152)
+    assert dynabert.pruned_sizes(12, 1536, 2 / 3) == (8, 1024)  # not 7: 12 * (2/3) is 7.999... in floats
+    assert dynabert.pruned_sizes(4, 64, 0.75) == (3, 48)
+    assert dynabert.pruned_sizes(4, 64, 0.1) == (1, 6)  # at least one head
+    assert dynabert.pruned_sizes(4, 64, 1.0) == (4, 64)
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(ConfigError, match="width_mult"):
+            dynabert.pruned_sizes(4, 64, bad)
+
+
+def test_reordering_by_importance_keeps_the_function_and_sorts_importance(tiny_model_copy, splits):
+    _, dev = splits
+    tok = Tokenizer.from_model_dir(tiny_model_copy, MAX_SEQ_LEN)
+    model = load_classifier(tiny_model_copy, 3)
+    before = _logits(model, tok, dev)
+    importance = dynabert.compute_importance(model, tok, dev, batch_size=32)
+    assert importance.heads.shape == (1, 4) and importance.neurons[0].shape == (64,)
+    assert np.all(importance.heads > 0) and np.count_nonzero(importance.neurons[0]) > 32
+    assert not np.all(np.diff(importance.heads[0]) <= 0), "fixture heads already sorted: the test would prove nothing"
+
+    dynabert.reorder_by_importance(model, importance)
+    after = _logits(model, tok, dev)
+    np.testing.assert_allclose(after, before, atol=2e-5)  # a permutation of heads/neurons: same function
+    assert not np.allclose(model.ernie.encoder.layers[0].linear1.weight.numpy(),
+                           load_classifier(tiny_model_copy, 3).ernie.encoder.layers[0].linear1.weight.numpy())
+
+    # recomputed on the reordered model, importance comes out sorted (most important first)
+    again = dynabert.compute_importance(model, tok, dev, batch_size=32)
+    np.testing.assert_allclose(again.heads[0], np.sort(importance.heads[0])[::-1], rtol=1e-3, atol=1e-7)
+    np.testing.assert_allclose(again.neurons[0], np.sort(importance.neurons[0])[::-1], rtol=1e-3, atol=1e-7)
+
+
+def test_narrowed_model_equals_full_model_with_pruned_units_masked(tiny_model_copy, splits):
+    """Physical slicing is exactly "mask the dropped heads and neurons" of the full model."""
+    import paddle
+
+    _, dev = splits
+    tok = Tokenizer.from_model_dir(tiny_model_copy, MAX_SEQ_LEN)
+    full = load_classifier(tiny_model_copy, 3)
+    small = dynabert.narrow_model(full, 2, 40)
+    layer = small.ernie.encoder.layers[0]
+    assert layer.self_attn.num_heads == 2 and layer.self_attn.head_dim == 8
+    assert layer.self_attn.q_proj.weight.shape == [32, 16] and layer.self_attn.out_proj.weight.shape == [16, 32]
+    assert layer.linear1.weight.shape == [32, 40] and layer.linear2.weight.shape == [40, 32]
+
+    head_mask = paddle.to_tensor(np.repeat([1.0, 1.0, 0.0, 0.0], 8).astype("float32"))
+    neuron_mask = paddle.to_tensor((np.arange(64) < 40).astype("float32"))
+    full_layer = full.ernie.encoder.layers[0]
+    full_layer.self_attn.out_proj.register_forward_pre_hook(lambda _l, x: (x[0] * head_mask,))
+    full_layer.linear2.register_forward_pre_hook(lambda _l, x: (x[0] * neuron_mask,))
+    np.testing.assert_allclose(_logits(small, tok, dev), _logits(full, tok, dev), atol=2e-5)
+
+
+def test_importance_keeps_the_heads_that_matter(tiny_model_copy, splits):
+    """Keeping the most important half of the heads/neurons stays closer to the model than keeping the least."""
+    _, dev = splits
+    tok = Tokenizer.from_model_dir(tiny_model_copy, MAX_SEQ_LEN)
+    model = load_classifier(tiny_model_copy, 3)
+    teacher = _logits(model, tok, dev)
+    importance = dynabert.compute_importance(model, tok, dev, batch_size=32)
+    best = dynabert.Importance(importance.heads, importance.neurons)
+    worst = dynabert.Importance(-importance.heads, [-n for n in importance.neurons])
+    kl = {}
+    for name, order in (("best", best), ("worst", worst)):
+        m = load_classifier(tiny_model_copy, 3)
+        dynabert.reorder_by_importance(m, order)
+        kl[name] = _kl_to_teacher(teacher, _logits(dynabert.narrow_model(m, 2, 32), tok, dev))
+    assert kl["best"] < kl["worst"], kl
+
+
+def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, splits):
+    import paddle
+
+    train, dev = splits
+    tok = Tokenizer.from_model_dir(tiny_model_copy, MAX_SEQ_LEN)
+    teacher = load_classifier(tiny_model_copy, 3)
+    t_logits = _logits(teacher, tok, dev)
+    paddle.seed(0)
+    student = dynabert.narrow_model(teacher, 1, 16)
+    kl_before = _kl_to_teacher(t_logits, _logits(student, tok, dev))
+    lines = []
+    acc = dynabert.distill(student, teacher, tok, train, dev, epochs=2, learning_rate=3e-3, batch_size=16,
+                           max_steps=40, seed=0, log=lines.append)
+    kl_after = _kl_to_teacher(t_logits, _logits(student, tok, dev))
+    assert kl_after < 0.7 * kl_before, (kl_before, kl_after)
+    assert acc >= 0.9
+    assert len(lines) == 2 and all("dev accuracy" in line for line in lines)  # one line per epoch
+
+
+def test_prune_width_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path, splits):
+    import paddle
+
+    train, dev = splits
+    out = dynabert.prune_width(
+        tiny_finetuned["model_dir"], 0.5, train, dev, max_seq_len=MAX_SEQ_LEN, out_dir=tmp_path / "w050",
+        epochs=1, learning_rate=3e-3, batch_size=16, max_steps=15, seed=3, log=lambda _m: None,
+    )
+    assert out == tmp_path / "w050"
+    for name in ("config.json", "model_state.pdparams", "vocab.txt", "tokenizer_config.json", "labels.json"):
+        assert (out / name).is_file(), name
+    assert (out / "labels.json").read_text() == (tiny_finetuned["model_dir"] / "labels.json").read_text()
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_attention_heads"] == 2 and config["intermediate_size"] == 32
+    assert config["hidden_size"] == 32 and config[HEAD_SIZE_KEY] == 8
+
+    state = paddle.load(str(out / "model_state.pdparams"), return_numpy=True)
+    assert state["ernie.encoder.layers.0.self_attn.q_proj.weight"].shape == (32, 16)
+    assert state["ernie.encoder.layers.0.self_attn.v_proj.bias"].shape == (16,)
+    assert state["ernie.encoder.layers.0.self_attn.out_proj.weight"].shape == (16, 32)
+    assert state["ernie.encoder.layers.0.linear1.weight"].shape == (32, 32)
+    assert state["ernie.encoder.layers.0.linear2.weight"].shape == (32, 32)
+    full = paddle.load(str(tiny_finetuned["model_dir"] / "model_state.pdparams"), return_numpy=True)
+    assert sum(v.size for v in state.values()) < sum(v.size for v in full.values())
+
+    model = load_classifier(out, 3)
+    tok = Tokenizer.from_model_dir(out, MAX_SEQ_LEN)
+    acc = evaluate_dygraph(model, tok, dev, 64).accuracy
+    assert acc >= 0.9, acc
+
+    # runs as a normal ERNIE: a static inference model exported from it gives the same logits
+    import paddle.inference as pi
+
+    static = paddle.jit.to_static(model, input_spec=[paddle.static.InputSpec([-1, -1], "int64", "input_ids"),
+                                                      paddle.static.InputSpec([-1, -1], "int64", "token_type_ids")])
+    paddle.jit.save(static, str(tmp_path / "static" / "model"))
+    cfg = pi.Config(str(tmp_path / "static" / "model.pdmodel"), str(tmp_path / "static" / "model.pdiparams"))
+    cfg.disable_glog_info()
+    predictor = pi.create_predictor(cfg)
+    enc = tok.encode([e.text_a for e in dev[:16]])
+    for name, arr in zip(predictor.get_input_names(), (enc.input_ids, enc.token_type_ids)):
+        handle = predictor.get_input_handle(name)
+        handle.reshape(arr.shape)
+        handle.copy_from_cpu(arr)
+    predictor.run()
+    got = predictor.get_output_handle(predictor.get_output_names()[0]).copy_to_cpu()
+    want = model(paddle.to_tensor(enc.input_ids), token_type_ids=paddle.to_tensor(enc.token_type_ids)).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_prune_width_is_deterministic_for_a_seed(tiny_finetuned, tmp_path, splits):
+    import paddle
+
+    train, dev = splits
+    kw = dict(max_seq_len=MAX_SEQ_LEN, epochs=1, learning_rate=3e-3, batch_size=16, max_steps=6, seed=5, log=lambda _m: None)
+    a = dynabert.prune_width(tiny_finetuned["model_dir"], 0.75, train, dev, out_dir=tmp_path / "a", **kw)
+    b = dynabert.prune_width(tiny_finetuned["model_dir"], 0.75, train, dev, out_dir=tmp_path / "b", **kw)
+    sa = paddle.load(str(a / "model_state.pdparams"), return_numpy=True)
+    sb = paddle.load(str(b / "model_state.pdparams"), return_numpy=True)
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        np.testing.assert_allclose(sa[k], sb[k], atol=1e-6, err_msg=k)
+
+
+def test_prune_width_rejects_bad_input(tiny_finetuned, tmp_path, splits):
+    train, dev = splits
+    kw = dict(max_seq_len=MAX_SEQ_LEN, epochs=1, learning_rate=1e-3, batch_size=16, max_steps=1, seed=0)
+    with pytest.raises(ConfigError, match="width_mult"):
+        dynabert.prune_width(tiny_finetuned["model_dir"], 1.5, train, dev, out_dir=tmp_path / "x", **kw)
+    with pytest.raises(ConfigError, match="dev set is empty"):
+        dynabert.prune_width(tiny_finetuned["model_dir"], 0.5, train, [], out_dir=tmp_path / "x", **kw)
+    with pytest.raises(ModelError, match="not found"):
+        dynabert.prune_width(tmp_path / "nope", 0.5, train, dev, out_dir=tmp_path / "x", **kw)
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.fixture(scope="module")
+def pruned_dir(tiny_finetuned, splits, tmp_path_factory):
+    train, dev = splits
+    return dynabert.prune_width(
+        tiny_finetuned["model_dir"], 0.75, train, dev, max_seq_len=MAX_SEQ_LEN, out_dir=tmp_path_factory.mktemp("p") / "w075",
+        epochs=1, learning_rate=3e-3, batch_size=16, max_steps=4, seed=0, log=lambda _m: None,
+    )
+
+
+def test_stock_paddlenlp_ernie_cannot_load_a_head_pruned_dir(pruned_dir):
+    """Why pipeline.compress.pruned_ernie exists: paddle's MultiHeadAttention needs hidden % heads == 0.
+
+    If this starts passing, stock PaddleNLP learned to load head-pruned ERNIE and our subclass can go.
+    """
+    from paddlenlp.transformers import ErnieForSequenceClassification
+
+    with pytest.raises(AssertionError, match="divisible by num_heads"):  # 32 hidden, 3 heads
+        ErnieForSequenceClassification.from_pretrained(str(pruned_dir), num_labels=3)
+
+
+@pytest.mark.xfail(strict=True, reason="needs pipeline.modeling.load_classifier to build "
+                   "pipeline.compress.pruned_ernie.ErnieForSequenceClassification (one-line change, lead's file)")
+def test_pipeline_load_classifier_loads_a_pruned_dir(pruned_dir):
+    from pipeline.modeling import load_classifier as pipeline_load_classifier
+
+    model = pipeline_load_classifier(pruned_dir, 3)
+    assert model.ernie.encoder.layers[0].self_attn.num_heads == 3
+
+
+def test_upstream_ofa_superlayernorm_still_broken(tiny_model_copy):
+    """Pins the paddleslim failure this module replaces (OFA super-layers, used by upstream DynaBERT).
+
+    On Paddle 2.6 ``_C_ops.layer_norm`` returns one tensor and SuperLayerNorm unpacks three.  When this
+    test fails, paddleslim's OFA works again and could be used instead of our own slicing.
+    """
+    import paddle
+    from paddleslim.nas.ofa.convert_super import Convert, supernet
+
+    model = load_classifier(tiny_model_copy, 3)
+    super_model = Convert(supernet(expand_ratio=[1.0])).convert(model)
+    with pytest.raises(ValueError, match="values to unpack"):
+        super_model.ernie.embeddings.layer_norm(paddle.randn([2, 5, 32]))

@@ -1,0 +1,194 @@
+"""Export stage and ONNX backend on the tiny fine-tuned model: contract, real int8, parity, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline  # noqa: F401  (before paddle)
+from pipeline.errors import ConfigError, ModelError
+
+
+def make_ctx(stage_name: str, cfg, out_dir: Path, work_dir: Path, upstream: dict, runs_dir: Path):
+    from pipeline.graph import get_stage
+    from pipeline.runner import StageContext
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return StageContext(cfg, get_stage(stage_name), out_dir, work_dir, upstream, runs_dir, lambda m: None)
+
+
+def standin_compress(tiny: dict, root: Path, quantization: str = "ptq") -> "StageRecord":
+    """What the compress stage hands over, built from the tiny model: its FP32 static export serves as
+    both the baseline and the 'selected' program (Paddle's int8 switch leaves an unquantized program as is)."""
+    from pipeline.backends.paddle_inference import export_static
+    from pipeline.modeling import load_classifier
+    from pipeline.records import StageRecord, StageStatus
+
+    model = load_classifier(tiny["model_dir"], 3)
+    static = export_static(model, root / "fp32_infer")
+    selected = {"name": f"tiny-{quantization}", "width_mult": 1.0, "quantization": quantization,
+                "embeddings_int8": False, "accuracy": None}
+    (root / "selected.json").write_text(json.dumps(selected))
+    arts = {"selected": str(root / "selected.json"), "selected_infer_dir": str(static),
+            "selected_fp32_model_dir": str(tiny["model_dir"]), "fp32_infer_dir": str(static)}
+    return StageRecord(stage="compress", status=StageStatus.OK, key="standin", params={}, inputs={}, artifacts=arts)
+
+
+def tiny_cfg(tiny: dict, **overrides):
+    from pipeline.config import load_task_config
+
+    from tests.conftest import TINY_MODEL_OVERRIDES
+
+    return load_task_config(str(tiny["task_yaml"]), {**TINY_MODEL_OVERRIDES, **overrides})
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_finetuned, tmp_path_factory) -> dict:
+    from pipeline.records import read_record
+    from pipeline.stages import export
+
+    root = tmp_path_factory.mktemp("export")
+    # The tiny model is mostly LayerNorm/bias/scale overhead: 35% is a target for real models (bench_export.py).
+    cfg = tiny_cfg(tiny_finetuned, **{"export.calibration_sentences": 32, "export.max_int8_size_ratio": 0.5})
+    upstream = {"compress": standin_compress(tiny_finetuned, root / "compress"),
+                "finetune-check": read_record(tiny_finetuned["runs_dir"] / "tiny" / "finetune-check")}
+    ctx = make_ctx("export", cfg, root / "out", root / "work", upstream, tiny_finetuned["runs_dir"] / "tiny")
+    result = export.run(ctx)
+    return {"cfg": cfg, "out": ctx.out_dir, "result": result, "upstream": upstream, "root": root}
+
+
+def test_export_writes_the_contract(exported):
+    out, result = exported["out"], exported["result"]
+    assert result.gate_error is None
+    for rel in ("paddle_fp32/model.pdmodel", "paddle_fp32/model.pdiparams", "paddle_int8/model.pdmodel",
+                "onnx/fp32.onnx", "onnx/int8.onnx", "onnx/int8_qdq.onnx", "tokenizer/vocab.txt",
+                "tokenizer/tokenizer_config.json", "tokenizer/special_tokens_map.json", "labels.json", "meta.json"):
+        assert (out / rel).is_file(), rel
+    assert set(result.artifacts) == {"onnx_fp32", "onnx_int8", "onnx_int8_qdq", "paddle_fp32", "paddle_int8",
+                                     "tokenizer_dir", "labels", "meta"}
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["task"] == "tiny" and meta["max_seq_len"] == 32 and meta["num_labels"] == 3
+    assert [i["name"] for i in meta["inputs"]] == ["input_ids", "token_type_ids"]
+    assert meta["outputs"] == [{"name": "logits", "dtype": "float32", "shape": [-1, 3]}]
+    assert meta["labels"] == ["100", "101", "102"] and meta["selected_candidate"]["name"] == "tiny-ptq"
+    labels = [json.loads(line) for line in (out / "labels.json").read_text().splitlines()]
+    assert labels[0] == {"label": "100", "label_desc": "news_sports"}
+
+
+def test_onnx_inputs_outputs_and_dynamic_dims(exported):
+    from pipeline.backends.onnxruntime import check_onnx, session
+
+    for name in ("fp32", "int8", "int8_qdq"):
+        model = check_onnx(exported["out"] / "onnx" / f"{name}.onnx")
+        assert [i.name for i in model.graph.input] == ["input_ids", "token_type_ids"]
+        assert [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim] == ["batch", "seq"]
+        assert max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 13
+    s = session(exported["out"] / "onnx" / "int8.onnx", threads=1)
+    for shape in ((1, 5), (7, 19)):  # dynamic batch and sequence
+        ids = np.full(shape, 7, dtype=np.int64)
+        assert s.run(ids, np.zeros_like(ids)).shape == (shape[0], 3)
+
+
+def test_int8_onnx_really_stores_int8_weights_and_is_small(exported):
+    import onnx
+    from onnx import TensorProto
+
+    from pipeline.backends.onnxruntime import weight_stats
+
+    onnx_dir = exported["out"] / "onnx"
+    fp32, int8, qdq = (weight_stats(onnx_dir / f"{n}.onnx") for n in ("fp32", "int8", "int8_qdq"))
+    assert fp32.int8_initializers == 0
+    assert int8.int8_initializers >= 6 and qdq.int8_initializers >= 6  # every Linear of the 1-layer model + embeddings
+    assert int8.int8_bytes > 2 * int8.float_bytes  # the weights are int8, not float with int8 on the side
+    assert int8.file_bytes < 0.5 * fp32.file_bytes  # tiny model: LayerNorm/bias overhead is relatively larger
+    model = onnx.load(str(onnx_dir / "int8.onnx"))
+    word = [i for i in model.graph.initializer if i.name.endswith("_int8")]
+    assert len(word) == 2 and all(w.data_type == TensorProto.INT8 for w in word)  # word + position embedding tables
+    # per-channel: weight scales are vectors, one per output column
+    scales = [i for i in model.graph.initializer if i.name.endswith("_scale") and len(i.dims) == 1 and i.dims[0] > 1]
+    assert scales
+    qdq_model = onnx.load(str(onnx_dir / "int8_qdq.onnx"))
+    ops = {n.op_type for n in qdq_model.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+
+
+def test_ort_int8_predictions_agree_with_fp32_on_dev(exported, tiny_finetuned):
+    from pipeline.backends.onnxruntime import session
+    from pipeline.data import load_task_data
+    from pipeline.evaluation import evaluate_session
+    from pipeline.tokenizer import Tokenizer
+
+    cfg = exported["cfg"]
+    dev = load_task_data(cfg).dev.examples
+    tok = Tokenizer.from_model_dir(exported["out"] / "tokenizer", cfg.max_seq_len)
+    ref = np.load(tiny_finetuned["runs_dir"] / "tiny" / "finetune-check" / "out" / "dev_logits.npy")
+    evs = {n: evaluate_session(session(exported["out"] / "onnx" / f"{n}.onnx", threads=1), tok, dev, 32)
+           for n in ("fp32", "int8", "int8_qdq")}
+    np.testing.assert_allclose(evs["fp32"].logits, ref, atol=1e-3)  # ONNX FP32 == dygraph FP32
+    assert (evs["int8"].predictions == evs["fp32"].predictions).mean() >= 0.95
+    assert (evs["int8_qdq"].predictions == evs["fp32"].predictions).mean() >= 0.9
+    assert evs["int8"].accuracy >= evs["fp32"].accuracy - 0.05
+
+
+def test_corrupt_and_truncated_models_are_clear_errors(exported, tmp_path):
+    from pipeline.backends.onnxruntime import check_onnx, export_onnx, session
+
+    data = (exported["out"] / "onnx" / "fp32.onnx").read_bytes()
+    trunc = tmp_path / "trunc.onnx"
+    trunc.write_bytes(data[: len(data) // 3])
+    with pytest.raises(ModelError, match="trunc.onnx"):
+        check_onnx(trunc)
+    with pytest.raises(ModelError, match="trunc.onnx"):
+        session(trunc)
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x00not an onnx model" * 10)
+    with pytest.raises(ModelError, match="garbage.onnx"):
+        check_onnx(garbage)
+    static = tmp_path / "static"
+    shutil.copytree(exported["out"] / "paddle_fp32", static)
+    pd = static / "model.pdmodel"
+    pd.write_bytes(pd.read_bytes()[:100])
+    with pytest.raises(ModelError, match="static"):
+        export_onnx(static, tmp_path / "x.onnx")
+    (static / "model.pdiparams").unlink()
+    with pytest.raises(ModelError, match="missing model.pdiparams"):
+        export_onnx(static, tmp_path / "x.onnx")
+    with pytest.raises(ConfigError, match="opset"):
+        export_onnx(exported["out"] / "paddle_fp32", tmp_path / "x.onnx", opset=11)
+
+
+def test_onnx_with_unexpected_input_names_is_rejected(exported, tmp_path):
+    import onnx
+
+    from pipeline.backends.onnxruntime import check_onnx, session
+
+    model = onnx.load(str(exported["out"] / "onnx" / "fp32.onnx"))
+    old = model.graph.input[0].name
+    model.graph.input[0].name = "ids"
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = "ids"
+    bad = tmp_path / "renamed.onnx"
+    onnx.save(model, str(bad))
+    with pytest.raises(ModelError, match="unexpected ONNX input names"):
+        check_onnx(bad)
+    with pytest.raises(ModelError, match="unexpected ONNX input names"):
+        session(bad)
+
+
+def test_upstream_paddle2onnx_still_writes_weights_as_constants(exported):
+    """Pins the paddle2onnx 1.3.1 behaviour export_onnx works around: no initializers, so
+    onnxruntime.quantization would quantize nothing.  When this fails, the workaround can go."""
+    import onnx
+    import paddle2onnx
+
+    d = exported["out"] / "paddle_fp32"
+    raw = paddle2onnx.export(str(d / "model.pdmodel"), str(d / "model.pdiparams"), None, opset_version=13, verbose=False)
+    model = onnx.load_from_string(raw)
+    assert len(model.graph.initializer) == 0
+    assert sum(n.op_type == "Constant" for n in model.graph.node) > 10

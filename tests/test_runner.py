@@ -1,0 +1,175 @@
+"""The stage graph runner: caching, selection, atomic outputs, resume, gates and exit codes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import main
+from pipeline.records import read_record
+from tests.conftest import tiny_cli_args
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(task_yaml, runs, *extra, capsys=None):
+    select = [] if ("--only" in extra or "--from" in extra) else ["--until", "finetune-check"]
+    rc = main(["run", *tiny_cli_args(task_yaml, runs), *select, *extra])
+    out = capsys.readouterr() if capsys else None
+    return rc, out
+
+
+def test_second_run_skips_finished_stages_and_param_change_reruns(tiny_task, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    rc, out = _run(tiny_task, runs, capsys=capsys)
+    assert rc == 0, out.err
+    rec1 = read_record(runs / "tiny" / "finetune")
+    assert rec1.status.value == "OK" and rec1.versions["paddlepaddle"].startswith("2.6")
+    assert rec1.inputs and rec1.outputs and rec1.duration_s > 0
+    rc, out = _run(tiny_task, runs, capsys=capsys)
+    assert rc == 0
+    assert "[finetune] cached" in out.out and "[finetune-check] cached" in out.out
+    # changing a parameter of finetune-check only re-runs finetune-check
+    rc, out = _run(tiny_task, runs, "--set", "gates.min_accuracy=0.4", capsys=capsys)
+    assert rc == 0
+    assert "[finetune] cached" in out.out and "[finetune-check] running" in out.out
+    # --force re-runs even when cached
+    rc, out = _run(tiny_task, runs, "--only", "finetune-check", "--force", capsys=capsys)
+    assert rc == 0 and "[finetune-check] running" in out.out
+
+
+def test_data_change_invalidates(tiny_task, tiny_data, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert _run(tiny_task, runs, capsys=capsys)[0] == 0
+    with open(tiny_data / "dev.json", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"label": "100", "sentence": "球赛冠军"}, ensure_ascii=False) + "\n")
+    rc, out = _run(tiny_task, runs, capsys=capsys)
+    assert rc == 0 and "[finetune] running" in out.out
+
+
+def test_only_needs_completed_upstream(tiny_task, tmp_path, capsys):
+    rc = main(["run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--only", "finetune-check"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "needs finetune, which has not completed" in err
+
+
+def test_unimplemented_stages_say_so(tiny_task, tmp_path, capsys):
+    from pipeline.graph import STAGES
+
+    missing = [s.name for s in STAGES if s.run is None]
+    if not missing:
+        pytest.skip("every stage is implemented")
+    rc = main(["run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--until", missing[0]])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert f"[{missing[0]}] NOT IMPLEMENTED" in out and "bundle INCOMPLETE" in out
+    assert read_record(tmp_path / "runs" / "tiny" / missing[0]) is None
+
+
+def test_gate_failure_exits_3_and_is_not_marked_done(tiny_task, tmp_path, capsys):
+    # one training step: an un-fine-tuned model, which the gate must catch
+    bad = ("--set", "finetune.max_steps=1", "--set", "gates.min_accuracy=0.9")
+    rc, out = _run(tiny_task, tmp_path / "runs", *bad, capsys=capsys)
+    assert rc == 3
+    assert "below gates.min_accuracy 0.9000" in out.err
+    rec = read_record(tmp_path / "runs" / "tiny" / "finetune-check")
+    assert rec.status.value == "FAIL"
+    rc, out = _run(tiny_task, tmp_path / "runs", *bad, capsys=capsys)
+    assert rc == 3 and "[finetune-check] running" in out.out  # a failed stage is never reused
+
+
+def test_bad_input_errors_are_one_line_exit_2(tiny_task, tiny_data, tmp_path, capsys):
+    (tiny_data / "train.json").write_text('{"label": "100", "sentence": "ok"}\n{bad json\n', encoding="utf-8")
+    rc, out = _run(tiny_task, tmp_path / "runs", capsys=capsys)
+    assert rc == 2
+    err_lines = [l for l in out.err.splitlines() if l.startswith("error:")]
+    assert len(err_lines) == 1 and "train.json:2: malformed JSON" in err_lines[0]
+    assert read_record(tmp_path / "runs" / "tiny" / "finetune").status.value == "FAIL"
+
+
+def test_unknown_task_and_model_errors(tmp_path, capsys):
+    assert main(["run", "--task", "nope", "--runs-dir", str(tmp_path)]) == 2
+    assert "unknown task 'nope'" in capsys.readouterr().err
+    rc = main(["run", "--task", "tnews", "--runs-dir", str(tmp_path), "--model", str(tmp_path / "missing-model")])
+    assert rc == 2 and "model dir not found" in capsys.readouterr().err
+
+
+def test_num_classes_mismatch_through_cli(tiny_finetuned, tmp_path, capsys):
+    rc = main(["run", "--task", "tnews", "--runs-dir", str(tmp_path / "r"), "--model", str(tiny_finetuned["model_dir"]),
+               "--data-dir", str(tiny_finetuned["data_dir"])])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "labels.json: label set does not match" in err or "num_classes mismatch" in err
+
+
+def test_unwritable_output_dir(tiny_task, tmp_path, capsys):
+    if os.geteuid() == 0:
+        blocker = tmp_path / "file"  # root ignores permissions: make the runs dir's parent a file
+        blocker.write_text("x")
+        runs = blocker / "runs"
+    else:
+        runs = tmp_path / "ro"
+        runs.mkdir(mode=0o500)
+    rc, out = _run(tiny_task, runs, capsys=capsys)
+    assert rc == 2 and "is not writable" in out.err
+
+
+def test_finetuned_model_passes_through_without_training(tiny_finetuned, tmp_path, capsys):
+    rc = main(["run", "--task", str(tiny_finetuned["task_yaml"]), "--runs-dir", str(tmp_path / "r"),
+               "--model", str(tiny_finetuned["model_dir"]), "--set", "max_seq_len=32", "--until", "finetune-check"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "no training needed" in out.out
+    rec = read_record(tmp_path / "r" / "tiny" / "finetune")
+    assert rec.metrics["trained"] == 0 and rec.artifacts["model_dir"] == str(tiny_finetuned["model_dir"])
+    base = json.loads((tmp_path / "r" / "tiny" / "finetune-check" / "out" / "baseline.json").read_text())
+    assert base["accuracy"] == json.loads(tiny_finetuned["baseline"].read_text())["accuracy"]
+
+
+def test_status_and_clean(tiny_task, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert _run(tiny_task, runs, capsys=capsys)[0] == 0
+    assert main(["status", *tiny_cli_args(tiny_task, runs)]) == 0
+    out = capsys.readouterr().out
+    assert "finetune-check  OK" in out
+    assert main(["status", *tiny_cli_args(tiny_task, runs), "--set", "gates.min_accuracy=0.3"]) == 0
+    assert "finetune-check  STALE" in capsys.readouterr().out
+    assert main(["clean", "--task", "tiny", "--runs-dir", str(runs), "--stage", "finetune"]) == 0
+    assert not (runs / "tiny" / "finetune").exists()
+
+
+def test_kill_9_mid_finetune_resumes(tiny_task, tmp_path):
+    """kill -9 during training leaves no completed record; the next run resumes from the checkpoint."""
+    runs = tmp_path / "runs"
+    args = [sys.executable, "-m", "pipeline", "run", *tiny_cli_args(tiny_task, runs), "--until", "finetune",
+            "--set", "finetune.epochs=40", "--set", "finetune.checkpoint_steps=5"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    sdir = runs / "tiny" / "finetune"
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline:
+            states = list(sdir.glob("work/*/checkpoint/state.json"))
+            if states and json.loads(states[0].read_text())["step"] >= 40:
+                break
+            if proc.poll() is not None:
+                pytest.fail("training finished before it could be killed: " + proc.stdout.read().decode()[-2000:])
+            time.sleep(0.2)
+        else:
+            pytest.fail("no checkpoint appeared")
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert read_record(sdir) is None, "a killed stage must not look complete"
+    assert not (sdir / "out").exists()
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resuming fine-tune from step" in done.stdout
+    rec = read_record(sdir)
+    assert rec.status.value == "OK" and rec.metrics["resumed_from_step"] >= 40
+    assert not list(sdir.glob(".tmp-*")) and not (sdir / "work").exists()

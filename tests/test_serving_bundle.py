@@ -1,0 +1,214 @@
+"""Bundle writing without a server: Triton configs for every runtime, atomic writes, integrity checks, the package stage."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from serving_fixtures import tiny_bundle, tiny_export  # noqa: F401  (fixtures)
+
+from pipeline.errors import ConfigError
+from serving.config import ACCELERATORS, FASTDEPLOY_ENGINES, PackageConfig
+from serving.integrity import BundleIntegrityError, verify_bundle
+from serving.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.repository import BundleTooLarge, ExportArtifacts, PackageError, choose_model, write_repository
+from tritonclient.grpc import model_config_pb2 as mc
+
+SHAPE = BundleShape(task="tnews", num_labels=15, max_seq_len=64, model_file="model.onnx", pad_id=0)
+
+
+def _variants():
+    yield PackageConfig(runtime="python-onnxruntime")
+    yield PackageConfig(runtime="python-paddle", kind="GPU", instance_count=2, version_policy="all")
+    yield PackageConfig(runtime="onnxruntime", threads=2)
+    for acc in ACCELERATORS[1:]:
+        yield PackageConfig(runtime="onnxruntime", kind="GPU", accelerator=acc)
+    for eng in FASTDEPLOY_ENGINES:
+        yield PackageConfig(runtime="fastdeploy", fastdeploy_engine=eng, kind="GPU" if eng == "tensorrt" else "CPU")
+    yield PackageConfig(runtime="python-onnxruntime", max_batch_size=0)
+
+
+@pytest.mark.parametrize("pc", list(_variants()), ids=lambda pc: f"{pc.runtime}-{pc.accelerator}-{pc.fastdeploy_engine}-{pc.kind}-mbs{pc.max_batch_size}")
+def test_every_config_round_trips_through_text_format(pc):
+    configs = all_configs(SHAPE, pc)
+    assert set(configs) == {"tnews", "tnews_tokenizer", "tnews_model", "tnews_postprocess"}
+    for name, cfg in configs.items():
+        text = to_pbtxt(cfg)
+        back = parse_pbtxt(text)
+        assert back == cfg, name
+        assert back.name == name
+        assert f"max_batch_size: {pc.max_batch_size}" in text  # written even when 0
+        assert back.version_policy.WhichOneof("policy_choice") == pc.version_policy
+        if name == "tnews":
+            assert back.platform == "ensemble"
+            assert [s.model_name for s in back.ensemble_scheduling.step] == ["tnews_tokenizer", "tnews_model", "tnews_postprocess"]
+            assert [o.name for o in back.output][:4] == ["label", "label_desc", "confidence", "probs"]
+            assert back.input[0].data_type == mc.TYPE_STRING
+            continue
+        assert back.instance_group[0].count == pc.instance_count
+        if pc.max_batch_size:
+            assert list(back.dynamic_batching.preferred_batch_size) == [pc.preferred_batch_size]
+            assert back.dynamic_batching.max_queue_delay_microseconds == pc.max_queue_delay_microseconds
+        else:
+            assert not back.HasField("dynamic_batching")
+            assert list(back.input[0].dims)[0] == -1  # the batch dimension is explicit
+
+
+def test_backend_specific_fields():
+    trt = all_configs(SHAPE, PackageConfig(runtime="onnxruntime", kind="GPU", accelerator="tensorrt-int8"))["tnews_model"]
+    assert trt.platform == "onnxruntime_onnx"
+    acc = trt.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    assert acc.name == "tensorrt" and acc.parameters["precision_mode"] == "INT8"
+    assert trt.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    fd = all_configs(SHAPE, PackageConfig(runtime="fastdeploy", fastdeploy_engine="paddle"))["tnews_model"]
+    assert fd.backend == "fastdeploy"
+    assert fd.optimization.execution_accelerators.cpu_execution_accelerator[0].name == "paddle"
+    py = all_configs(SHAPE, PackageConfig(runtime="python-onnxruntime"))["tnews_model"]
+    assert py.backend == "python" and py.parameters["engine"].string_value == "onnxruntime"
+    assert py.input[0].allow_ragged_batch  # the python runner re-pads merged requests itself
+    assert not all_configs(SHAPE, PackageConfig(runtime="onnxruntime"))["tnews_model"].input[0].allow_ragged_batch
+
+
+@pytest.mark.parametrize("field,value", [("runtime", "tensorflow"), ("kind", "TPU"), ("max_batch_size", -1),
+                                         ("preferred_batch_size", 100), ("accelerator", "tensorrt-int8"), ("top_k", 0)])
+def test_bad_package_config_is_a_config_error(field, value):
+    with pytest.raises(ConfigError, match=f"package.{field}"):
+        PackageConfig(**{field: value})
+
+
+def test_task_config_package_section_is_checked(tmp_path):
+    from conftest import write_tiny_task_yaml
+    from pipeline.config import load_task_config
+
+    y = write_tiny_task_yaml(tmp_path / "t.yaml", tmp_path, package={"runtime": "onnxruntime", "max_batch_size": 32})
+    assert load_task_config(str(y)).package.runtime == "onnxruntime"
+    with pytest.raises(ConfigError, match="package.runtime"):
+        load_task_config(str(y), {"package.runtime": "bogus"})
+
+
+def test_bundle_layout_and_manifest(tiny_bundle):
+    m = verify_bundle(tiny_bundle)
+    for rel in ("tiny/config.pbtxt", "tiny_tokenizer/1/model.py", "tiny_tokenizer/1/vocab.txt", "tiny_model/1/model.onnx",
+                "tiny_model/1/model.py", "tiny_postprocess/1/labels.json", "README.md", "meta.json"):
+        assert rel in m["files"], rel
+        assert (tiny_bundle / rel).is_file()
+    assert (tiny_bundle / "tiny" / "1").is_dir()  # the ensemble's empty version folder
+    for cfg in tiny_bundle.glob("*/config.pbtxt"):
+        parse_pbtxt(cfg.read_text())
+    assert m["precision"] == "int8" and m["model_form"] == "onnx_int8"
+    assert m["metrics"]["accuracy"] == 1.0 and m["versions"]["serving"]["onnxruntime"]
+    card = (tiny_bundle / "README.md").read_text()
+    assert "## Measured numbers" in card and "| accuracy | 1.0000 |" in card
+
+
+def _copy(bundle: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "repo" / "tiny"
+    shutil.copytree(bundle, dst)
+    return dst
+
+
+def test_tampered_file_is_refused(tiny_bundle, tmp_path):
+    b = _copy(tiny_bundle, tmp_path)
+    with open(b / "tiny_model/1/model.onnx", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(BundleIntegrityError, match="model.onnx: SHA-256 differs"):
+        verify_bundle(b)
+
+
+def test_tampered_manifest_is_refused(tiny_bundle, tmp_path):
+    b = _copy(tiny_bundle, tmp_path)
+    m = json.loads((b / "bundle.json").read_text())
+    m["metrics"]["accuracy"] = 0.99
+    (b / "bundle.json").write_text(json.dumps(m))
+    with pytest.raises(BundleIntegrityError, match="manifest_sha256"):
+        verify_bundle(b)
+
+
+def test_unlisted_and_missing_files_are_refused(tiny_bundle, tmp_path):
+    b = _copy(tiny_bundle, tmp_path)
+    (b / "tiny_model" / "2").mkdir()
+    (b / "tiny_model" / "2" / "model.onnx").write_bytes(b"x")
+    with pytest.raises(BundleIntegrityError, match="not listed"):
+        verify_bundle(b)
+    shutil.rmtree(b / "tiny_model" / "2")
+    (b / "tiny_postprocess/1/labels.json").unlink()
+    with pytest.raises(BundleIntegrityError, match="missing"):
+        verify_bundle(b)
+
+
+def test_failed_package_leaves_previous_bundle_untouched(tiny_export, tmp_path):
+    exp = ExportArtifacts.from_dir(tiny_export)
+    repo = tmp_path / "repo"
+    first = write_repository(repo, "tiny", exp, PackageConfig())
+    before = json.loads((first.path / "bundle.json").read_text())
+    # int8 asked for explicitly, but this export has no QDQ model for TensorRT: must fail before the swap.
+    with pytest.raises(PackageError, match="no int8_qdq"):
+        write_repository(repo, "tiny", exp, PackageConfig(runtime="onnxruntime", kind="GPU", accelerator="tensorrt-int8", precision="int8"))
+    with pytest.raises(BundleTooLarge):
+        write_repository(repo, "tiny", exp, PackageConfig(runtime="python-onnxruntime", top_k=1), max_mb=0.01)
+    assert json.loads((first.path / "bundle.json").read_text()) == before
+    verify_bundle(first.path)
+    assert sorted(p.name for p in repo.iterdir()) == ["tiny"]  # no temp dirs left behind
+    # A good re-package replaces it.
+    second = write_repository(repo, "tiny", exp, PackageConfig(top_k=1))
+    assert json.loads((second.path / "bundle.json").read_text())["package"]["top_k"] == 1
+
+
+def test_model_choice_per_runtime(tiny_export):
+    exp = ExportArtifacts.from_dir(tiny_export)
+    assert choose_model(exp, PackageConfig()).form == "onnx_int8"
+    assert choose_model(exp, PackageConfig(), preferred="fp32").form == "onnx_fp32"
+    assert choose_model(exp, PackageConfig(runtime="onnxruntime", kind="GPU")).form == "onnx_fp32"
+    assert choose_model(exp, PackageConfig(runtime="python-paddle")).form == "paddle_fp32"
+    assert choose_model(exp, PackageConfig(runtime="fastdeploy", fastdeploy_engine="paddle")).model_file == "model.pdmodel"
+    # auto falls back to fp32 when the int8 form the runtime needs was not exported
+    assert choose_model(exp, PackageConfig(runtime="onnxruntime", kind="GPU", accelerator="tensorrt-int8")).form == "onnx_fp32"
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "fastdeploy", "python-paddle"])
+def test_other_runtime_bundles_are_complete(tiny_export, tmp_path, runtime):
+    info = write_repository(tmp_path / "repo", "tiny", ExportArtifacts.from_dir(tiny_export), PackageConfig(runtime=runtime))
+    files = verify_bundle(info.path)["files"]
+    model_files = sorted(f.split("/", 2)[2] for f in files if f.startswith("tiny_model/1/"))
+    expected = {"onnxruntime": ["model.onnx"], "fastdeploy": ["model.onnx"],
+                "python-paddle": ["bundle_integrity.py", "model.pdiparams", "model.pdmodel", "model.py"]}[runtime]
+    assert model_files == expected
+    cfg = parse_pbtxt((info.path / "tiny_model" / "config.pbtxt").read_text())
+    assert cfg.backend == {"onnxruntime": "onnxruntime", "fastdeploy": "fastdeploy", "python-paddle": "python"}[runtime]
+
+
+def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_finetuned, tmp_path):
+    """The stage's run() with real upstream records (export/validate written as those stages will write them)."""
+    from pipeline.config import load_task_config
+    from pipeline.graph import get_stage
+    from pipeline.records import StageRecord, StageStatus, atomic_write_text
+    from pipeline.runner import StageContext
+    from pipeline.stages import package
+
+    runs = tmp_path / "runs" / "tiny"
+    roles = {"onnx_fp32": "onnx/fp32.onnx", "onnx_int8": "onnx/int8.onnx", "paddle_fp32": "paddle_fp32",
+             "tokenizer_dir": "tokenizer", "labels": "labels.json", "meta": "meta.json"}
+    shutil.copytree(tiny_export, runs / "export" / "out")
+    export_rec = StageRecord("export", StageStatus.OK, "k", {}, {}, artifacts=roles)
+    atomic_write_text(runs / "export" / "record.json", export_rec.to_json())
+    (runs / "validate" / "out").mkdir(parents=True)
+    (runs / "validate" / "out" / "metrics.json").write_text(json.dumps({"accuracy": 0.97, "chosen_backend": "onnxruntime-fp32"}))
+    (runs / "validate" / "out" / "gates.json").write_text(json.dumps({"max_accuracy_drop": {"passed": True}}))
+    validate_rec = StageRecord("validate", StageStatus.OK, "k", {}, {}, artifacts={"metrics": "metrics.json", "gates": "gates.json"})
+    cfg = load_task_config(str(tiny_finetuned["task_yaml"]), {"package.repository": str(tmp_path / "model_repository")})
+    assert package.inputs(cfg) == {"repository_state": "missing-or-changed"}
+    out = tmp_path / "out"
+    out.mkdir()
+    ctx = StageContext(cfg, get_stage("package"), out, tmp_path / "work", {"validate": validate_rec}, runs, print)
+    result = package.run(ctx)
+    bundle = Path(result.artifacts["bundle_dir"])
+    assert bundle == tmp_path / "model_repository" / "tiny"
+    m = verify_bundle(bundle)
+    assert m["precision"] == "fp32"  # validate chose fp32
+    assert m["metrics"]["accuracy"] == 0.97 and m["gates"]["max_accuracy_drop"]["passed"]
+    assert (out / "bundle.json").is_file() and result.metrics["files"] == len(m["files"])
+    assert package.inputs(cfg) == {"repository_state": "intact"}
+    assert dataclasses.asdict(cfg.package) == m["package"]

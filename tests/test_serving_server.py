@@ -1,0 +1,161 @@
+"""A real Triton server (the nvidia-pytriton tritonserver binary) on the tiny model's bundle, over HTTP and gRPC.
+
+The server starts once for the module (about 4 s) on free 127.0.0.1 ports and is shut down at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+
+import numpy as np
+import pytest
+from serving_fixtures import tiny_bundle, tiny_export  # noqa: F401  (fixtures)
+
+from serving.client import ClassifierClient, RequestRejected
+from serving.server import ServerError, TritonServer, start_server
+
+
+
+
+@pytest.fixture(scope="module")
+def server(tiny_bundle, tmp_path_factory) -> TritonServer:
+    log = tmp_path_factory.mktemp("triton") / "server.log"
+    srv = start_server(tiny_bundle, log_path=log, timeout=120)
+    yield srv
+    rc = srv.stop()
+    assert rc == 0, srv.log_tail()
+
+
+@pytest.fixture(scope="module")
+def dev(tiny_finetuned):
+    rows = [json.loads(line) for line in (tiny_finetuned["data_dir"] / "dev.json").read_text(encoding="utf-8").splitlines()]
+    return [r["sentence"] for r in rows], [r["label"] for r in rows]
+
+
+@pytest.fixture(scope="module")
+def offline(tiny_bundle):
+    from serving.offline import BundleModel
+
+    return BundleModel.open(tiny_bundle)
+
+
+def _clients(server):
+    return {"http": ClassifierClient(server.http_url, "http", "tiny", retries=0),
+            "grpc": ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0)}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_served_labels_equal_offline_model(server, dev, offline, protocol):
+    from serving.offline import offline_logits
+
+    texts, gold = dev
+    client = _clients(server)[protocol]
+    assert client.health() == {"live": True, "ready": True, "model_ready": True}
+    preds = client.classify(texts, batch_size=8)  # max_batch_size of this bundle
+    logits = offline_logits(offline, texts)
+    labels = offline.labels()
+    assert [p.label for p in preds] == [labels[i] for i in logits.argmax(-1)]
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    np.testing.assert_allclose(np.array([p.probs for p in preds]), probs, atol=1e-4)
+    assert np.mean([p.label == g for p, g in zip(preds, gold)]) > 0.9  # the tiny model is good at its task
+    p = preds[0]
+    assert p.label_desc in ("news_sports", "news_finance", "news_tech")
+    assert p.confidence == pytest.approx(max(p.probs), abs=1e-6)
+    assert len(p.top_k) == 2 and p.top_k[0] == (p.label, pytest.approx(p.confidence, abs=1e-6))
+
+
+def test_served_token_ids_equal_pipeline_tokenizer(server, offline):
+    import tritonclient.http as th
+
+    texts = ["球赛冠军", "iPhone 15 发布了！NBA总决赛", "A股  大涨\t3%", "ＡＢＣ全角", "混合English和中文words", "冠军" * 40]
+    c = th.InferenceServerClient(server.http_url)
+    inp = th.InferInput("text", [len(texts), 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=object))
+    r = c.infer("tiny_tokenizer", [inp])
+    enc = offline.tokenizer().encode(texts)
+    np.testing.assert_array_equal(r.as_numpy("input_ids"), enc.input_ids)
+    np.testing.assert_array_equal(r.as_numpy("token_type_ids"), enc.token_type_ids)
+    assert r.as_numpy("input_ids").shape[1] == 32  # the long text was truncated to max_seq_len
+    c.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bad_requests_are_refused_and_the_server_keeps_serving(server, protocol):
+    client = _clients(server)[protocol]
+    good = client.classify_batch(["股票银行基金"])[0].label
+    with pytest.raises(RequestRejected, match="empty text"):
+        client.classify_batch(["股票", ""])
+    with pytest.raises(RequestRejected, match="not valid UTF-8"):
+        client.classify_batch([b"\xff\xfe\x80abc"])
+    with pytest.raises(RequestRejected, match="over the limit"):
+        client.classify_batch(["股" * 2000])  # 6000 bytes > max_text_bytes 4096
+    with pytest.raises(RequestRejected, match="batch"):
+        client.classify_batch(["股票"] * 9)  # max_batch_size is 8
+    # A long text within the byte limit is truncated, not refused.
+    assert client.classify_batch(["股票银行" * 100])[0].label == good
+    assert client.health()["model_ready"]
+    assert client.classify_batch(["股票银行基金"])[0].label == good
+    assert server.alive()
+
+
+def test_concurrent_requests_are_batched_and_answered_correctly(server, dev):
+    """Many clients at once: the dynamic batcher merges requests of different lengths (ragged) in the model."""
+    texts, _ = dev
+    expected = [p.label for p in _clients(server)["grpc"].classify(texts[:24], batch_size=1)]
+    got = [None] * 24
+    errors = []
+
+    def worker(k):
+        c = ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0)
+        try:
+            for i in range(k, 24, 6):
+                got[i] = c.classify_batch([texts[i]])[0].label
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and got == expected
+
+
+def test_client_cli_and_smoke_and_loadtest(server, dev, offline, tmp_path, capsys):
+    from serving import client as client_cli
+    from serving.loadtest import run_level
+    from serving.smoke import run_smoke
+
+    texts, gold = dev
+    f = tmp_path / "texts.txt"
+    f.write_text("\n".join(texts[:5]), encoding="utf-8")
+    assert client_cli.main(["classify", "--model", "tiny", "--url", server.grpc_url, "--protocol", "grpc", "--file", str(f), "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["text"] for x in lines] == texts[:5]
+    assert client_cli.main(["health", "--model", "tiny", "--url", server.http_url]) == 0
+    assert client_cli.main(["classify", "--model", "tiny", "--url", server.http_url, ""]) == 2  # refused, clear error
+    assert "empty text" in capsys.readouterr().err
+
+    labels = offline.labels()
+    result = run_smoke(offline, _clients(server)["http"], texts, [labels.index(g) for g in gold], batch_size=8)
+    assert result.ok and result.mismatches == 0 and result.examples == len(texts)
+
+    level = run_level(server.grpc_url, "grpc", "tiny", texts, concurrency=2, seconds=1.0, max_requests=200)
+    assert level.errors == 0 and level.requests > 0 and level.p50_ms <= level.p99_ms
+
+
+def test_tampered_bundle_is_refused_by_the_served_models(tiny_bundle, tmp_path):
+    bad = tmp_path / "repo" / "tiny"
+    shutil.copytree(tiny_bundle, bad)
+    vocab = bad / "tiny_tokenizer" / "1" / "vocab.txt"
+    vocab.write_text(vocab.read_text(encoding="utf-8") + "篡改\n", encoding="utf-8")
+    from serving.integrity import BundleIntegrityError
+
+    with pytest.raises(BundleIntegrityError, match="vocab.txt: SHA-256 differs"):
+        start_server(bad)  # the launcher checks before starting
+    # Skip the launcher's check: the python models' own check must stop the server from loading it.
+    with pytest.raises(ServerError, match="SHA-256 differs"):
+        start_server(bad, verify=False, timeout=120, log_path=tmp_path / "bad.log")
