@@ -6,14 +6,20 @@ TASK   ?= tnews
 MODEL  ?=
 DATA_DIR ?=
 ARGS   ?=
+REPO   ?= model_repository
 
-RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL)) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+STRATEGY ?=
 
-.PHONY: setup bundle status clean test test-fast lock help
+RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) \
+            $(if $(STRATEGY),--set compress.strategy=$(STRATEGY))
+
+.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest
 
 help:
-	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [ARGS='--set finetune.epochs=1']"
+	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ARGS='--set finetune.epochs=1']"
 	@echo "make test            run the test suite"
+	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
+	@echo "make gate TASK=.. BASELINE=previous/gates.json   release gate against a previous bundle"
 	@echo "make status TASK=..  what has run; make clean TASK=.. removes runs/<task>"
 	@echo "make setup           create $(VENV) from requirements.lock (done automatically)"
 
@@ -36,6 +42,25 @@ status: setup
 
 clean: setup
 	$(BIN)/ernie-bundle clean --task $(TASK)
+
+# Serving: a real Triton server on the bundle (started in the background; `make stop` ends it).
+serve: setup
+	$(BIN)/python -m serving.server --repository $(REPO) --task $(TASK) --detach $(ARGS)
+
+stop: setup
+	$(BIN)/python -m serving.server --repository $(REPO) --task $(TASK) --stop
+
+# Whole dev set through the running server: served predictions must equal the validated offline ones.
+smoke: setup
+	$(BIN)/python -m serving.smoke --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/smoke.json $(ARGS)
+
+loadtest: setup
+	$(BIN)/python -m serving.loadtest --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --concurrency 1 4 16 --seconds 10 --json-out runs/$(TASK)/loadtest.json $(ARGS)
+
+# Release gate for CI: fails when accuracy or throughput regressed against a previous bundle's report.
+gate: setup
+	@test -n "$(BASELINE)" || { echo "error: BASELINE=<previous gates.json or metrics.json> is required"; exit 2; }
+	$(BIN)/ernie-bundle gate --task $(TASK) --baseline $(BASELINE) $(ARGS)
 
 test: setup
 	$(BIN)/python -m pytest $(ARGS)

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", metavar="{run,status,clean,tasks}")
+    sub = p.add_subparsers(dest="command", metavar="{run,status,clean,tasks,gate}")
 
     def task_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--task", required=True, help=f"task name ({', '.join(known_tasks())}) or a YAML file")
@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--runs-dir", default=str(PROJECT_ROOT / "runs"))
     c.add_argument("--stage", choices=STAGE_NAMES, help="only this stage (and its resumable state)")
     sub.add_parser("tasks", help="list the task configs")
+    # Parsed by pipeline.validation.release (see main); declared here so --help lists it.
+    sub.add_parser("gate", help="release gate: compare this bundle's validate report with a previous one "
+                   "(ernie-bundle gate --task T --baseline PREVIOUS/gates.json; see gate --help)", add_help=False)
     return p
 
 
@@ -90,6 +93,11 @@ def _config(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "gate":
+        from pipeline.validation.release import main as gate_main
+
+        return gate_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:

@@ -78,7 +78,8 @@ class FinetuneConfig:
     epochs: int = 2
     max_steps: int = -1  # > 0 stops training early (for smoke runs)
     batch_size: int = 64
-    learning_rate: float = 5e-4
+    # None: 5e-4 when training the scratch model, 1e-4 when fine-tuning a pretrained encoder
+    learning_rate: float | None = None
     warmup_ratio: float = 0.06
     weight_decay: float = 0.01
     seed: int = 42
@@ -90,10 +91,14 @@ class FinetuneConfig:
         for name in ("epochs", "batch_size", "checkpoint_steps", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"finetune.{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
+        if self.learning_rate is not None and self.learning_rate <= 0:
             raise ConfigError(f"finetune.learning_rate must be > 0, got {self.learning_rate}")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"finetune.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+
+
+SCRATCH_LEARNING_RATE = 5e-4
+PRETRAINED_LEARNING_RATE = 1e-4
 
 
 @dataclass

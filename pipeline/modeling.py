@@ -145,7 +145,9 @@ def resolve_model_dir(cfg: ModelConfig) -> Path | None:
 
 def load_classifier(model_dir: Path, num_labels: int):
     quiet_paddlenlp()
-    from paddlenlp.transformers import ErnieForSequenceClassification
+    # The subclass loads stock ERNIE directories unchanged and also DynaBERT-pruned ones (fewer heads
+    # than hidden_size / head_dim), which paddlenlp's own class cannot express.
+    from pipeline.compress.pruned_ernie import ErnieForSequenceClassification
 
     try:
         model = ErnieForSequenceClassification.from_pretrained(str(model_dir), num_labels=num_labels)

@@ -41,7 +41,10 @@ class PackageConfig:
     repository: str = "model_repository"  # relative to the project root; the task's bundle is <repository>/<task>
     max_batch_size: int = 64  # per model; a request with more texts is refused by Triton; 0: no batching
     preferred_batch_size: int = 16
-    max_queue_delay_microseconds: int = 2000
+    # 0: no waiting; the batcher still merges requests that queued while an instance was busy.
+    # Measured on the tiny model, 2 cores, gRPC: 0 µs gave 636 req/s at concurrency 1 and 1372 at 16;
+    # 2000 µs gave 98 and 981 (each of the three batched models in the ensemble waits).
+    max_queue_delay_microseconds: int = 0
     instance_count: int = 1
     kind: str = "CPU"
     threads: int = 0  # intra-op threads of the in-process engine; 0: the engine's default

@@ -100,6 +100,9 @@ class Provenance:
     gates: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)  # the pipeline's (training/export) package versions
     description: str = ""
+    # Validation's result for each exported form (form -> {"backend", "accuracy"}); the packaged form's
+    # entry becomes bundle.json "validated", which the smoke test holds the served accuracy to.
+    validated: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,8 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
     ``preferred`` (int8/fp32) is what validation chose; ``package.precision`` other than auto overrides it.
     """
     want = pc.precision if pc.precision != "auto" else (preferred or "int8")
+    qdq_chosen = pc.precision == "auto" and preferred == "int8_qdq"  # validation picked the QDQ ONNX
+    want = "int8" if want == "int8_qdq" else want
 
     def onnx(int8_form: str | None) -> ModelChoice:
         if want == "int8" and int8_form:
@@ -150,7 +155,9 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
         files = ((d / "model.pdmodel", "model.pdmodel"), (d / "model.pdiparams", "model.pdiparams"))
         return ModelChoice(precision, files, "model.pdmodel", form)
 
-    if pc.runtime == "python-onnxruntime":
+    if pc.runtime == "python-onnxruntime" or (pc.runtime == "onnxruntime" and pc.kind == "CPU" and pc.accelerator == "none"):
+        if qdq_chosen and exp.onnx_int8_qdq is not None:
+            return onnx("onnx_int8_qdq")
         return onnx("onnx_int8")  # dynamic-quantized int8: the fast form on CPU
     if pc.runtime == "python-paddle":
         return paddle()
@@ -247,6 +254,7 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "package": dataclasses.asdict(pc),
         "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint},
         "selected_candidate": prov.selected_candidate or meta.get("selected_candidate", {}),
+        "validated": prov.validated.get(choice.form, {}),
         "metrics": prov.metrics,
         "gates": prov.gates,
         "versions": {"pipeline": prov.versions, "serving": serving_versions()},

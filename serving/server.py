@@ -18,6 +18,7 @@ starts, and again by each python model when it loads.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -239,6 +240,36 @@ def start_server(
     raise ServerError(f"tritonserver not ready after {timeout:.0f}s on {repository}:\n{server.log_tail()}")
 
 
+def _state_file(repository: Path, task: str | None) -> Path:
+    # Beside the bundle, not in it: dotfiles are outside the manifest.
+    return repository / f".{task or 'bundle'}.server.json"
+
+
+def _running(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"tritonserver" in cmdline  # a reused pid of some other program is not ours to signal
+
+
+def stop_detached(state: Path, timeout: float = 30.0) -> int:
+    if not state.is_file():
+        print(f"no detached server recorded at {state}")
+        return 0
+    pid = int(json.loads(state.read_text())["pid"])
+    if _running(pid):
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + timeout
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+    state.unlink(missing_ok=True)
+    print(f"stopped tritonserver (pid {pid})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m serving.server", description="Serve a task's bundle with Triton until Ctrl-C.")
     p.add_argument("--repository", default=str(DEFAULT_REPOSITORY), help="model repository root (default: model_repository)")
@@ -249,8 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics-port", type=int, default=8002, help="0: a free port")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
     p.add_argument("--log", help="server log file (default: a temp file)")
+    p.add_argument("--detach", action="store_true", help="return once ready and leave the server running (stop it with --stop)")
+    p.add_argument("--stop", action="store_true", help="stop a server started with --detach for this repository/task")
     args = p.parse_args(argv)
+    state = _state_file(Path(args.repository), args.task)
+    if args.stop:
+        return stop_detached(state)
     try:
+        if state.is_file() and _running(json.loads(state.read_text())["pid"]):
+            print(f"error: a server is already running for this bundle ({state}); stop it with --stop", file=sys.stderr)
+            return 2
         repo = resolve_repository(args.repository, args.task)
         server = start_server(repo, args.host, args.http_port, args.grpc_port, args.metrics_port, args.timeout,
                               Path(args.log) if args.log else None)
@@ -262,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  gRPC     {server.grpc_url}")
     print(f"  metrics  http://{server.host}:{server.metrics_port}/metrics")
     print(f"  log      {server.log_path}")
+    if args.detach:
+        state.write_text(json.dumps({"pid": server.process.pid, "repository": str(repo), "http": server.http_url,
+                                     "grpc": server.grpc_url, "metrics_port": server.metrics_port, "log": str(server.log_path)}))
+        print(f"running in the background (pid {server.process.pid}); stop it with: python -m serving.server "
+              f"--repository {args.repository}{' --task ' + args.task if args.task else ''} --stop", flush=True)
+        return 0
     print("Ctrl-C stops it.", flush=True)
     stop = {"now": False}
 

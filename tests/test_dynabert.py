@@ -229,8 +229,6 @@ def test_stock_paddlenlp_ernie_cannot_load_a_head_pruned_dir(pruned_dir):
         ErnieForSequenceClassification.from_pretrained(str(pruned_dir), num_labels=3)
 
 
-@pytest.mark.xfail(strict=True, reason="needs pipeline.modeling.load_classifier to build "
-                   "pipeline.compress.pruned_ernie.ErnieForSequenceClassification (one-line change, lead's file)")
 def test_pipeline_load_classifier_loads_a_pruned_dir(pruned_dir):
     from pipeline.modeling import load_classifier as pipeline_load_classifier
 

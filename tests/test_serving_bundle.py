@@ -161,6 +161,7 @@ def test_model_choice_per_runtime(tiny_export):
     exp = ExportArtifacts.from_dir(tiny_export)
     assert choose_model(exp, PackageConfig()).form == "onnx_int8"
     assert choose_model(exp, PackageConfig(), preferred="fp32").form == "onnx_fp32"
+    assert choose_model(exp, PackageConfig(), preferred="int8_qdq").form == "onnx_int8"  # no QDQ exported: dynamic int8
     assert choose_model(exp, PackageConfig(runtime="onnxruntime", kind="GPU")).form == "onnx_fp32"
     assert choose_model(exp, PackageConfig(runtime="python-paddle")).form == "paddle_fp32"
     assert choose_model(exp, PackageConfig(runtime="fastdeploy", fastdeploy_engine="paddle")).model_file == "model.pdmodel"
@@ -195,7 +196,8 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     export_rec = StageRecord("export", StageStatus.OK, "k", {}, {}, artifacts=roles)
     atomic_write_text(runs / "export" / "record.json", export_rec.to_json())
     (runs / "validate" / "out").mkdir(parents=True)
-    (runs / "validate" / "out" / "metrics.json").write_text(json.dumps({"accuracy": 0.97, "chosen_backend": "onnxruntime-fp32"}))
+    (runs / "validate" / "out" / "metrics.json").write_text(json.dumps({"chosen_backend": "onnxruntime-cpu-fp32", "summary": {"accuracy": 0.97},
+        "backends": [{"backend": "onnxruntime-cpu-fp32", "accuracy": 0.97}, {"backend": "onnxruntime-cpu-int8", "accuracy": 0.96}]}))
     (runs / "validate" / "out" / "gates.json").write_text(json.dumps({"max_accuracy_drop": {"passed": True}}))
     validate_rec = StageRecord("validate", StageStatus.OK, "k", {}, {}, artifacts={"metrics": "metrics.json", "gates": "gates.json"})
     cfg = load_task_config(str(tiny_finetuned["task_yaml"]), {"package.repository": str(tmp_path / "model_repository")})
@@ -208,7 +210,8 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     assert bundle == tmp_path / "model_repository" / "tiny"
     m = verify_bundle(bundle)
     assert m["precision"] == "fp32"  # validate chose fp32
-    assert m["metrics"]["accuracy"] == 0.97 and m["gates"]["max_accuracy_drop"]["passed"]
+    assert m["validated"] == {"backend": "onnxruntime-cpu-fp32", "accuracy": 0.97}  # the packaged file's own number
+    assert m["metrics"]["summary"]["accuracy"] == 0.97 and m["gates"]["max_accuracy_drop"]["passed"]
     assert (out / "bundle.json").is_file() and result.metrics["files"] == len(m["files"])
     assert package.inputs(cfg) == {"repository_state": "intact"}
     assert dataclasses.asdict(cfg.package) == m["package"]

@@ -159,3 +159,22 @@ def test_tampered_bundle_is_refused_by_the_served_models(tiny_bundle, tmp_path):
     # Skip the launcher's check: the python models' own check must stop the server from loading it.
     with pytest.raises(ServerError, match="SHA-256 differs"):
         start_server(bad, verify=False, timeout=120, log_path=tmp_path / "bad.log")
+
+
+@pytest.mark.slow
+def test_python_paddle_runtime_serves_the_offline_predictions(tiny_export, dev, tmp_path):
+    """Paddle Inference inside the python backend (a second server, ~10 s)."""
+    from serving.config import PackageConfig
+    from serving.offline import BundleModel, offline_logits
+    from serving.repository import ExportArtifacts, write_repository
+
+    texts, _ = dev
+    info = write_repository(tmp_path / "repo", "tiny", ExportArtifacts.from_dir(tiny_export),
+                            PackageConfig(runtime="python-paddle", threads=1, max_batch_size=16, preferred_batch_size=8))
+    bundle = BundleModel.open(info.path)
+    assert bundle.manifest["model_form"] == "paddle_fp32"
+    labels = bundle.labels()
+    expected = [labels[i] for i in offline_logits(bundle, texts).argmax(-1)]
+    with start_server(info.path, timeout=120, log_path=tmp_path / "server.log") as srv:
+        with ClassifierClient(srv.grpc_url, "grpc", "tiny") as client:
+            assert [p.label for p in client.classify(texts, batch_size=16)] == expected

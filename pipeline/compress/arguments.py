@@ -54,6 +54,9 @@ class CompressConfig:
     strategy: str = "dynabert+ptq"
     # DynaBERT width pruning
     width_mult_list: list[str | float] = field(default_factory=lambda: ["3/4"])
+    # With dynabert: also quantize the unpruned model (a fallback when pruning costs too much accuracy;
+    # costs one more PTQ grid / QAT run).  Upstream quantizes only the pruned widths.
+    quantize_unpruned: bool = True
     # PTQ grid: every algo x batch_size x batch_num is one candidate
     algo_list: list[str] = field(default_factory=lambda: ["mse", "KL"])
     batch_size_list: list[int] = field(default_factory=lambda: [4])

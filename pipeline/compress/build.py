@@ -6,8 +6,8 @@ Order (pruning always before quantization):
   2. ``dynabert``: one physically pruned model per width (width 1.0 is the baseline itself);
   3. ``ptq``: every grid point for every width;  ``qat``: one QAT model per width;
   4. ``embeddings``: an int8-embedding variant of every candidate so far.
-Unpruned models are quantized too when pruning is on: if pruning costs too much accuracy, the
-unpruned int8 model can still pass the budget, and it costs one grid's calibration time.
+Unpruned models are quantized too when pruning is on (``quantize_unpruned``, default true): if pruning
+costs too much accuracy, the unpruned int8 model can still pass the budget.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class CompressInputs:
     dev: Sequence[Example]
     num_labels: int
     max_seq_len: int
-    baseline_accuracy: float
+    baseline_accuracy: float | None  # None: the FP32 static model's own dev accuracy is the baseline
 
 
 @dataclass(frozen=True)
@@ -101,11 +101,15 @@ def build_and_evaluate(
     grid = preflight(cfg, train_size=len(inp.train), static_model_dir=inp.static_model_dir)
     cands: list[Candidate] = []
 
+    baseline = [inp.baseline_accuracy]
+
     def add(c: Candidate, started: float) -> None:
         c.build_seconds = round(time.monotonic() - started, 2)
-        evaluate(c, inp.tokenizer, inp.dev, baseline_accuracy=inp.baseline_accuracy, eval_batch_size=cfg.eval_batch_size,
-                 throughput_batch_size=cfg.throughput_batch_size, throughput_batches=cfg.throughput_batches, log=log,
-                 accuracy_fn=accuracy_fn)
+        evaluate(c, inp.tokenizer, inp.dev, baseline_accuracy=baseline[0] if baseline[0] is not None else float("nan"),
+                 eval_batch_size=cfg.eval_batch_size, throughput_batch_size=cfg.throughput_batch_size,
+                 throughput_batches=cfg.throughput_batches, log=log, accuracy_fn=accuracy_fn)
+        if baseline[0] is None:  # the first candidate is the FP32 baseline
+            baseline[0], c.accuracy_drop_points = c.accuracy, 0.0
         cands.append(c)
 
     # 1. FP32 baseline
@@ -147,6 +151,8 @@ def build_and_evaluate(
             sources.append(_Source(width, model_dir, infer, name + "-"))
 
     # 3. quantization
+    if "dynabert" in parts and not cfg.quantize_unpruned and len(sources) > 1:
+        sources = sources[1:]
     if grid:
         calib = calibration_examples(inp.train, max(s.calibration_examples for s in grid), cfg.seed)
         for src in sources:

@@ -37,7 +37,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pipeline.batching import encode_batch, eval_batch_order, iter_batches, train_batch_order
-from pipeline.compress.pruned_ernie import ErnieForSequenceClassification, load_classifier, narrow_attention, narrow_ffn, prune_config
+from pipeline.compress.pruned_ernie import load_classifier, narrow_attention, narrow_ffn, prune_config
+from pipeline.compress.schedule import make_optimizer, plan_steps
 from pipeline.data import Example
 from pipeline.errors import ConfigError, ModelError
 from pipeline.evaluation import evaluate_dygraph
@@ -163,22 +164,15 @@ def distill(
     import paddle
     import paddle.nn.functional as F
 
-    steps_per_epoch = max(1, math.ceil(len(train) / batch_size))
-    total = steps_per_epoch * max(1, epochs)
-    if max_steps > 0:
-        total = min(total, max_steps)
-    sched = paddle.optimizer.lr.PolynomialDecay(learning_rate, decay_steps=max(1, total), end_lr=0.0)
-    opt = paddle.optimizer.AdamW(
-        learning_rate=sched, parameters=student.parameters(), weight_decay=0.0, grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)
-    )
+    plan = plan_steps(len(train), batch_size, epochs, max_steps)
+    total = plan.total_steps
+    opt, sched = make_optimizer(student, learning_rate, total)
     teacher.eval()
     student.train()
     best_acc, best_state, step = -1.0, None, 0
     bar = progress(total=total, desc=desc, unit="step")
     try:
-        for epoch in range(max(1, epochs)):
-            if step >= total:
-                break
+        for epoch in range(plan.epochs):
             running, n = 0.0, 0
             for idx in train_batch_order(train, batch_size, seed, epoch):
                 if step >= total:
@@ -201,7 +195,7 @@ def distill(
             acc = evaluate_dygraph(student, tokenizer, dev, EVAL_BATCH, desc=f"dev eval (epoch {epoch + 1})").accuracy
             improved = acc > best_acc
             log(
-                f"{desc} epoch {epoch + 1}/{epochs}: step {step}, distill loss {running / max(n, 1):.4f}, "
+                f"{desc} epoch {epoch + 1}/{plan.epochs}: step {step}, distill loss {running / max(n, 1):.4f}, "
                 f"dev accuracy {acc:.4f}" + ("  (best so far, kept)" if improved else "")
             )
             if improved:
@@ -280,7 +274,6 @@ def save_pruned(model, source_dir: Path, out_dir: Path) -> None:
 
 
 __all__ = [
-    "ErnieForSequenceClassification",
     "Importance",
     "compute_importance",
     "distill",

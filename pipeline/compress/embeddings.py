@@ -99,6 +99,8 @@ def quantize_embeddings(model_dir: Path, out_dir: Path, log=print) -> EmbeddingQ
 
 
 def _word_table(block, lookups, model_dir: Path) -> str:
+    import paddle
+
     producers = {out: op for op in block.ops for out in op.output_arg_names}
 
     def from_input_ids(name: str) -> bool:
@@ -112,6 +114,8 @@ def _word_table(block, lookups, model_dir: Path) -> str:
         return False
 
     tables = {op.input("W")[0] for _, op in lookups if from_input_ids(op.input("Ids")[0])}
+    if any(block.var(t).dtype == paddle.int8 for t in tables):
+        raise ModelError(f"static model {model_dir}: the word-embedding table is already int8")
     if len(tables) != 1:
         raise ModelError(f"static model {model_dir}: cannot find the word-embedding table (lookups of input_ids: {sorted(tables)})")
     return tables.pop()

@@ -8,6 +8,12 @@ handled here (each pinned by a test in ``tests/test_compress_ptq.py``):
 * ``algo="avg"`` raises ``IndexError`` on ERNIE: it reshapes every observed activation to
   ``(shape[0], -1)``, and ERNIE's program has 0-d activations (scalar constants of the attention
   mask arithmetic).  ``_PostTrainingQuantization`` samples those as one-element tensors.
+* ``algo="min_max"`` inserts no quantization ops at all (it only annotates ops with min/max for Paddle
+  Lite), so its "int8" model runs in FP32 on Paddle Inference; here its ranges become abs-max
+  thresholds and the program gets the same fake-quant ops as every other algo.
+
+Only the quantized ops' inputs are observed (not every op's output, as upstream does): see
+``_QuantizedOpsOnly``; ``observe_all_ops=True`` restores upstream's behaviour.
 
 Calibration examples come from the *training* split (never dev: dev is what candidates are judged on).
 """
@@ -115,9 +121,26 @@ def calibration_loader(tokenizer: Tokenizer, examples: Sequence[Example], batch_
 
 def _ptq_class():
     from paddle.static.quantization import PostTrainingQuantization
+    from paddle.static.quantization.quant_config import BaseQuantizer
     from paddle.static.quantization.utils import load_variable_data
 
+    class _QuantizedOpsOnly(BaseQuantizer):
+        # Upstream also observes the output of ~every other op (equal, elementwise_add, softmax, ...) to
+        # write out_threshold attributes.  Paddle Inference only runs fc in int8 here
+        # (paddle_inference.ONEDNN_INT8_OPS), which needs the scales of the quantized ops' own inputs;
+        # the extra observations only cost time (KL/hist run one threshold search per observed tensor).
+        # 4-layer TNEWS ERNIE, 128 calibration sentences: KL 117 s instead of > 330 s, mse 11 s instead
+        # of 21 s, with the same int8 accuracy.
+        @property
+        def observer_operation_types(self):
+            return []
+
     class _PostTrainingQuantization(PostTrainingQuantization):
+        def __init__(self, *args, observe_all_ops: bool = False, **kwargs):
+            super().__init__(*args, **kwargs)
+            if not observe_all_ops:
+                self.quant_config = _QuantizedOpsOnly(quantizable_op_type=kwargs["quantizable_op_type"], quant_bits=8)
+
         def _sample_avg(self):
             # Upstream does var.reshape(var.shape[0], -1) on every activation: IndexError on 0-d ones.
             # A 0-d activation is a single value; its per-sample abs max is its abs value.
@@ -133,6 +156,18 @@ def _ptq_class():
             for n in scalars:
                 self._quantized_var_avg.setdefault(n, []).append(float(np.abs(load_variable_data(self._scope, n))))
 
+        def _save_input_threhold(self):  # (sic) upstream's name
+            # Upstream min_max only writes ".min"/".max" op attributes (Paddle Lite's format): no fake-quant
+            # ops, so Paddle Inference would silently run the "quantized" model in FP32.  Symmetric int8
+            # from a min/max range is the abs-max threshold; with it, the ordinary program update applies.
+            for name, lo in self._quantized_var_min.items():
+                hi = self._quantized_var_max[name]
+                if isinstance(lo, list):
+                    self._quantized_threshold[name] = [max(abs(a), abs(b)) for a, b in zip(lo, hi)]
+                else:
+                    self._quantized_threshold[name] = max(abs(lo), abs(hi))
+            self._update_program()
+
     return _PostTrainingQuantization
 
 
@@ -145,6 +180,7 @@ def quantize_static(
     *,
     input_dtype: str = "int64",
     onnx_format: bool = False,
+    observe_all_ops: bool = False,
     log: Callable[[str], None] = print,
 ) -> Path:
     """Quantize the static model in ``fp32_dir`` into ``out_dir/model.pdmodel`` + ``model.pdiparams``.
@@ -180,6 +216,7 @@ def quantize_static(
                 activation_quantize_type=settings.activation_quantize_type,
                 onnx_format=onnx_format,
                 is_full_quantize=False,
+                observe_all_ops=observe_all_ops,
             )
             ptq.quantize()
             ptq.save_quantized_model(str(out_dir), model_filename=MODEL_FILE, params_filename=PARAMS_FILE)

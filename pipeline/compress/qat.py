@@ -16,7 +16,6 @@ dev accuracy each epoch, best epoch kept); the best weights are saved with
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -26,6 +25,7 @@ import numpy as np
 from pipeline.backends import paddle_inference
 from pipeline.batching import encode_batch, train_batch_order
 from pipeline.compress.pruned_ernie import load_classifier
+from pipeline.compress.schedule import make_optimizer, plan_steps
 from pipeline.data import Example
 from pipeline.errors import ConfigError, ModelError
 from pipeline.evaluation import evaluate_dygraph
@@ -177,31 +177,15 @@ def train_quant_aware(
     quanter = QAT(config=config)
     quanter.quantize(model)  # in place: Linear layers now fake-quantize weights and inputs
 
-    steps_per_epoch = max(1, math.ceil(len(train) / batch_size))
-    total = steps_per_epoch * max(1, epochs)
-    if max_steps > 0:
-        total = min(total, max_steps)
-    warmup = int(warmup_ratio * total)
-    sched = paddle.optimizer.lr.PolynomialDecay(learning_rate, decay_steps=max(1, total - warmup), end_lr=0.0)
-    if warmup > 0:
-        sched = paddle.optimizer.lr.LinearWarmup(sched, warmup_steps=warmup, start_lr=0.0, end_lr=learning_rate)
-    # No weight decay on biases and LayerNorm weights, as in pipeline.training.
-    no_decay = {p.name for n, p in model.named_parameters() if "bias" in n or "norm" in n}
-    opt = paddle.optimizer.AdamW(
-        learning_rate=sched,
-        parameters=model.parameters(),
-        weight_decay=weight_decay,
-        apply_decay_param_fun=lambda name: name not in no_decay,
-        grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0),
-    )
+    plan = plan_steps(len(train), batch_size, epochs, max_steps)
+    total = plan.total_steps
+    opt, sched = make_optimizer(model, learning_rate, total, warmup_ratio, weight_decay)
     loss_fn = paddle.nn.CrossEntropyLoss()
     best_acc, best_epoch, best_state, step, history = -1.0, 0, None, 0, []
     model.train()
     bar = progress(total=total, desc="qat", unit="step")
     try:
-        for epoch in range(max(1, epochs)):
-            if step >= total:
-                break
+        for epoch in range(plan.epochs):
             running, n = 0.0, 0
             for idx in train_batch_order(train, batch_size, seed, epoch):
                 if step >= total:
@@ -221,7 +205,7 @@ def train_quant_aware(
             history.append({"epoch": epoch + 1, "step": step, "train_loss": running / max(n, 1), "dev_accuracy": acc})
             improved = acc > best_acc
             log(
-                f"qat epoch {epoch + 1}/{epochs}: step {step}, train loss {running / max(n, 1):.4f}, "
+                f"qat epoch {epoch + 1}/{plan.epochs}: step {step}, train loss {running / max(n, 1):.4f}, "
                 f"dev accuracy {acc:.4f}" + ("  (best so far, kept)" if improved else "")
             )
             if improved:

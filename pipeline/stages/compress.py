@@ -77,9 +77,13 @@ def run(ctx):
     selection = select(cands, cfg.gates.max_accuracy_drop)
     chosen = selection.selected
     if not ccfg.keep_all_candidates:
+        # Static models are cheap to remake; the pruned dygraph dirs (candidates/<w>/model) are the
+        # product of training and stay.
         for c in cands:
-            if c.name != "fp32" and c is not chosen and c.quantization != "none":
-                shutil.rmtree(c.infer_dir.parent, ignore_errors=True)  # quantized models are cheap to remake
+            if c.name != "fp32" and c is not chosen:
+                shutil.rmtree(c.infer_dir, ignore_errors=True)
+                if not any(c.infer_dir.parent.iterdir()):
+                    c.infer_dir.parent.rmdir()
                 c.kept = False
     write_table(ctx.out_dir, cands, selection, baseline, cfg.gates.max_accuracy_drop)
     ctx.log(f"[compress] {selection.message}")

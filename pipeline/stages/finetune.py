@@ -13,7 +13,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from pipeline.config import TaskConfig
+from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, TaskConfig
 from pipeline.data import load_task_data
 from pipeline.hashing import tree_sha256
 from pipeline.modeling import (
@@ -28,12 +28,18 @@ from pipeline.tokenizer import Tokenizer, build_char_vocab, write_vocab
 from pipeline.training import finetune as train_loop
 
 
+def learning_rate(cfg: TaskConfig) -> float:
+    if cfg.finetune.learning_rate:
+        return cfg.finetune.learning_rate
+    return SCRATCH_LEARNING_RATE if not cfg.model.name_or_path else PRETRAINED_LEARNING_RATE
+
+
 def params(cfg: TaskConfig) -> dict:
     p = {
         "model": cfg.model.name_or_path,
         "labels": list(cfg.labels),
         "max_seq_len": cfg.max_seq_len,
-        "finetune": dataclasses.asdict(cfg.finetune),
+        "finetune": dataclasses.asdict(dataclasses.replace(cfg.finetune, learning_rate=learning_rate(cfg))),
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
     }
     if not cfg.model.name_or_path:
@@ -110,6 +116,9 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
         model = load_classifier(model_dir, len(data.labels))
         ctx.log(f"[finetune] {model_dir} has no classification head for the task: fine-tuning one")
 
+    lr = learning_rate(cfg)
+    train_cfg = dataclasses.replace(cfg.finetune, learning_rate=lr)
+    ctx.log(f"[finetune] {cfg.finetune.epochs} epoch(s), batch {cfg.finetune.batch_size}, learning rate {lr:g}")
     best_dir = ctx.work_dir / "best"
 
     def save_best(m) -> None:
@@ -119,7 +128,7 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
         shutil.rmtree(best_dir, ignore_errors=True)
         tmp.rename(best_dir)
 
-    result = train_loop(model, tokenizer, data.train.examples, data.dev.examples, cfg.finetune, ctx.work_dir, save_best, ctx.log)
+    result = train_loop(model, tokenizer, data.train.examples, data.dev.examples, train_cfg, ctx.work_dir, save_best, ctx.log)
     if not (best_dir / "model_state.pdparams").is_file():
         save_best(model)
     shutil.copytree(best_dir, ctx.out_dir / "model")

@@ -96,14 +96,28 @@ def _validate_results(ctx) -> tuple[dict, dict]:
     return out[0], out[1]
 
 
+# validate's backend names for the exported forms (pipeline/stages/validate.py cpu_backends)
+VALIDATE_BACKENDS = {"onnx_fp32": "onnxruntime-cpu-fp32", "onnx_int8": "onnxruntime-cpu-int8",
+                     "onnx_int8_qdq": "onnxruntime-cpu-int8-qdq", "paddle_fp32": "paddle-cpu-fp32", "paddle_int8": "paddle-cpu-int8"}
+
+
 def preferred_precision(metrics: dict) -> str | None:
-    """int8/fp32 from validate's ``chosen_backend`` (e.g. ``onnxruntime-int8``); None when it did not say."""
+    """int8 / int8_qdq / fp32 from validate's ``chosen_backend`` (e.g. ``onnxruntime-cpu-int8``); None when it did not say."""
     chosen = str(metrics.get("chosen_backend", "")).lower()
+    if chosen.endswith("int8-qdq"):
+        return "int8_qdq"
     if "int8" in chosen:
         return "int8"
     if "fp32" in chosen:
         return "fp32"
     return None
+
+
+def validated_by_form(metrics: dict) -> dict[str, dict]:
+    """form -> {"backend", "accuracy"} from validate's per-backend rows."""
+    rows = {r.get("backend"): r for r in metrics.get("backends", []) if isinstance(r, dict)}
+    return {form: {"backend": name, "accuracy": rows[name]["accuracy"]}
+            for form, name in VALIDATE_BACKENDS.items() if name in rows and isinstance(rows[name].get("accuracy"), (int, float))}
 
 
 def run(ctx):
@@ -127,6 +141,7 @@ def run(ctx):
         gates=gates,
         versions=versions(),
         description=cfg.description,
+        validated=validated_by_form(metrics),
     )
     repo = repository_dir(cfg)
     try:

@@ -1,0 +1,160 @@
+"""The compress stage end to end on the tiny model: every strategy, the output contract export reads,
+static-model input, the selection rule and its gate, and bad input failing before any work."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_cli_args
+from pipeline.cli import main
+from pipeline.compress.candidates import Candidate, select, write_table
+
+FAST = ["--set", "compress.throughput_batches=1", "--set", "compress.max_steps=4", "--set", "compress.per_device_train_batch_size=16",
+        "--set", "compress.learning_rate=0.001", "--set", "compress.algo_list=[mse]", "--set", "compress.batch_size_list=[4]"]
+
+
+@pytest.fixture
+def runs(tiny_finetuned, tmp_path) -> Path:
+    dst = tmp_path / "runs"
+    shutil.copytree(tiny_finetuned["runs_dir"], dst)
+    return dst
+
+
+def _compress(tiny_finetuned, runs: Path, *sets: str) -> int:
+    return main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--only", "compress", *FAST, *sets])
+
+
+def _out(runs: Path) -> Path:
+    return runs / "tiny" / "compress" / "out"
+
+
+def _check_contract(runs: Path, tiny_finetuned) -> dict:
+    out = _out(runs)
+    record = json.loads((runs / "tiny" / "compress" / "record.json").read_text())
+    arts = record["artifacts"]
+    assert set(arts) >= {"candidates", "selected", "selected_infer_dir", "fp32_infer_dir"}
+    table = json.loads((out / "candidates.json").read_text())
+    selected = json.loads((out / "selected.json").read_text())
+    assert set(selected) == {"name", "width_mult", "quantization", "embeddings_int8", "accuracy", "accuracy_drop_points",
+                             "throughput", "size_bytes", "settings"}
+    assert selected["quantization"] in ("none", "ptq", "qat") and table["selected"] == selected["name"]
+    for role in ("selected_infer_dir", "fp32_infer_dir"):
+        assert (out / arts[role] / "model.pdmodel").is_file() and (out / arts[role] / "model.pdiparams").is_file()
+    baseline = json.loads(tiny_finetuned["baseline"].read_text())
+    fp32 = table["candidates"][0]
+    assert fp32["name"] == "fp32" and abs(fp32["accuracy"] - baseline["accuracy"]) < 1e-6  # same dev set, same model
+    assert selected["accuracy_drop_points"] <= 0.5
+    assert "| candidate |" in (out / "candidates.md").read_text()
+    for row in table["candidates"]:  # kept ones exist, others were deleted
+        assert (out / row["infer_dir"] / "model.pdmodel").is_file() == row["kept"], row
+        assert row["accuracy"] is not None and row["throughput"] > 0 and row["size_bytes"] > 0
+    return {"record": record, "table": table, "selected": selected, "names": [r["name"] for r in table["candidates"]]}
+
+
+def test_ptq_and_embeddings(tiny_finetuned, runs):
+    assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=ptq+embeddings", "--set", "compress.algo_list=[mse,avg]") == 0
+    got = _check_contract(runs, tiny_finetuned)
+    assert got["names"] == ["fp32", "ptq-mse-bs4-bn1", "ptq-avg-bs4-bn1", "fp32+emb", "ptq-mse-bs4-bn1+emb", "ptq-avg-bs4-bn1+emb"]
+    sel_dir = _out(runs) / got["record"]["artifacts"]["selected_fp32_model_dir"]
+    assert (sel_dir / "model_state.pdparams").is_file() and (sel_dir / "vocab.txt").is_file()
+    emb = next(r for r in got["table"]["candidates"] if r["name"] == "fp32+emb")
+    assert emb["embeddings_int8"] and emb["settings"]["embeddings"]["int8_bytes"] < 0.3 * emb["settings"]["embeddings"]["fp32_bytes"]
+
+
+def test_dynabert_qat_embeddings(tiny_finetuned, runs):
+    assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=dynabert+qat+embeddings", "--set", "compress.width_mult_list=[3/4]") == 0
+    got = _check_contract(runs, tiny_finetuned)
+    assert got["names"] == ["fp32", "w0.75", "qat", "w0.75-qat", "fp32+emb", "w0.75+emb", "qat+emb", "w0.75-qat+emb"]
+    pruned = json.loads((_out(runs) / "candidates" / "w0.75" / "model" / "config.json").read_text())
+    assert pruned["num_attention_heads"] == 3  # 4 heads -> 3: physically smaller
+    rows = {r["name"]: r for r in got["table"]["candidates"]}
+    assert rows["w0.75-qat"]["quantization"] == "qat" and rows["w0.75-qat"]["width_mult"] == 0.75
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["dynabert+qat", "dynabert+embeddings", "dynabert+ptq", "dynabert", "ptq", "qat"])
+def test_every_upstream_strategy(tiny_finetuned, runs, strategy):
+    extra = ["--set", "compress.quantize_unpruned=false"] if strategy == "dynabert+ptq" else []
+    assert _compress(tiny_finetuned, runs, "--set", f"compress.strategy={strategy}", *extra) == 0
+    got = _check_contract(runs, tiny_finetuned)
+    if extra:
+        assert got["names"] == ["fp32", "w0.75", "w0.75-ptq-mse-bs4-bn1"]
+    assert got["names"][0] == "fp32"
+    assert any(n.startswith("w0.75") for n in got["names"]) == ("dynabert" in strategy)
+    assert any("qat" in n for n in got["names"]) == ("qat" in strategy)
+    assert any(n.endswith("+emb") for n in got["names"]) == ("embeddings" in strategy)
+
+
+def test_static_input_model(tiny_finetuned, runs, tmp_path):
+    from pipeline.backends.paddle_inference import export_static
+    from pipeline.modeling import load_classifier
+
+    static = export_static(load_classifier(tiny_finetuned["model_dir"], 3), tmp_path / "static", "int32")
+    assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=ptq+embeddings",
+                     "--set", f"compress.input_infer_model_path={static}") == 0
+    got = _check_contract(runs, tiny_finetuned)
+    assert "selected_fp32_model_dir" not in got["record"]["artifacts"]  # a static input has no dygraph model
+    assert got["table"]["candidates"][0]["settings"]["input_dtype"] == "int32"
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (["compress.batch_num_list=[1000]"], "batch_num 1000"),
+        (["compress.batch_size_list=[480]", "compress.batch_num_list=[2]"], "only 480"),
+        (["compress.algo_list=[mse,bogus]"], "unknown algo 'bogus'"),
+        (["compress.strategy=ptq+prune"], "unknown part 'prune'"),
+        (["compress.width_mult_list=[5/4]"], "outside (0, 1]"),
+        (["compress.strategy=ptq", "compress.input_infer_model_path=/nonexistent/dir"], "not found"),
+    ],
+)
+def test_bad_input_fails_before_any_work(tiny_finetuned, runs, capsys, sets, message):
+    t0 = time.monotonic()
+    args = [x for s in sets for x in ("--set", s)]
+    assert _compress(tiny_finetuned, runs, *args) == 2
+    assert message in capsys.readouterr().err
+    assert not _out(runs).exists()
+    assert time.monotonic() - t0 < 60  # generous: no calibration/training ran (they take minutes on real data)
+
+
+def test_static_dir_without_model_files(tiny_finetuned, runs, tmp_path, capsys):
+    (tmp_path / "static").mkdir()
+    (tmp_path / "static" / "model.pdmodel").write_bytes(b"x")
+    assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=ptq", "--set", f"compress.input_infer_model_path={tmp_path / 'static'}") == 2
+    assert "missing model.pdiparams" in capsys.readouterr().err
+
+
+def _cand(name, acc, tp, tmp_path):
+    c = Candidate(name, 1.0, "ptq" if name != "fp32" else "none", False, tmp_path / name, None)
+    c.accuracy, c.accuracy_drop_points, c.throughput, c.size_bytes = acc, round(100 * (0.9 - acc), 4), tp, 100
+    return c
+
+
+def test_selection_rule_and_gate(tmp_path):
+    cands = [_cand("fp32", 0.90, 100, tmp_path), _cand("fast-bad", 0.85, 400, tmp_path), _cand("ok", 0.896, 250, tmp_path),
+             _cand("slower-ok", 0.899, 200, tmp_path)]
+    sel = select(cands, 0.5)
+    assert sel.selected.name == "ok" and sel.qualifying == 3
+    none = select(cands[1:2], 0.5)
+    assert none.selected is None and "fast-bad" in none.message and "no candidate is within 0.5" in none.message
+    write_table(tmp_path, cands[1:2], none, {"accuracy": 0.9}, 0.5)
+    assert "no candidate is within" in (tmp_path / "candidates.md").read_text()
+    assert json.loads((tmp_path / "candidates.json").read_text())["selected"] is None
+
+
+def test_stage_fails_at_the_gate_when_nothing_qualifies(tiny_finetuned, runs, capsys):
+    # A baseline no candidate can reach (101%): the stage must write its table, name the best, exit 3.
+    path = runs / "tiny" / "finetune-check" / "out" / "baseline.json"
+    baseline = json.loads(path.read_text())
+    baseline["accuracy"] = 1.01
+    path.write_text(json.dumps(baseline))
+    assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=ptq") == 3
+    err = capsys.readouterr().err
+    assert "no candidate is within 0.5 accuracy points" in err and "the best found is" in err
+    assert "no candidate is within" in (_out(runs) / "candidates.md").read_text()
+    assert not (_out(runs) / "selected.json").exists()

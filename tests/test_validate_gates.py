@@ -1,0 +1,159 @@
+"""Validate stage on the tiny model: parity, benchmark, gates.json/report.md; a crude candidate fails the
+accuracy gate; release gating against a previous report; bad thresholds and reports are clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline  # noqa: F401  (before paddle)
+from pipeline.errors import ConfigError, DataError
+from tests.test_export_onnx import make_ctx, standin_compress, tiny_cfg
+
+FAST_VALIDATE = {"validate.batch_sizes": [1, 4], "validate.seq_lens": [8, 16], "validate.warmup": 0,
+                 "validate.repeats": 1, "validate.dev_benchmark_limit": 32, "validate.throughput_batch_size": 8,
+                 "gates.min_throughput_ratio": 0.0, "export.calibration_sentences": 32,
+                 "export.max_int8_size_ratio": 0.5}
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_finetuned, tmp_path_factory) -> dict:
+    from pipeline.records import StageRecord, StageStatus, read_record
+    from pipeline.stages import export
+
+    root = tmp_path_factory.mktemp("validate")
+    cfg = tiny_cfg(tiny_finetuned, **FAST_VALIDATE)
+    upstream = {"compress": standin_compress(tiny_finetuned, root / "compress"),
+                "finetune-check": read_record(tiny_finetuned["runs_dir"] / "tiny" / "finetune-check")}
+    ctx = make_ctx("export", cfg, root / "export_out", root / "work", upstream, tiny_finetuned["runs_dir"] / "tiny")
+    result = export.run(ctx)
+    rec = StageRecord(stage="export", status=StageStatus.OK, key="x", params={}, inputs={},
+                      artifacts={k: str(ctx.out_dir / v) for k, v in result.artifacts.items()})
+    return {"cfg": cfg, "tiny": tiny_finetuned, "root": root, "export_rec": rec, "fc": upstream["finetune-check"],
+            "export_dir": ctx.out_dir}
+
+
+def run_validate(exported, out: Path, export_rec=None, **overrides):
+    from pipeline.stages import validate
+
+    cfg = tiny_cfg(exported["tiny"], **{**FAST_VALIDATE, **overrides})
+    upstream = {"export": export_rec or exported["export_rec"], "finetune-check": exported["fc"]}
+    ctx = make_ctx("validate", cfg, out, out.parent / "work", upstream, exported["tiny"]["runs_dir"] / "tiny")
+    return validate.run(ctx)
+
+
+def test_validate_writes_gates_report_and_passes(exported, tmp_path):
+    out = tmp_path / "out"
+    result = run_validate(exported, out)
+    assert result.gate_error is None, result.gate_error
+    for name in ("gates.json", "report.md", "metrics.json", "accuracy_vs_throughput.png"):
+        assert (out / name).is_file(), name
+    assert (out / "accuracy_vs_throughput.png").read_bytes()[:4] == b"\x89PNG"
+    gates = json.loads((out / "gates.json").read_text())
+    assert gates["task"] == "tiny" and gates["passed"] is True
+    assert {g["name"] for g in gates["gates"]} == {"max_accuracy_drop", "min_throughput_ratio"}
+    for g in gates["gates"]:
+        assert set(g) >= {"threshold", "measured", "passed"}
+    metrics = json.loads((out / "metrics.json").read_text())
+    rows = {r["backend"]: r for r in metrics["backends"]}
+    assert set(rows) == {"paddle-cpu-fp32", "paddle-cpu-int8", "onnxruntime-cpu-fp32", "onnxruntime-cpu-int8",
+                         "onnxruntime-cpu-int8-qdq"}
+    fp32 = rows["onnxruntime-cpu-fp32"]
+    assert fp32["argmax_agreement"] == 1.0 and fp32["max_abs_logit_diff"] < 1e-3 and fp32["throughput_ratio"] == 1.0
+    assert rows["onnxruntime-cpu-int8"]["argmax_agreement"] >= 0.95
+    assert result.metrics["chosen_backend"] in rows and rows[result.metrics["chosen_backend"]]["quantized"]
+    bench = metrics["benchmarks"]["onnxruntime-cpu-int8"]
+    assert {(c["batch_size"], c["seq_len"]) for c in bench["grid"]} == {(1, 8), (1, 16), (4, 8), (4, 16)}
+    assert bench["dev"]["sentences_per_s"] > 0 and bench["model_bytes"] > 0
+    # No GPU here: every GPU backend is skipped with a reason, never counted as passed.
+    assert set(metrics["skipped"]) == {"paddle-trt-fp16", "paddle-trt-int8", "ort-cuda", "ort-tensorrt"}
+    assert all(v.startswith("skipped: ") for v in result.metrics["skipped"].values())
+    report = (out / "report.md").read_text()
+    assert "skipped:" in report and "onnxruntime-cpu-int8" in report and "PASSED" in report
+
+
+def crude_int8(src: Path, dst: Path) -> None:
+    """A deliberately broken int8 quantization: one per-tensor scale far too coarse (256x max|w|/127), so
+    every weight matrix rounds to 0.  (The tiny task survives even 1-bit sign quantization, so milder
+    crudeness would not show; on real TNEWS models crude PTQ lost ~35 points.)"""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(src))
+    for init in model.graph.initializer:
+        w = numpy_helper.to_array(init)
+        if w.dtype == np.float32 and w.ndim == 2 and min(w.shape) >= 3:
+            scale = 256 * np.abs(w).max() / 127
+            q = np.clip(np.round(w / scale), -128, 127)
+            init.CopyFrom(numpy_helper.from_array((q * scale).astype(np.float32), init.name))
+    onnx.save(model, str(dst))
+
+
+def test_crude_quantized_candidate_fails_the_accuracy_gate(exported, tmp_path):
+    from pipeline.records import StageRecord, StageStatus
+
+    bad = tmp_path / "bad_export"
+    shutil.copytree(exported["export_dir"], bad)
+    crude_int8(bad / "onnx" / "fp32.onnx", bad / "onnx" / "int8.onnx")
+    rec = StageRecord(stage="export", status=StageStatus.OK, key="bad", params={}, inputs={},
+                      artifacts={"meta": str(bad / "meta.json")})
+    out = tmp_path / "out"
+    result = run_validate(exported, out, rec, **{"validate.chosen_backend": "onnxruntime-cpu-int8"})
+    assert result.gate_error and result.gate_error.startswith("max_accuracy_drop")
+    assert "above the maximum 0.5 points by" in result.gate_error
+    gates = json.loads((out / "gates.json").read_text())
+    acc = next(g for g in gates["gates"] if g["name"] == "max_accuracy_drop")
+    assert gates["passed"] is False and acc["passed"] is False and acc["measured"] > 0.5
+
+
+def write_report(path: Path, task: str, accuracy: float, tput: float) -> Path:
+    path.write_text(json.dumps({"task": task, "chosen_backend": "onnxruntime-cpu-int8",
+                                "summary": {"accuracy": accuracy, "sentences_per_s": tput}}))
+    return path
+
+
+def test_release_gate_against_previous_report(exported, tmp_path, capsys):
+    from pipeline.validation.release import main
+
+    task = str(exported["tiny"]["task_yaml"])
+    cur = write_report(tmp_path / "cur.json", "tiny", 0.90, 1000.0)
+    same = write_report(tmp_path / "same.json", "tiny", 0.901, 1050.0)
+    assert main(["--task", task, "--baseline", str(same), "--current", str(cur)]) == 0
+    better_before = write_report(tmp_path / "prev.json", "tiny", 0.95, 1000.0)
+    assert main(["--task", task, "--baseline", str(better_before), "--current", str(cur)]) == 3
+    assert "release_accuracy_drop" in capsys.readouterr().err
+    faster_before = write_report(tmp_path / "fast.json", "tiny", 0.90, 2000.0)
+    assert main(["--task", task, "--baseline", str(faster_before), "--current", str(cur)]) == 3
+    other = write_report(tmp_path / "other.json", "afqmc", 0.90, 1000.0)
+    assert main(["--task", task, "--baseline", str(other), "--current", str(cur)]) == 2
+    assert "baseline report is for task 'afqmc'" in capsys.readouterr().err
+    junk = tmp_path / "junk.json"
+    junk.write_text("[1, 2")
+    assert main(["--task", task, "--baseline", str(junk), "--current", str(cur)]) == 2
+    assert main(["--task", task, "--baseline", str(same), "--current", str(cur),
+                 "--set", "validate.release_max_accuracy_drop=lots"]) == 2
+    assert "must be a number" in capsys.readouterr().err
+
+
+def test_thresholds_that_are_not_numbers_are_config_errors(tiny_finetuned):
+    from pipeline.cli import main
+    from pipeline.validation.config import ExportConfig, ValidateConfig
+    from pipeline.validation.gates import check
+
+    with pytest.raises(ConfigError, match="gates.max_accuracy_drop must be a number"):
+        tiny_cfg(tiny_finetuned, **{"gates.max_accuracy_drop": "half a point"})
+    with pytest.raises(ConfigError, match="validate.repeats"):
+        ValidateConfig(repeats="5")
+    with pytest.raises(ConfigError, match="validate.batch_sizes"):
+        ValidateConfig(batch_sizes=[])
+    with pytest.raises(ConfigError, match="export.opset"):
+        ExportConfig(opset=11)
+    with pytest.raises(ConfigError, match="gates.min_throughput_ratio must be a number"):
+        check("min_throughput_ratio", "2x", 3.0, kind="min")
+    rc = main(["status", "--task", str(tiny_finetuned["task_yaml"]), "--runs-dir", str(tiny_finetuned["runs_dir"]),
+               "--set", "gates.min_throughput_ratio=fast"])
+    assert rc == 2
