@@ -84,7 +84,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         name="package",
         description="Triton / FastDeploy model repository with pre- and post-processing, bundle manifest",
-        requires=("validate",),
+        requires=("export", "validate"),
         params=package.params,
         inputs=package.inputs,
         run=package.run,

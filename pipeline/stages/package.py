@@ -51,15 +51,7 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 def _artifacts(ctx) -> "object":
     from serving.repository import ExportArtifacts
 
-    rec = ctx.upstream["export"] if "export" in ctx.upstream else None
-    if rec is None:  # package requires validate; export's record is read from disk
-        from pipeline.records import read_record
-
-        rec = read_record(ctx.runs_dir / "export")
-    if rec is None:
-        from pipeline.errors import StageNotReady
-
-        raise StageNotReady("stage 'package' needs the export stage's output; run the export stage first")
+    rec = ctx.upstream["export"]
 
     def path(role: str) -> Path | None:
         value = rec.artifacts.get(role)
