@@ -185,7 +185,7 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     """The stage's run() with real upstream records (export/validate written as those stages will write them)."""
     from pipeline.config import load_task_config
     from pipeline.graph import get_stage
-    from pipeline.records import StageRecord, StageStatus, atomic_write_text
+    from pipeline.records import StageRecord, StageStatus
     from pipeline.runner import StageContext
     from pipeline.stages import package
 
@@ -194,7 +194,6 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
              "tokenizer_dir": "tokenizer", "labels": "labels.json", "meta": "meta.json"}
     shutil.copytree(tiny_export, runs / "export" / "out")
     export_rec = StageRecord("export", StageStatus.OK, "k", {}, {}, artifacts=roles)
-    atomic_write_text(runs / "export" / "record.json", export_rec.to_json())
     (runs / "validate" / "out").mkdir(parents=True)
     (runs / "validate" / "out" / "metrics.json").write_text(json.dumps({"chosen_backend": "onnxruntime-cpu-fp32", "summary": {"accuracy": 0.97},
         "backends": [{"backend": "onnxruntime-cpu-fp32", "accuracy": 0.97}, {"backend": "onnxruntime-cpu-int8", "accuracy": 0.96}]}))
@@ -204,7 +203,7 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     assert package.inputs(cfg) == {"repository_state": "missing-or-changed"}
     out = tmp_path / "out"
     out.mkdir()
-    ctx = StageContext(cfg, get_stage("package"), out, tmp_path / "work", {"validate": validate_rec}, runs, print)
+    ctx = StageContext(cfg, get_stage("package"), out, tmp_path / "work", {"export": export_rec, "validate": validate_rec}, runs, print)
     result = package.run(ctx)
     bundle = Path(result.artifacts["bundle_dir"])
     assert bundle == tmp_path / "model_repository" / "tiny"
