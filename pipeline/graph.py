@@ -70,7 +70,7 @@ STAGES: tuple[Stage, ...] = (
         params=export.params,
         inputs=export.inputs,
         run=export.run,
-        version="1",
+        version="2",  # 2: calibrated (batch-independent) activation scales in onnx/int8.onnx
     ),
     Stage(
         name="validate",

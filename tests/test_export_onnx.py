@@ -192,3 +192,35 @@ def test_upstream_paddle2onnx_still_writes_weights_as_constants(exported):
     model = onnx.load_from_string(raw)
     assert len(model.graph.initializer) == 0
     assert sum(n.op_type == "Constant" for n in model.graph.node) > 10
+
+
+def _batch_vs_single(path, tok, dev):
+    from pipeline.backends.onnxruntime import session
+    from pipeline.evaluation import evaluate_session
+
+    s = session(path, precision="int8", threads=1)
+    return evaluate_session(s, tok, dev, 1).logits, evaluate_session(s, tok, dev, 32).logits
+
+
+def test_int8_answers_do_not_depend_on_batch_mates(exported, tiny_finetuned, tmp_path):
+    """Served batches are formed by Triton's dynamic batcher: int8.onnx must give every sentence the
+    same logits alone or in any batch (calibrated activation scales), while ORT's own per-batch
+    DynamicQuantizeLinear does not (pinned: if ORT changes, the rewrite may no longer be needed)."""
+    import onnx
+
+    from pipeline.backends.onnxruntime import quantize_int8_dynamic
+    from pipeline.data import load_task_data
+    from pipeline.tokenizer import Tokenizer
+
+    cfg = exported["cfg"]
+    dev = load_task_data(cfg).dev.examples[:40]
+    tok = Tokenizer.from_model_dir(exported["out"] / "tokenizer", cfg.max_seq_len)
+    model = onnx.load(str(exported["out"] / "onnx" / "int8.onnx"))
+    ops = {n.op_type for n in model.graph.node}
+    assert "DynamicQuantizeLinear" not in ops and "MatMulInteger" in ops
+    alone, batched = _batch_vs_single(exported["out"] / "onnx" / "int8.onnx", tok, dev)
+    np.testing.assert_array_equal(alone, batched)
+
+    per_batch = quantize_int8_dynamic(exported["out"] / "onnx" / "fp32.onnx", tmp_path / "dyn.onnx")
+    alone, batched = _batch_vs_single(per_batch, tok, dev)
+    assert np.abs(alone - batched).max() > 0

@@ -93,7 +93,7 @@ def evaluate(
     cand.latency_ms_p50 = tp.latency_ms_p50
     cand.size_bytes = dir_size(cand.infer_dir)
     log(
-        f"[compress] {cand.name}: accuracy {accuracy:.4f} ({-cand.accuracy_drop_points:+.2f} pts), "
+        f"[compress] {cand.name}: accuracy {accuracy:.4f} (drop {cand.accuracy_drop_points:+.2f} pts vs FP32), "
         f"{tp.sentences_per_s:.0f} sent/s at batch {throughput_batch_size} ({sess.name}), {cand.size_bytes / 2**20:.1f} MiB"
     )
     return cand
@@ -115,7 +115,7 @@ def select(cands: Sequence[Candidate], max_accuracy_drop: float) -> Selection:
     return Selection(
         chosen, best, len(ok),
         f"selected {chosen.name}: {chosen.throughput:.0f} sent/s, accuracy {chosen.accuracy:.4f} "
-        f"({chosen.accuracy_drop_points:+.2f} points vs FP32; {len(ok)}/{len(evaluated)} candidates within {max_accuracy_drop:g})",
+        f"(drop {chosen.accuracy_drop_points:+.2f} pts vs FP32; {len(ok)}/{len(evaluated)} candidates within {max_accuracy_drop:g})",
     )
 
 

@@ -5,7 +5,8 @@ Output (the package stage consumes exactly this)::
     paddle_fp32/{model.pdmodel, model.pdiparams}   FP32 baseline (unpruned)
     paddle_int8/{...}                              selected candidate, only when it is quantized
     onnx/fp32.onnx                                 FP32 baseline, cleaned (see pipeline.backends.onnxruntime)
-    onnx/int8.onnx                                 fast CPU INT8 (dynamic, per-channel, int8 embeddings)
+    onnx/int8.onnx                                 fast CPU INT8 (MatMulInteger, per-channel weights, calibrated
+                                                   activation scales, int8 embeddings)
     onnx/int8_qdq.onnx                             static QDQ per-channel INT8 (TensorRT explicit quantization)
     tokenizer/{vocab.txt, tokenizer_config.json, special_tokens_map.json}
     labels.json, meta.json
@@ -32,6 +33,7 @@ def params(cfg: TaskConfig) -> dict:
     return {"opset": e.opset, "calibration_sentences": e.calibration_sentences,
             "calibration_batch_size": e.calibration_batch_size, "int8_embeddings": e.int8_embeddings,
             "ort_transformer_optimize": e.ort_transformer_optimize, "max_int8_size_ratio": e.max_int8_size_ratio,
+            "batch_independent_int8": e.batch_independent_int8,
             "max_seq_len": cfg.max_seq_len, "labels": list(cfg.labels), "label_names": list(cfg.label_names)}
 
 
@@ -135,6 +137,14 @@ def run(ctx):
     feeds = ortb.calibration_feeds(tokenizer, [(e.text_a, e.text_b) for e in train], ecfg.calibration_batch_size)
     ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {len(train)} calibration sentences)")
     qdq = ortb.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
+    if ecfg.batch_independent_int8:
+        import onnx
+
+        model = onnx.load(str(int8))
+        static, per_seq = ortb.static_activation_scales(model, onnx.load(str(qdq)), pad_id=tokenizer.pad_id)
+        onnx.save(model, str(int8))
+        ctx.log(f"[export] INT8 ONNX activation scales: {static} calibrated, {per_seq} per sequence "
+                "(answers do not depend on batch mates, so served == offline)")
 
     stats = {name: ortb.weight_stats(p) for name, p in (("fp32", fp32_onnx), ("int8", int8), ("int8_qdq", qdq))}
     for name in ("int8", "int8_qdq"):

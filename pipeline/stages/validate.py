@@ -188,5 +188,5 @@ def run(ctx):
                "gates_passed": report.passed, "skipped": {k: f"skipped: {v}" for k, v in skipped.items()}}
     return StageResult(metrics=metrics, gate_error=G.failure_message(gate_list),
                        artifacts={"gates": G.GATES_FILE, "report": "report.md", "metrics": METRICS_FILE, "plot": PLOT_FILE},
-                       message=f"{chosen}: accuracy {crow['accuracy']:.4f} ({crow['accuracy_drop_points']:+.2f} pts), "
+                       message=f"{chosen}: accuracy {crow['accuracy']:.4f} (drop {crow['accuracy_drop_points']:+.2f} pts vs FP32), "
                                f"{(crow['throughput_ratio'] or 0):.2f}x FP32")

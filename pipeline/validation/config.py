@@ -40,13 +40,16 @@ class ExportConfig:
     int8_embeddings: bool = True  # store the word-embedding table int8 in both INT8 ONNX forms
     ort_transformer_optimize: bool = False  # ORT BERT fusions before quantize_dynamic (slower here; see backend)
     max_int8_size_ratio: float = 0.35  # the INT8 ONNX must be at most this fraction of the FP32 file
+    # Calibrated activation scales in onnx/int8.onnx: a sentence's answer does not depend on its batch
+    # mates (served == offline).  false keeps ORT's per-batch dynamic scales: ~8% faster, not reproducible.
+    batch_independent_int8: bool = True
 
     def __post_init__(self) -> None:
         _number("export.opset", self.opset, minimum=13, integer=True)
         _number("export.calibration_sentences", self.calibration_sentences, minimum=1, integer=True)
         _number("export.calibration_batch_size", self.calibration_batch_size, minimum=1, integer=True)
         _number("export.max_int8_size_ratio", self.max_int8_size_ratio, minimum=0.0)
-        for name in ("int8_embeddings", "ort_transformer_optimize"):
+        for name in ("int8_embeddings", "ort_transformer_optimize", "batch_independent_int8"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"export.{name} must be true or false, got {getattr(self, name)!r}")
 
