@@ -110,9 +110,9 @@ def test_crude_quantized_candidate_fails_the_accuracy_gate(exported, tmp_path):
     assert gates["passed"] is False and acc["passed"] is False and acc["measured"] > 0.5
 
 
-def write_report(path: Path, task: str, accuracy: float, tput: float) -> Path:
+def write_report(path: Path, task: str, accuracy: float, ratio: float) -> Path:
     path.write_text(json.dumps({"task": task, "chosen_backend": "onnxruntime-cpu-int8",
-                                "summary": {"accuracy": accuracy, "sentences_per_s": tput}}))
+                                "summary": {"accuracy": accuracy, "sentences_per_s": 500.0 * ratio, "throughput_ratio": ratio}}))
     return path
 
 
@@ -120,15 +120,15 @@ def test_release_gate_against_previous_report(exported, tmp_path, capsys):
     from pipeline.validation.release import main
 
     task = str(exported["tiny"]["task_yaml"])
-    cur = write_report(tmp_path / "cur.json", "tiny", 0.90, 1000.0)
-    same = write_report(tmp_path / "same.json", "tiny", 0.901, 1050.0)
+    cur = write_report(tmp_path / "cur.json", "tiny", 0.90, 2.0)
+    same = write_report(tmp_path / "same.json", "tiny", 0.901, 2.1)
     assert main(["--task", task, "--baseline", str(same), "--current", str(cur)]) == 0
-    better_before = write_report(tmp_path / "prev.json", "tiny", 0.95, 1000.0)
+    better_before = write_report(tmp_path / "prev.json", "tiny", 0.95, 2.0)
     assert main(["--task", task, "--baseline", str(better_before), "--current", str(cur)]) == 3
     assert "release_accuracy_drop" in capsys.readouterr().err
-    faster_before = write_report(tmp_path / "fast.json", "tiny", 0.90, 2000.0)
+    faster_before = write_report(tmp_path / "fast.json", "tiny", 0.90, 4.0)
     assert main(["--task", task, "--baseline", str(faster_before), "--current", str(cur)]) == 3
-    other = write_report(tmp_path / "other.json", "afqmc", 0.90, 1000.0)
+    other = write_report(tmp_path / "other.json", "afqmc", 0.90, 2.0)
     assert main(["--task", task, "--baseline", str(other), "--current", str(cur)]) == 2
     assert "baseline report is for task 'afqmc'" in capsys.readouterr().err
     junk = tmp_path / "junk.json"
