@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.compress.api import CompressionArguments, parse_args
-from pipeline.compress.arguments import CompressConfig, parse_strategy, parse_width
+from pipeline.compress.arguments import CompressConfig, parse_width
 from pipeline.config import load_task_config
 from pipeline.errors import ConfigError
 

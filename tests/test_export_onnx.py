@@ -21,7 +21,7 @@ def make_ctx(stage_name: str, cfg, out_dir: Path, work_dir: Path, upstream: dict
     return StageContext(cfg, get_stage(stage_name), out_dir, work_dir, upstream, runs_dir, lambda m: None)
 
 
-def standin_compress(tiny: dict, root: Path, quantization: str = "ptq") -> "StageRecord":
+def standin_compress(tiny: dict, root: Path, quantization: str = "ptq") -> "pipeline.records.StageRecord":
     """What the compress stage hands over, built from the tiny model: its FP32 static export serves as
     both the baseline and the 'selected' program (Paddle's int8 switch leaves an unquantized program as is)."""
     from pipeline.backends.paddle_inference import export_static

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pipeline  # noqa: F401  (before paddle)
-from pipeline.errors import ConfigError, DataError
+from pipeline.errors import ConfigError
 from tests.test_export_onnx import make_ctx, standin_compress, tiny_cfg
 
 FAST_VALIDATE = {"validate.batch_sizes": [1, 4], "validate.seq_lens": [8, 16], "validate.warmup": 0,

@@ -133,7 +133,7 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
     base_tp = fp32.throughput if fp32 and fp32.throughput else None
     base_size = fp32.size_bytes if fp32 and fp32.size_bytes else None
     lines = [
-        f"# Compression candidates",
+        "# Compression candidates",
         "",
         f"FP32 baseline (finetune-check): accuracy {baseline.get('accuracy', float('nan')):.4f}; budget: "
         f"at most {max_accuracy_drop:g} points below.  Paddle Inference on CPU (oneDNN; int8 where quantized).",

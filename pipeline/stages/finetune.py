@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from pathlib import Path
 
 from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, TaskConfig
 from pipeline.data import load_task_data
