@@ -29,6 +29,9 @@ class Stage:
     run: Callable | None  # (StageContext) -> StageResult; None: declared but not built yet
     version: str = "1"  # bump when the stage's logic changes what it produces
     planned_in: str = ""  # for stages not built yet: where they are tracked
+    # Raises UserInputError when the config cannot work for this stage; called for every selected
+    # stage before the first one runs, so a run never fails at its end on something knowable at its start.
+    check: Callable[[TaskConfig], None] | None = None
 
 
 def _none(cfg: TaskConfig) -> dict[str, str]:
@@ -88,6 +91,7 @@ STAGES: tuple[Stage, ...] = (
         params=package.params,
         inputs=package.inputs,
         run=package.run,
+        check=package.check,
         version="1",
     ),
 )

@@ -110,6 +110,9 @@ class Runner:
     # -- run ----------------------------------------------------------------------------------
     def run(self, selected: list[str], force: bool = False) -> RunSummary:
         check_writable(self.runs_dir)
+        for stage in STAGES:
+            if stage.name in selected and stage.check is not None:
+                stage.check(self.cfg)
         done: dict[str, StageRecord] = {}
         rows: list[tuple[str, StageStatus, float, str]] = []
         first = STAGE_NAMES.index(selected[0])

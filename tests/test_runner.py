@@ -178,3 +178,15 @@ def test_kill_9_mid_finetune_resumes(tiny_task, tmp_path):
     rec = read_record(sdir)
     assert rec.status.value == "OK" and rec.metrics["resumed_from_step"] >= 40
     assert not list(sdir.glob(".tmp-*")) and not (sdir / "work").exists()
+
+
+def test_a_stage_check_fails_before_any_work(tmp_path, capsys):
+    """Pair tasks cannot be packaged for serving: said at the start, not after an hour of training."""
+    data = tmp_path / "afqmc"
+    data.mkdir()
+    for name in ("train.json", "dev.json"):
+        (data / name).write_text(json.dumps({"sentence1": "a", "sentence2": "b", "label": "0"}) + "\n")
+    rc = main(["run", "--task", "afqmc", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(data)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "takes single texts" in err and "--until validate" in err
+    assert not (tmp_path / "runs" / "afqmc" / "finetune").exists()

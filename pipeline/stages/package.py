@@ -36,6 +36,17 @@ def params(cfg: TaskConfig) -> dict:
             "max_bundle_mb": cfg.gates.max_bundle_mb}
 
 
+def check(cfg: TaskConfig) -> None:
+    """The served ensemble takes one text per request; a sentence-pair task cannot be served yet."""
+    if cfg.data.text_b:
+        from pipeline.errors import ConfigError
+
+        raise ConfigError(
+            f"task {cfg.task}: the serving bundle takes single texts, but this task classifies text pairs "
+            f"(data.text_b = {cfg.data.text_b!r}); run with --until validate to get the validated models"
+        )
+
+
 def inputs(cfg: TaskConfig) -> dict[str, str]:
     from serving.integrity import BundleIntegrityError, verify_bundle
 
