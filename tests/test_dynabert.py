@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from pipeline.compress import dynabert
-from pipeline.compress.pruned_ernie import HEAD_SIZE_KEY, load_classifier
+from pipeline.compress.pruned_ernie import HEAD_SIZE_KEY
+from pipeline.modeling import load_classifier
 from pipeline.errors import ConfigError, ModelError
 from pipeline.evaluation import evaluate_dygraph
 from pipeline.tokenizer import Tokenizer

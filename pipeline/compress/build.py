@@ -12,7 +12,6 @@ costs too much accuracy, the unpruned int8 model can still pass the budget.
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pipeline.compress.embeddings import copy_static, quantize_embeddings
 from pipeline.compress.ptq import PTQSettings, calibration_examples, check_calibration, ptq_grid, quantize_static
 from pipeline.data import Example
 from pipeline.errors import ConfigError
+from pipeline.modeling import load_classifier
 from pipeline.tokenizer import Tokenizer
 
 
@@ -49,22 +49,6 @@ class _Source:
     prefix: str  # "" for width 1.0, "w0.75-" for pruned
 
 
-def load_classifier(model_dir: Path, num_labels: int):
-    """Loads stock and head-pruned ERNIE classifier dirs (pruned ones need ``pruned_ernie``'s class)."""
-    try:
-        from pipeline.compress.pruned_ernie import load_classifier as load_any
-    except ImportError:  # pruning helper not there: only stock models can exist
-        from pipeline.modeling import load_classifier as load_any
-    return load_any(model_dir, num_labels)
-
-
-def _need(part: str, module: str, function: str) -> Callable:
-    try:
-        return getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError):
-        raise ConfigError(f"compress.strategy part {part}: not available yet ({module}.{function} is missing)") from None
-
-
 def preflight(cfg: CompressConfig, *, train_size: int, static_model_dir: Path | None) -> list[PTQSettings]:
     """Every check that can fail on bad input, before any long work; returns the PTQ grid."""
     parts = cfg.parts()
@@ -76,10 +60,6 @@ def preflight(cfg: CompressConfig, *, train_size: int, static_model_dir: Path | 
         paddle_inference.check_static_dir(static_model_dir)
         if "dynabert" in parts or "qat" in parts:
             raise ConfigError("compress.input_infer_model_path: dynabert and qat need the dygraph model; use ptq and/or embeddings")
-    if "dynabert" in parts:
-        _need("dynabert", "pipeline.compress.dynabert", "prune_width")
-    if "qat" in parts:
-        _need("qat", "pipeline.compress.qat", "quant_aware_train")
     return grid
 
 
@@ -126,7 +106,7 @@ def build_and_evaluate(
 
     # 2. DynaBERT width pruning
     if "dynabert" in parts:
-        prune_width = _need("dynabert", "pipeline.compress.dynabert", "prune_width")
+        from pipeline.compress.dynabert import prune_width
 
         for width in cfg.widths():
             if width == 1.0:
@@ -163,7 +143,7 @@ def build_and_evaluate(
                                         input_dtype=input_dtype, log=log)
                 add(Candidate(name, src.width, "ptq", False, infer, src.model_dir, {**s.to_dict(), "width_mult": src.width, "input_dtype": input_dtype}), t0)
     if "qat" in parts:
-        quant_aware_train = _need("qat", "pipeline.compress.qat", "quant_aware_train")
+        from pipeline.compress.qat import quant_aware_train
         for src in sources:
             t0 = time.monotonic()
             name = src.prefix + "qat"

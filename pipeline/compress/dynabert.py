@@ -37,7 +37,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pipeline.batching import encode_batch, eval_batch_order, iter_batches, train_batch_order
-from pipeline.compress.pruned_ernie import load_classifier, narrow_attention, narrow_ffn, prune_config
+from pipeline.compress.pruned_ernie import narrow_attention, narrow_ffn, prune_config
+from pipeline.modeling import load_classifier
 from pipeline.compress.schedule import make_optimizer, plan_steps
 from pipeline.data import Example
 from pipeline.errors import ConfigError, ModelError

@@ -98,16 +98,3 @@ def prune_config(config, num_heads: int, intermediate_size: int):
     setattr(out, HEAD_SIZE_KEY, head_size)
     return out
 
-
-def load_classifier(model_dir, num_labels: int):
-    """Like ``pipeline.modeling.load_classifier``, but also for head-pruned directories."""
-    from pipeline.errors import ModelError
-    from pipeline.modeling import quiet_paddlenlp
-
-    quiet_paddlenlp()
-    try:
-        model = ErnieForSequenceClassification.from_pretrained(str(model_dir), num_labels=num_labels)
-    except Exception as exc:
-        raise ModelError(f"model dir {model_dir}: cannot be loaded as an ERNIE classifier ({type(exc).__name__}: {exc})") from None
-    model.eval()
-    return model

@@ -24,7 +24,7 @@ import numpy as np
 
 from pipeline.backends import paddle_inference
 from pipeline.batching import encode_batch, train_batch_order
-from pipeline.compress.pruned_ernie import load_classifier
+from pipeline.modeling import load_classifier
 from pipeline.compress.schedule import make_optimizer, plan_steps
 from pipeline.data import Example
 from pipeline.errors import ConfigError, ModelError
