@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,17 +17,9 @@ from pipeline.tokenizer import Tokenizer
 MAX_SEQ_LEN = 32
 
 
-def _examples(data_dir: Path, name: str):
-    from pipeline.data import Example
-
-    labels = [json.loads(line)["label"] for line in (data_dir / "labels.json").read_text().splitlines()]
-    rows = [json.loads(line) for line in (data_dir / name).read_text(encoding="utf-8").splitlines()]
-    return [Example(r["sentence"], None, labels.index(r["label"])) for r in rows]
-
-
 @pytest.fixture(scope="module")
-def splits(tiny_finetuned):
-    return _examples(tiny_finetuned["data_dir"], "train.json"), _examples(tiny_finetuned["data_dir"], "dev.json")
+def splits(tiny_splits):
+    return tiny_splits
 
 
 def _logits(model, tokenizer, examples):
