@@ -41,10 +41,46 @@ class DataConfig:
     label_field: str = "label"
     join: str = "；"
     skip_labels: list[str] = field(default_factory=list)  # rows with these labels are skipped (and counted)
+    # File format: clue (JSON lines, classification), cluener / msra_bio (sequence labeling), squad (reading)
+    format: str = "clue"
 
     def __post_init__(self) -> None:
         if not self.text_a:
             raise ConfigError("data.text_a: a text field is required")
+        if self.format not in DATA_FORMATS:
+            raise ConfigError(f"data.format: {self.format!r} is not one of {', '.join(DATA_FORMATS)}")
+
+
+DATA_FORMATS = ("clue", "cluener", "msra_bio", "squad")
+FORMATS_BY_TYPE = {"classification": ("clue",), "token_classification": ("cluener", "msra_bio"), "reading_comprehension": ("squad",)}
+
+
+@dataclass
+class ReadingConfig:
+    """Reading comprehension only: windows over long passages and span limits (CMRC2018 defaults)."""
+
+    doc_stride: int = 128  # consecutive windows start this many context tokens apart
+    max_query_len: int = 64  # question tokens kept
+    max_answer_len: int = 64  # longest answer span, in tokens (CMRC2018 answers reach 85; 30 cuts 5%)
+    # CMRC2018's train split is not available offline: this fraction of the dev passages is used for
+    # fine-tuning (with trial.json), the rest is the evaluation set.
+    dev_for_training: float = 0.5
+    split_seed: int = 42
+    # Fine-tuning sees every window holding its answer and this fraction of the others (taught to point
+    # at [CLS]); most windows of a long passage hold no answer, so this cuts training time ~3x.
+    negative_window_ratio: float = 0.2
+    max_eval_questions: int = 0  # > 0: evaluate on the first N held-out questions only (reported)
+
+    def __post_init__(self) -> None:
+        for name in ("doc_stride", "max_query_len", "max_answer_len"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"reading.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.negative_window_ratio <= 1:
+            raise ConfigError(f"reading.negative_window_ratio must be in [0, 1], got {self.negative_window_ratio}")
+        if self.max_eval_questions < 0:
+            raise ConfigError(f"reading.max_eval_questions must be >= 0, got {self.max_eval_questions}")
+        if not 0 < self.dev_for_training < 1:
+            raise ConfigError(f"reading.dev_for_training must be in (0, 1), got {self.dev_for_training}")
 
 
 @dataclass
@@ -134,10 +170,17 @@ class TaskConfig:
     export: ExportConfig = field(default_factory=ExportConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     package: PackageConfig = field(default_factory=PackageConfig)
+    reading: ReadingConfig = field(default_factory=ReadingConfig)
 
     def __post_init__(self) -> None:
-        if self.type != "classification":
-            raise ConfigError(f"type: only 'classification' is supported so far, got {self.type!r}")
+        if self.type not in FORMATS_BY_TYPE:
+            raise ConfigError(f"type: {self.type!r} is not one of {', '.join(FORMATS_BY_TYPE)}")
+        if self.data.format not in FORMATS_BY_TYPE[self.type]:
+            raise ConfigError(f"data.format: {self.data.format!r} does not fit type {self.type!r} "
+                              f"(use {' or '.join(FORMATS_BY_TYPE[self.type])})")
+        if self.type == "reading_comprehension" and self.reading.max_query_len + 3 >= self.max_seq_len:
+            raise ConfigError(f"reading.max_query_len {self.reading.max_query_len} leaves no room for the passage "
+                              f"in max_seq_len {self.max_seq_len}")
         if self.label_names and len(self.label_names) != len(self.labels):
             raise ConfigError(
                 f"label_names has {len(self.label_names)} entries but labels has {len(self.labels)}"

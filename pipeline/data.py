@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Sequence
 
 from pipeline.config import TaskConfig
 from pipeline.env import is_online
@@ -27,9 +28,10 @@ class Example:
 @dataclass(frozen=True)
 class Split:
     name: str
-    examples: tuple[Example, ...]
+    examples: tuple[Any, ...]  # Example; LabelingExample (NER); QAExample (reading comprehension)
     source: str  # file path or "paddlenlp:clue/<name>/<split>"
-    skipped: int = 0  # rows dropped on purpose (data.skip_labels), reported, never silent
+    skipped: int = 0  # rows dropped on purpose (data.skip_labels, bad spans, ...), reported, never silent
+    skip_reasons: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,33 @@ class TaskDataset:
 
 
 def load_task_data(cfg: TaskConfig) -> TaskDataset:
+    """The task's train and dev splits, read the way its kind reads them (see ``pipeline.kinds``)."""
+    from pipeline.kinds import get_kind
+
+    return get_kind(cfg).load(cfg)
+
+
+def resolve_local_dir(cfg: TaskConfig) -> Path:
+    """The local data directory of a task whose format has no online fallback."""
+    data_dir = cfg.data_dir()
+    if data_dir is None:
+        raise DataError(f"task {cfg.task!r}: no data dir: pass DATA_DIR=<dir> (make) or --data-dir <dir>")
+    if not data_dir.exists():
+        raise DataError(f"data dir not found: {data_dir} (set DATA_DIR=... or --data-dir to the {cfg.data.format} files)")
+    if not data_dir.is_dir():
+        raise DataError(f"data dir is not a directory: {data_dir}")
+    return data_dir
+
+
+def data_fingerprint(paths: Sequence[Path], extra: str = "") -> str:
+    digest = hashlib.sha256(extra.encode())
+    for p in paths:
+        digest.update(Path(p).name.encode())
+        digest.update(Path(p).read_bytes())
+    return digest.hexdigest()
+
+
+def load_classification_data(cfg: TaskConfig) -> TaskDataset:
     data_dir = cfg.data_dir()
     explicit = cfg.data.dir is not None
     if data_dir is not None and data_dir.exists():

@@ -35,6 +35,7 @@ class ModelInfo:
     max_position_embeddings: int
     head_classes: int | None  # classes of the classification head, None when there is no head
     labels: tuple[str, ...] | None  # from labels.json saved beside a fine-tuned model
+    architecture: str | None = None  # config.json "architectures"[0], e.g. ErnieForTokenClassification
 
 
 def quiet_paddlenlp() -> None:
@@ -86,17 +87,24 @@ def inspect_model(path: Path) -> ModelInfo:
         max_position_embeddings=int(config.get("max_position_embeddings", 512)),
         head_classes=head_classes,
         labels=labels,
+        architecture=(config.get("architectures") or [None])[0],
     )
 
 
-def check_head(info: ModelInfo, labels: Sequence[str], max_seq_len: int) -> bool:
-    """True when the model already classifies exactly the task's labels; raise on a mismatch."""
+def check_head(info: ModelInfo, labels: Sequence[str], max_seq_len: int, architecture: str | None = None) -> bool:
+    """True when the model already has the task's head over exactly its labels; raise on a mismatch.
+
+    ``architecture``: the head class the task kind needs; a model saved with another head (say a
+    sentence classifier given to a NER task) is refused rather than silently re-headed.
+    """
     if info.max_position_embeddings < max_seq_len:
         raise ModelError(
             f"model {info.path}: max_position_embeddings {info.max_position_embeddings} < task max_seq_len {max_seq_len}"
         )
     if info.head_classes is None:
         return False
+    if architecture and info.architecture and info.architecture != architecture and info.architecture.startswith("ErnieFor"):
+        raise ModelError(f"model {info.path}: has a {info.architecture} head but the task needs {architecture}")
     if info.head_classes != len(labels):
         raise ModelError(
             f"model {info.path}: num_classes mismatch: its classification head has {info.head_classes} "
@@ -143,24 +151,46 @@ def resolve_model_dir(cfg: ModelConfig) -> Path | None:
     return target
 
 
-def load_classifier(model_dir: Path, num_labels: int):
-    quiet_paddlenlp()
-    # The subclass loads stock ERNIE directories unchanged and also DynaBERT-pruned ones (fewer heads
-    # than hidden_size / head_dim), which paddlenlp's own class cannot express.
-    from pipeline.compress.pruned_ernie import ErnieForSequenceClassification
+def model_class_of(model_dir: Path):
+    """The head class a fine-tuned directory was saved with (config.json ``architectures``)."""
+    from pipeline.compress.pruned_ernie import ARCHITECTURES, ErnieForSequenceClassification
 
+    config_path = next((Path(model_dir) / n for n in CONFIG_FILES if (Path(model_dir) / n).is_file()), None)
+    if config_path is not None:
+        try:
+            arch = (json.loads(config_path.read_text(encoding="utf-8")).get("architectures") or [None])[0]
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            arch = None
+        if arch in ARCHITECTURES:
+            return ARCHITECTURES[arch]
+    return ErnieForSequenceClassification
+
+
+def load_classifier(model_dir: Path, num_labels: int, model_class=None):
+    """Load an ERNIE with a head: sequence classifier, token classifier or span extractor.
+
+    ``model_class`` None: the head the directory was saved with (a pretrained encoder without a head
+    gets the sequence classifier unless the caller names the task kind's class).
+    """
+    quiet_paddlenlp()
+    # The subclasses load stock ERNIE directories unchanged and also DynaBERT-pruned ones (fewer heads
+    # than hidden_size / head_dim), which paddlenlp's own classes cannot express.
+    cls = model_class or model_class_of(model_dir)
+    kwargs = {} if cls.__name__ == "ErnieForQuestionAnswering" else {"num_labels": num_labels}
     try:
-        model = ErnieForSequenceClassification.from_pretrained(str(model_dir), num_labels=num_labels)
+        model = cls.from_pretrained(str(model_dir), **kwargs)
     except Exception as exc:
-        raise ModelError(f"model dir {model_dir}: cannot be loaded as an ERNIE classifier ({type(exc).__name__}: {exc})") from None
+        raise ModelError(f"model dir {model_dir}: cannot be loaded as {cls.__name__} ({type(exc).__name__}: {exc})") from None
     model.eval()
     return model
 
 
-def create_scratch_classifier(cfg: ScratchModelConfig, vocab_size: int, num_labels: int, seed: int):
+def create_scratch_classifier(cfg: ScratchModelConfig, vocab_size: int, num_labels: int, seed: int, model_class=None):
     quiet_paddlenlp()
     import paddle
-    from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification
+    from paddlenlp.transformers import ErnieConfig
+
+    from pipeline.compress.pruned_ernie import ErnieForSequenceClassification
 
     paddle.seed(seed)
     config = ErnieConfig(
@@ -175,7 +205,7 @@ def create_scratch_classifier(cfg: ScratchModelConfig, vocab_size: int, num_labe
         num_labels=num_labels,
         pad_token_id=0,
     )
-    return ErnieForSequenceClassification(config)
+    return (model_class or ErnieForSequenceClassification)(config)
 
 
 def save_classifier(model, out_dir: Path, vocab_dir: Path, labels: Sequence[str], label_names: Sequence[str]) -> None:

@@ -46,6 +46,18 @@ class Tokenizer:
         if self.pad_id is None:
             raise ValueError(f"{vocab_file}: vocabulary has no [PAD] token")
         self.vocab_size = self._tok.get_vocab_size()
+        self.lowercase = lowercase
+        self._raw = None
+
+    @property
+    def raw(self):
+        """The HF tokenizer without truncation: NER and reading comprehension place special tokens,
+        truncate and window themselves (``pipeline.labeling.bio``, ``pipeline.reading.windows``)."""
+        if self._raw is None:
+            from tokenizers import BertWordPieceTokenizer
+
+            self._raw = BertWordPieceTokenizer(str(self.vocab_file), lowercase=self.lowercase, handle_chinese_chars=True)
+        return self._raw
 
     @classmethod
     def from_model_dir(cls, model_dir: Path, max_seq_len: int) -> "Tokenizer":

@@ -18,13 +18,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pipeline.batching import encode_batch, train_batch_order
+from pipeline.batching import train_batch_order
 from pipeline.config import FinetuneConfig
-from pipeline.data import Example
 from pipeline.evaluation import Evaluation, evaluate_dygraph
+from pipeline.kinds.base import FeatureSet
 from pipeline.progress import log as _log
 from pipeline.progress import progress
-from pipeline.tokenizer import Tokenizer
 
 
 @dataclass
@@ -32,7 +31,7 @@ class TrainState:
     step: int = 0  # optimizer steps done
     epoch: int = 0  # current epoch (0-based)
     step_in_epoch: int = 0  # batches of the current epoch already trained
-    best_accuracy: float = -1.0
+    best_accuracy: float = -1.0  # the task's primary dev metric (accuracy, entity F1, reading F1)
     best_epoch: int = -1
     history: list[dict] = field(default_factory=list)  # one entry per finished epoch
 
@@ -46,18 +45,16 @@ class TrainResult:
     resumed_from_step: int
 
 
-def _subset(examples: Sequence[Example], n: int, seed: int) -> Sequence[Example]:
-    if n <= 0 or n >= len(examples):
-        return examples
-    idx = np.sort(np.random.RandomState(seed).choice(len(examples), n, replace=False))
-    return [examples[i] for i in idx]
+def _subset(fs: FeatureSet, n: int, seed: int) -> FeatureSet:
+    if n <= 0 or n >= len(fs):
+        return fs
+    return fs.subset(np.sort(np.random.RandomState(seed).choice(len(fs), n, replace=False)))
 
 
 def finetune(
     model,
-    tokenizer: Tokenizer,
-    train: Sequence[Example],
-    dev: Sequence[Example],
+    train: FeatureSet,
+    dev: FeatureSet,
     cfg: FinetuneConfig,
     work_dir: Path,
     save_best: Callable[[object], None],
@@ -90,7 +87,7 @@ def finetune(
         log(f"resuming fine-tune from step {state.step}/{total_steps} (epoch {state.epoch + 1}, best dev acc {state.best_accuracy:.4f})")
 
     model.train()
-    loss_fn = paddle.nn.CrossEntropyLoss()
+    kind = train.kind
     last_ckpt = time.time()
     bar = progress(total=total_steps, initial=state.step, desc="fine-tune", unit="step")
     try:
@@ -100,9 +97,9 @@ def finetune(
             for idx in order[state.step_in_epoch :]:
                 if state.step >= total_steps:
                     break
-                b = encode_batch(tokenizer, train, idx)
+                b = train.batch(idx)
                 logits = model(paddle.to_tensor(b.input_ids), token_type_ids=paddle.to_tensor(b.token_type_ids))
-                loss = loss_fn(logits, paddle.to_tensor(b.labels))
+                loss = kind.loss(logits, b, train.pad_id)
                 loss.backward()
                 opt.step()
                 opt.clear_grad()
@@ -118,16 +115,17 @@ def finetune(
                     ckpt.save(model, opt, sched, state)
                     last_ckpt = time.time()
             epoch_done = state.step_in_epoch >= len(order)
-            ev: Evaluation = evaluate_dygraph(model, tokenizer, dev, cfg.eval_batch_size, desc=f"dev eval (epoch {state.epoch + 1})")
-            entry = {"epoch": state.epoch + 1, "step": state.step, "train_loss": running / max(n, 1), "dev_accuracy": ev.accuracy}
+            ev: Evaluation = evaluate_dygraph(model, dev, cfg.eval_batch_size, desc=f"dev eval (epoch {state.epoch + 1})")
+            entry = {"epoch": state.epoch + 1, "step": state.step, "train_loss": running / max(n, 1),
+                     f"dev_{kind.metric}": ev.metric, **{f"dev_{k}": v for k, v in ev.score.metrics.items()}}
             state.history.append(entry)
-            improved = ev.accuracy > state.best_accuracy
+            improved = ev.metric > state.best_accuracy
             log(
                 f"epoch {state.epoch + 1}/{cfg.epochs}: step {state.step}, train loss {entry['train_loss']:.4f}, "
-                f"dev accuracy {ev.accuracy:.4f}" + ("  (best so far, kept)" if improved else "")
+                f"dev {kind.describe(ev.score)}" + ("  (best so far, kept)" if improved else "")
             )
             if improved:
-                state.best_accuracy, state.best_epoch = ev.accuracy, state.epoch + 1
+                state.best_accuracy, state.best_epoch = ev.metric, state.epoch + 1
                 save_best(model)
             model.train()
             if epoch_done:

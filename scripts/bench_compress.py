@@ -31,6 +31,7 @@ from pipeline.compress.ptq import PTQSettings, calibration_examples, check_calib
 from pipeline.config import load_task_config  # noqa: E402
 from pipeline.data import load_task_data  # noqa: E402
 from pipeline.evaluation import evaluate_session, measure_throughput  # noqa: E402
+from pipeline.kinds import featurize  # noqa: E402
 from pipeline.tokenizer import Tokenizer  # noqa: E402
 
 
@@ -66,6 +67,7 @@ def main(argv=None) -> int:
             for al in a.algo_list for bs in a.batch_size_list for bn in a.batch_num_list]
     check_calibration(len(train), grid)
     tok = Tokenizer.from_model_dir(a.model_dir, cfg.max_seq_len)
+    train, dev = featurize(cfg, tok, train), featurize(cfg, tok, dev)
     work = a.work_dir or Path(tempfile.mkdtemp(prefix="bench-compress-"))
     from pipeline.compress.build import load_classifier
 
@@ -77,7 +79,7 @@ def main(argv=None) -> int:
     t_grid = time.monotonic()
     for s in grid:
         t0 = time.monotonic()
-        models[s.name] = (quantize_static(fp32, work / s.name, tok, calib, s), "int8")
+        models[s.name] = (quantize_static(fp32, work / s.name, calib, s), "int8")
         grid_times[s.name] = round(time.monotonic() - t0, 2)
     grid_wall = time.monotonic() - t_grid
 
@@ -91,34 +93,34 @@ def main(argv=None) -> int:
 
     results: dict[str, dict] = {}
     for name, (d, prec) in models.items():
-        results[name] = {"accuracy": evaluate_session(pi.session(d, precision=prec, threads=a.threads), tok, dev, 64, desc=name).accuracy,
+        results[name] = {"accuracy": evaluate_session(pi.session(d, precision=prec, threads=a.threads), dev, 64, desc=name).accuracy,
                          "precision": prec, "size_bytes": sum(p.stat().st_size for p in d.iterdir())}
     best = max((n for n in models if n != "fp32"), key=lambda n: results[n]["accuracy"])
     if pruned_dir:
         pf = pi.export_static(load_classifier(pruned_dir, len(data.labels)), work / "pruned-fp32")
         s = next(g for g in grid if g.name == best)
         models["pruned-fp32"] = (pf, "fp32")
-        models[f"pruned-{best}"] = (quantize_static(pf, work / f"pruned-{best}", tok, calib, s), "int8")
+        models[f"pruned-{best}"] = (quantize_static(pf, work / f"pruned-{best}", calib, s), "int8")
     if a.embeddings:
         for base in [best] + ([f"pruned-{best}"] if pruned_dir else []):
             quantize_embeddings(models[base][0], work / f"{base}+emb")
             models[f"{base}+emb"] = (work / f"{base}+emb", "int8")
     for name, (d, prec) in models.items():
         if name not in results:
-            results[name] = {"accuracy": evaluate_session(pi.session(d, precision=prec, threads=a.threads), tok, dev, 64, desc=name).accuracy,
+            results[name] = {"accuracy": evaluate_session(pi.session(d, precision=prec, threads=a.threads), dev, 64, desc=name).accuracy,
                              "precision": prec, "size_bytes": sum(p.stat().st_size for p in d.iterdir())}
     sessions = {name: pi.session(d, precision=prec, threads=a.threads) for name, (d, prec) in models.items()}
     if a.compare_default_int8:
         d = models[best][0]
         name = f"{best}@default-int8-ops"
         sessions[name] = pi.session(d, precision="int8", threads=a.threads, int8_ops=set())
-        results[name] = {"accuracy": evaluate_session(sessions[name], tok, dev, 64, desc=name).accuracy, "precision": "int8-all-ops",
+        results[name] = {"accuracy": evaluate_session(sessions[name], dev, 64, desc=name).accuracy, "precision": "int8-all-ops",
                          "size_bytes": results[best]["size_bytes"]}
     rates: dict[str, list[float]] = {n: [] for n in sessions}
     p50: dict[str, list[float]] = {n: [] for n in sessions}
     for _ in range(a.rounds):  # interleaved: FP32, INT8, ..., FP32, INT8, ...
         for n, sess in sessions.items():
-            tp = measure_throughput(sess, tok, dev, a.batch_size, warmup=2, repeats=1, max_batches=a.timed_batches)
+            tp = measure_throughput(sess, dev, a.batch_size, warmup=2, repeats=1, max_batches=a.timed_batches)
             rates[n].append(tp.sentences_per_s)
             p50[n].append(tp.latency_ms_p50)
     import numpy as np

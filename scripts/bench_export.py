@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.config import load_task_config
     from pipeline.data import load_task_data
     from pipeline.evaluation import evaluate_session, measure_throughput
+    from pipeline.kinds import featurize
     from pipeline.modeling import load_classifier
     from pipeline.tokenizer import Tokenizer
 
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     data = load_task_data(cfg)
     dev = list(data.dev.examples[: args.limit] if args.limit else data.dev.examples)
     tok = Tokenizer.from_model_dir(Path(args.model_dir), cfg.max_seq_len)
+    dev = featurize(cfg, tok, dev)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_export-"))
     work.mkdir(parents=True, exist_ok=True)
     export_static(load_classifier(Path(args.model_dir), len(data.labels)), work / "static")
@@ -60,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
               "ort-int8-per-batch": ortb.quantize_int8_dynamic(fp32, work / "int8_per_batch.onnx")}
     if args.with_fused:
         models["ort-int8-fused"] = ortb.quantize_int8_dynamic(fp32, work / "int8_fused.onnx", optimize=True)
-    train = data.train.examples[: args.calibration]
-    feeds = ortb.calibration_feeds(tok, [(e.text_a, e.text_b) for e in train])
+    train = featurize(cfg, tok, list(data.train.examples[: args.calibration]))
+    feeds = ortb.calibration_feeds(train)
     models["ort-int8-qdq"] = ortb.quantize_int8_qdq(fp32, work / "int8_qdq.onnx", feeds)
     # What the export stage ships as onnx/int8.onnx: the per-batch form with calibrated activation scales
     # (answers independent of batch mates; see ortb.static_activation_scales).
@@ -75,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name, path in models.items():
         s = ortb.session(path, threads=args.threads or None)
-        ev = evaluate_session(s, tok, dev, 64, desc=f"accuracy {name}")
-        tp = measure_throughput(s, tok, dev, args.batch_size, repeats=args.repeats)
+        ev = evaluate_session(s, dev, 64, desc=f"accuracy {name}")
+        tp = measure_throughput(s, dev, args.batch_size, repeats=args.repeats)
         results[name] = {"accuracy": ev.accuracy, "sentences_per_s": tp.sentences_per_s, "p50_ms": tp.latency_ms_p50,
                          "p99_ms": tp.latency_ms_p99, "file_mb": path.stat().st_size / 2**20,
                          "int8_initializers": ortb.weight_stats(path).int8_initializers}

@@ -3,6 +3,9 @@
     python -m serving.client health   --model tnews
     python -m serving.client classify --model tnews "国足今晚出战" "央行下调存款准备金率"
     python -m serving.client classify --model tnews --file texts.txt --batch-size 32 --protocol grpc --url 127.0.0.1:8001
+    python -m serving.client extract  --model cluener "浙商银行企业信贷部叶老桂博士"
+    python -m serving.client answer   --model cmrc2018 --question "谁改进了造纸术？" --context "东汉蔡伦改进了造纸术。"
+    python -m serving.client predict  --model <task> ...   (classify / extract / answer, as the served ensemble's kind)
 
 Retries cover the transport (connection refused or reset, timeouts, server unavailable) with
 exponential backoff; an error the server gives for the request itself (empty text, bad UTF-8,
@@ -22,6 +25,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 OUTPUTS = ("label", "label_desc", "confidence", "probs", "topk_label", "topk_prob")
+NER_OUTPUTS = ("entities",)
+MRC_OUTPUTS = ("answer", "start", "end", "score")
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 
 
@@ -41,6 +46,31 @@ class Prediction:
     confidence: float
     probs: tuple[float, ...]
     top_k: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class ServedEntity:
+    type: str
+    text: str
+    start: int  # char offset into the text
+    end: int  # exclusive
+
+
+@dataclass(frozen=True)
+class ServedAnswer:
+    question: str
+    text: str  # "" when the model found no valid span
+    start: int  # char offset into the context; -1 when no span
+    end: int  # exclusive
+    score: float  # start + end logit
+
+
+def _as_bytes(t: str | bytes) -> bytes:
+    return t.encode("utf-8") if isinstance(t, str) else bytes(t)
+
+
+def _as_str(t: str | bytes) -> str:
+    return t if isinstance(t, str) else t.decode("utf-8", errors="replace")
 
 
 def _transient(exc: Exception) -> bool:
@@ -91,22 +121,43 @@ class ClassifierClient:
         raise ClientError(f"model {self.model!r} not ready at {self.url} ({self.protocol}) after {timeout:.0f}s: {self.health()}")
 
     # -- inference ------------------------------------------------------------------------
+    def task_type(self) -> str:
+        """The served ensemble's kind, from its outputs: classification | token_classification | reading_comprehension."""
+        try:
+            meta = self._client.get_model_metadata(self.model)
+        except Exception as exc:  # noqa: BLE001 - any failure: the model is not there
+            raise ClientError(f"model {self.model!r} at {self.url} ({self.protocol}): no metadata ({exc})") from None
+        outputs = meta["outputs"] if isinstance(meta, dict) else meta.outputs
+        names = {o["name"] if isinstance(o, dict) else o.name for o in outputs}
+        if "entities" in names:
+            return "token_classification"
+        if "answer" in names:
+            return "reading_comprehension"
+        return "classification"
+
     def infer_raw(self, texts: Sequence[str | bytes]) -> dict[str, np.ndarray]:
         """One request with ``len(texts)`` texts; returns the ensemble's outputs by name."""
-        arr = np.array([[t.encode("utf-8") if isinstance(t, str) else bytes(t)] for t in texts], dtype=np.object_)
-        inp = self._tc.InferInput("text", list(arr.shape), "BYTES")
-        inp.set_data_from_numpy(arr)
-        outputs = [self._tc.InferRequestedOutput(n) for n in OUTPUTS]
+        arr = np.array([[_as_bytes(t)] for t in texts], dtype=np.object_)
+        return self._infer({"text": arr}, OUTPUTS)
+
+    def _infer(self, arrays: dict[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
+        """One request with the given BYTES inputs; retries transport failures, raises RequestRejected for the rest."""
+        inputs = []
+        for name, arr in arrays.items():
+            inp = self._tc.InferInput(name, list(arr.shape), "BYTES")
+            inp.set_data_from_numpy(arr)
+            inputs.append(inp)
+        outputs = [self._tc.InferRequestedOutput(n) for n in names]
         from tritonclient.utils import InferenceServerException
 
         attempt = 0
         while True:
             try:
                 if self.protocol == "grpc":
-                    result = self._client.infer(self.model, [inp], outputs=outputs, client_timeout=self.timeout)
+                    result = self._client.infer(self.model, inputs, outputs=outputs, client_timeout=self.timeout)
                 else:
-                    result = self._client.infer(self.model, [inp], outputs=outputs)
-                return {n: result.as_numpy(n) for n in OUTPUTS}
+                    result = self._client.infer(self.model, inputs, outputs=outputs)
+                return {n: result.as_numpy(n) for n in names}
             except Exception as exc:  # noqa: BLE001 - classified below
                 if not _transient(exc) or attempt >= self.retries:
                     if isinstance(exc, InferenceServerException) and not _transient(exc):
@@ -136,6 +187,40 @@ class ClassifierClient:
             preds.extend(self.classify_batch(texts[start : start + batch_size]))
         return preds
 
+    # -- token classification -------------------------------------------------------------
+    def extract_entities_batch(self, texts: Sequence[str | bytes]) -> list[list[ServedEntity]]:
+        """One request: the entities of each text (a token-classification bundle)."""
+        arr = np.array([[_as_bytes(t)] for t in texts], dtype=np.object_)
+        out = self._infer({"text": arr}, NER_OUTPUTS)["entities"].reshape(-1)
+        return [[ServedEntity(str(e["type"]), str(e["text"]), int(e["start"]), int(e["end"])) for e in json.loads(_as_str(raw))]
+                for raw in out]
+
+    def extract_entities(self, texts: Iterable[str | bytes], batch_size: int = 32) -> list[list[ServedEntity]]:
+        texts = list(texts)
+        out: list[list[ServedEntity]] = []
+        for start in range(0, len(texts), batch_size):
+            out.extend(self.extract_entities_batch(texts[start : start + batch_size]))
+        return out
+
+    # -- reading comprehension --------------------------------------------------------------
+    def answer_batch(self, questions: Sequence[str | bytes], contexts: Sequence[str | bytes]) -> list[ServedAnswer]:
+        """One request: the best answer span in ``contexts[i]`` for ``questions[i]`` (a reading-comprehension bundle)."""
+        if len(questions) != len(contexts):
+            raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+        q = np.array([_as_bytes(t) for t in questions], dtype=np.object_)
+        c = np.array([_as_bytes(t) for t in contexts], dtype=np.object_)
+        out = self._infer({"question": q, "context": c}, MRC_OUTPUTS)
+        return [ServedAnswer(_as_str(questions[i]), _as_str(out["answer"].reshape(-1)[i]), int(out["start"].reshape(-1)[i]),
+                             int(out["end"].reshape(-1)[i]), float(out["score"].reshape(-1)[i])) for i in range(len(questions))]
+
+    def answer(self, questions: Sequence[str | bytes], contexts: Sequence[str | bytes], batch_size: int = 32) -> list[ServedAnswer]:
+        if len(questions) != len(contexts):
+            raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+        out: list[ServedAnswer] = []
+        for start in range(0, len(questions), batch_size):
+            out.extend(self.answer_batch(list(questions[start : start + batch_size]), list(contexts[start : start + batch_size])))
+        return out
+
     def close(self) -> None:
         self._client.close()
 
@@ -158,37 +243,108 @@ def _read_texts(args) -> list[str]:
     return texts
 
 
+def _read_pairs(args) -> tuple[list[str], list[str]]:
+    questions, contexts = list(args.question or []), list(args.context or [])
+    if len(questions) != len(contexts):
+        raise ClientError(f"{len(questions)} --question but {len(contexts)} --context: give them in pairs")
+    if args.file:
+        path = Path(args.file)
+        if not path.is_file():
+            raise ClientError(f"--file {path}: not found")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                questions.append(str(row["question"]))
+                contexts.append(str(row["context"]))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ClientError(f"--file {path}:{n}: expected a JSON object with 'question' and 'context'") from None
+    if not questions:
+        raise ClientError("no questions: give --question/--context pairs or --file with JSON lines {question, context}")
+    return questions, contexts
+
+
+def _print_classified(preds: list[Prediction], as_json: bool) -> None:
+    for pr in preds:
+        if as_json:
+            print(json.dumps(asdict(pr), ensure_ascii=False))
+        else:
+            print(f"{pr.label}\t{pr.label_desc}\t{pr.confidence:.3f}\t{pr.text}")
+
+
+def _print_entities(texts: list[str], found: list[list[ServedEntity]], as_json: bool) -> None:
+    for text, ents in zip(texts, found):
+        if as_json:
+            print(json.dumps({"text": text, "entities": [asdict(e) for e in ents]}, ensure_ascii=False))
+        else:
+            spans = " ".join(f"{e.type}:{e.text}[{e.start},{e.end})" for e in ents) or "-"
+            print(f"{spans}\t{text}")
+
+
+def _print_answers(answers: list[ServedAnswer], as_json: bool) -> None:
+    for a in answers:
+        if as_json:
+            print(json.dumps(asdict(a), ensure_ascii=False))
+        else:
+            print(f"{a.text or '-'}\t[{a.start},{a.end})\t{a.score:.3f}\t{a.question}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m serving.client", description="Classify texts with a served bundle.")
+    p = argparse.ArgumentParser(prog="python -m serving.client", description="Query a served bundle.")
     sub = p.add_subparsers(dest="command", required=True)
-    for name in ("classify", "health"):
-        sp = sub.add_parser(name)
+    helps = {"classify": "classify texts (classification bundle)", "extract": "named entities of texts (token classification bundle)",
+             "answer": "answer questions about contexts (reading comprehension bundle)",
+             "predict": "whatever the served ensemble does: classify, extract or answer", "health": "server and model readiness"}
+    for name in ("classify", "extract", "answer", "predict", "health"):
+        sp = sub.add_parser(name, help=helps[name])
         sp.add_argument("--model", default="tnews", help="the ensemble (= task) name")
         sp.add_argument("--protocol", choices=("http", "grpc"), default="http")
         sp.add_argument("--url", help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)")
         sp.add_argument("--timeout", type=float, default=60.0)
-        if name == "classify":
-            sp.add_argument("texts", nargs="*", help="texts to classify")
-            sp.add_argument("--file", help="a UTF-8 file, one text per line")
-            sp.add_argument("--batch-size", type=int, default=32, help="texts per request")
-            sp.add_argument("--retries", type=int, default=3)
-            sp.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+        if name == "health":
+            continue
+        if name != "answer":
+            sp.add_argument("texts", nargs="*", help="texts (classify / extract)")
+        if name in ("answer", "predict"):
+            sp.add_argument("--question", action="append", help="a question; repeat, paired with --context")
+            sp.add_argument("--context", action="append", help="the passage for the question at the same position")
+        sp.add_argument("--file", help="a UTF-8 file: one text per line, or for answer JSON lines {question, context}")
+        sp.add_argument("--batch-size", type=int, default=32, help="items per request")
+        sp.add_argument("--retries", type=int, default=3)
+        sp.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     args = p.parse_args(argv)
     try:
         client = ClassifierClient(args.url, args.protocol, args.model, args.timeout, getattr(args, "retries", 3))
+    except (ClientError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run_command(args, client)
+    finally:
+        client.close()  # an open HTTP connection would hold up the server's shutdown
+
+
+def _run_command(args, client: ClassifierClient) -> int:
+    try:
         if args.command == "health":
             h = client.health()
             print(json.dumps({"url": client.url, "protocol": args.protocol, "model": args.model, **h}))
             return 0 if h["model_ready"] else 1
-        preds = client.classify(_read_texts(args), args.batch_size)
+        kind = {"classify": "classification", "extract": "token_classification", "answer": "reading_comprehension"}.get(args.command)
+        if kind is None:
+            kind = client.task_type()
+        if kind == "reading_comprehension":
+            questions, contexts = _read_pairs(args)
+            _print_answers(client.answer(questions, contexts, args.batch_size), args.json)
+        elif kind == "token_classification":
+            texts = _read_texts(args)
+            _print_entities(texts, client.extract_entities(texts, args.batch_size), args.json)
+        else:
+            _print_classified(client.classify(_read_texts(args), args.batch_size), args.json)
     except (ClientError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for pr in preds:
-        if args.json:
-            print(json.dumps(asdict(pr), ensure_ascii=False))
-        else:
-            print(f"{pr.label}\t{pr.label_desc}\t{pr.confidence:.3f}\t{pr.text}")
     return 0
 
 

@@ -7,10 +7,26 @@ templates, so a config that Triton would reject for its structure cannot be writ
     <task>_tokenizer    python backend: WordPiece over the bundle's vocab.txt
     <task>_model        the classifier; runtime chosen at package time (serving.config.RUNTIMES)
     <task>_postprocess  python backend: softmax, label mapping, top-k
+
+That is the classification bundle.  The other task kinds (``BundleShape.task_type``) keep the four
+model names, with other tensors:
+
+    token_classification (NER), batched like classification (max_batch_size from package):
+      <task>              text -> entities (JSON list of {type, text, start, end} per text)
+      <task>_tokenizer    text -> input_ids, token_type_ids [T], offsets [T, 2]  (bio.encode_token + pad_batch)
+      <task>_model        -> logits [T, num_tags]
+      <task>_postprocess  logits + offsets + text -> entities  (argmax, bio.decode_tags)
+
+    reading_comprehension (MRC), max_batch_size 0 everywhere (see _mrc_package for why):
+      <task>              question [N], context [N] -> answer [N], start [N], end [N], score [N]
+      <task>_tokenizer    -> input_ids, token_type_ids [W, T], offsets [W, T, 2], window_example [W]
+      <task>_model        -> logits [W, T, 2]
+      <task>_postprocess  logits + offsets + window_example + context -> answer, start, end, score  (spans.best_spans)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from google.protobuf import text_format
@@ -22,6 +38,13 @@ TEXT = "text"
 INPUT_IDS = "input_ids"
 TOKEN_TYPE_IDS = "token_type_ids"
 LOGITS = "logits"
+# token classification
+OFFSETS, ENTITIES = "offsets", "entities"
+# reading comprehension
+QUESTION, CONTEXT, WINDOW_EXAMPLE = "question", "context", "window_example"
+ANSWER, START, END, SCORE = "answer", "start", "end", "score"
+CLASSIFICATION, TOKEN_CLASSIFICATION, READING_COMPREHENSION = "classification", "token_classification", "reading_comprehension"
+TASK_TYPES = (CLASSIFICATION, TOKEN_CLASSIFICATION, READING_COMPREHENSION)
 # Ensemble outputs, in the order clients see them.
 LABEL, LABEL_DESC, CONFIDENCE, PROBS, TOPK_LABEL, TOPK_PROB = "label", "label_desc", "confidence", "probs", "topk_label", "topk_prob"
 VERSION = "1"
@@ -60,6 +83,12 @@ class BundleShape:
     max_seq_len: int
     model_file: str  # inside 1/ of <task>_model: model.onnx, or model.pdmodel (+ model.pdiparams)
     pad_id: int = 0  # the vocabulary's [PAD] id: the python runner re-pads merged requests with it
+    task_type: str = CLASSIFICATION  # one of TASK_TYPES; num_labels = tags (NER) or 2 (MRC: start, end)
+    # reading comprehension only (meta.json "reading")
+    doc_stride: int = 0
+    max_query_len: int = 0
+    max_answer_len: int = 0
+    n_best: int = 20
 
 
 def _tensor(cls, name: str, dtype: int, dims: list[int], max_batch_size: int):
@@ -120,7 +149,8 @@ def model_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
         _inp(INPUT_IDS, mc.TYPE_INT64, [-1], pc, allow_ragged_batch=ragged and bool(pc.max_batch_size)),
         _inp(TOKEN_TYPE_IDS, mc.TYPE_INT64, [-1], pc, allow_ragged_batch=ragged and bool(pc.max_batch_size)),
     ])
-    cfg.output.append(_out(LOGITS, mc.TYPE_FP32, [shape.num_labels], pc))
+    per_token = shape.task_type != CLASSIFICATION
+    cfg.output.append(_out(LOGITS, mc.TYPE_FP32, [-1, shape.num_labels] if per_token else [shape.num_labels], pc))
     _common(cfg, pc)
     if pc.backend == "python":
         cfg.backend = "python"
@@ -203,8 +233,153 @@ def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     return cfg
 
 
+# -- token classification (NER) --------------------------------------------------------------
+
+
+def ner_tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    cfg = tokenizer_config(shape, pc)
+    cfg.output.append(_out(OFFSETS, mc.TYPE_INT64, [-1, 2], pc))
+    return cfg
+
+
+def ner_postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    cfg = mc.ModelConfig(name=names.postprocess, backend="python")
+    # Each request keeps its own token count T; the python model gets requests one by one, so the
+    # batcher may merge requests of different T (ragged).
+    ragged = bool(pc.max_batch_size)
+    cfg.input.extend([
+        _inp(LOGITS, mc.TYPE_FP32, [-1, shape.num_labels], pc, allow_ragged_batch=ragged),
+        _inp(OFFSETS, mc.TYPE_INT64, [-1, 2], pc, allow_ragged_batch=ragged),
+        _inp(TEXT, mc.TYPE_STRING, [1], pc),  # the ensemble's input: entity text is cut from it
+    ])
+    cfg.output.append(_out(ENTITIES, mc.TYPE_STRING, [1], pc))
+    _common(cfg, pc)
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    return cfg
+
+
+def ner_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
+    cfg.input.append(_inp(TEXT, mc.TYPE_STRING, [1], pc))
+    cfg.output.append(_out(ENTITIES, mc.TYPE_STRING, [1], pc))
+    _common(cfg, pc, scheduled=False)
+    steps = cfg.ensemble_scheduling.step
+    tok = steps.add(model_name=names.tokenizer, model_version=-1)
+    tok.input_map[TEXT] = TEXT
+    for name in (INPUT_IDS, TOKEN_TYPE_IDS, OFFSETS):
+        tok.output_map[name] = f"_{name}"
+    run = steps.add(model_name=names.model, model_version=-1)
+    run.input_map[INPUT_IDS] = "_input_ids"
+    run.input_map[TOKEN_TYPE_IDS] = "_token_type_ids"
+    run.output_map[LOGITS] = "_logits"
+    post = steps.add(model_name=names.postprocess, model_version=-1)
+    post.input_map[LOGITS] = "_logits"
+    post.input_map[OFFSETS] = "_offsets"
+    post.input_map[TEXT] = TEXT
+    post.output_map[ENTITIES] = ENTITIES
+    return cfg
+
+
+# -- reading comprehension (MRC) ---------------------------------------------------------------
+
+
+def _mrc_package(pc: PackageConfig) -> PackageConfig:
+    """The package settings every model of the MRC chain runs with: max_batch_size 0.
+
+    One question + context becomes W >= 1 windows, W known only after tokenizing.  Triton's batch
+    dimension must mean the same thing in every model of an ensemble (it is split back per request
+    by position), so a chain whose item count changes from N pairs to W windows cannot be batched
+    by Triton.  Instead every model has max_batch_size 0 and explicit dims: the ensemble takes
+    [N] questions and contexts, the pre-processing model emits [W, T] windows plus
+    ``window_example`` [W] (which pair each window belongs to), the model runs all W windows of the
+    request in one call, and the post-processing model folds them back to [N] answers.  Clients
+    batch by sending several pairs per request (at most package.max_batch_size, checked by the
+    pre-processing model); concurrent requests run side by side on package.instance_count instances.
+    """
+    return dataclasses.replace(pc, max_batch_size=0)
+
+
+def mrc_tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    pc0 = _mrc_package(pc)
+    cfg = mc.ModelConfig(name=names.tokenizer, backend="python")
+    cfg.input.extend([_inp(QUESTION, mc.TYPE_STRING, [], pc0), _inp(CONTEXT, mc.TYPE_STRING, [], pc0)])
+    cfg.output.extend([
+        _out(INPUT_IDS, mc.TYPE_INT64, [-1], pc0), _out(TOKEN_TYPE_IDS, mc.TYPE_INT64, [-1], pc0),
+        _out(OFFSETS, mc.TYPE_INT64, [-1, 2], pc0), _out(WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0),
+    ])
+    _common(cfg, pc0)
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    _param(cfg, "max_seq_len", shape.max_seq_len)
+    _param(cfg, "doc_stride", shape.doc_stride)
+    _param(cfg, "max_query_len", shape.max_query_len)
+    _param(cfg, "max_text_bytes", pc.max_text_bytes)
+    _param(cfg, "max_items", pc.max_batch_size)  # questions per request; 0: no limit
+    return cfg
+
+
+def mrc_postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    pc0 = _mrc_package(pc)
+    cfg = mc.ModelConfig(name=names.postprocess, backend="python")
+    cfg.input.extend([
+        _inp(LOGITS, mc.TYPE_FP32, [-1, 2], pc0), _inp(OFFSETS, mc.TYPE_INT64, [-1, 2], pc0),
+        _inp(WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0), _inp(CONTEXT, mc.TYPE_STRING, [], pc0),
+    ])
+    cfg.output.extend(_mrc_outputs(pc0))
+    _common(cfg, pc0)
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    _param(cfg, "max_answer_len", shape.max_answer_len)
+    _param(cfg, "n_best", shape.n_best)
+    return cfg
+
+
+def _mrc_outputs(pc0: PackageConfig) -> list[mc.ModelOutput]:
+    return [_out(ANSWER, mc.TYPE_STRING, [], pc0), _out(START, mc.TYPE_INT64, [], pc0),
+            _out(END, mc.TYPE_INT64, [], pc0), _out(SCORE, mc.TYPE_FP32, [], pc0)]
+
+
+def mrc_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    pc0 = _mrc_package(pc)
+    cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
+    cfg.input.extend([_inp(QUESTION, mc.TYPE_STRING, [], pc0), _inp(CONTEXT, mc.TYPE_STRING, [], pc0)])
+    cfg.output.extend(_mrc_outputs(pc0))
+    _common(cfg, pc0, scheduled=False)
+    steps = cfg.ensemble_scheduling.step
+    tok = steps.add(model_name=names.tokenizer, model_version=-1)
+    tok.input_map[QUESTION] = QUESTION
+    tok.input_map[CONTEXT] = CONTEXT
+    for name in (INPUT_IDS, TOKEN_TYPE_IDS, OFFSETS, WINDOW_EXAMPLE):
+        tok.output_map[name] = f"_{name}"
+    run = steps.add(model_name=names.model, model_version=-1)
+    run.input_map[INPUT_IDS] = "_input_ids"
+    run.input_map[TOKEN_TYPE_IDS] = "_token_type_ids"
+    run.output_map[LOGITS] = "_logits"
+    post = steps.add(model_name=names.postprocess, model_version=-1)
+    post.input_map[LOGITS] = "_logits"
+    post.input_map[OFFSETS] = "_offsets"
+    post.input_map[WINDOW_EXAMPLE] = "_window_example"
+    post.input_map[CONTEXT] = CONTEXT
+    for name in (ANSWER, START, END, SCORE):
+        post.output_map[name] = name
+    return cfg
+
+
 def all_configs(shape: BundleShape, pc: PackageConfig) -> dict[str, mc.ModelConfig]:
-    return {c.name: c for c in (ensemble_config(shape, pc), tokenizer_config(shape, pc), model_config(shape, pc), postprocess_config(shape, pc))}
+    if shape.task_type == TOKEN_CLASSIFICATION:
+        configs = (ner_ensemble_config(shape, pc), ner_tokenizer_config(shape, pc), model_config(shape, pc),
+                   ner_postprocess_config(shape, pc))
+    elif shape.task_type == READING_COMPREHENSION:
+        configs = (mrc_ensemble_config(shape, pc), mrc_tokenizer_config(shape, pc), model_config(shape, _mrc_package(pc)),
+                   mrc_postprocess_config(shape, pc))
+    elif shape.task_type == CLASSIFICATION:
+        configs = (ensemble_config(shape, pc), tokenizer_config(shape, pc), model_config(shape, pc), postprocess_config(shape, pc))
+    else:
+        raise ValueError(f"task_type {shape.task_type!r} is not one of {', '.join(TASK_TYPES)}")
+    return {c.name: c for c in configs}
 
 
 def to_pbtxt(cfg: mc.ModelConfig) -> str:

@@ -3,6 +3,12 @@
 Tokenizes with ``pipeline.tokenizer.Tokenizer`` over the bundle's vocabulary (the pipeline's code,
 not the served copy) and runs the very model file inside ``<task>_model/1/`` with ONNX Runtime or
 Paddle Inference.  Imports the pipeline lazily: only these developer tools need it.
+
+Token classification (``offline_entities``) and reading comprehension (``offline_answers``) run
+the pipeline's ``bio`` / ``windows`` + ``spans`` modules (the originals of the copies inside the
+bundle) with the same tokenizer settings as the served pre-processing, and group the items into
+requests of ``batch_size`` in order, exactly as ``serving.client`` sends them: every model call
+then sees the same padded shapes as the served one, so even float rounding is the same.
 """
 
 from __future__ import annotations
@@ -43,6 +49,24 @@ class BundleModel:
     def labels(self) -> list[str]:
         lines = (self.root / self.names.postprocess / "1" / "labels.json").read_text(encoding="utf-8").splitlines()
         return [str(json.loads(line)["label"]) for line in lines if line.strip()]
+
+    @property
+    def task_type(self) -> str:
+        return str(self.manifest.get("task_type", "classification"))
+
+    @property
+    def max_seq_len(self) -> int:
+        return int(self.manifest["max_seq_len"])
+
+    def wordpiece(self):
+        """The HF ``tokenizers`` WordPiece the served pre-processing builds: bundle vocab, no truncation."""
+        from tokenizers import BertWordPieceTokenizer
+
+        lowercase = True
+        cfg = self.tokenizer_dir / "tokenizer_config.json"
+        if cfg.is_file():
+            lowercase = bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
+        return BertWordPieceTokenizer(str(self.tokenizer_dir / "vocab.txt"), lowercase=lowercase, handle_chinese_chars=True)
 
     def tokenizer(self):
         from pipeline.tokenizer import Tokenizer
@@ -109,3 +133,48 @@ def model_only_throughput(bundle: BundleModel, texts: Sequence[str], batch_size:
             if time.perf_counter() - t0 >= seconds:
                 break
     return done / (time.perf_counter() - t0)
+
+
+def _groups(n: int, size: int) -> list[range]:
+    return [range(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def offline_entities(bundle: BundleModel, texts: Sequence[str], batch_size: int = 32, threads: int = 0) -> list[list]:
+    """Entities (``pipeline.labeling.bio.Entity``) per text: bio.encode_token + pad_batch, the model, argmax, bio.decode_tags."""
+    from pipeline.labeling import bio
+    from pipeline.progress import progress
+
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    tags = bundle.labels()
+    run = bundle.session(threads)
+    out: list[list] = []
+    for group in progress(_groups(len(texts), batch_size), desc="offline model", unit="batch"):
+        batch = [texts[i] for i in group]
+        ids, types, offsets = bio.pad_batch([bio.encode_token(tok, t, bundle.max_seq_len) for t in batch], pad_id)
+        tag_ids = np.asarray(run(ids, types))[:, : offsets.shape[1]].argmax(-1)
+        out.extend(bio.decode_tags(tag_ids[r], offsets[r], text, tags) for r, text in enumerate(batch))
+    return out
+
+
+def offline_answers(bundle: BundleModel, questions: Sequence[str], contexts: Sequence[str], batch_size: int = 32,
+                    threads: int = 0) -> list:
+    """The best span (``pipeline.reading.spans.Span`` or None) per question: make_windows + pad_windows, the model, best_spans."""
+    from pipeline.progress import progress
+    from pipeline.reading import spans, windows
+
+    if len(questions) != len(contexts):
+        raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+    reading = bundle.manifest["reading"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    run = bundle.session(threads)
+    out: list = []
+    for group in progress(_groups(len(questions), batch_size), desc="offline model", unit="batch"):
+        qs, cs = [questions[i] for i in group], [contexts[i] for i in group]
+        wins = windows.make_windows(tok, qs, cs, max_seq_len=bundle.max_seq_len, doc_stride=int(reading["doc_stride"]),
+                                    max_query_len=int(reading["max_query_len"]))
+        ids, types = windows.pad_windows(wins, pad_id)
+        logits = np.asarray(run(ids, types), dtype=np.float32)
+        out.extend(spans.best_spans(list(logits), wins, cs, max_answer_len=int(reading["max_answer_len"])))
+    return out

@@ -9,6 +9,12 @@
       <task>_model/config.pbtxt, 1/{model.onnx | model.pdmodel + model.pdiparams [, model.py, bundle_integrity.py]}
       <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, labels.json}
 
+Token classification / reading comprehension bundles (meta.json "task_type") have the same four
+models with other python models (serving/models/{ner,mrc}_*.py) and, next to them, verbatim copies
+of the pipeline's pure pre/post-processing modules (PURE_MODULES: bio.py, windows.py, spans.py)
+and of serving/text_input.py, so the served pre/post-processing is the offline code; like every
+file they are hashed in bundle.json.
+
 Each task's bundle is its own repository so it can be replaced in one step: it is built in a temp
 dir next to the target and swapped in by renames; a failure before the swap leaves the previous good
 bundle as it was.
@@ -29,9 +35,34 @@ from typing import Any
 
 from serving import integrity
 from serving.config import PackageConfig
-from serving.model_config import VERSION, BundleShape, ModelNames, all_configs, to_pbtxt
+from serving import text_input
+from serving.model_config import (
+    CLASSIFICATION,
+    READING_COMPREHENSION,
+    TASK_TYPES,
+    TOKEN_CLASSIFICATION,
+    VERSION,
+    BundleShape,
+    ModelNames,
+    all_configs,
+    to_pbtxt,
+)
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
+PIPELINE_DIR = Path(__file__).resolve().parent.parent / "pipeline"
+# task type -> (python model sources of <task>_tokenizer, <task>_postprocess)
+MODEL_SOURCES = {
+    CLASSIFICATION: ("tokenizer.py", "postprocess.py"),
+    TOKEN_CLASSIFICATION: ("ner_tokenizer.py", "ner_postprocess.py"),
+    READING_COMPREHENSION: ("mrc_tokenizer.py", "mrc_postprocess.py"),
+}
+# task type -> pipeline modules (stdlib + numpy [+ tokenizers] only) copied verbatim next to the
+# (tokenizer, postprocess) models; the python models load them with their _sibling() loader.
+PURE_MODULES = {
+    CLASSIFICATION: ((), ()),
+    TOKEN_CLASSIFICATION: (("labeling/bio.py",), ("labeling/bio.py",)),
+    READING_COMPREHENSION: (("reading/windows.py",), ("reading/spans.py",)),
+}
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 SERVING_PACKAGES = ("numpy", "onnxruntime", "tokenizers", "paddlepaddle", "tritonclient", "nvidia-pytriton", "protobuf")
 PYTRITON_TRITONSERVER = {"0.7.0": "2.51.0"}  # nvidia-pytriton release -> the tritonserver it ships
@@ -86,6 +117,19 @@ class ExportArtifacts:
         for key in ("task", "max_seq_len", "num_labels"):
             if key not in meta:
                 raise PackageError(f"{self.meta}: field {key!r} missing")
+        task_type = meta.get("task_type", CLASSIFICATION)
+        if task_type not in TASK_TYPES:
+            raise PackageError(f"{self.meta}: task_type {task_type!r} is not one of {', '.join(TASK_TYPES)}")
+        if task_type == READING_COMPREHENSION:
+            reading = meta.get("reading")
+            if not isinstance(reading, dict):
+                raise PackageError(f"{self.meta}: field 'reading' (doc_stride, max_query_len, max_answer_len) missing")
+            for key in ("doc_stride", "max_query_len", "max_answer_len"):
+                if not isinstance(reading.get(key), int) or reading[key] < 1:
+                    raise PackageError(f"{self.meta}: reading.{key} must be a positive integer, got {reading.get(key)!r}")
+            if reading["max_query_len"] + 3 >= int(meta["max_seq_len"]):
+                raise PackageError(f"{self.meta}: reading.max_query_len {reading['max_query_len']} leaves no room for "
+                                   f"context in max_seq_len {meta['max_seq_len']}")
         return meta
 
 
@@ -195,9 +239,28 @@ def serving_versions() -> dict[str, str]:
     return out
 
 
-def _copy_python_model(version_dir: Path, source: str) -> None:
+def _copy_python_model(version_dir: Path, source: str, pure: tuple[str, ...] = ()) -> None:
     shutil.copyfile(MODELS_DIR / source, version_dir / "model.py")
     shutil.copyfile(Path(integrity.__file__), version_dir / "bundle_integrity.py")
+    for rel in pure:
+        src = PIPELINE_DIR / rel
+        if not src.is_file():
+            raise PackageError(f"{src}: missing; packaging this task kind needs the pipeline's {rel}")
+        shutil.copyfile(src, version_dir / src.name)
+
+
+def _task_type(meta: dict) -> str:
+    return str(meta.get("task_type", CLASSIFICATION))
+
+
+def _check_labels(exp: ExportArtifacts, task_type: str, names: list[str]) -> None:
+    """The label rows the served post-processing relies on, per task kind (see the export contract)."""
+    if task_type == TOKEN_CLASSIFICATION:
+        bad = [n for n in names if n != "O" and not (n[:2] in ("B-", "I-") and len(n) > 2)]
+        if not names or names[0] != "O" or bad:
+            raise PackageError(f"{exp.labels}: token classification needs BIO tags with 'O' first, got {names[:5]}")
+    elif task_type == READING_COMPREHENSION and names != ["start", "end"]:
+        raise PackageError(f"{exp.labels}: reading comprehension needs the two rows 'start', 'end', got {names[:5]}")
 
 
 def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: dict, choice: ModelChoice) -> BundleShape:
@@ -211,20 +274,34 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     label_rows = [line for line in exp.labels.read_text(encoding="utf-8").splitlines() if line.strip()]
     if len(label_rows) != num_labels:
         raise PackageError(f"{exp.labels}: {len(label_rows)} labels but meta.json says num_labels={num_labels}")
+    task_type = _task_type(meta)
+    if task_type != CLASSIFICATION:
+        try:
+            label_names = [str(json.loads(line)["label"]) for line in label_rows]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise PackageError(f"{exp.labels}: rows must be JSON objects with a 'label'") from None
+        _check_labels(exp, task_type, label_names)
+    reading = meta.get("reading", {}) if task_type == READING_COMPREHENSION else {}
     shape = BundleShape(task=task, num_labels=num_labels, max_seq_len=int(meta["max_seq_len"]),
-                        model_file=choice.model_file, pad_id=_pad_id(vocab))
+                        model_file=choice.model_file, pad_id=_pad_id(vocab), task_type=task_type,
+                        doc_stride=int(reading.get("doc_stride", 0)), max_query_len=int(reading.get("max_query_len", 0)),
+                        max_answer_len=int(reading.get("max_answer_len", 0)))
+    tok_source, post_source = MODEL_SOURCES[task_type]
+    tok_pure, post_pure = PURE_MODULES[task_type]
     configs = all_configs(shape, pc)
     for name in names.all():
         (tmp / name / VERSION).mkdir(parents=True)
         (tmp / name / "config.pbtxt").write_text(to_pbtxt(configs[name]), encoding="utf-8")
     # The ensemble's version folder stays empty: Triton requires it to exist.
     tok = tmp / names.tokenizer / VERSION
-    _copy_python_model(tok, "tokenizer.py")
+    _copy_python_model(tok, tok_source, tok_pure)
+    if task_type != CLASSIFICATION:
+        shutil.copyfile(Path(text_input.__file__), tok / "text_input.py")
     for f in TOKENIZER_FILES:
         if (exp.tokenizer_dir / f).is_file():
             shutil.copyfile(exp.tokenizer_dir / f, tok / f)
     post = tmp / names.postprocess / VERSION
-    _copy_python_model(post, "postprocess.py")
+    _copy_python_model(post, post_source, post_pure)
     shutil.copyfile(exp.labels, post / "labels.json")
     model = tmp / names.model / VERSION
     for src, dst in choice.sources:
@@ -239,6 +316,7 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
     m = {
         "format": "ernie-bundle/1",
         "task": task,
+        "task_type": _task_type(meta),
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "models": dict(zip(("ensemble", "tokenizer", "model", "postprocess"), ModelNames(task).all())),
         "runtime": pc.runtime,
@@ -251,6 +329,7 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "num_labels": int(meta["num_labels"]),
         "labels": meta.get("labels", []),
         "label_names": meta.get("label_names", []),
+        **({"reading": meta["reading"]} if _task_type(meta) == READING_COMPREHENSION else {}),
         "package": dataclasses.asdict(pc),
         "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint},
         "selected_candidate": prov.selected_candidate or meta.get("selected_candidate", {}),
@@ -268,22 +347,62 @@ def _fmt(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
-def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> str:
+def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) -> list[str]:
+    """The "What it is" lines of the model card, per task kind."""
     names = ModelNames(task)
-    lines = [
-        f"# {task} — ernie-bundle serving bundle",
-        "",
-        prov.description or f"Chinese text classifier for task `{task}` ({meta['num_labels']} labels), packaged for Triton Inference Server.",
-        "",
-        "## What it is",
+    task_type = _task_type(meta)
+    model_line = (f"- `{names.model}` ({pc.backend} backend, runtime `{pc.runtime}`): {choice.precision} model from `{choice.form}`"
+                  + (f", TensorRT {pc.accelerator}" if pc.accelerator != "none" else "") + ".")
+    batching = (f"- Batching: max_batch_size {pc.max_batch_size}, preferred {pc.preferred_batch_size}, queue delay "
+                f"{pc.max_queue_delay_microseconds} µs; {pc.instance_count} {pc.kind} instance(s) per model.")
+    if task_type == TOKEN_CLASSIFICATION:
+        return [
+            f"- Ensemble `{names.ensemble}`: input `text` (TYPE_STRING, a batch of UTF-8 texts) -> output `entities` "
+            "(TYPE_STRING per text: a JSON list of {\"type\", \"text\", \"start\", \"end\"}, char offsets, end exclusive).",
+            f"- `{names.tokenizer}` (python): bio.encode_token (WordPiece with char offsets), max_seq_len {meta['max_seq_len']}.",
+            model_line,
+            f"- `{names.postprocess}` (python): argmax over {meta['num_labels']} BIO tags, bio.decode_tags.",
+            batching,
+        ]
+    if task_type == READING_COMPREHENSION:
+        r = meta["reading"]
+        return [
+            f"- Ensemble `{names.ensemble}`: inputs `question`, `context` (TYPE_STRING, [N] each) -> outputs `answer` "
+            "(TYPE_STRING), `start`, `end` (INT64 char offsets into the context, end exclusive), `score` (FP32), [N] each.",
+            f"- `{names.tokenizer}` (python): windows.make_windows, max_seq_len {meta['max_seq_len']}, doc_stride "
+            f"{r['doc_stride']}, max_query_len {r['max_query_len']}; one question becomes one or more windows.",
+            model_line,
+            f"- `{names.postprocess}` (python): spans.best_spans over all windows of a question, max_answer_len {r['max_answer_len']}.",
+            f"- Batching: none by Triton (max_batch_size 0: windows per question vary); up to {pc.max_batch_size or 'any number of'} "
+            f"questions per request, {pc.instance_count} {pc.kind} instance(s) per model.",
+        ]
+    return [
         f"- Ensemble `{names.ensemble}`: input `text` (TYPE_STRING, a batch of UTF-8 texts) -> outputs `label` (label id), "
         "`label_desc`, `confidence` (FP32), `probs` (all classes), `topk_label`/`topk_prob`.",
         f"- `{names.tokenizer}` (python): WordPiece, max_seq_len {meta['max_seq_len']}, padding to the longest text of a request.",
-        f"- `{names.model}` ({pc.backend} backend, runtime `{pc.runtime}`): {choice.precision} model from `{choice.form}`"
-        + (f", TensorRT {pc.accelerator}" if pc.accelerator != "none" else "") + ".",
+        model_line,
         f"- `{names.postprocess}` (python): softmax, label mapping, top-{min(pc.top_k, int(meta['num_labels']))}.",
-        f"- Batching: max_batch_size {pc.max_batch_size}, preferred {pc.preferred_batch_size}, queue delay "
-        f"{pc.max_queue_delay_microseconds} µs; {pc.instance_count} {pc.kind} instance(s) per model.",
+        batching,
+    ]
+
+
+_KIND_WORDS = {CLASSIFICATION: "text classifier", TOKEN_CLASSIFICATION: "named entity recognizer",
+               READING_COMPREHENSION: "extractive reading comprehension model"}
+_CLIENT_EXAMPLE = {CLASSIFICATION: "classify --model {task} '今天股市大涨'",
+                   TOKEN_CLASSIFICATION: "extract --model {task} '浙商银行企业信贷部叶老桂博士'",
+                   READING_COMPREHENSION: "answer --model {task} --question '谁发明了造纸术？' --context '蔡伦改进了造纸术。'"}
+
+
+def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> str:
+    task_type = _task_type(meta)
+    unit = "labels" if task_type == CLASSIFICATION else "tags" if task_type == TOKEN_CLASSIFICATION else "logits per token"
+    lines = [
+        f"# {task} — ernie-bundle serving bundle",
+        "",
+        prov.description or f"Chinese {_KIND_WORDS[task_type]} for task `{task}` ({meta['num_labels']} {unit}), packaged for Triton Inference Server.",
+        "",
+        "## What it is",
+        *_card_models(task, pc, meta, choice),
         "",
         "## How it was made",
         "finetune -> finetune-check -> compress -> export -> validate -> package (ernie-bundle).",
@@ -304,7 +423,7 @@ def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, pr
         "", "## Using it",
         "```",
         f"python -m serving.server --repository <dir containing {task}/> --task {task}",
-        f"python -m serving.client classify --model {task} '今天股市大涨'",
+        "python -m serving.client " + _CLIENT_EXAMPLE[task_type].format(task=task),
         "```",
         "Every file's SHA-256 is in bundle.json; the server launcher and each python model refuse a bundle that changed.",
     ]

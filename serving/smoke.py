@@ -4,6 +4,11 @@ Offline predictions come from the bundle's own model file run through the pipeli
 (``serving.offline``); served ones from the ensemble over HTTP or gRPC.  Passes only when every
 prediction is the same (hence the same accuracy), not merely close numbers.
 
+Token classification bundles are scored with entity chunk F1 (``pipeline.labeling.metric.chunk_f1``),
+reading comprehension bundles with CMRC2018 EM/F1 (``pipeline.reading.metric.cmrc_scores``); both
+are held to the offline run of the same bundle (every example's entities / answer span identical)
+and to bundle.json "validated" ({"metric": "entity_f1" | "f1" | "accuracy", "value": ...}).
+
     python -m serving.smoke --task tnews [--repository model_repository] [--url 127.0.0.1:8000]
 """
 
@@ -20,7 +25,7 @@ import numpy as np
 
 from serving.client import ClassifierClient, ClientError
 from serving.integrity import BundleIntegrityError
-from serving.offline import BundleModel, offline_logits
+from serving.offline import BundleModel, offline_answers, offline_entities, offline_logits
 
 
 @dataclass(frozen=True)
@@ -66,11 +71,157 @@ def run_smoke(bundle: BundleModel, client: ClassifierClient, texts: Sequence[str
     )
 
 
-def _dev_set(task: str, data_dir: str | None) -> tuple[list[str], list[int], tuple[str, ...]]:
+def _validated(manifest: dict) -> tuple[str | None, float | None]:
+    """bundle.json "validated" -> (metric name, value); (None, None) when validation left no number."""
+    v = manifest.get("validated") or {}
+    value = v.get("value", v.get("accuracy"))
+    if not isinstance(value, (int, float)):
+        return None, None
+    return str(v.get("metric", "accuracy")), float(value)
+
+
+def _same(a: float, b: float | None) -> bool:
+    return b is None or abs(a - b) < 1e-9
+
+
+@dataclass(frozen=True)
+class NerSmokeResult:
+    examples: int
+    served_f1: float  # entity chunk F1 (fraction) of the served entities against the gold ones
+    served_precision: float
+    served_recall: float
+    offline_f1: float
+    mismatches: int  # texts whose served entities (type, start, end, text) differ from the offline ones
+    validated_metric: str | None
+    validated_value: float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatches == 0 and self.served_f1 == self.offline_f1 and _same(self.served_f1, self.validated_value)
+
+
+@dataclass(frozen=True)
+class QaSmokeResult:
+    examples: int
+    served_em: float  # CMRC2018 exact match (fraction)
+    served_f1: float  # CMRC2018 character F1 (fraction)
+    offline_em: float
+    offline_f1: float
+    mismatches: int  # questions whose served answer (text, start, end) differs from the offline one
+    max_score_diff: float  # largest |served score - offline score| over questions with an answer
+    validated_metric: str | None
+    validated_value: float | None
+
+    @property
+    def ok(self) -> bool:
+        served = self.served_em if self.validated_metric == "em" else self.served_f1
+        return (self.mismatches == 0 and (self.served_em, self.served_f1) == (self.offline_em, self.offline_f1)
+                and _same(served, self.validated_value))
+
+
+def run_ner_smoke(bundle: BundleModel, client: ClassifierClient, examples: Sequence, batch_size: int = 32) -> NerSmokeResult:
+    """``examples``: ``pipeline.labeling.readers.LabelingExample`` (text, entities)."""
+    from pipeline.labeling.metric import chunk_f1
+    from pipeline.progress import progress
+
+    texts = [e.text for e in examples]
+    served: list = []
+    for start in progress(range(0, len(texts), batch_size), desc="served", unit="batch"):
+        served.extend(client.extract_entities_batch(texts[start : start + batch_size]))
+    offline = offline_entities(bundle, texts, batch_size)
+    key = lambda ents: sorted((e.type, e.start, e.end, e.text) for e in ents)  # noqa: E731
+    gold = [e.entities for e in examples]
+    s, o = chunk_f1(gold, served), chunk_f1(gold, offline)
+    metric, value = _validated(bundle.manifest)
+    return NerSmokeResult(
+        examples=len(texts), served_f1=s.f1, served_precision=s.precision, served_recall=s.recall, offline_f1=o.f1,
+        mismatches=sum(key(a) != key(b) for a, b in zip(served, offline)), validated_metric=metric, validated_value=value,
+    )
+
+
+def run_mrc_smoke(bundle: BundleModel, client: ClassifierClient, examples: Sequence, batch_size: int = 32) -> QaSmokeResult:
+    """``examples``: ``pipeline.reading.squad.QAExample`` (id, question, context, answers)."""
+    from pipeline.progress import progress
+    from pipeline.reading.metric import cmrc_scores
+
+    questions, contexts = [e.question for e in examples], [e.context for e in examples]
+    served: list = []
+    for start in progress(range(0, len(questions), batch_size), desc="served", unit="batch"):
+        served.extend(client.answer_batch(questions[start : start + batch_size], contexts[start : start + batch_size]))
+    offline = offline_answers(bundle, questions, contexts, batch_size)
+    gold = [[a.text for a in e.answers] for e in examples]
+    s = cmrc_scores([a.text for a in served], gold)
+    o = cmrc_scores([sp.text if sp else "" for sp in offline], gold)
+    mismatches, diff = 0, 0.0
+    for a, sp in zip(served, offline):
+        if (a.text, a.start, a.end) != ((sp.text, sp.start, sp.end) if sp else ("", -1, -1)):
+            mismatches += 1
+        elif sp is not None:
+            diff = max(diff, abs(a.score - sp.score))
+    metric, value = _validated(bundle.manifest)
+    return QaSmokeResult(examples=len(examples), served_em=s.em, served_f1=s.f1, offline_em=o.em, offline_f1=o.f1,
+                         mismatches=mismatches, max_score_diff=diff, validated_metric=metric, validated_value=value)
+
+
+def _default_data_dir(task: str) -> Path:
+    from pipeline.config import load_task_config
+
+    return Path(load_task_config(task).data.dir)
+
+
+def _batch_size(bundle: BundleModel, wanted: int) -> int:
+    """Items per request: at most the bundle's max_batch_size (Triton refuses bigger requests)."""
+    limit = int((bundle.manifest.get("package") or {}).get("max_batch_size") or 0)
+    return min(wanted, limit) if limit > 0 else wanted
+
+
+def _overrides(data_dir, sets) -> dict:
+    from pipeline.config import parse_override
+
+    out = dict(parse_override(x) for x in (sets or []))
+    if data_dir:
+        out["data.dir"] = str(data_dir)
+    return out
+
+
+def _dev_examples(task: str, data_dir: str | Path | None, task_type: str, sets: list[str] | None = None) -> list:
+    """The dev examples validate scored (LabelingExample / QAExample), read by the pipeline's own loader.
+
+    For reading comprehension that is the held-out part of dev (``reading.dev_for_training``), so
+    the served metric is comparable with the validated one.
+    """
     from pipeline.config import load_task_config
     from pipeline.data import load_task_data
 
-    cfg = load_task_config(task, {"data.dir": data_dir} if data_dir else None)
+    cfg = load_task_config(task, _overrides(data_dir, sets))
+    if cfg.type != task_type:
+        raise ValueError(f"task {task}: the bundle serves {task_type} but the task config says {cfg.type}")
+    return list(load_task_data(cfg).dev.examples)
+
+
+def _print_ner(task: str, protocol: str, r: NerSmokeResult, backend: str | None) -> None:
+    print(f"smoke {task}: {r.examples} dev texts via {protocol}")
+    print(f"  served entity F1   {r.served_f1:.4f}  (P {r.served_precision:.4f}, R {r.served_recall:.4f})")
+    print(f"  offline entity F1  {r.offline_f1:.4f}  (same model file, pipeline bio.py)")
+    if r.validated_value is not None:
+        print(f"  validated {r.validated_metric} {r.validated_value:.4f}  (validate stage, {backend})")
+    print(f"  texts whose entities differ: {r.mismatches}")
+
+
+def _print_mrc(task: str, protocol: str, r: QaSmokeResult, backend: str | None) -> None:
+    print(f"smoke {task}: {r.examples} dev questions via {protocol}")
+    print(f"  served EM {r.served_em:.4f}  F1 {r.served_f1:.4f}")
+    print(f"  offline EM {r.offline_em:.4f}  F1 {r.offline_f1:.4f}  (same model file, pipeline windows.py + spans.py)")
+    if r.validated_value is not None:
+        print(f"  validated {r.validated_metric} {r.validated_value:.4f}  (validate stage, {backend})")
+    print(f"  answers differing: {r.mismatches}; max |score diff| {r.max_score_diff:.2e}")
+
+
+def _dev_set(task: str, data_dir: str | None, sets: list[str] | None = None) -> tuple[list[str], list[int], tuple[str, ...]]:
+    from pipeline.config import load_task_config
+    from pipeline.data import load_task_data
+
+    cfg = load_task_config(task, _overrides(data_dir, sets))
     data = load_task_data(cfg)
     if any(e.text_b is not None for e in data.dev.examples):
         raise SystemExit(f"error: task {task} has text pairs; the served ensemble takes single texts")
@@ -86,19 +237,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", help="host:port (default 127.0.0.1:8000 / :8001)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--json-out", help="also write the result here")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="task config override, as given to the pipeline run (so the same dev set is scored)")
     args = p.parse_args(argv)
     import pipeline  # noqa: F401  (process setup before anything imports paddle)
 
     try:
         repo = Path(args.repository)
         bundle = BundleModel.open(repo / args.task if (repo / args.task / "bundle.json").is_file() else repo)
-        texts, gold, data_labels = _dev_set(args.task, args.data_dir)
+        if bundle.task_type != "classification":
+            return _main_span_kinds(args, bundle)
+        texts, gold, data_labels = _dev_set(args.task, args.data_dir, args.set)
         if tuple(bundle.labels()) != tuple(data_labels):
             print(f"error: the bundle's labels {bundle.labels()[:5]}... differ from the dev data's", file=sys.stderr)
             return 2
         client = ClassifierClient(args.url, args.protocol, bundle.manifest["task"])
         client.wait_ready(30)
-        result = run_smoke(bundle, client, texts, gold, args.batch_size)
+        result = run_smoke(bundle, client, texts, gold, _batch_size(bundle, args.batch_size))
     except (ClientError, BundleIntegrityError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -111,6 +266,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({**asdict(result), "ok": result.ok}, indent=2))
     print("PASS" if result.ok else "FAIL: served predictions or accuracy differ from the offline/validated model's")
+    return 0 if result.ok else 1
+
+
+def _main_span_kinds(args, bundle: BundleModel) -> int:
+    """Token classification and reading comprehension bundles."""
+    from pipeline.errors import UserInputError
+
+    try:
+        examples = _dev_examples(args.task, args.data_dir, bundle.task_type, args.set)
+        with ClassifierClient(args.url, args.protocol, bundle.manifest["task"]) as client:
+            client.wait_ready(30)
+            if bundle.task_type == "token_classification":
+                result = run_ner_smoke(bundle, client, examples, _batch_size(bundle, args.batch_size))
+            else:
+                result = run_mrc_smoke(bundle, client, examples, _batch_size(bundle, args.batch_size))
+    except (ClientError, UserInputError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    backend = (bundle.manifest.get("validated") or {}).get("backend")
+    (_print_ner if bundle.task_type == "token_classification" else _print_mrc)(args.task, args.protocol, result, backend)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({**asdict(result), "ok": result.ok}, indent=2))
+    print("PASS" if result.ok else "FAIL: served predictions or scores differ from the offline/validated model's")
     return 0 if result.ok else 1
 
 

@@ -78,6 +78,13 @@ def write_tiny_task_yaml(path: Path, data_dir: Path, **extra) -> Path:
     return path
 
 
+def features(tok, examples):
+    """Classification features of ``examples`` (the FeatureSet every pipeline entry point takes)."""
+    from pipeline.kinds.classification import Classification
+
+    return Classification().featurize(tok, examples)
+
+
 @pytest.fixture
 def tiny_data(tmp_path: Path) -> Path:
     return write_tiny_data(tmp_path / "data")

@@ -14,6 +14,8 @@ from pipeline.backends import paddle_inference as pi
 from pipeline.compress.embeddings import quantize_embeddings, quantize_table
 from pipeline.errors import ModelError
 
+from conftest import features
+
 
 @pytest.fixture(scope="module")
 def tiny(tiny_finetuned, tmp_path_factory):
@@ -62,8 +64,8 @@ def test_on_a_ptq_program(tiny, tmp_path):
     from pipeline.data import Example
 
     src = pi.export_static(tiny["model"], tmp_path / "fp32")
-    calib = [Example(t, None, 0) for t in ("球赛冠军队员", "股票银行市场", "手机芯片电脑", "的了是在有和")]
-    q = quantize_static(src, tmp_path / "ptq", tiny["tok"], calib, PTQSettings("mse", 2, 2), log=lambda s: None)
+    calib = features(tiny["tok"], [Example(t, None, 0) for t in ("球赛冠军队员", "股票银行市场", "手机芯片电脑", "的了是在有和")])
+    q = quantize_static(src, tmp_path / "ptq", calib, PTQSettings("mse", 2, 2), log=lambda s: None)
     quantize_embeddings(q, tmp_path / "ptq-emb", log=lambda s: None)
     e = tiny["enc"]
     a = pi.session(q, precision="int8").run(e.input_ids, e.token_type_ids)

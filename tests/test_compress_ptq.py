@@ -11,6 +11,8 @@ from pipeline.compress.arguments import CompressConfig
 from pipeline.compress.ptq import PTQSettings, calibration_loader, check_calibration, ptq_grid, quantize_static
 from pipeline.errors import DataError
 
+from conftest import features
+
 FAST_ALGOS = ["mse", "avg", "hist", "abs_max", "min_max", "emd"]
 
 
@@ -25,13 +27,14 @@ def tiny(tiny_finetuned, tmp_path_factory):
     data = load_task_data(load_task_config(str(tiny_finetuned["task_yaml"]), {"max_seq_len": 32}))
     tok = Tokenizer.from_model_dir(tiny_finetuned["model_dir"], 32)
     static = pi.export_static(load_classifier(tiny_finetuned["model_dir"], 3), root / "fp32")
-    return {"root": root, "tok": tok, "train": list(data.train.examples), "dev": list(data.dev.examples), "static": static}
+    train, dev = features(tok, list(data.train.examples)), features(tok, list(data.dev.examples))
+    return {"root": root, "tok": tok, "train": train, "dev": dev, "static": static}
 
 
 def _accuracy(tiny, model_dir, precision):
     from pipeline.evaluation import evaluate_session
 
-    return evaluate_session(pi.session(model_dir, precision=precision), tiny["tok"], tiny["dev"], 32).accuracy
+    return evaluate_session(pi.session(model_dir, precision=precision), tiny["dev"], 32).accuracy
 
 
 def _op_types(model_dir):
@@ -43,7 +46,7 @@ def _op_types(model_dir):
 
 
 def _run(tiny, settings, tmp_path, **kw):
-    return quantize_static(tiny["static"], tmp_path / settings.name, tiny["tok"], tiny["train"][:16], settings, log=lambda s: None, **kw)
+    return quantize_static(tiny["static"], tmp_path / settings.name, tiny["train"].subset(range(16)), settings, log=lambda s: None, **kw)
 
 
 @pytest.mark.parametrize("algo", FAST_ALGOS)
@@ -68,7 +71,7 @@ def test_per_tensor_weights_adaround_and_bias_correction(tiny, tmp_path):
 
 
 def test_int32_inputs(tiny, tmp_path):
-    loader = calibration_loader(tiny["tok"], tiny["train"][:6], 4, "int32")
+    loader = calibration_loader(tiny["train"].subset(range(6)), 4, "int32")
     batches = list(loader())
     assert [b["input_ids"].shape[0] for b in batches] == [4, 2]
     assert np.array(batches[0]["input_ids"]).dtype == np.int32
@@ -105,7 +108,7 @@ def test_upstream_avg_crashes_on_ernie_0d_activations(tiny):
         with paddle.static.scope_guard(scope):
             ptq = PostTrainingQuantization(
                 executor=exe, scope=scope, model_dir=str(tiny["static"]), model_filename="model.pdmodel",
-                params_filename="model.pdiparams", data_loader=calibration_loader(tiny["tok"], tiny["train"][:4], 2),
+                params_filename="model.pdiparams", data_loader=calibration_loader(tiny["train"].subset(range(4)), 2),
                 batch_size=2, batch_nums=1, algo="avg", quantizable_op_type=["matmul_v2"],
             )
             with pytest.raises(IndexError):
@@ -129,7 +132,7 @@ def test_upstream_min_max_inserts_no_quantization(tiny, tmp_path):
         with paddle.static.scope_guard(scope):
             ptq = PostTrainingQuantization(
                 executor=exe, scope=scope, model_dir=str(tiny["static"]), model_filename="model.pdmodel",
-                params_filename="model.pdiparams", data_loader=calibration_loader(tiny["tok"], tiny["train"][:4], 2),
+                params_filename="model.pdiparams", data_loader=calibration_loader(tiny["train"].subset(range(4)), 2),
                 batch_size=2, batch_nums=1, algo="min_max", quantizable_op_type=["matmul_v2"],
             )
             ptq.quantize()

@@ -14,16 +14,20 @@ from pipeline.errors import ConfigError, ModelError
 from pipeline.evaluation import evaluate_dygraph
 from pipeline.tokenizer import Tokenizer
 
+from conftest import features
+
 MAX_SEQ_LEN = 32
 
 
 @pytest.fixture(scope="module")
-def splits(tiny_splits):
-    return tiny_splits
+def splits(tiny_splits, tiny_finetuned):
+    """(train, dev) FeatureSets; tiny_model_copy and pruned dirs share the fixture model's vocabulary."""
+    tok = Tokenizer.from_model_dir(tiny_finetuned["model_dir"], MAX_SEQ_LEN)
+    return tuple(features(tok, split) for split in tiny_splits)
 
 
-def _logits(model, tokenizer, examples):
-    return evaluate_dygraph(model, tokenizer, examples, 64).logits
+def _logits(model, fs):
+    return evaluate_dygraph(model, fs, 64).flat()
 
 
 def _kl_to_teacher(teacher_logits, student_logits):
@@ -48,22 +52,21 @@ def test_pruned_sizes_round_heads_down_and_neurons_to_nearest():
 
 def test_reordering_by_importance_keeps_the_function_and_sorts_importance(tiny_model_copy, splits):
     _, dev = splits
-    tok = Tokenizer.from_model_dir(tiny_model_copy, MAX_SEQ_LEN)
     model = load_classifier(tiny_model_copy, 3)
-    before = _logits(model, tok, dev)
-    importance = dynabert.compute_importance(model, tok, dev, batch_size=32)
+    before = _logits(model, dev)
+    importance = dynabert.compute_importance(model, dev, batch_size=32)
     assert importance.heads.shape == (1, 4) and importance.neurons[0].shape == (64,)
     assert np.all(importance.heads > 0) and np.count_nonzero(importance.neurons[0]) > 32
     assert not np.all(np.diff(importance.heads[0]) <= 0), "fixture heads already sorted: the test would prove nothing"
 
     dynabert.reorder_by_importance(model, importance)
-    after = _logits(model, tok, dev)
+    after = _logits(model, dev)
     np.testing.assert_allclose(after, before, atol=2e-5)  # a permutation of heads/neurons: same function
     assert not np.allclose(model.ernie.encoder.layers[0].linear1.weight.numpy(),
                            load_classifier(tiny_model_copy, 3).ernie.encoder.layers[0].linear1.weight.numpy())
 
     # recomputed on the reordered model, importance comes out sorted (most important first)
-    again = dynabert.compute_importance(model, tok, dev, batch_size=32)
+    again = dynabert.compute_importance(model, dev, batch_size=32)
     np.testing.assert_allclose(again.heads[0], np.sort(importance.heads[0])[::-1], rtol=1e-3, atol=1e-7)
     np.testing.assert_allclose(again.neurons[0], np.sort(importance.neurons[0])[::-1], rtol=1e-3, atol=1e-7)
 
@@ -73,7 +76,6 @@ def test_narrowed_model_equals_full_model_with_pruned_units_masked(tiny_model_co
     import paddle
 
     _, dev = splits
-    tok = Tokenizer.from_model_dir(tiny_model_copy, MAX_SEQ_LEN)
     full = load_classifier(tiny_model_copy, 3)
     small = dynabert.narrow_model(full, 2, 40)
     layer = small.ernie.encoder.layers[0]
@@ -86,23 +88,22 @@ def test_narrowed_model_equals_full_model_with_pruned_units_masked(tiny_model_co
     full_layer = full.ernie.encoder.layers[0]
     full_layer.self_attn.out_proj.register_forward_pre_hook(lambda _l, x: (x[0] * head_mask,))
     full_layer.linear2.register_forward_pre_hook(lambda _l, x: (x[0] * neuron_mask,))
-    np.testing.assert_allclose(_logits(small, tok, dev), _logits(full, tok, dev), atol=2e-5)
+    np.testing.assert_allclose(_logits(small, dev), _logits(full, dev), atol=2e-5)
 
 
 def test_importance_keeps_the_heads_that_matter(tiny_model_copy, splits):
     """Keeping the most important half of the heads/neurons stays closer to the model than keeping the least."""
     _, dev = splits
-    tok = Tokenizer.from_model_dir(tiny_model_copy, MAX_SEQ_LEN)
     model = load_classifier(tiny_model_copy, 3)
-    teacher = _logits(model, tok, dev)
-    importance = dynabert.compute_importance(model, tok, dev, batch_size=32)
+    teacher = _logits(model, dev)
+    importance = dynabert.compute_importance(model, dev, batch_size=32)
     best = dynabert.Importance(importance.heads, importance.neurons)
     worst = dynabert.Importance(-importance.heads, [-n for n in importance.neurons])
     kl = {}
     for name, order in (("best", best), ("worst", worst)):
         m = load_classifier(tiny_model_copy, 3)
         dynabert.reorder_by_importance(m, order)
-        kl[name] = _kl_to_teacher(teacher, _logits(dynabert.narrow_model(m, 2, 32), tok, dev))
+        kl[name] = _kl_to_teacher(teacher, _logits(dynabert.narrow_model(m, 2, 32), dev))
     assert kl["best"] < kl["worst"], kl
 
 
@@ -110,16 +111,15 @@ def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, spl
     import paddle
 
     train, dev = splits
-    tok = Tokenizer.from_model_dir(tiny_model_copy, MAX_SEQ_LEN)
     teacher = load_classifier(tiny_model_copy, 3)
-    t_logits = _logits(teacher, tok, dev)
+    t_logits = _logits(teacher, dev)
     paddle.seed(0)
     student = dynabert.narrow_model(teacher, 1, 16)
-    kl_before = _kl_to_teacher(t_logits, _logits(student, tok, dev))
+    kl_before = _kl_to_teacher(t_logits, _logits(student, dev))
     lines = []
-    acc = dynabert.distill(student, teacher, tok, train, dev, epochs=2, learning_rate=3e-3, batch_size=16,
+    acc = dynabert.distill(student, teacher, train, dev, epochs=2, learning_rate=3e-3, batch_size=16,
                            max_steps=40, seed=0, log=lines.append)
-    kl_after = _kl_to_teacher(t_logits, _logits(student, tok, dev))
+    kl_after = _kl_to_teacher(t_logits, _logits(student, dev))
     assert kl_after < 0.7 * kl_before, (kl_before, kl_after)
     assert acc >= 0.9
     assert len(lines) == 2 and all("dev accuracy" in line for line in lines)  # one line per epoch
@@ -152,7 +152,7 @@ def test_prune_width_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path
 
     model = load_classifier(out, 3)
     tok = Tokenizer.from_model_dir(out, MAX_SEQ_LEN)
-    acc = evaluate_dygraph(model, tok, dev, 64).accuracy
+    acc = evaluate_dygraph(model, features(tok, dev.examples), 64).accuracy
     assert acc >= 0.9, acc
 
     # runs as a normal ERNIE: a static inference model exported from it gives the same logits
@@ -164,7 +164,7 @@ def test_prune_width_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path
     cfg = pi.Config(str(tmp_path / "static" / "model.pdmodel"), str(tmp_path / "static" / "model.pdiparams"))
     cfg.disable_glog_info()
     predictor = pi.create_predictor(cfg)
-    enc = tok.encode([e.text_a for e in dev[:16]])
+    enc = tok.encode([e.text_a for e in dev.examples[:16]])
     for name, arr in zip(predictor.get_input_names(), (enc.input_ids, enc.token_type_ids)):
         handle = predictor.get_input_handle(name)
         handle.reshape(arr.shape)
@@ -195,7 +195,7 @@ def test_prune_width_rejects_bad_input(tiny_finetuned, tmp_path, splits):
     with pytest.raises(ConfigError, match="width_mult"):
         dynabert.prune_width(tiny_finetuned["model_dir"], 1.5, train, dev, out_dir=tmp_path / "x", **kw)
     with pytest.raises(ConfigError, match="dev set is empty"):
-        dynabert.prune_width(tiny_finetuned["model_dir"], 0.5, train, [], out_dir=tmp_path / "x", **kw)
+        dynabert.prune_width(tiny_finetuned["model_dir"], 0.5, train, dev.subset([]), out_dir=tmp_path / "x", **kw)
     with pytest.raises(ModelError, match="not found"):
         dynabert.prune_width(tmp_path / "nope", 0.5, train, dev, out_dir=tmp_path / "x", **kw)
     assert not (tmp_path / "x").exists()

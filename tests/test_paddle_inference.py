@@ -10,6 +10,8 @@ import pytest
 from pipeline.backends import paddle_inference as pi
 from pipeline.errors import ModelError
 
+from conftest import features
+
 
 @pytest.fixture(scope="module")
 def tiny(tiny_finetuned, tmp_path_factory):
@@ -94,8 +96,9 @@ def test_int8_runs_fc_in_int8_and_keeps_attention_fp32(tiny, tmp_path):
     from pipeline.compress.ptq import PTQSettings, quantize_static
     from pipeline.data import Example
 
-    calib = [Example("球赛冠军队员比分联赛的", None, 0), Example("股票银行市场基金", None, 1), Example("手机芯片电脑软件网络", None, 2), Example("的了是在有", None, 0)]
-    q = quantize_static(tiny["static"], tmp_path / "ptq", tiny["tok"], calib, PTQSettings("abs_max", 2, 2), log=lambda s: None)
+    calib = features(tiny["tok"], [Example("球赛冠军队员比分联赛的", None, 0), Example("股票银行市场基金", None, 1),
+                                   Example("手机芯片电脑软件网络", None, 2), Example("的了是在有", None, 0)])
+    q = quantize_static(tiny["static"], tmp_path / "ptq", calib, PTQSettings("abs_max", 2, 2), log=lambda s: None)
     ours = _optimized_ops(q, tmp_path / "o1", "int8")
     fc_int8 = ours[("fc", "int8")]
     assert fc_int8 >= 6, ours  # q, k, v, out, ffn1, ffn2 (+ pooler, classifier)

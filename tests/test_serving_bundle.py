@@ -209,7 +209,8 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     assert bundle == tmp_path / "model_repository" / "tiny"
     m = verify_bundle(bundle)
     assert m["precision"] == "fp32"  # validate chose fp32
-    assert m["validated"] == {"backend": "onnxruntime-cpu-fp32", "accuracy": 0.97}  # the packaged file's own number
+    # the packaged file's own number
+    assert m["validated"] == {"backend": "onnxruntime-cpu-fp32", "metric": "accuracy", "value": 0.97, "accuracy": 0.97}
     assert m["metrics"]["summary"]["accuracy"] == 0.97 and m["gates"]["max_accuracy_drop"]["passed"]
     assert (out / "bundle.json").is_file() and result.metrics["files"] == len(m["files"])
     assert package.inputs(cfg) == {"repository_state": "intact"}

@@ -560,12 +560,10 @@ def session(model_path: Path, *, precision: str = "fp32", threads: int | None = 
     return Session(Path(model_path), precision, threads)
 
 
-def calibration_feeds(tokenizer, texts: Iterable[tuple[str, str | None]], batch_size: int = 16) -> list[dict[str, np.ndarray]]:
-    """Encode (text_a, text_b) pairs into calibration feeds for ``quantize_int8_qdq``."""
-    pairs = list(texts)
+def calibration_feeds(features, batch_size: int = 16) -> list[dict[str, np.ndarray]]:
+    """Padded batches of a ``FeatureSet`` (in order) as calibration feeds for ``quantize_int8_qdq``."""
     feeds = []
-    for i in range(0, len(pairs), batch_size):
-        chunk = pairs[i : i + batch_size]
-        enc = tokenizer.encode([a for a, _ in chunk], [b for _, b in chunk])
-        feeds.append({"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids})
+    for i in range(0, len(features), batch_size):
+        b = features.batch(range(i, min(i + batch_size, len(features))))
+        feeds.append({"input_ids": b.input_ids, "token_type_ids": b.token_type_ids})
     return feeds

@@ -127,7 +127,11 @@ def compress(
 
         loader = paddle.io.DataLoader(list(eval_dataset), batch_size=args.eval_batch_size, shuffle=False, collate_fn=data_collator)
         accuracy_fn = lambda session: custom_evaluate(session, loader)  # noqa: E731
-    inp = CompressInputs(model_dir=model_dir, static_model_dir=static, tokenizer=tok, train=train, dev=dev,
+    from pipeline.kinds.classification import Classification
+
+    kind = Classification()
+    inp = CompressInputs(model_dir=model_dir, static_model_dir=static, tokenizer=tok,
+                         train=kind.featurize(tok, train), dev=kind.featurize(tok, dev),
                          num_labels=num_labels, max_seq_len=args.max_seq_length, baseline_accuracy=None)
     work = out / ".work"
     cands = build_and_evaluate(args, inp, out, work, log=log, accuracy_fn=accuracy_fn)

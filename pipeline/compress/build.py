@@ -23,8 +23,8 @@ from pipeline.compress.arguments import CompressConfig
 from pipeline.compress.candidates import Candidate, evaluate
 from pipeline.compress.embeddings import copy_static, quantize_embeddings
 from pipeline.compress.ptq import PTQSettings, calibration_examples, check_calibration, ptq_grid, quantize_static
-from pipeline.data import Example
 from pipeline.errors import ConfigError
+from pipeline.kinds.base import FeatureSet
 from pipeline.modeling import load_classifier
 from pipeline.tokenizer import Tokenizer
 
@@ -34,8 +34,8 @@ class CompressInputs:
     model_dir: Path | None  # FP32 dygraph PaddleNLP classifier dir (None: compress static_model_dir)
     static_model_dir: Path | None  # --input_infer_model_path
     tokenizer: Tokenizer
-    train: Sequence[Example]
-    dev: Sequence[Example]
+    train: FeatureSet  # features of the training split (calibration, pruning/QAT training)
+    dev: FeatureSet  # features of the dev split (every candidate is scored on it)
     num_labels: int
     max_seq_len: int
     baseline_accuracy: float | None  # None: the FP32 static model's own dev accuracy is the baseline
@@ -85,7 +85,7 @@ def build_and_evaluate(
 
     def add(c: Candidate, started: float) -> None:
         c.build_seconds = round(time.monotonic() - started, 2)
-        evaluate(c, inp.tokenizer, inp.dev, baseline_accuracy=baseline[0] if baseline[0] is not None else float("nan"),
+        evaluate(c, inp.dev, baseline_accuracy=baseline[0] if baseline[0] is not None else float("nan"),
                  eval_batch_size=cfg.eval_batch_size, throughput_batch_size=cfg.throughput_batch_size,
                  throughput_batches=cfg.throughput_batches, log=log, accuracy_fn=accuracy_fn)
         if baseline[0] is None:  # the first candidate is the FP32 baseline
@@ -139,7 +139,7 @@ def build_and_evaluate(
             for s in grid:
                 t0 = time.monotonic()
                 name = src.prefix + s.name
-                infer = quantize_static(src.infer_dir, out_dir / "candidates" / name / "infer", inp.tokenizer, calib, s,
+                infer = quantize_static(src.infer_dir, out_dir / "candidates" / name / "infer", calib, s,
                                         input_dtype=input_dtype, log=log)
                 add(Candidate(name, src.width, "ptq", False, infer, src.model_dir, {**s.to_dict(), "width_mult": src.width, "input_dtype": input_dtype}), t0)
     if "qat" in parts:

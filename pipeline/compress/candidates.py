@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from pipeline.backends import paddle_inference
-from pipeline.data import Example
-from pipeline.tokenizer import Tokenizer
+from pipeline.kinds.base import FeatureSet
 
 QUANTIZATIONS = ("none", "ptq", "qat")
 
@@ -64,8 +63,7 @@ def dir_size(path: Path) -> int:
 
 def evaluate(
     cand: Candidate,
-    tokenizer: Tokenizer,
-    dev: Sequence[Example],
+    dev: FeatureSet,
     *,
     baseline_accuracy: float,
     eval_batch_size: int,
@@ -85,15 +83,15 @@ def evaluate(
     if accuracy_fn is not None:
         accuracy = float(accuracy_fn(sess))
     else:
-        accuracy = evaluate_session(sess, tokenizer, dev, eval_batch_size, desc=f"compress eval {cand.name}").accuracy
-    tp = measure_throughput(sess, tokenizer, dev, throughput_batch_size, warmup=2, repeats=3, max_batches=throughput_batches)
+        accuracy = evaluate_session(sess, dev, eval_batch_size, desc=f"compress eval {cand.name}").metric
+    tp = measure_throughput(sess, dev, throughput_batch_size, warmup=2, repeats=3, max_batches=throughput_batches)
     cand.accuracy = accuracy
     cand.accuracy_drop_points = round(100.0 * (baseline_accuracy - accuracy), 4)
     cand.throughput = tp.sentences_per_s
     cand.latency_ms_p50 = tp.latency_ms_p50
     cand.size_bytes = dir_size(cand.infer_dir)
     log(
-        f"[compress] {cand.name}: accuracy {accuracy:.4f} (drop {cand.accuracy_drop_points:+.2f} pts vs FP32), "
+        f"[compress] {cand.name}: {dev.kind.metric_label} {accuracy:.4f} (drop {cand.accuracy_drop_points:+.2f} pts vs FP32), "
         f"{tp.sentences_per_s:.0f} sent/s at batch {throughput_batch_size} ({sess.name}), {cand.size_bytes / 2**20:.1f} MiB"
     )
     return cand

@@ -36,16 +36,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pipeline.batching import encode_batch, eval_batch_order, iter_batches, train_batch_order
+from pipeline.batching import eval_batch_order, iter_batches, train_batch_order
 from pipeline.compress.pruned_ernie import narrow_attention, narrow_ffn, prune_config
 from pipeline.modeling import load_classifier
 from pipeline.compress.schedule import make_optimizer, plan_steps
-from pipeline.data import Example
+from pipeline.kinds.base import FeatureSet
 from pipeline.errors import ConfigError, ModelError
 from pipeline.evaluation import evaluate_dygraph
 from pipeline.modeling import LABELS_FILE, VOCAB_FILE, inspect_model
 from pipeline.progress import progress
-from pipeline.tokenizer import Tokenizer
 
 COPIED_FILES = (VOCAB_FILE, "tokenizer_config.json", "special_tokens_map.json", LABELS_FILE)
 LAMBDA_DISTILL = 0.1  # weight of the hidden-state MSE, as upstream's DistillConfig(lambda_distill=0.1)
@@ -71,7 +70,7 @@ def check_width(width_mult: float) -> None:
         raise ConfigError(f"width_mult_list: {width_mult} is outside (0, 1]")
 
 
-def compute_importance(model, tokenizer: Tokenizer, examples: Sequence[Example], batch_size: int) -> Importance:
+def compute_importance(model, examples: FeatureSet, batch_size: int) -> Importance:
     """Gradient-based head and FFN-neuron importance over ``examples`` (model left unchanged, in eval mode)."""
     import paddle
 
@@ -91,13 +90,12 @@ def compute_importance(model, tokenizer: Tokenizer, examples: Sequence[Example],
     handles = [layer.self_attn.out_proj.register_forward_pre_hook(mask_hook(i)) for i, layer in enumerate(layers)]
     heads = np.zeros([len(layers), num_heads], dtype=np.float64)
     neurons = [np.zeros([layer.linear1.weight.shape[1]], dtype=np.float64) for layer in layers]
-    loss_fn = paddle.nn.CrossEntropyLoss()
     model.eval()  # deterministic: no dropout
     order = eval_batch_order(examples, batch_size)
     try:
-        for batch in progress(iter_batches(tokenizer, examples, order), total=len(order), desc="importance", unit="batch"):
+        for batch in progress(iter_batches(examples, order), total=len(order), desc="importance", unit="batch"):
             logits = model(paddle.to_tensor(batch.input_ids), token_type_ids=paddle.to_tensor(batch.token_type_ids))
-            loss = loss_fn(logits, paddle.to_tensor(batch.labels))
+            loss = examples.kind.loss(logits, batch, examples.pad_id)
             loss.backward()
             heads += np.abs(head_mask.grad.numpy())
             for layer, acc in zip(layers, neurons):
@@ -149,9 +147,8 @@ def soft_cross_entropy(logits, teacher_logits):
 def distill(
     student,
     teacher,
-    tokenizer: Tokenizer,
-    train: Sequence[Example],
-    dev: Sequence[Example],
+    train: FeatureSet,
+    dev: FeatureSet,
     *,
     epochs: int,
     learning_rate: float,
@@ -178,13 +175,13 @@ def distill(
             for idx in train_batch_order(train, batch_size, seed, epoch):
                 if step >= total:
                     break
-                b = encode_batch(tokenizer, train, idx)
+                b = train.batch(idx)
                 ids, types = paddle.to_tensor(b.input_ids), paddle.to_tensor(b.token_type_ids)
                 with paddle.no_grad():
                     t_out = teacher(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
                 s_out = student(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
                 rep = sum(F.mse_loss(s, t) for s, t in zip(s_out.hidden_states, t_out.hidden_states))
-                loss = soft_cross_entropy(s_out.logits, t_out.logits) + LAMBDA_DISTILL * rep
+                loss = train.kind.distill_loss(s_out.logits, t_out.logits, ids, train.pad_id) + LAMBDA_DISTILL * rep
                 loss.backward()
                 opt.step()
                 opt.clear_grad()
@@ -193,11 +190,11 @@ def distill(
                 running += float(loss)
                 n += 1
                 bar.update(1)
-            acc = evaluate_dygraph(student, tokenizer, dev, EVAL_BATCH, desc=f"dev eval (epoch {epoch + 1})").accuracy
+            acc = evaluate_dygraph(student, dev, EVAL_BATCH, desc=f"dev eval (epoch {epoch + 1})").metric
             improved = acc > best_acc
             log(
                 f"{desc} epoch {epoch + 1}/{plan.epochs}: step {step}, distill loss {running / max(n, 1):.4f}, "
-                f"dev accuracy {acc:.4f}" + ("  (best so far, kept)" if improved else "")
+                f"dev {dev.kind.metric_label} {acc:.4f}" + ("  (best so far, kept)" if improved else "")
             )
             if improved:
                 best_acc = acc
@@ -214,8 +211,8 @@ def distill(
 def prune_width(
     model_dir: Path,
     width_mult: float,
-    train: Sequence[Example],
-    dev: Sequence[Example],
+    train: FeatureSet,
+    dev: FeatureSet,
     *,
     max_seq_len: int,
     out_dir: Path,
@@ -240,7 +237,6 @@ def prune_width(
         raise ModelError(f"model dir {model_dir}: has no classification head to prune")
     paddle.seed(seed)
     np.random.seed(seed)
-    tokenizer = Tokenizer.from_model_dir(model_dir, max_seq_len)
     teacher = load_classifier(model_dir, info.head_classes)
     cfg = teacher.config
     heads, neurons = pruned_sizes(cfg.num_attention_heads, cfg.intermediate_size, width_mult)
@@ -250,17 +246,17 @@ def prune_width(
     )
 
     model = load_classifier(model_dir, info.head_classes)
-    importance = compute_importance(model, tokenizer, dev, batch_size=EVAL_BATCH)
+    importance = compute_importance(model, dev, batch_size=EVAL_BATCH)
     reorder_by_importance(model, importance)
     student = narrow_model(model, heads, neurons)
     del model
     paddle.seed(seed)
     best = distill(
-        student, teacher, tokenizer, train, dev,
+        student, teacher, train, dev,
         epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, log=log,
         desc=f"dynabert w={width_mult:.3g}",
     )
-    log(f"dynabert width {width_mult:.4g}: best dev accuracy {best:.4f}")
+    log(f"dynabert width {width_mult:.4g}: best dev {dev.kind.metric_label} {best:.4f}")
     save_pruned(student, model_dir, out_dir)
     return out_dir
 

@@ -22,7 +22,11 @@ from __future__ import annotations
 
 import copy
 
+from types import SimpleNamespace
+
+from paddlenlp.transformers import ErnieForQuestionAnswering as _StockErnieForQuestionAnswering
 from paddlenlp.transformers import ErnieForSequenceClassification as _StockErnieForSequenceClassification
+from paddlenlp.transformers import ErnieForTokenClassification as _StockErnieForTokenClassification
 
 HEAD_SIZE_KEY = "attention_head_size"
 
@@ -65,28 +69,69 @@ def narrow_ffn(layer, neurons: int) -> None:
     layer.linear1, layer.linear2 = new1, new2
 
 
+def _init_narrowed(self, stock_cls, config) -> None:
+    """``stock_cls.__init__`` for ``config``, then heads narrowed when config has ``attention_head_size``."""
+    head_size = getattr(config, HEAD_SIZE_KEY, None)
+    if not head_size or int(head_size) * config.num_attention_heads == config.hidden_size:
+        stock_cls.__init__(self, config)
+        return
+    head_size = int(head_size)
+    if config.hidden_size % head_size:
+        raise ValueError(f"config: hidden_size {config.hidden_size} is not a multiple of {HEAD_SIZE_KEY} {head_size}")
+    kept = config.num_attention_heads
+    full = copy.deepcopy(config)
+    full.num_attention_heads = config.hidden_size // head_size
+    if kept > full.num_attention_heads:
+        raise ValueError(f"config: num_attention_heads {kept} x {HEAD_SIZE_KEY} {head_size} exceeds hidden_size")
+    stock_cls.__init__(self, full)
+    for layer in self.ernie.encoder.layers:
+        narrow_attention(layer.self_attn, kept)
+    # save_pretrained writes self.config: it must say what the network now is.
+    self.config = config
+    self.ernie.config = config
+
+
 class ErnieForSequenceClassification(_StockErnieForSequenceClassification):
     """PaddleNLP's ERNIE classifier, plus head-pruned attention when config has ``attention_head_size``."""
 
     def __init__(self, config):
-        head_size = getattr(config, HEAD_SIZE_KEY, None)
-        if not head_size or int(head_size) * config.num_attention_heads == config.hidden_size:
-            super().__init__(config)
-            return
-        head_size = int(head_size)
-        if config.hidden_size % head_size:
-            raise ValueError(f"config: hidden_size {config.hidden_size} is not a multiple of {HEAD_SIZE_KEY} {head_size}")
-        kept = config.num_attention_heads
-        full = copy.deepcopy(config)
-        full.num_attention_heads = config.hidden_size // head_size
-        if kept > full.num_attention_heads:
-            raise ValueError(f"config: num_attention_heads {kept} x {HEAD_SIZE_KEY} {head_size} exceeds hidden_size")
-        super().__init__(full)
-        for layer in self.ernie.encoder.layers:
-            narrow_attention(layer.self_attn, kept)
-        # save_pretrained writes self.config: it must say what the network now is.
-        self.config = config
-        self.ernie.config = config
+        _init_narrowed(self, _StockErnieForSequenceClassification, config)
+
+
+class ErnieForTokenClassification(_StockErnieForTokenClassification):
+    """PaddleNLP's ERNIE token classifier (logits [B, T, num_tags]), head-prunable like the above."""
+
+    def __init__(self, config):
+        _init_narrowed(self, _StockErnieForTokenClassification, config)
+
+
+class ErnieForQuestionAnswering(_StockErnieForQuestionAnswering):
+    """PaddleNLP's ERNIE span extractor with ONE output, ``logits`` [B, T, 2] (start, end).
+
+    One output keeps every backend session, the exporters and the served model the same for all task
+    kinds; with ``return_dict`` it returns ``.logits`` and ``.hidden_states`` (DynaBERT distillation).
+    """
+
+    def __init__(self, config):
+        _init_narrowed(self, _StockErnieForQuestionAnswering, config)
+
+    def forward(self, input_ids, token_type_ids=None, position_ids=None, attention_mask=None,
+                output_hidden_states=False, return_dict=False):
+        # Stock forward = classifier over the sequence output, then split into start/end; not splitting
+        # gives [B, T, 2] directly.  (No super(): paddle's dy2static cannot convert it.)
+        out = self.ernie(input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
+                         attention_mask=attention_mask, output_hidden_states=output_hidden_states, return_dict=True)
+        logits = self.classifier(out.last_hidden_state)
+        if return_dict:
+            return SimpleNamespace(logits=logits, hidden_states=out.hidden_states)
+        return logits
+
+
+ARCHITECTURES = {
+    "ErnieForSequenceClassification": ErnieForSequenceClassification,
+    "ErnieForTokenClassification": ErnieForTokenClassification,
+    "ErnieForQuestionAnswering": ErnieForQuestionAnswering,
+}
 
 
 def prune_config(config, num_heads: int, intermediate_size: int):

@@ -28,9 +28,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pipeline.backends.paddle_inference import MODEL_FILE, PARAMS_FILE, check_static_dir
-from pipeline.data import Example
+from pipeline.kinds.base import FeatureSet
 from pipeline.errors import DataError
-from pipeline.tokenizer import Tokenizer
 
 # matmul_v2 covers every Linear of ERNIE (and the attention products); mul/matmul for older exports.
 QUANTIZABLE_OPS = ["matmul_v2", "matmul", "mul"]
@@ -88,24 +87,22 @@ def check_calibration(num_examples: int, grid: Sequence[PTQSettings], source: st
             )
 
 
-def calibration_examples(train: Sequence[Example], n: int, seed: int) -> list[Example]:
-    """A deterministic random sample of ``n`` training examples (calibration should see every class)."""
+def calibration_examples(train: FeatureSet, n: int, seed: int) -> FeatureSet:
+    """A deterministic random sample of ``n`` training features (calibration should see every class)."""
     if n >= len(train):
-        return list(train)
-    idx = np.random.RandomState(seed).choice(len(train), n, replace=False)
-    return [train[i] for i in idx]
+        return train
+    return train.subset(np.random.RandomState(seed).choice(len(train), n, replace=False))
 
 
-def calibration_loader(tokenizer: Tokenizer, examples: Sequence[Example], batch_size: int, input_dtype: str = "int64"):
+def calibration_loader(examples: FeatureSet, batch_size: int, input_dtype: str = "int64"):
     """A ``paddle.io.DataLoader`` yielding ``{"input_ids", "token_type_ids"}`` feed dicts (padded per batch)."""
     import paddle
 
     dtype = np.int32 if input_dtype == "int32" else np.int64
 
     def collate(indices):
-        chosen = [examples[i] for i in indices]
-        enc = tokenizer.encode([e.text_a for e in chosen], [e.text_b for e in chosen])
-        return {"input_ids": enc.input_ids.astype(dtype), "token_type_ids": enc.token_type_ids.astype(dtype)}
+        b = examples.batch(indices)
+        return {"input_ids": b.input_ids.astype(dtype), "token_type_ids": b.token_type_ids.astype(dtype)}
 
     class Indices(paddle.io.Dataset):
         # Items are example indices; ``collate`` tokenizes a whole batch at once (padded to its longest).
@@ -174,8 +171,7 @@ def _ptq_class():
 def quantize_static(
     fp32_dir: Path,
     out_dir: Path,
-    tokenizer: Tokenizer,
-    calibration: Sequence[Example],
+    calibration: FeatureSet,
     settings: PTQSettings,
     *,
     input_dtype: str = "int64",
@@ -193,7 +189,7 @@ def quantize_static(
     check_static_dir(fp32_dir)
     check_calibration(len(calibration), [settings])
     out_dir = Path(out_dir)
-    examples = list(calibration)[: settings.calibration_examples]
+    examples = calibration.subset(range(min(len(calibration), settings.calibration_examples)))
     paddle.enable_static()
     try:
         exe = paddle.static.Executor(paddle.CPUPlace())
@@ -205,7 +201,7 @@ def quantize_static(
                 model_dir=str(fp32_dir),
                 model_filename=MODEL_FILE,
                 params_filename=PARAMS_FILE,
-                data_loader=calibration_loader(tokenizer, examples, settings.batch_size, input_dtype),
+                data_loader=calibration_loader(examples, settings.batch_size, input_dtype),
                 batch_size=settings.batch_size,
                 batch_nums=settings.batch_num,
                 algo=settings.algo,

@@ -23,15 +23,14 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pipeline.backends import paddle_inference
-from pipeline.batching import encode_batch, train_batch_order
+from pipeline.batching import train_batch_order
 from pipeline.modeling import load_classifier
 from pipeline.compress.schedule import make_optimizer, plan_steps
-from pipeline.data import Example
+from pipeline.kinds.base import FeatureSet
 from pipeline.errors import ConfigError, ModelError
 from pipeline.evaluation import evaluate_dygraph
 from pipeline.modeling import inspect_model
 from pipeline.progress import progress
-from pipeline.tokenizer import Tokenizer
 
 MODEL_PREFIX = "model"  # out_dir/model.pdmodel + model.pdiparams, as pipeline.backends.paddle_inference reads
 WEIGHT_TYPES = ("abs_max", "channel_wise_abs_max")
@@ -88,7 +87,6 @@ class QatRun:
 
     model: object  # MaskedClassifier with fake-quant layers, eval mode
     quanter: object  # the paddleslim QAT that wrapped it (needed to save it)
-    tokenizer: Tokenizer
     fp32_accuracy: float
     best_accuracy: float
     best_epoch: int
@@ -98,8 +96,8 @@ class QatRun:
 
 def quant_aware_train(
     model_dir: Path,
-    train: Sequence[Example],
-    dev: Sequence[Example],
+    train: FeatureSet,
+    dev: FeatureSet,
     *,
     max_seq_len: int,
     out_dir: Path,
@@ -133,8 +131,8 @@ def quant_aware_train(
 
 def train_quant_aware(
     model_dir: Path,
-    train: Sequence[Example],
-    dev: Sequence[Example],
+    train: FeatureSet,
+    dev: FeatureSet,
     *,
     max_seq_len: int,
     use_pact: bool,
@@ -168,11 +166,10 @@ def train_quant_aware(
 
     paddle.seed(seed)
     np.random.seed(seed)
-    tokenizer = Tokenizer.from_model_dir(model_dir, max_seq_len)
     inner = load_classifier(model_dir, info.head_classes)
     model = _masked_classifier_class()(inner, int(inner.config.pad_token_id or 0))
-    fp32_acc = evaluate_dygraph(model, tokenizer, dev, EVAL_BATCH, desc="dev eval (fp32)").accuracy
-    log(f"qat: FP32 dev accuracy before quantization {fp32_acc:.4f}")
+    fp32_acc = evaluate_dygraph(model, dev, EVAL_BATCH, desc="dev eval (fp32)").metric
+    log(f"qat: FP32 dev {dev.kind.metric_label} before quantization {fp32_acc:.4f}")
 
     quanter = QAT(config=config)
     quanter.quantize(model)  # in place: Linear layers now fake-quantize weights and inputs
@@ -180,7 +177,6 @@ def train_quant_aware(
     plan = plan_steps(len(train), batch_size, epochs, max_steps)
     total = plan.total_steps
     opt, sched = make_optimizer(model, learning_rate, total, warmup_ratio, weight_decay)
-    loss_fn = paddle.nn.CrossEntropyLoss()
     best_acc, best_epoch, best_state, step, history = -1.0, 0, None, 0, []
     model.train()
     bar = progress(total=total, desc="qat", unit="step")
@@ -190,9 +186,9 @@ def train_quant_aware(
             for idx in train_batch_order(train, batch_size, seed, epoch):
                 if step >= total:
                     break
-                b = encode_batch(tokenizer, train, idx)
+                b = train.batch(idx)
                 logits = model(paddle.to_tensor(b.input_ids), paddle.to_tensor(b.token_type_ids))
-                loss = loss_fn(logits, paddle.to_tensor(b.labels))
+                loss = train.kind.loss(logits, b, train.pad_id)
                 loss.backward()
                 opt.step()
                 opt.clear_grad()
@@ -201,12 +197,12 @@ def train_quant_aware(
                 running += float(loss)
                 n += 1
                 bar.update(1)
-            acc = evaluate_dygraph(model, tokenizer, dev, EVAL_BATCH, desc=f"dev eval (qat epoch {epoch + 1})").accuracy
+            acc = evaluate_dygraph(model, dev, EVAL_BATCH, desc=f"dev eval (qat epoch {epoch + 1})").metric
             history.append({"epoch": epoch + 1, "step": step, "train_loss": running / max(n, 1), "dev_accuracy": acc})
             improved = acc > best_acc
             log(
                 f"qat epoch {epoch + 1}/{plan.epochs}: step {step}, train loss {running / max(n, 1):.4f}, "
-                f"dev accuracy {acc:.4f}" + ("  (best so far, kept)" if improved else "")
+                f"dev {dev.kind.metric_label} {acc:.4f}" + ("  (best so far, kept)" if improved else "")
             )
             if improved:
                 best_acc, best_epoch = acc, epoch + 1
@@ -217,7 +213,7 @@ def train_quant_aware(
     if best_state is not None:
         model.set_state_dict(best_state)
     model.eval()
-    return QatRun(model, quanter, tokenizer, fp32_acc, best_acc, best_epoch, step, history)
+    return QatRun(model, quanter, fp32_acc, best_acc, best_epoch, step, history)
 
 
 def save_quantized(run: QatRun, out_dir: Path, input_dtype: str = "int64") -> Path:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline.config import TaskConfig
 from pipeline.data import load_task_data
-from pipeline.stages.finetune import data_inputs
+from pipeline.stages.finetune import data_inputs, kind_params
 
 SELECTED_MODEL_DIR = "selected_model"
 
@@ -32,6 +32,7 @@ def params(cfg: TaskConfig) -> dict:
         "labels": list(cfg.labels),
         "max_accuracy_drop": cfg.gates.max_accuracy_drop,
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
+        **kind_params(cfg),
     }
 
 
@@ -49,30 +50,33 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 def run(ctx):
     from pipeline.compress.build import CompressInputs, build_and_evaluate, preflight
     from pipeline.compress.candidates import select, selected_json, write_table
+    from pipeline.kinds import get_kind
     from pipeline.runner import StageResult
     from pipeline.tokenizer import Tokenizer
 
     cfg = ctx.cfg
+    kind = get_kind(cfg)
     ccfg = cfg.compress
     model_dir = ctx.artifact("finetune", "model_dir")
     baseline = json.loads(ctx.artifact("finetune-check", "baseline").read_text(encoding="utf-8"))
     data = load_task_data(cfg)
     static = Path(ccfg.input_infer_model_path).expanduser() if ccfg.input_infer_model_path else None
-    preflight(ccfg, train_size=len(data.train.examples), static_model_dir=static)  # bad input fails here, before any work
     vocab_dir = static if static is not None and (static / "vocab.txt").is_file() else model_dir
     tokenizer = Tokenizer.from_model_dir(vocab_dir, cfg.max_seq_len)
+    train = kind.featurize(tokenizer, data.train.examples, cfg)
+    preflight(ccfg, train_size=len(train), static_model_dir=static)  # bad input fails here, before any work
     inp = CompressInputs(
         model_dir=None if static is not None else model_dir,
         static_model_dir=static,
         tokenizer=tokenizer,
-        train=data.train.examples,
-        dev=data.dev.examples,
+        train=kind.for_training(train, ccfg.seed),
+        dev=kind.featurize(tokenizer, data.dev.examples, cfg),
         num_labels=len(data.labels),
         max_seq_len=cfg.max_seq_len,
         baseline_accuracy=float(baseline["accuracy"]),
     )
-    ctx.log(f"[compress] strategy {ccfg.strategy}: FP32 baseline accuracy {inp.baseline_accuracy:.4f}, "
-            f"budget {cfg.gates.max_accuracy_drop:g} points, {len(inp.dev)} dev examples")
+    ctx.log(f"[compress] strategy {ccfg.strategy}: FP32 baseline {kind.metric_label} {inp.baseline_accuracy:.4f}, "
+            f"budget {cfg.gates.max_accuracy_drop:g} points, {len(data.dev.examples)} dev examples ({len(inp.dev)} model inputs)")
     cands = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log)
     selection = select(cands, cfg.gates.max_accuracy_drop)
     chosen = selection.selected

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pipeline.config import TaskConfig
 from pipeline.errors import ModelError
+from pipeline.stages.finetune import kind_params
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -34,7 +35,8 @@ def params(cfg: TaskConfig) -> dict:
             "calibration_batch_size": e.calibration_batch_size, "int8_embeddings": e.int8_embeddings,
             "ort_transformer_optimize": e.ort_transformer_optimize, "max_int8_size_ratio": e.max_int8_size_ratio,
             "batch_independent_int8": e.batch_independent_int8,
-            "max_seq_len": cfg.max_seq_len, "labels": list(cfg.labels), "label_names": list(cfg.label_names)}
+            "max_seq_len": cfg.max_seq_len, "labels": list(cfg.labels), "label_names": list(cfg.label_names),
+            **kind_params(cfg)}
 
 
 def inputs(cfg: TaskConfig) -> dict[str, str]:
@@ -88,7 +90,7 @@ def selected_fp32_onnx(ctx, selected: dict, fp32_onnx: Path, opset: int) -> tupl
     from pipeline.modeling import load_classifier
 
     model_dir = ctx.artifact("compress", "selected_fp32_model_dir")
-    model = load_classifier(model_dir, len(ctx.cfg.labels) or _num_labels(model_dir))
+    model = load_classifier(model_dir, _num_labels(model_dir))  # the head decides (NER: tags, not entity types)
     work = ctx.work_dir / "selected_fp32"
     export_static(model, work / "static")
     return export_onnx(work / "static", work / "selected_fp32.onnx", opset), True
@@ -106,6 +108,7 @@ def _num_labels(model_dir: Path) -> int:
 def run(ctx):
     from pipeline.backends import onnxruntime as ortb
     from pipeline.data import load_task_data
+    from pipeline.kinds import get_kind
     from pipeline.modeling import write_labels
     from pipeline.runner import StageResult
     from pipeline.tokenizer import Tokenizer
@@ -116,6 +119,7 @@ def run(ctx):
     selected = read_selected(ctx.artifact("compress", "selected"))
     quantized = selected.get("quantization", "none") not in (None, "none")
     data = load_task_data(cfg)
+    kind = get_kind(cfg)
 
     copy_static(ctx.artifact("compress", "fp32_infer_dir"), out / "paddle_fp32")
     artifacts = {"paddle_fp32": "paddle_fp32"}
@@ -133,9 +137,9 @@ def run(ctx):
     model_src = ctx.artifact("compress", "selected_fp32_model_dir")
     do_lower = write_tokenizer(model_src, out / "tokenizer")
     tokenizer = Tokenizer.from_model_dir(out / "tokenizer", cfg.max_seq_len)
-    train = data.train.examples[: ecfg.calibration_sentences]
-    feeds = ortb.calibration_feeds(tokenizer, [(e.text_a, e.text_b) for e in train], ecfg.calibration_batch_size)
-    ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {len(train)} calibration sentences)")
+    train = kind.featurize(tokenizer, data.train.examples[: ecfg.calibration_sentences], cfg)
+    feeds = ortb.calibration_feeds(train, ecfg.calibration_batch_size)
+    ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {len(train)} calibration sequences)")
     qdq = ortb.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
     if ecfg.batch_independent_int8:
         import onnx
@@ -152,19 +156,25 @@ def run(ctx):
         if stats[name].int8_initializers == 0:
             raise ModelError(f"onnx/{name}.onnx: no int8 weight initializers were written")
     # Both sessions must load and agree in shape with the reference before anything is packaged.
-    probe = tokenizer.encode([e.text_a for e in data.dev.examples[:4]], [e.text_b for e in data.dev.examples[:4]])
+    probe_fs = kind.featurize(tokenizer, data.dev.examples[:4], cfg)
+    probe = probe_fs.batch(range(min(4, len(probe_fs))))
+    n, width = probe.input_ids.shape
+    expected = (n, width, len(data.labels)) if kind.token_level_outputs else (n, len(data.labels))
     for p in (fp32_onnx, int8, qdq):
         logits = ortb.session(p, threads=1).run(probe.input_ids, probe.token_type_ids)
-        if logits.shape != (len(probe.lengths), len(data.labels)):
-            raise ModelError(f"{p}: logits shape {logits.shape}, expected ({len(probe.lengths)}, {len(data.labels)})")
+        if logits.shape != expected:
+            raise ModelError(f"{p}: logits shape {logits.shape}, expected {expected} for a {kind.name} model")
 
     write_labels(out / "labels.json", data.labels, data.label_names)
     meta = {
         "task": cfg.task,
+        "task_type": cfg.type,
+        "metric": kind.metric,
         "max_seq_len": cfg.max_seq_len,
         "do_lower_case": do_lower,
         "inputs": [{"name": n, "dtype": "int64", "shape": [-1, -1]} for n in ortb.INPUT_NAMES],
-        "outputs": [{"name": ortb.OUTPUT_NAME, "dtype": "float32", "shape": [-1, len(data.labels)]}],
+        "outputs": [{"name": ortb.OUTPUT_NAME, "dtype": "float32",
+                     "shape": [-1, -1, len(data.labels)] if kind.token_level_outputs else [-1, len(data.labels)]}],
         "num_labels": len(data.labels),
         "labels": list(data.labels),
         "label_names": list(data.label_names),
@@ -172,6 +182,11 @@ def run(ctx):
         "onnx": {name: s.as_dict() for name, s in stats.items()},
         "opset": ecfg.opset,
     }
+    if cfg.type == "reading_comprehension":
+        meta["reading"] = {"doc_stride": cfg.reading.doc_stride, "max_query_len": cfg.reading.max_query_len,
+                           "max_answer_len": cfg.reading.max_answer_len}
+    if cfg.type == "token_classification":
+        meta["entity_types"] = list(cfg.labels)
     (out / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
     artifacts.update({"onnx_fp32": "onnx/fp32.onnx", "onnx_int8": "onnx/int8.onnx", "onnx_int8_qdq": "onnx/int8_qdq.onnx",
                       "tokenizer_dir": "tokenizer", "labels": "labels.json", "meta": "meta.json"})

@@ -15,6 +15,7 @@ import shutil
 from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, TaskConfig
 from pipeline.data import load_task_data
 from pipeline.hashing import tree_sha256
+from pipeline.kinds import get_kind
 from pipeline.modeling import (
     check_head,
     create_scratch_classifier,
@@ -40,10 +41,21 @@ def params(cfg: TaskConfig) -> dict:
         "max_seq_len": cfg.max_seq_len,
         "finetune": dataclasses.asdict(dataclasses.replace(cfg.finetune, learning_rate=learning_rate(cfg))),
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
+        **kind_params(cfg),
     }
     if not cfg.model.name_or_path:
         p["scratch"] = dataclasses.asdict(cfg.model.scratch)
     return p
+
+
+def kind_params(cfg: TaskConfig) -> dict:
+    """What changes the features of a non-classification task (part of every data-reading stage's key)."""
+    if cfg.type == "classification":
+        return {}
+    out = {"type": cfg.type, "format": cfg.data.format, "files": [cfg.data.train_file, cfg.data.dev_file]}
+    if cfg.type == "reading_comprehension":
+        out["reading"] = dataclasses.asdict(cfg.reading)
+    return out
 
 
 def data_inputs(cfg: TaskConfig) -> dict[str, str]:
@@ -76,16 +88,17 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
     from pipeline.runner import StageResult
 
     cfg = ctx.cfg
+    kind = get_kind(cfg)
     model_dir = resolve_model_dir(cfg.model)
     if model_dir is not None:
         info = inspect_model(model_dir)
         data = load_task_data(cfg)
-        if check_head(info, data.labels, cfg.max_seq_len):
-            ctx.log(f"[finetune] {model_dir} already classifies the task's {len(data.labels)} labels: no training needed")
+        if check_head(info, data.labels, cfg.max_seq_len, kind.model_class().__name__):
+            ctx.log(f"[finetune] {model_dir} already has the task's {len(data.labels)}-output head: no training needed")
             return StageResult(
                 artifacts={"model_dir": str(model_dir)},
                 external_outputs={str(model_dir): tree_sha256(model_dir)},
-                message="skipped training: model already has the task's classification head",
+                message="skipped training: model already has the task's head",
                 metrics={"trained": 0},
             )
     else:
@@ -96,11 +109,11 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
     if model_dir is None:
         if not (vocab_dir / "vocab.txt").is_file():
             vocab_dir.mkdir(parents=True, exist_ok=True)
-            texts = [e.text_a for e in data.train.examples] + [e.text_b for e in data.train.examples if e.text_b]
-            vocab = build_char_vocab(texts, cfg.model.scratch.min_char_freq)
+            vocab = build_char_vocab(kind.training_texts(data.train.examples), cfg.model.scratch.min_char_freq)
             write_vocab(vocab, vocab_dir)
         tokenizer = Tokenizer.from_model_dir(vocab_dir, cfg.max_seq_len)
-        model = create_scratch_classifier(cfg.model.scratch, tokenizer.vocab_size, len(data.labels), cfg.finetune.seed)
+        model = create_scratch_classifier(cfg.model.scratch, tokenizer.vocab_size, len(data.labels), cfg.finetune.seed,
+                                          kind.model_class())
         s = cfg.model.scratch
         ctx.log(
             f"[finetune] no model given: training a {s.num_hidden_layers}-layer, {s.hidden_size}-hidden ERNIE from scratch "
@@ -112,8 +125,8 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
         import paddle
 
         paddle.seed(cfg.finetune.seed)
-        model = load_classifier(model_dir, len(data.labels))
-        ctx.log(f"[finetune] {model_dir} has no classification head for the task: fine-tuning one")
+        model = load_classifier(model_dir, len(data.labels), kind.model_class())
+        ctx.log(f"[finetune] {model_dir} has no {kind.name} head for the task: fine-tuning one")
 
     lr = learning_rate(cfg)
     train_cfg = dataclasses.replace(cfg.finetune, learning_rate=lr)
@@ -127,12 +140,18 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
         shutil.rmtree(best_dir, ignore_errors=True)
         tmp.rename(best_dir)
 
-    result = train_loop(model, tokenizer, data.train.examples, data.dev.examples, train_cfg, ctx.work_dir, save_best, ctx.log)
+    all_train = kind.featurize(tokenizer, data.train.examples, cfg)
+    train_fs = kind.for_training(all_train, cfg.finetune.seed)
+    dev_fs = kind.featurize(tokenizer, data.dev.examples, cfg)
+    if len(train_fs) != len(data.train.examples):
+        ctx.log(f"[finetune] {len(data.train.examples)} training examples -> {len(all_train)} windows, "
+                f"{len(train_fs)} trained on (all with their answer, reading.negative_window_ratio of the rest)")
+    result = train_loop(model, train_fs, dev_fs, train_cfg, ctx.work_dir, save_best, ctx.log)
     if not (best_dir / "model_state.pdparams").is_file():
         save_best(model)
     shutil.copytree(best_dir, ctx.out_dir / "model")
     metrics = {
-        "best_dev_accuracy": result.best_accuracy,
+        f"best_dev_{kind.metric}": result.best_accuracy,
         "best_epoch": result.best_epoch,
         "steps": result.steps,
         "trained": 1,
@@ -143,11 +162,12 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
     return StageResult(
         metrics=metrics,
         artifacts={"model_dir": "model"},
-        message=f"best dev accuracy {result.best_accuracy:.4f} at epoch {result.best_epoch}",
+        message=f"best dev {kind.metric_label} {result.best_accuracy:.4f} at epoch {result.best_epoch}",
     )
 
 
 def _report_data(ctx, data) -> None:
     for split in (data.train, data.dev):
-        skipped = f", {split.skipped} skipped (data.skip_labels)" if split.skipped else ""
+        reasons = ", ".join(f"{k}: {v}" for k, v in split.skip_reasons.items() if v) or "data.skip_labels"
+        skipped = f", {split.skipped} skipped ({reasons})" if split.skipped else ""
         ctx.log(f"[data] {split.name}: {len(split.examples)} examples from {split.source}{skipped}")

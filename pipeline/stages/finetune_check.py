@@ -12,7 +12,7 @@ import json
 from pipeline.config import TaskConfig
 from pipeline.data import load_task_data
 from pipeline.modeling import check_head, inspect_model, load_classifier
-from pipeline.stages.finetune import data_inputs
+from pipeline.stages.finetune import data_inputs, kind_params
 from pipeline.tokenizer import Tokenizer
 
 BASELINE_FILE = "baseline.json"
@@ -24,6 +24,7 @@ def params(cfg: TaskConfig) -> dict:
         "max_seq_len": cfg.max_seq_len,
         "labels": list(cfg.labels),
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
+        **kind_params(cfg),
     }
 
 
@@ -32,45 +33,61 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 
 
 def run(ctx):
+    import numpy as np
+
     from pipeline.evaluation import evaluate_dygraph
+    from pipeline.kinds import get_kind
     from pipeline.runner import StageResult
 
     cfg = ctx.cfg
+    kind = get_kind(cfg)
     model_dir = ctx.artifact("finetune", "model_dir")
     data = load_task_data(cfg)
     info = inspect_model(model_dir)
-    if not check_head(info, data.labels, cfg.max_seq_len):
+    if not check_head(info, data.labels, cfg.max_seq_len, kind.model_class().__name__):
         from pipeline.errors import ModelError
 
-        raise ModelError(f"model {model_dir} has no classification head; run the finetune stage")
+        raise ModelError(f"model {model_dir} has no {kind.name} head; run the finetune stage")
     tokenizer = Tokenizer.from_model_dir(model_dir, cfg.max_seq_len)
-    model = load_classifier(model_dir, len(data.labels))
-    ev = evaluate_dygraph(model, tokenizer, data.dev.examples, cfg.finetune.eval_batch_size, desc="finetune-check (FP32 dev)")
-    num_labels = len(data.labels)
-    majority = float(max((ev.labels == c).mean() for c in range(num_labels)))
+    model = load_classifier(model_dir, len(data.labels), kind.model_class())
+    dev = kind.featurize(tokenizer, data.dev.examples, cfg)
+    ev = evaluate_dygraph(model, dev, cfg.finetune.eval_batch_size, desc="finetune-check (FP32 dev)")
+    # "accuracy" holds the task's primary metric (accuracy, entity F1 or reading F1; see "metric") in
+    # every record the later stages and gates read.
     baseline = {
         "task": cfg.task,
-        "metric": "accuracy",
-        "accuracy": ev.accuracy,
-        "macro_f1": ev.macro_f1(num_labels),
-        "dev_examples": int(len(ev.labels)),
-        "majority_class_accuracy": majority,
+        "type": cfg.type,
+        "metric": kind.metric,
+        "metric_label": kind.metric_label,
+        "accuracy": ev.metric,
+        "metrics": ev.score.metrics,
+        "dev_examples": len(data.dev.examples),
+        "dev_features": len(dev),
         "labels": list(data.labels),
-        "per_class_recall": dict(zip(data.labels, ev.per_class_recall(num_labels))),
         "model_dir": str(model_dir),
         "max_seq_len": cfg.max_seq_len,
     }
+    detail = ""
+    if cfg.type == "classification":
+        labels = np.array([f.target for f in dev.features], dtype=np.int64)
+        pred = ev.flat().argmax(-1)
+        majority = float(max((labels == c).mean() for c in range(len(data.labels))))
+        recall = [float((pred[labels == c] == c).mean()) if (labels == c).any() else None for c in range(len(data.labels))]
+        baseline.update({"macro_f1": ev.score.metrics["macro_f1"], "majority_class_accuracy": majority,
+                         "per_class_recall": dict(zip(data.labels, recall))})
+        detail = f" (macro-F1 {baseline['macro_f1']:.4f}, majority class {majority:.4f})"
+    else:
+        detail = " (" + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in ev.score.metrics.items()) + ")"
     (ctx.out_dir / BASELINE_FILE).write_text(json.dumps(baseline, indent=2, ensure_ascii=False), encoding="utf-8")
-    import numpy as np
-
-    np.save(ctx.out_dir / "dev_logits.npy", ev.logits)  # the FP32 reference for later parity checks
-    ctx.log(f"[finetune-check] FP32 dev accuracy {ev.accuracy:.4f} on {len(ev.labels)} examples (macro-F1 {baseline['macro_f1']:.4f}, majority class {majority:.4f})")
-    metrics = {"accuracy": ev.accuracy, "macro_f1": baseline["macro_f1"], "dev_examples": int(len(ev.labels))}
+    np.save(ctx.out_dir / "dev_logits.npy", ev.flat())  # the FP32 reference for later parity checks
+    ctx.log(f"[finetune-check] FP32 dev {kind.metric_label} {ev.metric:.4f} on {len(data.dev.examples)} examples{detail}")
+    metrics = {"accuracy": ev.metric, "metric": kind.metric, **{k: v for k, v in ev.score.metrics.items()},
+               "dev_examples": len(data.dev.examples)}
     gate = None
-    if ev.accuracy < cfg.gates.min_accuracy:
+    if ev.metric < cfg.gates.min_accuracy:
         gate = (
-            f"FP32 dev accuracy {ev.accuracy:.4f} is below gates.min_accuracy {cfg.gates.min_accuracy:.4f} "
-            f"(by {100 * (cfg.gates.min_accuracy - ev.accuracy):.2f} points): wrong model, or not fine-tuned for {cfg.task}?"
+            f"FP32 dev {kind.metric_label} {ev.metric:.4f} is below gates.min_accuracy {cfg.gates.min_accuracy:.4f} "
+            f"(by {100 * (cfg.gates.min_accuracy - ev.metric):.2f} points): wrong model, or not fine-tuned for {cfg.task}?"
         )
     return StageResult(metrics=metrics, artifacts={"baseline": BASELINE_FILE, "dev_logits": "dev_logits.npy"}, gate_error=gate,
-                       message=f"FP32 dev accuracy {ev.accuracy:.4f}")
+                       message=f"FP32 dev {kind.metric_label} {ev.metric:.4f}")

@@ -117,10 +117,19 @@ def preferred_precision(metrics: dict) -> str | None:
 
 
 def validated_by_form(metrics: dict) -> dict[str, dict]:
-    """form -> {"backend", "accuracy"} from validate's per-backend rows."""
+    """form -> {"backend", "metric", "value", "accuracy", <every metric>} from validate's per-backend rows.
+
+    ``value`` (and, for older readers, ``accuracy``) is the task's primary metric named by ``metric``.
+    """
     rows = {r.get("backend"): r for r in metrics.get("backends", []) if isinstance(r, dict)}
-    return {form: {"backend": name, "accuracy": rows[name]["accuracy"]}
-            for form, name in VALIDATE_BACKENDS.items() if name in rows and isinstance(rows[name].get("accuracy"), (int, float))}
+    out = {}
+    for form, name in VALIDATE_BACKENDS.items():
+        r = rows.get(name)
+        if r is None or not isinstance(r.get("accuracy"), (int, float)):
+            continue
+        out[form] = {**(r.get("metrics") or {}), "backend": name, "metric": r.get("metric", "accuracy"),
+                     "value": r["accuracy"], "accuracy": r["accuracy"]}
+    return out
 
 
 def run(ctx):

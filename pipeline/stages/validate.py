@@ -99,11 +99,12 @@ def run(ctx):
 
     from pipeline.data import load_task_data
     from pipeline.evaluation import evaluate_session
+    from pipeline.kinds import get_kind
     from pipeline.runner import StageResult
     from pipeline.tokenizer import Tokenizer
     from pipeline.validation import gates as G
     from pipeline.validation.benchmark import BenchmarkSettings, benchmark_backend, path_bytes, ratio
-    from pipeline.validation.parity import compare, load_reference
+    from pipeline.validation.parity import compare_outputs, load_reference, reference_rows, split_reference
     from pipeline.validation.report import PLOT_FILE, plot_accuracy_vs_throughput, write_report
 
     cfg, out = ctx.cfg, ctx.out_dir
@@ -113,28 +114,29 @@ def run(ctx):
     export_dir = ctx.artifact("export", "meta").parent
     meta = json.loads((export_dir / "meta.json").read_text(encoding="utf-8"))
     data = load_task_data(cfg)
-    dev = list(data.dev.examples)
+    kind = get_kind(cfg)
     tokenizer = Tokenizer.from_model_dir(export_dir / "tokenizer", cfg.max_seq_len)
-    reference = load_reference(ctx.artifact("finetune-check", "dev_logits"), len(dev), len(data.labels))
-    labels = np.array([e.label for e in dev], dtype=np.int64)
-    fp32_accuracy = float((reference.argmax(-1) == labels).mean())
+    dev = kind.featurize(tokenizer, data.dev.examples, cfg)
+    reference = load_reference(ctx.artifact("finetune-check", "dev_logits"), reference_rows(dev), len(data.labels))
+    fp32_score = dev.score(split_reference(reference, dev))
+    fp32_accuracy = fp32_score.value
     threads = vcfg.threads or None
     settings = BenchmarkSettings(list(vcfg.batch_sizes), list(vcfg.seq_lens), vcfg.warmup, vcfg.repeats,
                                  vcfg.throughput_batch_size, vcfg.dev_benchmark_limit)
 
     rows, grids, benches = [], {}, {}
     for spec in cpu_backends(export_dir, threads):
-        ctx.log(f"[validate] {spec.name}: parity on {len(dev)} dev examples, then benchmark")
-        bench = benchmark_backend(spec.name, spec.make, tokenizer, dev, settings, spec.model_path)
+        ctx.log(f"[validate] {spec.name}: parity on {len(data.dev.examples)} dev examples, then benchmark")
+        bench = benchmark_backend(spec.name, spec.make, tokenizer.vocab_size, dev, settings, spec.model_path)
         session = spec.make()
-        ev = evaluate_session(session, tokenizer, dev, vcfg.dev_batch_size, desc=f"parity {spec.name}")
+        ev = evaluate_session(session, dev, vcfg.dev_batch_size, desc=f"parity {spec.name}")
         del session
-        par = compare(spec.name, ev.logits, reference, labels)
+        par = compare_outputs(spec.name, ev, reference, dev)
         benches[spec.name] = bench
         grids[spec.name] = [c.__dict__ for c in bench.grid]
         b1 = [c for c in bench.grid if c.batch_size == 1 and c.seq_len <= cfg.max_seq_len] or \
              [c for c in bench.grid if c.batch_size == 1]
-        rows.append({**par.as_dict(), "runtime": spec.runtime, "precision": spec.precision, "quantized": spec.quantized,
+        rows.append({**par.as_dict(), "metric": kind.metric, "metrics": ev.score.metrics, "runtime": spec.runtime, "precision": spec.precision, "quantized": spec.quantized,
                      "sentences_per_s": bench.dev.sentences_per_s if bench.dev else None,
                      "latency_ms_p50": bench.dev.latency_ms_p50 if bench.dev else None,
                      "latency_ms_p95": bench.dev.latency_ms_p95 if bench.dev else None,
@@ -170,7 +172,9 @@ def run(ctx):
     summary = {"accuracy": crow["accuracy"], "fp32_accuracy": fp32_accuracy, "accuracy_drop_points": crow["accuracy_drop_points"],
                "sentences_per_s": crow["sentences_per_s"], "throughput_ratio": crow["throughput_ratio"],
                "batch_size": vcfg.throughput_batch_size, "batch1_p99_ms": crow["batch1_p99_ms"],
-               "bundle_mb": bundle_bytes / 2**20, "dev_examples": len(dev)}
+               "bundle_mb": bundle_bytes / 2**20, "dev_examples": len(data.dev.examples), "dev_features": len(dev),
+               "metric": kind.metric, "metric_label": kind.metric_label, "metrics": crow["metrics"],
+               "fp32_metrics": fp32_score.metrics}
     report = G.GateReport(cfg.task, chosen, gate_list, summary)
     report.write(out)
     sizes = {p.relative_to(export_dir).as_posix(): path_bytes(p) for p in
@@ -181,10 +185,10 @@ def run(ctx):
                    "benchmarks": {k: b.as_dict() for k, b in benches.items()}, "sizes": sizes,
                    "selected_candidate": meta.get("selected_candidate", {})}
     (out / METRICS_FILE).write_text(json.dumps(metrics_doc, indent=2, ensure_ascii=False), encoding="utf-8")
-    plot_accuracy_vs_throughput(rows, out / PLOT_FILE, fp32_accuracy, vcfg.throughput_batch_size)
+    plot_accuracy_vs_throughput(rows, out / PLOT_FILE, fp32_accuracy, vcfg.throughput_batch_size, kind.metric_label)
     write_report(out, task=cfg.task, gates=gate_list, rows=rows, skipped=skipped, grid=grids, sizes=sizes,
                  selected=meta.get("selected_candidate", {}), chosen=chosen, fp32_accuracy=fp32_accuracy,
-                 batch_size=vcfg.throughput_batch_size)
+                 batch_size=vcfg.throughput_batch_size, metric_label=kind.metric_label)
     for name, reason in skipped.items():
         ctx.log(f"[validate] {name}: skipped: {reason}")
     metrics = {"chosen_backend": chosen, "accuracy": crow["accuracy"], "accuracy_drop_points": crow["accuracy_drop_points"],
@@ -192,5 +196,5 @@ def run(ctx):
                "gates_passed": report.passed, "skipped": {k: f"skipped: {v}" for k, v in skipped.items()}}
     return StageResult(metrics=metrics, gate_error=G.failure_message(gate_list),
                        artifacts={"gates": G.GATES_FILE, "report": "report.md", "metrics": METRICS_FILE, "plot": PLOT_FILE},
-                       message=f"{chosen}: accuracy {crow['accuracy']:.4f} (drop {crow['accuracy_drop_points']:+.2f} pts vs FP32), "
+                       message=f"{chosen}: {kind.metric_label} {crow['accuracy']:.4f} (drop {crow['accuracy_drop_points']:+.2f} pts vs FP32), "
                                f"{(crow['throughput_ratio'] or 0):.2f}x FP32")

@@ -14,10 +14,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pipeline.data import Example
 from pipeline.evaluation import ThroughputResult, measure_throughput
+from pipeline.kinds.base import FeatureSet
 from pipeline.progress import progress
-from pipeline.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ class BenchmarkSettings:
     warmup: int = 2
     repeats: int = 5
     dev_batch_size: int = 32
-    dev_limit: int = 0  # > 0: only the first N dev examples are timed
+    dev_limit: int = 0  # > 0: only the first N dev features (model input rows) are timed
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ def time_fixed_shape(session, batch_size: int, seq_len: int, vocab_size: int, *,
     return CellResult(batch_size, seq_len, float(batch_size * 1000.0 / p50), float(p50), float(p95), float(p99))
 
 
-def benchmark_backend(name: str, make_session: Callable[[], object], tokenizer: Tokenizer, examples: Sequence[Example],
+def benchmark_backend(name: str, make_session: Callable[[], object], vocab_size: int, examples: FeatureSet,
                       settings: BenchmarkSettings, model_path: Path | None = None) -> BackendBenchmark:
     """Create the session (memory counted from before its creation) and time it on the grid and the dev set."""
     before = resident_mb()
@@ -108,16 +107,16 @@ def benchmark_backend(name: str, make_session: Callable[[], object], tokenizer: 
     result = BackendBenchmark(name, model_bytes=path_bytes(model_path) if model_path else 0)
     cells = [(b, s) for b in settings.batch_sizes for s in settings.seq_lens]
     for b, s in progress(cells, total=len(cells), desc=f"benchmark {name} (grid)", unit="cell"):
-        result.grid.append(time_fixed_shape(session, b, s, tokenizer.vocab_size, warmup=settings.warmup,
+        result.grid.append(time_fixed_shape(session, b, s, vocab_size, warmup=settings.warmup,
                                             repeats=settings.repeats))
         peak = max(peak, resident_mb())
-    dev = list(examples[: settings.dev_limit] if settings.dev_limit else examples)
-    if dev:
-        result.dev = measure_throughput(session, tokenizer, dev, settings.dev_batch_size, warmup=settings.warmup,
+    dev = examples.subset(range(min(settings.dev_limit, len(examples)))) if settings.dev_limit else examples
+    if len(dev):
+        result.dev = measure_throughput(session, dev, settings.dev_batch_size, warmup=settings.warmup,
                                         repeats=settings.repeats)
         peak = max(peak, resident_mb())
         # Batch-1 latency on real lengths: at most 64 sentences keeps it cheap on the full dev set.
-        result.dev_batch1 = measure_throughput(session, tokenizer, dev, 1, warmup=settings.warmup,
+        result.dev_batch1 = measure_throughput(session, dev, 1, warmup=settings.warmup,
                                                repeats=max(1, settings.repeats // 2), max_batches=64)
     result.peak_rss_mb = max(0.0, peak - before)
     del session

@@ -1,4 +1,8 @@
-"""Parity of a backend against the FP32 dygraph reference logits (finetune-check's ``dev_logits.npy``)."""
+"""Parity of a backend against the FP32 dygraph reference outputs (finetune-check's ``dev_logits.npy``).
+
+The reference holds every output row stacked (``Evaluation.flat()``): [examples, C] for classification,
+[total tokens, C] for token-level kinds.  ``accuracy`` fields hold the task's primary metric.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ class Parity:
     accuracy: float
     reference_accuracy: float
     accuracy_drop_points: float  # (reference - backend) * 100; negative = better than FP32
-    argmax_agreement: float  # fraction of examples where backend and reference predict the same class
+    argmax_agreement: float  # fraction of examples with the same prediction (class, entity set, answer span)
     max_abs_logit_diff: float
     mean_abs_logit_diff: float
     examples: int
@@ -26,6 +30,7 @@ class Parity:
 
 
 def load_reference(path: Path, n_examples: int, num_labels: int) -> np.ndarray:
+    """``n_examples``: rows of the stacked reference (examples, or tokens for token-level kinds)."""
     """The FP32 reference logits, checked against the dev set it must describe."""
     path = Path(path)
     try:
@@ -33,7 +38,7 @@ def load_reference(path: Path, n_examples: int, num_labels: int) -> np.ndarray:
     except Exception as exc:
         raise DataError(f"{path}: cannot read reference logits ({type(exc).__name__}: {exc})") from None
     if ref.shape != (n_examples, num_labels):
-        raise DataError(f"{path}: reference logits have shape {ref.shape}, expected ({n_examples}, {num_labels}): "
+        raise DataError(f"{path}: reference outputs have shape {ref.shape}, expected ({n_examples}, {num_labels}): "
                         "the dev set or label set changed since finetune-check")
     return ref.astype(np.float32)
 
@@ -46,3 +51,29 @@ def compare(backend: str, logits: np.ndarray, reference: np.ndarray, labels: np.
     diff = np.abs(logits.astype(np.float64) - reference)
     return Parity(backend, acc, ref_acc, 100.0 * (ref_acc - acc), float((pred == ref_pred).mean()),
                   float(diff.max()) if diff.size else 0.0, float(diff.mean()) if diff.size else 0.0, int(len(labels)))
+
+
+def compare_outputs(backend: str, ev, reference: np.ndarray, fs) -> Parity:
+    """Parity of an ``Evaluation`` over ``fs`` with the stacked reference: metric, predictions, raw outputs."""
+    flat = ev.flat()
+    if flat.shape != reference.shape:
+        raise ValueError(f"{backend}: outputs shape {flat.shape} != reference {reference.shape}")
+    ref_outputs = split_reference(reference, fs)
+    ref_metric = fs.score(ref_outputs).value
+    pred, ref_pred = fs.predictions(ev.outputs), fs.predictions(ref_outputs)
+    agree = float(np.mean([a == b for a, b in zip(pred, ref_pred)])) if pred else 1.0
+    diff = np.abs(flat.astype(np.float64) - reference)
+    return Parity(backend, ev.metric, ref_metric, 100.0 * (ref_metric - ev.metric), agree,
+                  float(diff.max()) if diff.size else 0.0, float(diff.mean()) if diff.size else 0.0, len(fs.examples))
+
+
+def reference_rows(fs) -> int:
+    return int(fs.lengths().sum()) if fs.kind.token_level_outputs else len(fs)
+
+
+def split_reference(reference: np.ndarray, fs) -> list[np.ndarray]:
+    """The stacked reference cut back into per-feature outputs."""
+    if not fs.kind.token_level_outputs:
+        return list(reference)
+    ends = np.cumsum(fs.lengths())
+    return list(np.split(reference, ends[:-1])) if len(ends) else []

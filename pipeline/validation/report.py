@@ -9,7 +9,8 @@ PLOT_FILE = "accuracy_vs_throughput.png"
 REPORT_FILE = "report.md"
 
 
-def plot_accuracy_vs_throughput(rows: Sequence[dict], out_path: Path, fp32_accuracy: float, batch_size: int) -> Path:
+def plot_accuracy_vs_throughput(rows: Sequence[dict], out_path: Path, fp32_accuracy: float, batch_size: int,
+                                metric_label: str = "accuracy") -> Path:
     """One point per backend: x = sentences/s (dev lengths, batch ``batch_size``), y = dev accuracy."""
     import matplotlib
 
@@ -26,8 +27,8 @@ def plot_accuracy_vs_throughput(rows: Sequence[dict], out_path: Path, fp32_accur
                     xytext=(4, 4), textcoords="offset points")
     ax.axhline(100 * fp32_accuracy, color="grey", linestyle="--", linewidth=0.8, label="FP32 dygraph reference")
     ax.set_xlabel(f"throughput (sentences/s, dev lengths, batch {batch_size})")
-    ax.set_ylabel("dev accuracy (%)")
-    ax.set_title("accuracy vs throughput per backend")
+    ax.set_ylabel(f"dev {metric_label} (%)")
+    ax.set_title(f"{metric_label} vs throughput per backend")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(out_path)
@@ -41,11 +42,11 @@ def _f(value, fmt: str = ".4f", none: str = "-") -> str:
 
 def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[dict], skipped: dict[str, str],
                  grid: dict[str, list[dict]], sizes: dict[str, int], selected: dict, chosen: str,
-                 fp32_accuracy: float, batch_size: int) -> Path:
+                 fp32_accuracy: float, batch_size: int, metric_label: str = "accuracy") -> Path:
     lines = [f"# Validation report: {task}", ""]
     passed = all(g.passed for g in gates)
     lines += [f"**Gates: {'PASSED' if passed else 'FAILED'}** - chosen backend `{chosen}`; "
-              f"FP32 dygraph dev accuracy {fp32_accuracy:.4f}.", ""]
+              f"FP32 dygraph dev {metric_label} {fp32_accuracy:.4f}.", ""]
     lines += ["| gate | threshold | measured | result |", "|---|---|---|---|"]
     for g in gates:
         lines.append(f"| {g.name} | {g.kind} {g.threshold:.4g}{g.unit} | {_f(g.measured, '.4g')}{g.unit} | "
@@ -54,7 +55,7 @@ def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[di
               f"quantization {selected.get('quantization', '?')}).", ""]
     lines += ["## Parity and throughput per backend", "",
               f"Throughput: real dev lengths, dynamic padding, batch {batch_size}; ratio vs the FP32 model on the same runtime, same run.", "",
-              "| backend | accuracy | drop (pts) | argmax agree | max abs diff | mean abs diff | sent/s | x FP32 | p50 ms | p99 ms | b1 p99 ms | peak MB | file MB |",
+              f"| backend | {metric_label} | drop (pts) | same prediction | max abs diff | mean abs diff | sent/s | x FP32 | p50 ms | p99 ms | b1 p99 ms | peak MB | file MB |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(

@@ -1,7 +1,8 @@
-"""``<task>_model`` on the python backend: the classifier run in-process by ONNX Runtime or Paddle Inference.
+"""``<task>_model`` on the python backend: the model run in-process by ONNX Runtime or Paddle Inference.
 
 Requests of different lengths arrive together (the config allows ragged batching); they are
-re-padded with the vocabulary's [PAD] id into one array and run in one call, then split back.
+re-padded with the vocabulary's [PAD] id into one array and run in one call, then split back
+(per-token logits [B, T, C] are also cut back to each request's own T).
 ERNIE masks [PAD] positions, so the extra padding does not change a request's logits beyond float
 rounding.
 """
@@ -95,6 +96,9 @@ class TritonPythonModel:
             return [pb_utils.InferenceResponse(error=pb_utils.TritonError(f"inference failed: {exc}")) for _ in requests]
         responses, row = [], 0
         for a, _ in parts:
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("logits", logits[row : row + len(a)])]))
+            part = logits[row : row + len(a)]
+            if part.ndim == 3:  # per-token logits (token classification, reading comprehension): back to this request's width
+                part = np.ascontiguousarray(part[:, : a.shape[1]])
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("logits", part)]))
             row += len(a)
         return responses

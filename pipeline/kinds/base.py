@@ -1,0 +1,158 @@
+"""What differs between task kinds, in one place: features, loss, metric and the model head.
+
+Every kind turns its examples into **features** (one model input row each: a text, a sentence pair,
+or one window of a long passage), and its model maps ``input_ids``/``token_type_ids`` to ONE output
+``logits``:
+
+* classification           ``[B, C]``
+* token_classification     ``[B, T, num_tags]``
+* reading_comprehension    ``[B, T, 2]`` (start, end)
+
+So training loops, PTQ calibration, export, every backend session and the benchmarks are the same
+code for all kinds; only :class:`TaskKind` knows how to read the data, what the targets are, which
+loss to train with and how raw outputs become the task's metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Feature:
+    input_ids: np.ndarray  # int64 [L], no padding
+    token_type_ids: np.ndarray  # int64 [L]
+    target: np.ndarray  # classification: int64 [] (label); tokens: int64 [L] (-100 = ignored); reading: int64 [2]
+    example_index: int  # the example this row belongs to (several windows share one for long passages)
+
+
+@dataclass(frozen=True)
+class Batch:
+    indices: np.ndarray  # feature positions in the FeatureSet
+    input_ids: np.ndarray  # int64 [B, T], padded with the vocabulary's [PAD]
+    token_type_ids: np.ndarray
+    targets: np.ndarray  # stacked targets; token targets padded with -100
+
+    @property
+    def labels(self) -> np.ndarray:  # the name the classification code always used
+        return self.targets
+
+
+@dataclass(frozen=True)
+class Score:
+    """A task's result on a split: ``value`` is the primary metric (a fraction), ``metrics`` all of them."""
+
+    name: str  # accuracy | entity_f1 | f1
+    value: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class FeatureSet:
+    """The features of one split plus what scoring needs (the examples, per-feature extras)."""
+
+    kind: "TaskKind"
+    features: Sequence[Feature]
+    examples: Sequence[Any]
+    pad_id: int
+    extras: Sequence[Any] = ()  # per feature: token offsets (NER) or the window (reading)
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def lengths(self) -> np.ndarray:
+        return np.array([len(f.input_ids) for f in self.features], dtype=np.int64)
+
+    def batch(self, indices: Sequence[int]) -> Batch:
+        chosen = [self.features[i] for i in indices]
+        width = max((len(f.input_ids) for f in chosen), default=0)
+        ids = np.full((len(chosen), width), self.pad_id, dtype=np.int64)
+        types = np.zeros((len(chosen), width), dtype=np.int64)
+        for j, f in enumerate(chosen):
+            ids[j, : len(f.input_ids)] = f.input_ids
+            types[j, : len(f.token_type_ids)] = f.token_type_ids
+        if chosen and np.ndim(chosen[0].target) == 1 and self.kind.token_level_targets:
+            targets = np.full((len(chosen), width), -100, dtype=np.int64)
+            for j, f in enumerate(chosen):
+                targets[j, : len(f.target)] = f.target
+        else:
+            targets = np.array([f.target for f in chosen], dtype=np.int64)
+        return Batch(np.asarray(indices), ids, types, targets)
+
+    def subset(self, indices: Sequence[int]) -> "FeatureSet":
+        """Some features (for calibration); scoring a subset is not meaningful and not offered."""
+        return FeatureSet(self.kind, [self.features[i] for i in indices], self.examples, self.pad_id,
+                          [self.extras[i] for i in indices] if self.extras else ())
+
+    def score(self, outputs: Sequence[np.ndarray]) -> Score:
+        return self.kind.score(outputs, self)
+
+    def predictions(self, outputs: Sequence[np.ndarray]) -> list:
+        return self.kind.predictions(outputs, self)
+
+
+class TaskKind:
+    """Base class; one subclass per kind (``pipeline.kinds.<kind>``)."""
+
+    name: str = ""
+    metric: str = ""  # key of the primary metric in Score.metrics
+    metric_label: str = ""  # how reports name it
+    token_level_outputs: bool = False  # outputs are per token ([T, C]) rather than per row ([C])
+    token_level_targets: bool = False
+
+    # -- data ---------------------------------------------------------------------------------------
+    def load(self, cfg) -> "Any":  # -> pipeline.data.TaskDataset
+        raise NotImplementedError
+
+    def featurize(self, tokenizer, examples: Sequence[Any], cfg) -> FeatureSet:
+        raise NotImplementedError
+
+    def for_training(self, fs: FeatureSet, seed: int) -> FeatureSet:
+        """The features a training loop should see (all of them, unless the kind says otherwise)."""
+        return fs
+
+    def training_texts(self, examples: Sequence[Any]) -> Iterator[str]:
+        """All text a character vocabulary for the from-scratch model should cover."""
+        raise NotImplementedError
+
+    # -- model --------------------------------------------------------------------------------------
+    def model_class(self):
+        raise NotImplementedError
+
+    def loss(self, logits, batch: Batch, pad_id: int):
+        raise NotImplementedError
+
+    def distill_loss(self, student_logits, teacher_logits, input_ids, pad_id: int):
+        """Soft cross-entropy between student and teacher distributions (DynaBERT)."""
+        import paddle.nn.functional as F
+
+        return -(F.log_softmax(student_logits, axis=-1) * F.softmax(teacher_logits, axis=-1)).sum(-1).mean()
+
+    # -- scoring ------------------------------------------------------------------------------------
+    def score(self, outputs: Sequence[np.ndarray], fs: FeatureSet) -> Score:
+        raise NotImplementedError
+
+    def predictions(self, outputs: Sequence[np.ndarray], fs: FeatureSet) -> list:
+        """One comparable prediction per example (parity between backends counts equal ones)."""
+        raise NotImplementedError
+
+    def describe(self, score: Score) -> str:
+        return f"{self.metric_label} {score.value:.4f}"
+
+
+def trim_outputs(kind: TaskKind, out: np.ndarray, lengths: Sequence[int]) -> list[np.ndarray]:
+    """Split a padded batch output into per-feature arrays (token-level outputs cut to each length)."""
+    if kind.token_level_outputs:
+        return [out[j, : int(n)] for j, n in enumerate(lengths)]
+    return [out[j] for j in range(len(lengths))]
+
+
+def masked_positions(input_ids, pad_id: int):
+    """float32 [B, T]: 0 for real tokens, -1e4 for padding (added to logits before a softmax over T)."""
+    return (input_ids == pad_id).astype("float32") * -1e4
+
+
+Progress = Callable[..., Any]

@@ -1,0 +1,127 @@
+"""Extractive reading comprehension (CMRC2018, SQuAD format); CMRC2018's character-level EM and F1.
+
+Long passages are cut into overlapping windows (``reading.doc_stride``); the model scores start and end
+positions in every window; the best span over all windows of a question (at most
+``reading.max_answer_len`` tokens) is mapped back to the passage through token offsets.  Windowing
+and span selection are ``pipeline.reading.windows``/``spans``, the very code the served pre- and
+post-processing models run.
+
+CMRC2018's official train split is not available offline: ``reading.dev_for_training`` of the dev
+set's *passages* (all questions of a passage on the same side) join trial.json for fine-tuning, the
+rest is the evaluation set.  Scores are therefore on a part of dev, not the official dev number.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, masked_positions
+
+LABELS = ("start", "end")
+
+
+class ReadingComprehension(TaskKind):
+    name = "reading_comprehension"
+    metric = "f1"
+    metric_label = "F1"
+    token_level_outputs = True
+
+    def __init__(self, cfg):
+        self.rc = cfg.reading
+
+    def load(self, cfg):
+        from pipeline.data import Split, TaskDataset, data_fingerprint, resolve_local_dir
+        from pipeline.errors import ConfigError, DataError
+        from pipeline.reading.squad import read_squad, split_by_context
+
+        if cfg.data.format != "squad":
+            raise ConfigError(f"data.format: {cfg.data.format!r}: reading comprehension reads 'squad'")
+        data_dir = resolve_local_dir(cfg)
+        paths = {n: data_dir / f for n, f in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file))}
+        for name, path in paths.items():
+            if not path.is_file():
+                raise DataError(f"{path}: split {name!r} not found in data dir {data_dir}")
+        train, dev = read_squad(paths["train"]), read_squad(paths["dev"])
+        train_part, eval_part = split_by_context(dev.examples, self.rc.dev_for_training, self.rc.split_seed)
+        held_out = len(eval_part)
+        if self.rc.max_eval_questions and len(eval_part) > self.rc.max_eval_questions:
+            eval_part = eval_part[: self.rc.max_eval_questions]
+        if not eval_part:
+            raise DataError(f"{paths['dev']}: no questions left for evaluation (reading.dev_for_training {self.rc.dev_for_training})")
+        skipped = {f"train:{k}": v for k, v in train.skipped.items()}
+        skipped.update({f"dev:{k}": v for k, v in dev.skipped.items()})
+        train_split = Split("train", tuple(train.examples) + tuple(train_part),
+                            f"{paths['train']} + {len(train_part)} questions of {paths['dev']}",
+                            sum(train.skipped.values()), {k: v for k, v in skipped.items() if k.startswith("train:")})
+        dev_split = Split("dev", tuple(eval_part), f"{paths['dev']} ({len(eval_part)} of {held_out} held-out questions, "
+                          f"{len(train_part)} others used for training)",
+                          sum(dev.skipped.values()), {k: v for k, v in skipped.items() if k.startswith("dev:")})
+        fp = data_fingerprint(list(paths.values()), extra=f"{self.rc.dev_for_training}:{self.rc.split_seed}")
+        return TaskDataset(LABELS, LABELS, train_split, dev_split, fp)
+
+    def featurize(self, tokenizer, examples: Sequence, cfg) -> FeatureSet:
+        from pipeline.reading.windows import make_windows
+
+        answers = [(e.answers[0].start, e.answers[0].start + len(e.answers[0].text)) if e.answers else None for e in examples]
+        wins = make_windows(tokenizer.raw, [e.question for e in examples], [e.context for e in examples],
+                            max_seq_len=cfg.max_seq_len, doc_stride=self.rc.doc_stride, max_query_len=self.rc.max_query_len,
+                            answers=answers)
+        feats = [Feature(w.input_ids, w.token_type_ids, np.array([w.start_position, w.end_position], dtype=np.int64),
+                         w.example_index) for w in wins]
+        return FeatureSet(self, feats, examples, tokenizer.pad_id, wins)
+
+    def for_training(self, fs: FeatureSet, seed: int) -> FeatureSet:
+        """Every window with its answer, plus ``reading.negative_window_ratio`` of the others (deterministic)."""
+        rng = np.random.RandomState(seed)
+        keep = [i for i, f in enumerate(fs.features)
+                if (f.target[0] > 0 or f.target[1] > 0) or rng.random_sample() < self.rc.negative_window_ratio]
+        return fs.subset(keep) if len(keep) < len(fs) else fs
+
+    def training_texts(self, examples) -> Iterator[str]:
+        seen = set()
+        for e in examples:
+            yield e.question
+            if e.context not in seen:
+                seen.add(e.context)
+                yield e.context
+
+    def model_class(self):
+        from pipeline.compress.pruned_ernie import ErnieForQuestionAnswering
+
+        return ErnieForQuestionAnswering
+
+    def loss(self, logits, batch, pad_id: int):
+        import paddle
+        import paddle.nn.functional as F
+
+        # padding must not win the softmax over positions
+        mask = masked_positions(paddle.to_tensor(batch.input_ids), pad_id)
+        t = paddle.to_tensor(batch.targets)
+        start = F.cross_entropy(logits[:, :, 0] + mask, t[:, 0])
+        end = F.cross_entropy(logits[:, :, 1] + mask, t[:, 1])
+        return (start + end) / 2
+
+    def distill_loss(self, student_logits, teacher_logits, input_ids, pad_id: int):
+        import paddle.nn.functional as F
+
+        mask = masked_positions(input_ids, pad_id).unsqueeze(-1)
+        s, t = student_logits + mask, teacher_logits + mask
+        # distributions over positions (axis 1), separately for start and end
+        return -(F.log_softmax(s, axis=1) * F.softmax(t, axis=1)).sum(1).mean()
+
+    def spans(self, outputs, fs: FeatureSet):
+        from pipeline.reading.spans import best_spans
+
+        return best_spans(list(outputs), fs.extras, [e.context for e in fs.examples], max_answer_len=self.rc.max_answer_len)
+
+    def score(self, outputs, fs: FeatureSet) -> Score:
+        from pipeline.reading.metric import cmrc_scores
+
+        spans = self.spans(outputs, fs)
+        s = cmrc_scores([sp.text if sp else "" for sp in spans], [[a.text for a in e.answers] for e in fs.examples])
+        return Score("f1", s.f1, {"f1": s.f1, "em": s.em, "questions": s.count})
+
+    def predictions(self, outputs, fs: FeatureSet) -> list:
+        return [(sp.start, sp.end) if sp else None for sp in self.spans(outputs, fs)]

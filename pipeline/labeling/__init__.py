@@ -1,0 +1,1 @@
+"""Token classification (NER): BIO tagging over wordpieces, chunk F1, and CLUENER/MSRA readers."""

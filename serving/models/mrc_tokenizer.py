@@ -1,0 +1,89 @@
+"""``<task>_tokenizer`` of a reading-comprehension bundle: question + context -> model windows.
+
+One request carries N (question, context) pairs; ``windows.make_windows`` (the ``windows.py``
+copied next to this file, a verbatim copy of ``pipeline/reading/windows.py``) cuts each context
+into overlapping ``[CLS] question [SEP] context_slice [SEP]`` windows, ``windows.pad_windows`` pads
+them.  Outputs, all with the WINDOW count W as first dimension (W >= N, it depends on the text):
+``input_ids``/``token_type_ids`` [W, T], ``offsets`` [W, T, 2] (char offsets into the context,
+(-1, -1) outside it and on padding) and ``window_example`` [W] (the pair each window belongs to).
+This is why the reading-comprehension chain runs with max_batch_size 0 (see serving/model_config.py).
+
+Bad input is refused per request: question/context counts differ, more than ``max_items`` pairs,
+non-UTF-8, empty question or context, an item over ``max_text_bytes``.
+"""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+HERE = Path(__file__).resolve().parent
+
+
+def _sibling(name):
+    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before running it: dataclasses (bio.Entity, windows.Window, spans.Span) look their
+    # module up in sys.modules while the class is being made.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
+        self.windows = _sibling("windows")
+        self.text_input = _sibling("text_input")
+        params = {k: v.get("string_value", "") for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
+        self.max_seq_len = int(params["max_seq_len"])
+        self.doc_stride = int(params["doc_stride"])
+        self.max_query_len = int(params["max_query_len"])
+        self.max_text_bytes = int(params["max_text_bytes"])
+        self.max_items = int(params.get("max_items", "0") or 0)  # 0: no limit
+        lowercase = True
+        cfg = HERE / "tokenizer_config.json"
+        if cfg.is_file():
+            lowercase = bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
+        from tokenizers import BertWordPieceTokenizer
+
+        # No truncation, no padding: make_windows slices and pads itself.
+        self.tok = BertWordPieceTokenizer(str(HERE / "vocab.txt"), lowercase=lowercase, handle_chinese_chars=True)
+        self.pad_id = self.tok.token_to_id("[PAD]")
+
+    def _one(self, request):
+        questions = pb_utils.get_input_tensor_by_name(request, "question").as_numpy().reshape(-1)
+        contexts = pb_utils.get_input_tensor_by_name(request, "context").as_numpy().reshape(-1)
+        bad = self.text_input.BadText
+        if len(questions) != len(contexts):
+            raise bad(f"{len(questions)} questions but {len(contexts)} contexts: send one context per question")
+        if not len(questions):
+            raise bad("no questions in the request")
+        if self.max_items and len(questions) > self.max_items:
+            raise bad(f"{len(questions)} questions in one request, over the limit of {self.max_items} (max_batch_size)")
+        qs = [self.text_input.decode_item(x, "question", j, self.max_text_bytes) for j, x in enumerate(questions)]
+        cs = [self.text_input.decode_item(x, "context", j, self.max_text_bytes) for j, x in enumerate(contexts)]
+        wins = self.windows.make_windows(self.tok, qs, cs, max_seq_len=self.max_seq_len, doc_stride=self.doc_stride,
+                                         max_query_len=self.max_query_len)
+        ids, types = self.windows.pad_windows(wins, self.pad_id)
+        offsets = np.full((len(wins), ids.shape[1], 2), -1, dtype=np.int64)
+        for k, w in enumerate(wins):
+            offsets[k, : len(w.offsets)] = w.offsets
+        example = np.array([w.example_index for w in wins], dtype=np.int64)
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("token_type_ids", types),
+            pb_utils.Tensor("offsets", offsets), pb_utils.Tensor("window_example", example)])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                responses.append(self._one(request))
+            except self.text_input.BadText as exc:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+            except Exception as exc:  # never let one request take the instance down
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"windowing failed: {exc}")))
+        return responses

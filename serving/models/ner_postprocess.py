@@ -1,0 +1,65 @@
+"""``<task>_postprocess`` of a token-classification bundle: logits + offsets + text -> entities (JSON).
+
+The tag of each token is ``argmax(logits)`` over the tags of labels.json (model output order);
+``bio.decode_tags`` from the ``bio.py`` copied next to this file (a verbatim copy of
+``pipeline/labeling/bio.py``) turns tags into entities, exactly as the offline evaluation does.
+Output per text: a JSON list of ``{"type", "text", "start", "end"}`` (char offsets, end exclusive).
+"""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+HERE = Path(__file__).resolve().parent
+
+
+def _sibling(name):
+    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before running it: dataclasses (bio.Entity, windows.Window, spans.Span) look their
+    # module up in sys.modules while the class is being made.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def entities_json(entities) -> bytes:
+    rows = [{"type": e.type, "text": e.text, "start": int(e.start), "end": int(e.end)} for e in entities]
+    return json.dumps(rows, ensure_ascii=False).encode("utf-8")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
+        self.bio = _sibling("bio")
+        rows = [json.loads(line) for line in (HERE / "labels.json").read_text(encoding="utf-8").splitlines() if line.strip()]
+        self.tags = [str(r["label"]) for r in rows]
+
+    def _one(self, request):
+        logits = pb_utils.get_input_tensor_by_name(request, "logits").as_numpy()
+        offsets = pb_utils.get_input_tensor_by_name(request, "offsets").as_numpy()
+        texts = pb_utils.get_input_tensor_by_name(request, "text").as_numpy().reshape(-1)
+        if logits.shape[-1] != len(self.tags):
+            raise ValueError(f"logits have {logits.shape[-1]} tags, labels.json has {len(self.tags)}")
+        width = offsets.shape[1]
+        if logits.shape[1] < width:
+            raise ValueError(f"logits cover {logits.shape[1]} tokens, offsets {width}")
+        tag_ids = logits[:, :width].argmax(axis=-1)
+        out = np.empty((len(texts), 1), dtype=np.object_)
+        for i, raw in enumerate(texts):
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)  # the tokenizer already checked it
+            out[i, 0] = entities_json(self.bio.decode_tags(tag_ids[i], offsets[i], text, self.tags))
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("entities", out)])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                responses.append(self._one(request))
+            except Exception as exc:  # one bad request must not fail the others
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"postprocessing failed: {exc}")))
+        return responses

@@ -1,0 +1,168 @@
+"""NER and reading comprehension through every stage on tiny synthetic data, then served by the real Triton.
+
+The same path as ``make bundle TASK=cluener`` / ``TASK=cmrc2018`` then ``make serve`` and ``make smoke``:
+finetune (scratch model) -> finetune-check -> compress -> export -> validate -> package, a real
+``tritonserver`` on the packaged bundle, and the smoke test, which must find the served metric equal to
+the offline one and to the validated one, example by example.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import TINY_MODEL_OVERRIDES
+
+NAMES = ["张三丰", "李四光", "王小明", "赵大海", "钱学森"]
+COMPANIES = ["华为公司", "腾讯集团", "阿里巴巴", "小米科技"]
+FILLER = "今天在北上看到了一个很好的消息说要去开会没有问题"
+
+
+def _ner_row(rng: random.Random) -> dict:
+    parts, label = [], {}
+    for _ in range(rng.randint(1, 3)):
+        parts.append("".join(rng.choice(FILLER) for _ in range(rng.randint(1, 5))))
+        kind = rng.choice(["name", "company"])
+        ent = rng.choice(NAMES if kind == "name" else COMPANIES)
+        start = sum(len(p) for p in parts)
+        parts.append(ent)
+        label.setdefault(kind, {}).setdefault(ent, []).append([start, start + len(ent) - 1])
+    parts.append("".join(rng.choice(FILLER) for _ in range(rng.randint(0, 4))))
+    return {"text": "".join(parts), "label": label}
+
+
+def write_tiny_cluener(root: Path, n_train: int = 320, n_dev: int = 60) -> Path:
+    rng = random.Random(0)
+    root.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train.json", n_train), ("dev.json", n_dev)):
+        rows = [json.dumps(_ner_row(rng), ensure_ascii=False) for _ in range(n)]
+        (root / name).write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return root
+
+
+PEOPLE = ["小红", "小刚", "老李", "阿强", "大伟", "小芳"]
+CITIES = ["北京", "上海", "广州", "成都", "杭州", "西安"]
+
+
+def _squad(rng: random.Random, n_passages: int, prefix: str) -> dict:
+    data = []
+    for p in range(n_passages):
+        people = rng.sample(PEOPLE, 4)
+        homes = [rng.choice(CITIES) for _ in people]
+        # long enough for several windows at max_seq_len 40
+        context = "".join(f"{who}住在{city}，每天都很开心。" for who, city in zip(people, homes))
+        qas = []
+        for q, (who, city) in enumerate(zip(people, homes)):
+            start = context.index(f"{who}住在") + len(who) + 2
+            qas.append({"id": f"{prefix}_{p}_{q}", "question": f"{who}住在哪里？",
+                        "answers": [{"text": city, "answer_start": start}]})
+        data.append({"title": f"{prefix}{p}", "paragraphs": [{"context": context, "qas": qas}]})
+    return {"version": "v1.0", "data": data}
+
+
+def write_tiny_cmrc(root: Path) -> Path:
+    rng = random.Random(1)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "trial.json").write_text(json.dumps(_squad(rng, 60, "TRIAL"), ensure_ascii=False), encoding="utf-8")
+    (root / "dev.json").write_text(json.dumps(_squad(rng, 30, "DEV"), ensure_ascii=False), encoding="utf-8")
+    return root
+
+
+FAST_STAGES = {
+    "compress.max_steps": 20, "compress.per_device_train_batch_size": 16, "compress.batch_size_list": [4],
+    "compress.batch_num_list": [4], "compress.algo_list": ["mse"], "compress.throughput_batches": 2,
+    "validate.batch_sizes": [1], "validate.seq_lens": [16], "validate.repeats": 1, "validate.warmup": 1,
+    "validate.dev_benchmark_limit": 32, "gates.min_throughput_ratio": 0.0, "gates.max_accuracy_drop": 100.0,
+    "package.threads": 1, "package.max_batch_size": 8, "package.preferred_batch_size": 4,
+    "export.max_int8_size_ratio": 1.0,  # tiny models are mostly (unquantized) position embeddings
+}
+
+
+def _run_bundle(tmp_path: Path, task: dict, extra: dict) -> tuple[Path, Path]:
+    from pipeline.cli import main
+
+    task_yaml = tmp_path / f"{task['task']}.yaml"
+    task_yaml.write_text(yaml.safe_dump(task, allow_unicode=True), encoding="utf-8")
+    runs = tmp_path / "runs"
+    overrides = {**TINY_MODEL_OVERRIDES, **FAST_STAGES, "package.repository": str(tmp_path / "repo"), **extra}
+    args = ["run", "--task", str(task_yaml), "--runs-dir", str(runs)]
+    for k, v in overrides.items():
+        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) else v}"]
+    assert main(args) == 0
+    return task_yaml, runs / task["task"]
+
+
+def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys) -> str:
+    from serving import smoke
+    from serving.server import start_server
+
+    server = start_server(bundle, log_path=tmp_path / "server.log", timeout=120)
+    try:
+        capsys.readouterr()
+        rc = smoke.main(["--task", str(task_yaml), "--repository", str(bundle), "--url", server.grpc_url,
+                         "--protocol", "grpc", "--json-out", str(tmp_path / "smoke.json")])
+        captured = capsys.readouterr()
+        out = captured.out
+        assert rc == 0, out + captured.err
+    finally:
+        assert server.stop() == 0, server.log_tail()
+    return out
+
+
+@pytest.mark.slow
+def test_ner_bundle_end_to_end(tmp_path, capsys):
+    data = write_tiny_cluener(tmp_path / "data")
+    task = {"task": "tinyner", "type": "token_classification", "max_seq_len": 32,
+            "data": {"dir": str(data), "format": "cluener", "labels_file": None}, "labels": ["name", "company"],
+            "compress": {"strategy": "dynabert+ptq", "width_mult_list": ["1/2"]}}
+    task_yaml, runs = _run_bundle(tmp_path, task, {"finetune.epochs": 8, "gates.min_accuracy": 0.5})
+
+    baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
+    assert baseline["metric"] == "f1" and baseline["accuracy"] > 0.5, baseline  # the tiny model learned the entities
+    assert baseline["labels"][:3] == ["O", "B-name", "I-name"]
+    cands = {c["name"]: c for c in json.loads((runs / "compress" / "out" / "candidates.json").read_text())["candidates"]}
+    assert {"fp32", "w0.5", "ptq-mse-bs4-bn4", "w0.5-ptq-mse-bs4-bn4"} <= set(cands)  # DynaBERT on a token classifier
+    meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
+    assert meta["task_type"] == "token_classification" and meta["outputs"][0]["shape"] == [-1, -1, 5]
+    metrics = json.loads((runs / "validate" / "out" / "metrics.json").read_text())
+    assert metrics["summary"]["metric"] == "f1"
+    assert {r["backend"] for r in metrics["backends"]} >= {"onnxruntime-cpu-fp32", "onnxruntime-cpu-int8"}
+    fp32 = next(r for r in metrics["backends"] if r["backend"] == "onnxruntime-cpu-fp32")
+    assert fp32["argmax_agreement"] == 1.0 and abs(fp32["accuracy"] - baseline["accuracy"]) < 1e-9
+
+    bundle = tmp_path / "repo" / "tinyner"
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    assert manifest["validated"]["metric"] == "f1"
+    out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys)
+    assert "texts whose entities differ: 0" in out
+    result = json.loads((tmp_path / "smoke.json").read_text())
+    assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)
+
+
+@pytest.mark.slow
+def test_reading_bundle_end_to_end(tmp_path, capsys):
+    data = write_tiny_cmrc(tmp_path / "data")
+    task = {"task": "tinymrc", "type": "reading_comprehension", "max_seq_len": 40,
+            "data": {"dir": str(data), "format": "squad", "train_file": "trial.json", "dev_file": "dev.json",
+                     "labels_file": None},
+            "reading": {"doc_stride": 12, "max_query_len": 12, "max_answer_len": 8, "dev_for_training": 0.5},
+            "compress": {"strategy": "ptq"}}
+    task_yaml, runs = _run_bundle(tmp_path, task, {"finetune.epochs": 6, "gates.min_accuracy": 0.0,
+                                                    "max_seq_len": 40})
+
+    baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
+    assert baseline["metric"] == "f1" and {"em", "f1"} <= set(baseline["metrics"])
+    assert baseline["dev_features"] > baseline["dev_examples"]  # long passages: several windows per question
+    meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
+    assert meta["task_type"] == "reading_comprehension" and meta["reading"]["doc_stride"] == 12
+
+    bundle = tmp_path / "repo" / "tinymrc"
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys)
+    assert "answers differing: 0" in out
+    result = json.loads((tmp_path / "smoke.json").read_text())
+    assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)

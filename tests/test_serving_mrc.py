@@ -1,0 +1,172 @@
+"""Reading comprehension (MRC) bundle: packaging, configs, and a real Triton server (python backend).
+
+The model is a tiny RANDOM ErnieForQuestionAnswering whose forward stacks (start, end) logits
+(tests/serving_fixtures.py); contexts are long enough for several windows at max_seq_len 48, so the
+window fan-out (N questions -> W windows -> N answers) inside the ensemble is exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from serving_fixtures import mrc_bundle, mrc_data, mrc_export  # noqa: F401  (fixtures)
+
+from serving.client import ClassifierClient, RequestRejected
+from serving.config import PackageConfig
+from serving.integrity import BundleIntegrityError, verify_bundle
+from serving.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.repository import ExportArtifacts, PackageError, write_repository
+from serving.server import TritonServer, start_server
+
+PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
+SHAPE = BundleShape(task="cmrc2018", num_labels=2, max_seq_len=512, model_file="model.onnx", task_type="reading_comprehension",
+                    doc_stride=128, max_query_len=64, max_answer_len=30)
+
+
+@pytest.mark.parametrize("pc", [PackageConfig(), PackageConfig(runtime="onnxruntime"), PackageConfig(runtime="fastdeploy"),
+                                PackageConfig(runtime="python-paddle", instance_count=2)], ids=["python-ort", "native-ort", "fastdeploy", "paddle-x2"])
+def test_mrc_configs_round_trip_unbatched(pc):
+    configs = all_configs(SHAPE, pc)
+    assert set(configs) == {"cmrc2018", "cmrc2018_tokenizer", "cmrc2018_model", "cmrc2018_postprocess"}
+    for name, cfg in configs.items():
+        text = to_pbtxt(cfg)
+        assert parse_pbtxt(text) == cfg, name
+        assert "max_batch_size: 0" in text and not cfg.HasField("dynamic_batching")  # windows per question vary
+    ens = configs["cmrc2018"]
+    assert [i.name for i in ens.input] == ["question", "context"] and [list(i.dims) for i in ens.input] == [[-1], [-1]]
+    assert [o.name for o in ens.output] == ["answer", "start", "end", "score"]
+    assert list(configs["cmrc2018_model"].output[0].dims) == [-1, -1, 2]
+    tok = configs["cmrc2018_tokenizer"]
+    assert [o.name for o in tok.output] == ["input_ids", "token_type_ids", "offsets", "window_example"]
+    assert {k: v.string_value for k, v in tok.parameters.items()} == {
+        "max_seq_len": "512", "doc_stride": "128", "max_query_len": "64", "max_text_bytes": str(pc.max_text_bytes),
+        "max_items": str(pc.max_batch_size)}
+    assert configs["cmrc2018_postprocess"].parameters["max_answer_len"].string_value == "30"
+    assert configs["cmrc2018_tokenizer"].instance_group[0].count == pc.instance_count
+
+
+def test_mrc_bundle_carries_the_pipeline_modules(mrc_bundle, tmp_path):
+    m = verify_bundle(mrc_bundle)
+    assert m["task_type"] == "reading_comprehension" and m["reading"] == {"doc_stride": 10, "max_query_len": 12, "max_answer_len": 8}
+    for rel, src in (("cmrc2018_tokenizer/1/windows.py", "reading/windows.py"), ("cmrc2018_postprocess/1/spans.py", "reading/spans.py")):
+        assert rel in m["files"]
+        assert (mrc_bundle / rel).read_bytes() == (PIPELINE / src).read_bytes()
+    copy = tmp_path / "cmrc2018"
+    shutil.copytree(mrc_bundle, copy)
+    with open(copy / "cmrc2018_postprocess/1/spans.py", "a", encoding="utf-8") as f:
+        f.write("\n")
+    with pytest.raises(BundleIntegrityError, match="spans.py: SHA-256 differs"):
+        verify_bundle(copy)
+
+
+def test_mrc_meta_needs_reading_settings(mrc_export, tmp_path):
+    exp = tmp_path / "exp"
+    shutil.copytree(mrc_export, exp)
+    meta = json.loads((exp / "meta.json").read_text())
+    (exp / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "reading"}))
+    with pytest.raises(PackageError, match="'reading'"):
+        write_repository(tmp_path / "repo", "cmrc2018", ExportArtifacts.from_dir(exp), PackageConfig())
+    (exp / "meta.json").write_text(json.dumps({**meta, "reading": {**meta["reading"], "max_query_len": 45}}))
+    with pytest.raises(PackageError, match="no room for context"):
+        write_repository(tmp_path / "repo", "cmrc2018", ExportArtifacts.from_dir(exp), PackageConfig())
+
+
+@pytest.fixture(scope="module")
+def server(mrc_bundle, tmp_path_factory) -> TritonServer:
+    srv = start_server(mrc_bundle, log_path=tmp_path_factory.mktemp("triton_mrc") / "server.log", timeout=120)
+    yield srv
+    assert srv.stop() == 0, srv.log_tail()
+
+
+@pytest.fixture(scope="module")
+def dev(mrc_data):
+    from serving.smoke import _dev_examples
+
+    return _dev_examples("cmrc2018", mrc_data, "reading_comprehension")
+
+
+@pytest.fixture(scope="module")
+def bundle(mrc_bundle):
+    from serving.offline import BundleModel
+
+    return BundleModel.open(mrc_bundle)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_served_answers_equal_offline(server, dev, bundle, protocol):
+    from pipeline.reading.windows import make_windows
+    from serving.offline import offline_answers
+
+    qs, cs = [e.question for e in dev], [e.context for e in dev]
+    wins = make_windows(bundle.wordpiece(), qs, cs, max_seq_len=48, doc_stride=10, max_query_len=12)
+    assert len(wins) > 2 * len(dev)  # most contexts span several windows
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with ClassifierClient(url, protocol, "cmrc2018", retries=0) as client:
+        assert client.task_type() == "reading_comprehension"
+        served = client.answer(qs, cs, batch_size=8)
+    offline = offline_answers(bundle, qs, cs, batch_size=8)
+    assert all(o is not None for o in offline)
+    assert [(a.text, a.start, a.end) for a in served] == [(o.text, o.start, o.end) for o in offline]
+    np.testing.assert_allclose([a.score for a in served], [o.score for o in offline], rtol=1e-6, atol=1e-6)
+    assert all(c[a.start : a.end] == a.text and 0 < len(a.text) for a, c in zip(served, cs))
+    assert len({a.start for a in served}) > 3  # answers vary; not one degenerate position
+
+
+def test_bad_requests_are_refused_and_the_server_keeps_serving(server, dev):
+    import tritonclient.http as th
+
+    q, c = dev[0].question, dev[0].context
+    with ClassifierClient(server.grpc_url, "grpc", "cmrc2018", retries=0) as client:
+        good = client.answer_batch([q], [c])
+        for questions, contexts, message in (([q, ""], [c, c], r"question\[1\]: empty question"),
+                                             ([q], [" \n"], r"context\[0\]: empty context"),
+                                             ([b"\xff\xfe"], [c], "not valid UTF-8"),
+                                             ([q], ["长" * 2000], "over the limit of 4096"),
+                                             ([q] * 9, [c] * 9, "over the limit of 8")):
+            with pytest.raises(RequestRejected, match=message):
+                client.answer_batch(questions, contexts)
+        assert client.answer_batch([q], [c]) == good
+    raw = th.InferenceServerClient(server.http_url)  # counts that differ cannot be sent through ClassifierClient
+    inputs = [th.InferInput("question", [2], "BYTES"), th.InferInput("context", [1], "BYTES")]
+    inputs[0].set_data_from_numpy(np.array([q.encode(), q.encode()], dtype=object))
+    inputs[1].set_data_from_numpy(np.array([c.encode()], dtype=object))
+    with pytest.raises(Exception, match="2 questions but 1 contexts"):
+        raw.infer("cmrc2018", inputs)
+    raw.close()
+    assert server.alive()
+
+
+def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_path, capsys):
+    import dataclasses
+
+    from serving import client as client_cli
+    from serving.smoke import run_mrc_smoke
+
+    with ClassifierClient(server.http_url, "http", "cmrc2018", retries=0) as client:
+        result = run_mrc_smoke(bundle, client, dev, batch_size=8)
+    assert result.ok and result.mismatches == 0 and result.examples == len(dev)
+    assert (result.served_em, result.served_f1) == (result.offline_em, result.offline_f1)
+    assert result.max_score_diff < 1e-5
+    assert not dataclasses.replace(result, validated_metric="f1", validated_value=result.served_f1 + 0.01).ok
+
+    from serving import smoke
+
+    out = tmp_path / "smoke.json"
+    assert smoke.main(["--task", "cmrc2018", "--repository", str(mrc_bundle.parent), "--data-dir", str(mrc_data),
+                       "--url", server.http_url, "--batch-size", "8", "--json-out", str(out)]) == 0
+    assert "PASS" in capsys.readouterr().out and json.loads(out.read_text())["ok"]
+
+    f = tmp_path / "qa.jsonl"
+    f.write_text("\n".join(json.dumps({"question": e.question, "context": e.context}, ensure_ascii=False) for e in dev[:3]), encoding="utf-8")
+    for command in ("answer", "predict"):
+        assert client_cli.main([command, "--model", "cmrc2018", "--url", server.grpc_url, "--protocol", "grpc", "--file", str(f), "--json"]) == 0
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        assert [x["question"] for x in lines] == [e.question for e in dev[:3]]
+    assert client_cli.main(["answer", "--model", "cmrc2018", "--url", server.http_url, "--question", "谁？", "--context", "他说了"]) == 0
+    assert capsys.readouterr().out.count("\t") == 3
+    assert client_cli.main(["answer", "--model", "cmrc2018", "--url", server.http_url, "--question", "谁？"]) == 2
+    assert "in pairs" in capsys.readouterr().err

@@ -1,0 +1,199 @@
+"""Token classification (NER) bundle: packaging, configs, and a real Triton server (python backend).
+
+The model is a tiny RANDOM ErnieForTokenClassification (tests/serving_fixtures.py): what is checked
+is that the served entities are exactly the offline ones, not their quality.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from serving_fixtures import ner_bundle, ner_data, ner_export  # noqa: F401  (fixtures)
+
+from serving.client import ClassifierClient, RequestRejected
+from serving.config import PackageConfig
+from serving.integrity import BundleIntegrityError, verify_bundle
+from serving.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.repository import ExportArtifacts, PackageError, write_repository
+from serving.server import ServerError, TritonServer, start_server
+from tritonclient.grpc import model_config_pb2 as mc
+
+PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
+SHAPE = BundleShape(task="cluener", num_labels=21, max_seq_len=64, model_file="model.onnx", task_type="token_classification")
+
+
+@pytest.mark.parametrize("pc", [PackageConfig(), PackageConfig(runtime="onnxruntime"), PackageConfig(runtime="python-paddle", kind="GPU"),
+                                PackageConfig(max_batch_size=0)], ids=["python-ort", "native-ort", "python-paddle-gpu", "mbs0"])
+def test_ner_configs_round_trip(pc):
+    configs = all_configs(SHAPE, pc)
+    assert set(configs) == {"cluener", "cluener_tokenizer", "cluener_model", "cluener_postprocess"}
+    for name, cfg in configs.items():
+        assert parse_pbtxt(to_pbtxt(cfg)) == cfg, name
+    ens = configs["cluener"]
+    assert [i.name for i in ens.input] == ["text"] and [o.name for o in ens.output] == ["entities"]
+    assert ens.output[0].data_type == mc.TYPE_STRING
+    post = ens.ensemble_scheduling.step[2]
+    assert dict(post.input_map) == {"logits": "_logits", "offsets": "_offsets", "text": "text"}
+    model = configs["cluener_model"]
+    b = [] if pc.max_batch_size else [-1]
+    assert list(model.output[0].dims) == b + [-1, 21]  # per-token logits
+    assert [o.name for o in configs["cluener_tokenizer"].output] == ["input_ids", "token_type_ids", "offsets"]
+    assert list(configs["cluener_tokenizer"].output[2].dims) == b + [-1, 2]
+    assert configs["cluener_postprocess"].input[0].allow_ragged_batch == bool(pc.max_batch_size)
+
+
+def test_ner_bundle_carries_the_pipeline_bio_module(ner_bundle, tmp_path):
+    m = verify_bundle(ner_bundle)
+    assert m["task_type"] == "token_classification" and m["num_labels"] == 5
+    bio = (PIPELINE / "labeling" / "bio.py").read_bytes()
+    for rel in ("cluener_tokenizer/1/bio.py", "cluener_postprocess/1/bio.py"):
+        assert rel in m["files"]
+        assert (ner_bundle / rel).read_bytes() == bio  # verbatim: served == offline code
+    assert "cluener_tokenizer/1/text_input.py" in m["files"]
+    assert "entities" in (ner_bundle / "README.md").read_text(encoding="utf-8")
+    copy = tmp_path / "cluener"
+    shutil.copytree(ner_bundle, copy)
+    (copy / "cluener_postprocess/1/bio.py").write_text(bio.decode() + "\n# edited\n", encoding="utf-8")
+    with pytest.raises(BundleIntegrityError, match="bio.py: SHA-256 differs"):
+        verify_bundle(copy)
+
+
+def test_ner_labels_must_be_bio_with_o_first(ner_export, tmp_path):
+    exp = tmp_path / "exp"
+    shutil.copytree(ner_export, exp)
+    rows = (exp / "labels.json").read_text(encoding="utf-8").splitlines()
+    (exp / "labels.json").write_text("\n".join(rows[1:] + rows[:1]) + "\n", encoding="utf-8")
+    with pytest.raises(PackageError, match="'O' first"):
+        write_repository(tmp_path / "repo", "cluener", ExportArtifacts.from_dir(exp), PackageConfig())
+    meta = json.loads((exp / "meta.json").read_text())
+    (exp / "meta.json").write_text(json.dumps({**meta, "task_type": "ner"}))
+    with pytest.raises(PackageError, match="task_type 'ner'"):
+        write_repository(tmp_path / "repo", "cluener", ExportArtifacts.from_dir(exp), PackageConfig())
+
+
+@pytest.fixture(scope="module")
+def server(ner_bundle, tmp_path_factory) -> TritonServer:
+    srv = start_server(ner_bundle, log_path=tmp_path_factory.mktemp("triton_ner") / "server.log", timeout=120)
+    yield srv
+    assert srv.stop() == 0, srv.log_tail()
+
+
+@pytest.fixture(scope="module")
+def dev(ner_data):
+    from serving.smoke import _dev_examples
+
+    return _dev_examples("cluener", ner_data, "token_classification")
+
+
+@pytest.fixture(scope="module")
+def bundle(ner_bundle):
+    from serving.offline import BundleModel
+
+    return BundleModel.open(ner_bundle)
+
+
+def _key(entities):
+    return [(e.type, e.start, e.end, e.text) for e in entities]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_served_entities_equal_offline(server, dev, bundle, protocol):
+    from serving.offline import offline_entities
+
+    texts = [e.text for e in dev]
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with ClassifierClient(url, protocol, "cluener", retries=0) as client:
+        assert client.task_type() == "token_classification"
+        served = client.extract_entities(texts, batch_size=8)
+    offline = offline_entities(bundle, texts, batch_size=8)
+    assert [_key(s) for s in served] == [_key(o) for o in offline]
+    assert sum(len(s) for s in served) > len(texts)  # the random model does tag entities
+    for text, ents in zip(texts, served):
+        assert all(text[e.start : e.end] == e.text for e in ents)
+    long_one = next(t for t in texts if len(t) > 40)
+    assert max(e.end for e in served[texts.index(long_one)]) <= 40  # truncated to max_seq_len 32 tokens, as offline
+
+
+def test_bad_requests_are_refused_and_the_server_keeps_serving(server):
+    with ClassifierClient(server.grpc_url, "grpc", "cluener", retries=0) as client:
+        good = client.extract_entities_batch(["赵子龙在小米科技"])
+        with pytest.raises(RequestRejected, match=r"text\[1\]: empty text"):
+            client.extract_entities_batch(["赵子龙", "  "])
+        with pytest.raises(RequestRejected, match="not valid UTF-8"):
+            client.extract_entities_batch([b"\xff\xfe\x80abc"])
+        with pytest.raises(RequestRejected, match="over the limit of 4096"):
+            client.extract_entities_batch(["赵" * 2000])
+        with pytest.raises(RequestRejected, match="batch"):
+            client.extract_entities_batch(["赵子龙"] * 9)  # max_batch_size 8
+        assert client.extract_entities_batch(["赵子龙在小米科技"]) == good
+    assert server.alive()
+
+
+def test_concurrent_requests_of_different_lengths_are_merged_and_answered_correctly(server, dev):
+    """The batcher merges requests of different token counts; the runner cuts each one's logits back."""
+    texts = [e.text for e in dev][:24]
+    with ClassifierClient(server.grpc_url, "grpc", "cluener", retries=0) as c:
+        expected = [_key(c.extract_entities_batch([t])[0]) for t in texts]
+    got, errors = [None] * len(texts), []
+
+    def worker(k):
+        with ClassifierClient(server.grpc_url, "grpc", "cluener", retries=0) as c:
+            try:
+                for i in range(k, len(texts), 6):
+                    got[i] = _key(c.extract_entities_batch([texts[i]])[0])
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and got == expected
+
+
+def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_path, capsys):
+    from pipeline.labeling.metric import chunk_f1
+    from serving import client as client_cli
+    from serving.offline import offline_entities
+    from serving.smoke import run_ner_smoke
+
+    with ClassifierClient(server.http_url, "http", "cluener", retries=0) as client:
+        result = run_ner_smoke(bundle, client, dev, batch_size=8)
+    assert result.ok and result.mismatches == 0 and result.examples == len(dev)
+    expected_f1 = chunk_f1([e.entities for e in dev], offline_entities(bundle, [e.text for e in dev], 8)).f1
+    assert result.served_f1 == result.offline_f1 == expected_f1
+    # bundle.json "validated" is held to: a different number fails the smoke test
+    import dataclasses
+
+    assert not dataclasses.replace(result, validated_metric="entity_f1", validated_value=result.served_f1 + 0.01).ok
+
+    from serving import smoke
+
+    out = tmp_path / "smoke.json"
+    assert smoke.main(["--task", "cluener", "--repository", str(ner_bundle.parent), "--data-dir", str(ner_data),
+                       "--url", server.http_url, "--batch-size", "8", "--json-out", str(out)]) == 0
+    assert "PASS" in capsys.readouterr().out and json.loads(out.read_text())["ok"]
+
+    f = tmp_path / "texts.txt"
+    f.write_text("\n".join(e.text for e in dev[:3]), encoding="utf-8")
+    for command in ("extract", "predict"):
+        assert client_cli.main([command, "--model", "cluener", "--url", server.grpc_url, "--protocol", "grpc", "--file", str(f), "--json"]) == 0
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        assert [x["text"] for x in lines] == [e.text for e in dev[:3]]
+        assert all(set(e) == {"type", "text", "start", "end"} for x in lines for e in x["entities"])
+    assert client_cli.main(["extract", "--model", "cluener", "--url", server.http_url, ""]) == 2
+    assert "empty text" in capsys.readouterr().err
+
+
+def test_tampered_bio_copy_stops_the_served_models(ner_bundle, tmp_path):
+    bad = tmp_path / "repo" / "cluener"
+    shutil.copytree(ner_bundle, bad)
+    p = bad / "cluener_tokenizer" / "1" / "bio.py"
+    p.write_text(p.read_text(encoding="utf-8").replace("SPECIAL_OFFSET = -1", "SPECIAL_OFFSET = 0"), encoding="utf-8")
+    with pytest.raises(ServerError, match="bio.py: SHA-256 differs"):
+        start_server(bad, verify=False, timeout=120, log_path=tmp_path / "bad.log")
