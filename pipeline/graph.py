@@ -41,7 +41,7 @@ def _none(cfg: TaskConfig) -> dict[str, str]:
 STAGES: tuple[Stage, ...] = (
     Stage(
         name="finetune",
-        description="train a classification head (and the scratch model) when the model has none for the task",
+        description="train the task's head (classifier, BIO tagger or span extractor; and the scratch model) when the model has none",
         requires=(),
         params=finetune.params,
         inputs=finetune.inputs,
@@ -50,7 +50,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="finetune-check",
-        description="evaluate the FP32 model on the full dev set; baseline for every later gate",
+        description="evaluate the FP32 model on the full dev set (accuracy, entity F1 or EM/F1); baseline for every later gate",
         requires=("finetune",),
         params=finetune_check.params,
         inputs=finetune_check.inputs,

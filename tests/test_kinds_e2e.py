@@ -166,3 +166,36 @@ def test_reading_bundle_end_to_end(tmp_path, capsys):
     assert "answers differing: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,strategy,expected", [
+    ("ner", "qat+embeddings", {"fp32", "qat", "fp32+emb", "qat+emb"}),
+    ("mrc", "dynabert+qat", {"fp32", "w0.5", "qat", "w0.5-qat"}),
+])
+def test_other_strategies_on_span_kinds(kind, strategy, expected, tmp_path):
+    """QAT, int8 embeddings and DynaBERT (importance, distillation over positions) on both new kinds."""
+    from pipeline.cli import main
+
+    if kind == "ner":
+        task = {"task": "tinyner", "type": "token_classification", "max_seq_len": 32,
+                "data": {"dir": str(write_tiny_cluener(tmp_path / "data", 160, 40)), "format": "cluener", "labels_file": None},
+                "labels": ["name", "company"]}
+    else:
+        task = {"task": "tinymrc", "type": "reading_comprehension", "max_seq_len": 40,
+                "data": {"dir": str(write_tiny_cmrc(tmp_path / "data")), "format": "squad", "train_file": "trial.json",
+                         "dev_file": "dev.json", "labels_file": None},
+                "reading": {"doc_stride": 12, "max_query_len": 12, "max_answer_len": 8}}
+    task["compress"] = {"strategy": strategy, "width_mult_list": ["1/2"], "num_train_epochs": 1}
+    task_yaml = tmp_path / "task.yaml"
+    task_yaml.write_text(yaml.safe_dump(task, allow_unicode=True), encoding="utf-8")
+    overrides = {**TINY_MODEL_OVERRIDES, **FAST_STAGES, "finetune.epochs": 2, "gates.min_accuracy": 0.0, "max_seq_len": task["max_seq_len"]}
+    args = ["run", "--task", str(task_yaml), "--runs-dir", str(tmp_path / "runs"), "--until", "compress"]
+    for k, v in overrides.items():
+        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) else v}"]
+    assert main(args) == 0
+    table = json.loads((tmp_path / "runs" / task["task"] / "compress" / "out" / "candidates.json").read_text())
+    cands = {c["name"]: c for c in table["candidates"]}
+    assert expected <= set(cands), sorted(cands)
+    for c in cands.values():
+        assert 0.0 <= c["accuracy"] <= 1.0 and c["throughput"] > 0
