@@ -63,6 +63,8 @@ def run(ctx):
         "metrics": ev.score.metrics,
         "dev_examples": len(data.dev.examples),
         "dev_features": len(dev),
+        # rows dropped on purpose while reading (bad spans, overlaps, answers not in the passage, ...)
+        "skipped": {split.name: {"count": split.skipped, **split.skip_reasons} for split in (data.train, data.dev) if split.skipped},
         "labels": list(data.labels),
         "model_dir": str(model_dir),
         "max_seq_len": cfg.max_seq_len,

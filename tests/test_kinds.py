@@ -1,0 +1,157 @@
+"""Task kinds: features, targets, scoring from raw outputs, losses, and the config/model checks around them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.config import load_task_config
+from pipeline.errors import ConfigError, DataError, ModelError
+from pipeline.kinds import get_kind
+from test_kinds_e2e import write_tiny_cluener, write_tiny_cmrc
+
+
+def _vocab(tmp_path, texts):
+    from pipeline.tokenizer import Tokenizer, build_char_vocab, write_vocab
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    write_vocab(build_char_vocab(texts, 1), tmp_path)
+    return Tokenizer.from_model_dir(tmp_path, 32)
+
+
+def _ner(tmp_path, **over):
+    data = write_tiny_cluener(tmp_path / "data", 40, 20)
+    cfg = load_task_config("cluener", {"data.dir": str(data), "max_seq_len": 32, **over})
+    cfg.labels[:] = ["name", "company"]
+    return cfg
+
+
+def _one_hot(targets: np.ndarray, width: int) -> np.ndarray:
+    out = np.full((len(targets), width), -5.0, dtype=np.float32)
+    out[np.arange(len(targets)), np.maximum(targets, 0)] = 5.0
+    return out
+
+
+def test_ner_features_and_oracle_score(tmp_path):
+    cfg = _ner(tmp_path)
+    kind = get_kind(cfg)
+    assert kind.tags == ["O", "B-name", "I-name", "B-company", "I-company"]
+    data = kind.load(cfg)
+    assert data.labels == tuple(kind.tags) and len(data.dev.examples) == 20
+    tok = _vocab(tmp_path / "vocab", [e.text for e in data.train.examples + data.dev.examples])
+    fs = kind.featurize(tok, data.dev.examples, cfg)
+    assert len(fs) == len(data.dev.examples)
+    f = fs.features[0]
+    assert f.target[0] == -100 and f.target[-1] == -100  # [CLS], [SEP] are not trained on
+    # Outputs that put all mass on the gold tags score exactly 1.0; all "O" scores 0.
+    perfect = [_one_hot(x.target, len(kind.tags)) for x in fs.features]
+    score = fs.score(perfect)
+    assert score.name == "f1" and score.value == 1.0 and score.metrics["gold_entities"] > 0
+    nothing = [_one_hot(np.zeros_like(x.target), len(kind.tags)) for x in fs.features]
+    assert fs.score(nothing).value == 0.0
+    batch = fs.batch([0, 1, 2])
+    assert batch.targets.shape == batch.input_ids.shape and (batch.targets[batch.input_ids == tok.pad_id] == -100).all()
+
+
+def test_ner_unknown_entity_type_is_a_data_error(tmp_path):
+    cfg = _ner(tmp_path)
+    cfg.labels[:] = ["name"]  # the data also has "company"
+    with pytest.raises(DataError, match="entity type 'company'"):
+        get_kind(cfg).load(cfg)
+
+
+def test_ner_needs_entity_types(tmp_path):
+    with pytest.raises(ConfigError, match="labels: list the entity types"):
+        get_kind(load_task_config("cluener", {"labels": []}))
+
+
+def _mrc(tmp_path, **over):
+    data = write_tiny_cmrc(tmp_path / "data")
+    cfg = load_task_config("cmrc2018", {"data.dir": str(data), "max_seq_len": 40, "reading.doc_stride": 12,
+                                        "reading.max_query_len": 12, "reading.max_answer_len": 8, **over})
+    return cfg
+
+
+def test_reading_split_windows_and_oracle_score(tmp_path):
+    cfg = _mrc(tmp_path)
+    kind = get_kind(cfg)
+    data = kind.load(cfg)
+    dev_ctx = {e.context for e in data.dev.examples}
+    assert not dev_ctx & {e.context for e in data.train.examples}  # no passage on both sides
+    assert "held-out" in data.dev.source
+    texts = [e.question for e in data.train.examples + data.dev.examples] + [e.context for e in data.train.examples + data.dev.examples]
+    tok = _vocab(tmp_path / "vocab", texts)
+    fs = kind.featurize(tok, data.dev.examples, cfg)
+    assert len(fs) > len(data.dev.examples)  # several windows per passage
+    perfect = []
+    for f in fs.features:
+        out = np.full((len(f.input_ids), 2), -5.0, dtype=np.float32)
+        if f.target[0] > 0:
+            out[f.target[0], 0] = out[f.target[1], 1] = 5.0
+        perfect.append(out)
+    score = fs.score(perfect)
+    assert score.metrics["em"] == 1.0 and score.value == 1.0
+    # Training keeps every window holding its answer and a fraction of the others.
+    train = kind.featurize(tok, data.train.examples, cfg)
+    kept = kind.for_training(train, 0)
+    positives = sum(1 for f in train.features if f.target[0] > 0)
+    assert positives <= len(kept) < len(train)
+    assert sum(1 for f in kept.features if f.target[0] > 0) == positives
+
+
+def test_reading_eval_cap_and_config_checks(tmp_path):
+    cfg = _mrc(tmp_path, **{"reading.max_eval_questions": 5})
+    assert len(get_kind(cfg).load(cfg).dev.examples) == 5
+    with pytest.raises(ConfigError, match="no room for the passage"):
+        load_task_config("cmrc2018", {"max_seq_len": 64, "reading.max_query_len": 62})
+    with pytest.raises(ConfigError, match="does not fit type"):
+        load_task_config("cmrc2018", {"data.format": "cluener"})
+
+
+def test_reading_loss_ignores_padding(tmp_path):
+    import paddle
+
+    cfg = _mrc(tmp_path)
+    kind = get_kind(cfg)
+    data = kind.load(cfg)
+    tok = _vocab(tmp_path / "vocab", [e.question + e.context for e in data.dev.examples])
+    fs = kind.featurize(tok, data.dev.examples, cfg)
+    lengths = fs.lengths()
+    i, j = int(np.argmin(lengths)), int(np.argmax(lengths))
+    batch = fs.batch([i, j])
+    logits = paddle.zeros(list(batch.input_ids.shape) + [2])
+    base = float(kind.loss(logits, batch, fs.pad_id))
+    # Huge logits on the short row's padding must not change its loss: padding is masked out.
+    big = np.zeros(list(batch.input_ids.shape) + [2], dtype=np.float32)
+    big[0, lengths[i]:, :] = 50.0
+    assert float(kind.loss(paddle.to_tensor(big), batch, fs.pad_id)) == pytest.approx(base, abs=1e-4)
+
+
+def test_head_of_another_kind_is_refused(tiny_finetuned):
+    from pipeline.modeling import check_head, inspect_model
+
+    info = inspect_model(tiny_finetuned["model_dir"])
+    assert info.architecture == "ErnieForSequenceClassification"
+    with pytest.raises(ModelError, match="needs ErnieForTokenClassification"):
+        check_head(info, ["O", "B-x", "I-x"], 32, "ErnieForTokenClassification")
+
+
+def test_model_loads_with_the_head_it_was_saved_with(tmp_path):
+    from paddlenlp.transformers import ErnieConfig
+
+    from pipeline.compress.pruned_ernie import ErnieForQuestionAnswering, ErnieForTokenClassification
+    from pipeline.modeling import load_classifier
+
+    config = ErnieConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                         num_labels=5)
+    for cls, width in ((ErnieForTokenClassification, 5), (ErnieForQuestionAnswering, 2)):
+        d = tmp_path / cls.__name__
+        cls(config).save_pretrained(str(d))
+        assert json.loads((d / "config.json").read_text())["architectures"] == [cls.__name__]
+        model = load_classifier(d, width)
+        assert type(model) is cls
+        import paddle
+
+        assert model(paddle.ones([2, 7], "int64")).shape == [2, 7, width]
