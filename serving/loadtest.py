@@ -48,8 +48,19 @@ def check_loopback(url: str) -> None:
         raise ClientError(f"load tests only target this machine (127.0.0.0/8, ::1); {url} is not loopback")
 
 
-def run_level(url: str, protocol: str, model: str, texts: Sequence[str], concurrency: int, seconds: float,
-              batch_size: int = 1, max_requests: int = 100_000) -> LevelResult:
+def send(client: ClassifierClient, batch: Sequence, task_type: str) -> None:
+    """One request of ``batch`` items the way the bundle's kind takes them."""
+    if task_type == "reading_comprehension":
+        client.answer_batch([q for q, _ in batch], [c for _, c in batch])
+    elif task_type == "token_classification":
+        client.extract_entities_batch(batch)
+    else:
+        client.infer_raw(batch)
+
+
+def run_level(url: str, protocol: str, model: str, texts: Sequence, concurrency: int, seconds: float,
+              batch_size: int = 1, max_requests: int = 100_000, task_type: str = "classification") -> LevelResult:
+    """``texts``: strings, or (question, context) pairs for a reading-comprehension bundle."""
     latencies: list[float] = []
     errors = [0]
     sent = [0]
@@ -69,7 +80,7 @@ def run_level(url: str, protocol: str, model: str, texts: Sequence[str], concurr
                 i += batch_size * concurrency
                 t0 = time.perf_counter()
                 try:
-                    client.infer_raw(batch)
+                    send(client, batch, task_type)
                     ok = True
                 except ClientError:
                     ok = False
@@ -103,9 +114,16 @@ def format_table(rows: Sequence[LevelResult]) -> str:
     return "\n".join(lines)
 
 
-def _texts(args) -> list[str]:
+def _texts(args, task_type: str = "classification") -> list:
     if args.file:
         return [l for l in Path(args.file).read_text(encoding="utf-8").splitlines() if l.strip()]
+    if task_type != "classification":
+        from serving.smoke import _dev_examples
+
+        examples = _dev_examples(args.task, args.data_dir, task_type)
+        if task_type == "reading_comprehension":
+            return [(e.question, e.context) for e in examples]
+        return [e.text for e in examples]
     if args.task:
         try:
             from serving.smoke import _dev_set
@@ -141,9 +159,15 @@ def main(argv: list[str] | None = None) -> int:
         check_loopback(url)
         if args.task:
             import pipeline  # noqa: F401
-        texts = _texts(args)
-        ClassifierClient(url, args.protocol, model).wait_ready(30)
-        rows = [run_level(url, args.protocol, model, texts, c, args.seconds, args.batch_size, args.max_requests) for c in args.concurrency]
+        probe = ClassifierClient(url, args.protocol, model)
+        probe.wait_ready(30)
+        task_type = probe.task_type()
+        probe.close()
+        if task_type == "reading_comprehension" and args.file:
+            p.error("--file holds single texts; a reading-comprehension bundle is load-tested with its dev set (--task)")
+        texts = _texts(args, task_type)
+        rows = [run_level(url, args.protocol, model, texts, c, args.seconds, args.batch_size, args.max_requests, task_type)
+                for c in args.concurrency]
     except ClientError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -151,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows))
     report = {"model": model, "protocol": args.protocol, "batch_size": args.batch_size, "levels": [asdict(r) for r in rows]}
     repo = Path(args.repository) / model
-    if not args.no_offline and (repo / "bundle.json").is_file():
+    if task_type == "reading_comprehension" and not args.no_offline:
+        print("offline model-only comparison: not available for reading comprehension (windows per question vary)")
+    elif not args.no_offline and (repo / "bundle.json").is_file():
         from serving.offline import BundleModel, model_only_throughput
 
         bundle = BundleModel.open(repo)

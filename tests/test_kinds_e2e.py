@@ -108,6 +108,13 @@ def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys) -> s
         captured = capsys.readouterr()
         out = captured.out
         assert rc == 0, out + captured.err
+        from serving import loadtest
+
+        rc = loadtest.main(["--task", str(task_yaml), "--model", bundle.name, "--url", server.grpc_url, "--protocol", "grpc",
+                            "--concurrency", "1", "2", "--seconds", "1", "--repository", str(bundle.parent),
+                            "--json-out", str(tmp_path / "loadtest.json")])
+        report = json.loads((tmp_path / "loadtest.json").read_text())
+        assert rc == 0 and all(level["requests"] > 0 and level["errors"] == 0 for level in report["levels"]), report
     finally:
         assert server.stop() == 0, server.log_tail()
     return out
