@@ -158,3 +158,34 @@ def test_upstream_batch_generator_is_refused(tiny):
                                      batch_generator=gen, batch_size=1, batch_nums=1, algo="mse")
     finally:
         paddle.disable_static()
+
+
+def test_skip_layers_keeps_ffn2_in_fp32(tiny, tmp_path):
+    """PTQ with skip_layers=("ffn2",): the FFN output projection stays float, the other fc are quantized."""
+    import paddle
+
+    from pipeline.compress.ptq import weights_of_roles
+
+    def matmul_inputs(model_dir):
+        paddle.enable_static()
+        try:
+            with paddle.static.scope_guard(paddle.static.Scope()):
+                program, _, _ = paddle.static.load_inference_model(str(model_dir / "model"), paddle.static.Executor(paddle.CPUPlace()))
+        finally:
+            paddle.disable_static()
+        ops = [op for op in program.global_block().ops if op.type in ("matmul_v2", "mul", "fc")]
+        return program, [(op.input_arg_names, op.all_attrs()) for op in ops]
+
+    program, _ = matmul_inputs(tiny["static"])
+    ffn2, head = weights_of_roles(program, ["ffn2"]), weights_of_roles(program, ["head"])
+    assert len(ffn2) == 1 and len(head) == 1 and head[0] not in ffn2  # 1 layer: one FFN output projection
+
+    settings = PTQSettings("mse", 4, 2, skip_layers=("ffn2",))
+    assert settings.name == "ptq-mse-bs4-bn2-fp32ffn2"
+    out = _run(tiny, settings, tmp_path)
+    _, ops = matmul_inputs(out)
+    quantized = {tuple(names) for names, attrs in ops if any("quant" in n for n in names) or "Input_scale" in str(attrs)}
+    plain = [names for names, _ in ops if ffn2[0] in names]
+    assert plain and not any("quant" in n for n in plain[0]), plain  # the FFN output projection reads float weights
+    assert quantized, ops  # ... while the others were quantized
+    assert _accuracy(tiny, out, "int8") > 0.8

@@ -29,7 +29,7 @@ import numpy as np
 
 from pipeline.backends.paddle_inference import MODEL_FILE, PARAMS_FILE, check_static_dir
 from pipeline.kinds.base import FeatureSet
-from pipeline.errors import DataError
+from pipeline.errors import ConfigError, DataError
 
 # matmul_v2 covers every Linear of ERNIE (and the attention products); mul/matmul for older exports.
 QUANTIZABLE_OPS = ["matmul_v2", "matmul", "mul"]
@@ -44,10 +44,12 @@ class PTQSettings:
     activation_quantize_type: str = "range_abs_max"
     round_type: str = "round"
     bias_correction: bool = False
+    skip_layers: tuple[str, ...] = ()  # roles left in FP32 (see CompressConfig.skip_layers_list)
 
     @property
     def name(self) -> str:
         extra = ("-adaround" if self.round_type == "adaround" else "") + ("-bc" if self.bias_correction else "")
+        extra += "".join(f"-fp32{r}" for r in self.skip_layers)
         return f"ptq-{self.algo}-bs{self.batch_size}-bn{self.batch_num}{extra}"
 
     @property
@@ -69,9 +71,37 @@ def ptq_grid(cfg) -> list[PTQSettings]:
             activation_quantize_type=cfg.ptq_activation_type(),
             round_type=cfg.round_type,
             bias_correction=cfg.bias_correction,
+            skip_layers=tuple(r.strip() for r in str(skip).split(",") if r.strip()),
         )
-        for algo, bs, bn in itertools.product(cfg.algo_list, cfg.batch_size_list, cfg.batch_num_list)
+        for algo, bs, bn, skip in itertools.product(cfg.algo_list, cfg.batch_size_list, cfg.batch_num_list,
+                                                    getattr(cfg, "skip_layers_list", [""]))
     ]
+
+
+def weights_of_roles(program, roles: Sequence[str]) -> list[str]:
+    """Weight names of the fc/matmul ops playing ``roles`` in a static program (found by graph structure).
+
+    "ffn2": the matmul whose input is an activation function's output (GELU/ReLU: the FFN output
+    projection); "head": the last matmul with a persistable weight (the task head).
+    """
+    block = program.global_block()
+    producer = {}
+    for op in block.ops:
+        for name in op.output_arg_names:
+            producer[name] = op.type
+    weighted = []
+    for op in block.ops:
+        if op.type in ("matmul_v2", "matmul", "mul", "fc"):
+            w = op.input("Y" if op.type in ("matmul_v2", "matmul") else ("W" if op.type == "fc" else "Y"))
+            if w and block.has_var(w[0]) and block.var(w[0]).persistable:
+                x = op.input("X" if op.type != "fc" else "Input")[0]
+                weighted.append((w[0], producer.get(x)))
+    out = []
+    if "ffn2" in roles:
+        out += [w for w, src in weighted if src in ("gelu", "relu")]
+    if "head" in roles and weighted:
+        out.append(weighted[-1][0])
+    return out
 
 
 def check_calibration(num_examples: int, grid: Sequence[PTQSettings], source: str = "train split") -> None:
@@ -195,7 +225,15 @@ def quantize_static(
         exe = paddle.static.Executor(paddle.CPUPlace())
         scope = paddle.static.Scope()
         with paddle.static.scope_guard(scope):
+            skip = None
+            if settings.skip_layers:
+                with paddle.static.scope_guard(paddle.static.Scope()):
+                    program, _, _ = paddle.static.load_inference_model(str(Path(fp32_dir) / Path(MODEL_FILE).stem), exe)
+                skip = weights_of_roles(program, settings.skip_layers)
+                if not skip:
+                    raise ConfigError(f"PTQ {settings.name}: no layer of role {', '.join(settings.skip_layers)} in {fp32_dir}")
             ptq = _ptq_class()(
+                skip_tensor_list=skip,
                 executor=exe,
                 scope=scope,
                 model_dir=str(fp32_dir),
