@@ -29,9 +29,9 @@ def train_batch_order(fs: FeatureSet, batch_size: int, seed: int, epoch: int) ->
 
 
 def eval_batch_order(fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
-    """Sorted by length (less padding); callers scatter results back by ``Batch.indices``."""
-    order = np.argsort(fs.lengths(), kind="stable")
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    """The kind's evaluation batches (length-sorted, or shaped like served requests); callers scatter
+    results back by ``Batch.indices``."""
+    return fs.kind.eval_batches(fs, batch_size)
 
 
 def iter_batches(fs: FeatureSet, order: list[np.ndarray]) -> Iterator[Batch]:

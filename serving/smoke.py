@@ -169,8 +169,12 @@ def _default_data_dir(task: str) -> Path:
     return Path(load_task_config(task).data.dir)
 
 
-def _batch_size(bundle: BundleModel, wanted: int) -> int:
-    """Items per request: at most the bundle's max_batch_size (Triton refuses bigger requests)."""
+def _batch_size(bundle: BundleModel, wanted: int | None) -> int:
+    """Items per request: by default the batch size validate evaluated with (an INT8 form with per-batch
+    activation scales then sees the very same batches), at most the bundle's max_batch_size."""
+    if wanted is None:
+        summary = (bundle.manifest.get("metrics") or {}).get("summary") or {}
+        wanted = int(summary.get("dev_batch_size") or 32)
     limit = int((bundle.manifest.get("package") or {}).get("max_batch_size") or 0)
     return min(wanted, limit) if limit > 0 else wanted
 
@@ -235,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="dev data dir (default: the task config's)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument("--url", help="host:port (default 127.0.0.1:8000 / :8001)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=None, help="items per request (default: validate's batch size)")
     p.add_argument("--json-out", help="also write the result here")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="task config override, as given to the pipeline run (so the same dev set is scored)")

@@ -126,7 +126,10 @@ def test_ner_bundle_end_to_end(tmp_path, capsys):
     task = {"task": "tinyner", "type": "token_classification", "max_seq_len": 32,
             "data": {"dir": str(data), "format": "cluener", "labels_file": None}, "labels": ["name", "company"],
             "compress": {"strategy": "dynabert+ptq", "width_mult_list": ["1/2"]}}
-    task_yaml, runs = _run_bundle(tmp_path, task, {"finetune.epochs": 8, "gates.min_accuracy": 0.5})
+    # The per-batch INT8 form (activation scales from each batch): validated, offline and served numbers must
+    # still be equal, because evaluation and the smoke test send the same batches.
+    task_yaml, runs = _run_bundle(tmp_path, task, {"finetune.epochs": 8, "gates.min_accuracy": 0.5,
+                                                   "export.batch_independent_int8": False, "validate.dev_batch_size": 8})
 
     baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
     assert baseline["metric"] == "f1" and baseline["accuracy"] > 0.5, baseline  # the tiny model learned the entities
@@ -159,7 +162,8 @@ def test_reading_bundle_end_to_end(tmp_path, capsys):
             "reading": {"doc_stride": 12, "max_query_len": 12, "max_answer_len": 8, "dev_for_training": 0.5},
             "compress": {"strategy": "ptq"}}
     task_yaml, runs = _run_bundle(tmp_path, task, {"finetune.epochs": 6, "gates.min_accuracy": 0.0,
-                                                    "max_seq_len": 40})
+                                                    "max_seq_len": 40, "export.batch_independent_int8": False,
+                                                    "validate.dev_batch_size": 8})
 
     baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
     assert baseline["metric"] == "f1" and {"em", "f1"} <= set(baseline["metrics"])

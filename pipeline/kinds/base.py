@@ -110,6 +110,11 @@ class TaskKind:
     def featurize(self, tokenizer, examples: Sequence[Any], cfg) -> FeatureSet:
         raise NotImplementedError
 
+    def eval_batches(self, fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
+        """Evaluation batches: sorted by length (least padding); results are scattered back by index."""
+        order = np.argsort(fs.lengths(), kind="stable")
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
     def for_training(self, fs: FeatureSet, seed: int) -> FeatureSet:
         """The features a training loop should see (all of them, unless the kind says otherwise)."""
         return fs
@@ -141,6 +146,21 @@ class TaskKind:
 
     def describe(self, score: Score) -> str:
         return f"{self.metric_label} {score.value:.4f}"
+
+
+def request_shaped_batches(fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
+    """``batch_size`` examples per batch in data order, all features (windows) of an example together.
+
+    Exactly the batches a client sending ``batch_size`` items per request in data order makes the served
+    model run, so even an INT8 model whose activation scales are taken per batch (ORT's dynamic
+    quantization) gives the offline and the served runs the same numbers.
+    """
+    by_example: dict[int, list[int]] = {}
+    for i, f in enumerate(fs.features):
+        by_example.setdefault(f.example_index, []).append(i)
+    keys = sorted(by_example)
+    return [np.array([i for k in keys[j : j + batch_size] for i in by_example[k]], dtype=np.int64)
+            for j in range(0, len(keys), batch_size)]
 
 
 def trim_outputs(kind: TaskKind, out: np.ndarray, lengths: Sequence[int]) -> list[np.ndarray]:

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, masked_positions
+from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, masked_positions, request_shaped_batches
 
 LABELS = ("start", "end")
 
@@ -78,6 +78,11 @@ class ReadingComprehension(TaskKind):
         keep = [i for i, f in enumerate(fs.features)
                 if (f.target[0] > 0 or f.target[1] > 0) or rng.random_sample() < self.rc.negative_window_ratio]
         return fs.subset(keep) if len(keep) < len(fs) else fs
+
+    def eval_batches(self, fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
+        # Shaped like the served requests (data order, ``batch_size`` items each): with a per-batch INT8
+        # form (export.batch_independent_int8: false) validated, offline and served numbers stay equal.
+        return request_shaped_batches(fs, batch_size)
 
     def training_texts(self, examples) -> Iterator[str]:
         seen = set()

@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, masked_positions
+from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, masked_positions, request_shaped_batches
 
 
 class TokenClassification(TaskKind):
@@ -71,6 +71,11 @@ class TokenClassification(TaskKind):
             feats.append(Feature(t.input_ids, np.zeros_like(t.input_ids), tags, i))
             offsets.append(t.offsets)
         return FeatureSet(self, feats, examples, tokenizer.pad_id, offsets)
+
+    def eval_batches(self, fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
+        # Shaped like the served requests (data order, ``batch_size`` items each): with a per-batch INT8
+        # form (export.batch_independent_int8: false) validated, offline and served numbers stay equal.
+        return request_shaped_batches(fs, batch_size)
 
     def training_texts(self, examples) -> Iterator[str]:
         for e in examples:

@@ -174,6 +174,7 @@ def run(ctx):
                "batch_size": vcfg.throughput_batch_size, "batch1_p99_ms": crow["batch1_p99_ms"],
                "bundle_mb": bundle_bytes / 2**20, "dev_examples": len(data.dev.examples), "dev_features": len(dev),
                "metric": kind.metric, "metric_label": kind.metric_label, "metrics": crow["metrics"],
+               "dev_batch_size": vcfg.dev_batch_size,  # the smoke test batches requests the same way
                "fp32_metrics": fp32_score.metrics}
     report = G.GateReport(cfg.task, chosen, gate_list, summary)
     report.write(out)
