@@ -130,13 +130,14 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
     (out_dir / "candidates.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False), encoding="utf-8")
     base_tp = fp32.throughput if fp32 and fp32.throughput else None
     base_size = fp32.size_bytes if fp32 and fp32.size_bytes else None
+    metric = baseline.get("metric_label", "accuracy")  # entity F1 / F1 for the span kinds
     lines = [
         "# Compression candidates",
         "",
-        f"FP32 baseline (finetune-check): accuracy {baseline.get('accuracy', float('nan')):.4f}; budget: "
+        f"FP32 baseline (finetune-check): {metric} {baseline.get('accuracy', float('nan')):.4f}; budget: "
         f"at most {max_accuracy_drop:g} points below.  Paddle Inference on CPU (oneDNN; int8 where quantized).",
         "",
-        "| candidate | width | quant | emb int8 | accuracy | drop (pts) | sent/s | x FP32 | size MiB | x smaller | within budget |",
+        f"| candidate | width | quant | emb int8 | {metric} | drop (pts) | sent/s | x FP32 | size MiB | x smaller | within budget |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cands:
