@@ -32,6 +32,9 @@ class Stage:
     # Raises UserInputError when the config cannot work for this stage; called for every selected
     # stage before the first one runs, so a run never fails at its end on something knowable at its start.
     check: Callable[[TaskConfig], None] | None = None
+    # Outputs that live outside the stage's out/ (the package stage's bundle): True when the record's
+    # external outputs are still in place and unchanged; a stage whose outputs were removed reruns.
+    external_intact: Callable[[TaskConfig, dict[str, str]], bool] | None = None
 
 
 def _none(cfg: TaskConfig) -> dict[str, str]:
@@ -92,6 +95,7 @@ STAGES: tuple[Stage, ...] = (
         inputs=package.inputs,
         run=package.run,
         check=package.check,
+        external_intact=package.external_intact,
         version="1",
     ),
 )

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from pipeline.config import TaskConfig
 from pipeline.env import versions
 from pipeline.errors import GateFailed, PipelineError, StageNotReady, UserInputError
-from pipeline.graph import STAGE_NAMES, STAGES, Stage
+from pipeline.graph import STAGE_NAMES, STAGES, Stage, get_stage
 from pipeline.hashing import stage_key, tree_hashes
 from pipeline.progress import log as _log
 from pipeline.records import StageRecord, StageStatus, atomic_write_text, read_record
@@ -105,7 +105,11 @@ class Runner:
             return False
         out = self.stage_dir(rec.stage) / "out"
         local = {k: v for k, v in rec.outputs.items() if not k.startswith("external:")}
-        return (not local or out.is_dir()) and (not local or tree_hashes(out) == local)
+        if local and (not out.is_dir() or tree_hashes(out) != local):
+            return False
+        stage = get_stage(rec.stage)
+        external = {k[len("external:"):]: v for k, v in rec.outputs.items() if k.startswith("external:")}
+        return stage.external_intact is None or stage.external_intact(self.cfg, external)
 
     # -- run ----------------------------------------------------------------------------------
     def run(self, selected: list[str], force: bool = False) -> RunSummary:

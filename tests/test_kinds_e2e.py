@@ -93,6 +93,12 @@ def _run_bundle(tmp_path: Path, task: dict, extra: dict) -> tuple[Path, Path]:
     for k, v in overrides.items():
         args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) else v}"]
     assert main(args) == 0
+    # Right after a run every stage is current, the package stage included (its bundle is checked in place).
+    from pipeline.config import load_task_config
+    from pipeline.runner import Runner
+
+    cfg = load_task_config(str(task_yaml), overrides)
+    assert [row[1] for row in Runner(cfg, runs).status_rows()] == ["OK"] * 6
     return task_yaml, runs / task["task"]
 
 

@@ -200,7 +200,7 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     (runs / "validate" / "out" / "gates.json").write_text(json.dumps({"max_accuracy_drop": {"passed": True}}))
     validate_rec = StageRecord("validate", StageStatus.OK, "k", {}, {}, artifacts={"metrics": "metrics.json", "gates": "gates.json"})
     cfg = load_task_config(str(tiny_finetuned["task_yaml"]), {"package.repository": str(tmp_path / "model_repository")})
-    assert package.inputs(cfg) == {"repository_state": "missing-or-changed"}
+    assert not package.external_intact(cfg, {})  # nothing packaged yet
     out = tmp_path / "out"
     out.mkdir()
     ctx = StageContext(cfg, get_stage("package"), out, tmp_path / "work", {"export": export_rec, "validate": validate_rec}, runs, print)
@@ -213,5 +213,7 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     assert m["validated"] == {"backend": "onnxruntime-cpu-fp32", "metric": "accuracy", "value": 0.97, "accuracy": 0.97}
     assert m["metrics"]["summary"]["accuracy"] == 0.97 and m["gates"]["max_accuracy_drop"]["passed"]
     assert (out / "bundle.json").is_file() and result.metrics["files"] == len(m["files"])
-    assert package.inputs(cfg) == {"repository_state": "intact"}
+    assert package.external_intact(cfg, {"bundle": result.external_outputs["bundle"]})
+    (bundle / "README.md").write_text("changed")  # a tampered or replaced bundle: the stage must run again
+    assert not package.external_intact(cfg, {"bundle": result.external_outputs["bundle"]})
     assert dataclasses.asdict(cfg.package) == m["package"]

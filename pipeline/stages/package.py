@@ -48,15 +48,20 @@ def check(cfg: TaskConfig) -> None:
 
 
 def inputs(cfg: TaskConfig) -> dict[str, str]:
+    return {}  # everything comes from export and validate; the bundle itself is checked by external_intact
+
+
+def external_intact(cfg: TaskConfig, external: dict[str, str]) -> bool:
+    """The packaged bundle is still there, passes its own integrity check and is the one this run wrote."""
+    from pipeline.hashing import tree_sha256
     from serving.integrity import BundleIntegrityError, verify_bundle
 
     target = repository_dir(cfg) / cfg.task
     try:
         verify_bundle(target)
-        state = "intact"
     except BundleIntegrityError:
-        state = "missing-or-changed"
-    return {"repository_state": state}
+        return False
+    return external.get("bundle") in (None, tree_sha256(target))
 
 
 def _artifacts(ctx) -> "object":
