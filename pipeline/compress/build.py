@@ -16,7 +16,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from pipeline.backends import paddle_inference
 from pipeline.compress.arguments import CompressConfig

@@ -16,7 +16,7 @@ loss to train with and how raw outputs become the task's metric.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -174,5 +174,3 @@ def masked_positions(input_ids, pad_id: int):
     """float32 [B, T]: 0 for real tokens, -1e4 for padding (added to logits before a softmax over T)."""
     return (input_ids == pad_id).astype("float32") * -1e4
 
-
-Progress = Callable[..., Any]

@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, masked_positions, request_shaped_batches
+from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, request_shaped_batches
 
 
 class TokenClassification(TaskKind):

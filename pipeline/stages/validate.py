@@ -95,8 +95,6 @@ def choose_backend(rows: list[dict], requested: str, max_drop: float) -> str:
 
 
 def run(ctx):
-    import numpy as np
-
     from pipeline.data import load_task_data
     from pipeline.evaluation import evaluate_session
     from pipeline.kinds import get_kind
