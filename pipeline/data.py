@@ -30,8 +30,12 @@ class Split:
     name: str
     examples: tuple[Any, ...]  # Example; LabelingExample (NER); QAExample (reading comprehension)
     source: str  # file path or "paddlenlp:clue/<name>/<split>"
-    skipped: int = 0  # rows dropped on purpose (data.skip_labels, bad spans, ...), reported, never silent
+    # rows dropped on purpose, by reason (data.skip_labels, overlapping spans, ...): reported, never silent
     skip_reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.skip_reasons.values())
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,8 @@ def _load_online(cfg: TaskConfig, tried: Path | None) -> TaskDataset:
                 skipped += 1
             else:
                 examples.append(ex)
-        splits[split_name] = Split(split_name, tuple(examples), f"paddlenlp:clue/{cfg.data.clue_name}/{split_name}", skipped)
+        splits[split_name] = Split(split_name, tuple(examples), f"paddlenlp:clue/{cfg.data.clue_name}/{split_name}",
+                                  _skip_labels(skipped))
     fp = hashlib.sha256(f"paddlenlp:clue/{cfg.data.clue_name}:{len(splits['train'].examples)}".encode()).hexdigest()
     return TaskDataset(labels, _names(cfg, labels), splits["train"], splits["dev"], fp)
 
@@ -198,7 +203,11 @@ def read_jsonl_split(cfg: TaskConfig, path: Path, split_name: str, labels: tuple
             examples.append(ex)
     if not examples:
         raise DataError(f"{path}: split {split_name!r} is empty")
-    return Split(split_name, tuple(examples), str(path), skipped)
+    return Split(split_name, tuple(examples), str(path), _skip_labels(skipped))
+
+
+def _skip_labels(count: int) -> dict[str, int]:
+    return {"data.skip_labels": count} if count else {}
 
 
 def _example(cfg: TaskConfig, row: dict, label_value: str, labels: tuple[str, ...], where: str) -> Example | None:

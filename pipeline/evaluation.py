@@ -32,10 +32,6 @@ class Evaluation:
             return np.zeros((0, 0), np.float32)
         return np.concatenate([np.asarray(o, np.float32).reshape(-1, np.shape(o)[-1]) for o in self.outputs])
 
-    @property
-    def logits(self) -> np.ndarray:
-        return self.flat()
-
 
 def run_outputs(forward: Callable[[np.ndarray, np.ndarray], np.ndarray], fs: FeatureSet, batch_size: int, desc: str) -> list[np.ndarray]:
     outputs: list = [None] * len(fs)

@@ -210,6 +210,33 @@ def _outputs(shape: BundleShape, pc: PackageConfig, k: int) -> list[mc.ModelOutp
     ]
 
 
+def _chain(cfg: mc.ModelConfig, names: "ModelNames", inputs: tuple[str, ...], extras: tuple[str, ...],
+           to_post: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+    """The ensemble's steps: tokenizer(inputs) -> model(ids, types) -> postprocess(logits, extras, to_post).
+
+    ``extras``: pre-processing outputs only the post-processing reads (token offsets, window owners);
+    ``to_post``: ensemble inputs the post-processing also reads (the original text or passage).
+    """
+    steps = cfg.ensemble_scheduling.step
+    tok = steps.add(model_name=names.tokenizer, model_version=-1)
+    for name in inputs:
+        tok.input_map[name] = name
+    for name in (INPUT_IDS, TOKEN_TYPE_IDS, *extras):
+        tok.output_map[name] = f"_{name}"
+    run = steps.add(model_name=names.model, model_version=-1)
+    run.input_map[INPUT_IDS] = f"_{INPUT_IDS}"
+    run.input_map[TOKEN_TYPE_IDS] = f"_{TOKEN_TYPE_IDS}"
+    run.output_map[LOGITS] = f"_{LOGITS}"
+    post = steps.add(model_name=names.postprocess, model_version=-1)
+    post.input_map[LOGITS] = f"_{LOGITS}"
+    for name in extras:
+        post.input_map[name] = f"_{name}"
+    for name in to_post:
+        post.input_map[name] = name
+    for name in outputs:
+        post.output_map[name] = name
+
+
 def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     names = ModelNames(shape.task)
     k = min(pc.top_k, shape.num_labels)
@@ -217,19 +244,7 @@ def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     cfg.input.append(_inp(TEXT, mc.TYPE_STRING, [1], pc))
     cfg.output.extend(_outputs(shape, pc, k))
     _common(cfg, pc, scheduled=False)
-    steps = cfg.ensemble_scheduling.step
-    tok = steps.add(model_name=names.tokenizer, model_version=-1)
-    tok.input_map[TEXT] = TEXT
-    tok.output_map[INPUT_IDS] = "_input_ids"
-    tok.output_map[TOKEN_TYPE_IDS] = "_token_type_ids"
-    run = steps.add(model_name=names.model, model_version=-1)
-    run.input_map[INPUT_IDS] = "_input_ids"
-    run.input_map[TOKEN_TYPE_IDS] = "_token_type_ids"
-    run.output_map[LOGITS] = "_logits"
-    post = steps.add(model_name=names.postprocess, model_version=-1)
-    post.input_map[LOGITS] = "_logits"
-    for name in (LABEL, LABEL_DESC, CONFIDENCE, PROBS, TOPK_LABEL, TOPK_PROB):
-        post.output_map[name] = name
+    _chain(cfg, names, (TEXT,), (), (), (LABEL, LABEL_DESC, CONFIDENCE, PROBS, TOPK_LABEL, TOPK_PROB))
     return cfg
 
 
@@ -265,20 +280,7 @@ def ner_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
     cfg.input.append(_inp(TEXT, mc.TYPE_STRING, [1], pc))
     cfg.output.append(_out(ENTITIES, mc.TYPE_STRING, [1], pc))
     _common(cfg, pc, scheduled=False)
-    steps = cfg.ensemble_scheduling.step
-    tok = steps.add(model_name=names.tokenizer, model_version=-1)
-    tok.input_map[TEXT] = TEXT
-    for name in (INPUT_IDS, TOKEN_TYPE_IDS, OFFSETS):
-        tok.output_map[name] = f"_{name}"
-    run = steps.add(model_name=names.model, model_version=-1)
-    run.input_map[INPUT_IDS] = "_input_ids"
-    run.input_map[TOKEN_TYPE_IDS] = "_token_type_ids"
-    run.output_map[LOGITS] = "_logits"
-    post = steps.add(model_name=names.postprocess, model_version=-1)
-    post.input_map[LOGITS] = "_logits"
-    post.input_map[OFFSETS] = "_offsets"
-    post.input_map[TEXT] = TEXT
-    post.output_map[ENTITIES] = ENTITIES
+    _chain(cfg, names, (TEXT,), (OFFSETS,), (TEXT,), (ENTITIES,))
     return cfg
 
 
@@ -348,23 +350,7 @@ def mrc_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
     cfg.input.extend([_inp(QUESTION, mc.TYPE_STRING, [], pc0), _inp(CONTEXT, mc.TYPE_STRING, [], pc0)])
     cfg.output.extend(_mrc_outputs(pc0))
     _common(cfg, pc0, scheduled=False)
-    steps = cfg.ensemble_scheduling.step
-    tok = steps.add(model_name=names.tokenizer, model_version=-1)
-    tok.input_map[QUESTION] = QUESTION
-    tok.input_map[CONTEXT] = CONTEXT
-    for name in (INPUT_IDS, TOKEN_TYPE_IDS, OFFSETS, WINDOW_EXAMPLE):
-        tok.output_map[name] = f"_{name}"
-    run = steps.add(model_name=names.model, model_version=-1)
-    run.input_map[INPUT_IDS] = "_input_ids"
-    run.input_map[TOKEN_TYPE_IDS] = "_token_type_ids"
-    run.output_map[LOGITS] = "_logits"
-    post = steps.add(model_name=names.postprocess, model_version=-1)
-    post.input_map[LOGITS] = "_logits"
-    post.input_map[OFFSETS] = "_offsets"
-    post.input_map[WINDOW_EXAMPLE] = "_window_example"
-    post.input_map[CONTEXT] = CONTEXT
-    for name in (ANSWER, START, END, SCORE):
-        post.output_map[name] = name
+    _chain(cfg, names, (QUESTION, CONTEXT), (OFFSETS, WINDOW_EXAMPLE), (CONTEXT,), (ANSWER, START, END, SCORE))
     return cfg
 
 

@@ -60,13 +60,9 @@ class BundleModel:
 
     def wordpiece(self):
         """The HF ``tokenizers`` WordPiece the served pre-processing builds: bundle vocab, no truncation."""
-        from tokenizers import BertWordPieceTokenizer
+        from serving.text_input import wordpiece
 
-        lowercase = True
-        cfg = self.tokenizer_dir / "tokenizer_config.json"
-        if cfg.is_file():
-            lowercase = bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
-        return BertWordPieceTokenizer(str(self.tokenizer_dir / "vocab.txt"), lowercase=lowercase, handle_chinese_chars=True)
+        return wordpiece(self.tokenizer_dir)
 
     def tokenizer(self):
         from pipeline.tokenizer import Tokenizer

@@ -1,4 +1,4 @@
-"""Per-request text checks shared by the python pre-processing models of every task kind.
+"""Per-request text checks and tokenizer set-up shared by the python pre-processing models.
 
 Standard library only: this file is copied next to the pre-processing models of the token
 classification and reading comprehension bundles (as ``text_input.py``) and loaded there with the
@@ -6,6 +6,9 @@ models' ``_sibling`` loader, so a bad item is refused with the same message what
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 
 class BadText(ValueError):
@@ -31,3 +34,21 @@ def decode_item(item, field: str, j: int, max_bytes: int) -> str:
     if not text.strip():
         raise BadText(f"{field}[{j}]: empty {field}")
     return text
+
+
+def model_params(args: dict) -> dict[str, str]:
+    """The ``parameters`` of a python model's config, as Triton hands them to ``initialize``."""
+    return {k: v.get("string_value", "") for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
+
+
+def wordpiece(folder: Path):
+    """The bundle's WordPiece (vocab.txt, lowercase from tokenizer_config.json), without truncation or
+    padding: the NER and reading pre-processing cut, window and pad themselves, as the pipeline does."""
+    from tokenizers import BertWordPieceTokenizer
+
+    folder = Path(folder)
+    lowercase = True
+    cfg = folder / "tokenizer_config.json"
+    if cfg.is_file():
+        lowercase = bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
+    return BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=lowercase, handle_chinese_chars=True)

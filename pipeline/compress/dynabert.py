@@ -138,12 +138,6 @@ def narrow_model(model, num_heads: int, intermediate_size: int):
     return student
 
 
-def soft_cross_entropy(logits, teacher_logits):
-    import paddle.nn.functional as F
-
-    return -(F.log_softmax(logits, axis=-1) * F.softmax(teacher_logits, axis=-1)).sum(-1).mean()
-
-
 def distill(
     student,
     teacher,

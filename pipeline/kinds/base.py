@@ -36,10 +36,6 @@ class Batch:
     token_type_ids: np.ndarray
     targets: np.ndarray  # stacked targets; token targets padded with -100
 
-    @property
-    def labels(self) -> np.ndarray:  # the name the classification code always used
-        return self.targets
-
 
 @dataclass(frozen=True)
 class Score:
@@ -74,7 +70,7 @@ class FeatureSet:
         for j, f in enumerate(chosen):
             ids[j, : len(f.input_ids)] = f.input_ids
             types[j, : len(f.token_type_ids)] = f.token_type_ids
-        if chosen and np.ndim(chosen[0].target) == 1 and self.kind.token_level_targets:
+        if self.kind.token_level_targets:
             targets = np.full((len(chosen), width), -100, dtype=np.int64)
             for j, f in enumerate(chosen):
                 targets[j, : len(f.target)] = f.target

@@ -50,14 +50,10 @@ class ReadingComprehension(TaskKind):
             eval_part = eval_part[: self.rc.max_eval_questions]
         if not eval_part:
             raise DataError(f"{paths['dev']}: no questions left for evaluation (reading.dev_for_training {self.rc.dev_for_training})")
-        skipped = {f"train:{k}": v for k, v in train.skipped.items()}
-        skipped.update({f"dev:{k}": v for k, v in dev.skipped.items()})
         train_split = Split("train", tuple(train.examples) + tuple(train_part),
-                            f"{paths['train']} + {len(train_part)} questions of {paths['dev']}",
-                            sum(train.skipped.values()), {k: v for k, v in skipped.items() if k.startswith("train:")})
+                            f"{paths['train']} + {len(train_part)} questions of {paths['dev']}", dict(train.skipped))
         dev_split = Split("dev", tuple(eval_part), f"{paths['dev']} ({len(eval_part)} of {held_out} held-out questions, "
-                          f"{len(train_part)} others used for training)",
-                          sum(dev.skipped.values()), {k: v for k, v in skipped.items() if k.startswith("dev:")})
+                          f"{len(train_part)} others used for training)", dict(dev.skipped))
         fp = data_fingerprint(list(paths.values()), extra=f"{self.rc.dev_for_training}:{self.rc.split_seed}")
         return TaskDataset(LABELS, LABELS, train_split, dev_split, fp)
 

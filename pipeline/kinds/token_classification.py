@@ -56,7 +56,7 @@ class TokenClassification(TaskKind):
                                         f"{self.entity_types}")
             if not s.examples:
                 raise DataError(f"{path}: split {name!r} is empty")
-            splits[name] = Split(name, tuple(s.examples), str(path), sum(s.skipped.values()), dict(s.skipped))
+            splits[name] = Split(name, tuple(s.examples), str(path), {k: v for k, v in s.skipped.items() if v})
         fp = data_fingerprint([data_dir / cfg.data.train_file, data_dir / cfg.data.dev_file])
         return TaskDataset(tuple(self.tags), tuple(self.tags), splits["train"], splits["dev"], fp)
 

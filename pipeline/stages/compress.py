@@ -26,11 +26,8 @@ SELECTED_MODEL_DIR = "selected_model"
 
 
 def params(cfg: TaskConfig) -> dict:
-    compress = dataclasses.asdict(cfg.compress)
-    if compress.get("skip_layers_list") == [""]:
-        del compress["skip_layers_list"]  # added later; at its default it must not invalidate earlier runs
     return {
-        "compress": compress,
+        "compress": dataclasses.asdict(cfg.compress),
         "max_seq_len": cfg.max_seq_len,
         "labels": list(cfg.labels),
         "max_accuracy_drop": cfg.gates.max_accuracy_drop,

@@ -168,6 +168,6 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
 
 def _report_data(ctx, data) -> None:
     for split in (data.train, data.dev):
-        reasons = ", ".join(f"{k}: {v}" for k, v in split.skip_reasons.items() if v) or "data.skip_labels"
+        reasons = ", ".join(f"{k}: {v}" for k, v in split.skip_reasons.items() if v)
         skipped = f", {split.skipped} skipped ({reasons})" if split.skipped else ""
         ctx.log(f"[data] {split.name}: {len(split.examples)} examples from {split.source}{skipped}")

@@ -102,7 +102,7 @@ def run(ctx):
     from pipeline.tokenizer import Tokenizer
     from pipeline.validation import gates as G
     from pipeline.validation.benchmark import BenchmarkSettings, benchmark_backend, path_bytes, ratio
-    from pipeline.validation.parity import compare_outputs, load_reference, reference_rows, split_reference
+    from pipeline.validation.parity import compare_outputs, load_reference, reference_for, reference_rows
     from pipeline.validation.report import PLOT_FILE, plot_accuracy_vs_throughput, write_report
 
     cfg, out = ctx.cfg, ctx.out_dir
@@ -115,8 +115,8 @@ def run(ctx):
     kind = get_kind(cfg)
     tokenizer = Tokenizer.from_model_dir(export_dir / "tokenizer", cfg.max_seq_len)
     dev = kind.featurize(tokenizer, data.dev.examples, cfg)
-    reference = load_reference(ctx.artifact("finetune-check", "dev_logits"), reference_rows(dev), len(data.labels))
-    fp32_score = dev.score(split_reference(reference, dev))
+    reference = reference_for(load_reference(ctx.artifact("finetune-check", "dev_logits"), reference_rows(dev), len(data.labels)), dev)
+    fp32_score = reference.score
     fp32_accuracy = fp32_score.value
     threads = vcfg.threads or None
     settings = BenchmarkSettings(list(vcfg.batch_sizes), list(vcfg.seq_lens), vcfg.warmup, vcfg.repeats,

@@ -43,27 +43,30 @@ def load_reference(path: Path, n_examples: int, num_labels: int) -> np.ndarray:
     return ref.astype(np.float32)
 
 
-def compare(backend: str, logits: np.ndarray, reference: np.ndarray, labels: np.ndarray) -> Parity:
-    if logits.shape != reference.shape:
-        raise ValueError(f"{backend}: logits shape {logits.shape} != reference {reference.shape}")
-    pred, ref_pred = logits.argmax(-1), reference.argmax(-1)
-    acc, ref_acc = float((pred == labels).mean()), float((ref_pred == labels).mean())
-    diff = np.abs(logits.astype(np.float64) - reference)
-    return Parity(backend, acc, ref_acc, 100.0 * (ref_acc - acc), float((pred == ref_pred).mean()),
-                  float(diff.max()) if diff.size else 0.0, float(diff.mean()) if diff.size else 0.0, int(len(labels)))
+@dataclass(frozen=True)
+class Reference:
+    """The FP32 reference, scored once: every backend is compared with it."""
+
+    flat: np.ndarray  # stacked outputs, as finetune-check saved them
+    outputs: list  # per feature
+    score: object  # pipeline.kinds.Score
+    predictions: list  # per example
 
 
-def compare_outputs(backend: str, ev, reference: np.ndarray, fs) -> Parity:
-    """Parity of an ``Evaluation`` over ``fs`` with the stacked reference: metric, predictions, raw outputs."""
+def reference_for(flat: np.ndarray, fs) -> Reference:
+    outputs = split_reference(flat, fs)
+    return Reference(flat, outputs, fs.score(outputs), fs.predictions(outputs))
+
+
+def compare_outputs(backend: str, ev, ref: Reference, fs) -> Parity:
+    """Parity of an ``Evaluation`` over ``fs`` with the reference: metric, predictions, raw outputs."""
     flat = ev.flat()
-    if flat.shape != reference.shape:
-        raise ValueError(f"{backend}: outputs shape {flat.shape} != reference {reference.shape}")
-    ref_outputs = split_reference(reference, fs)
-    ref_metric = fs.score(ref_outputs).value
-    pred, ref_pred = fs.predictions(ev.outputs), fs.predictions(ref_outputs)
-    agree = float(np.mean([a == b for a, b in zip(pred, ref_pred)])) if pred else 1.0
-    diff = np.abs(flat.astype(np.float64) - reference)
-    return Parity(backend, ev.metric, ref_metric, 100.0 * (ref_metric - ev.metric), agree,
+    if flat.shape != ref.flat.shape:
+        raise ValueError(f"{backend}: outputs shape {flat.shape} != reference {ref.flat.shape}")
+    pred = fs.predictions(ev.outputs)
+    agree = float(np.mean([a == b for a, b in zip(pred, ref.predictions)])) if pred else 1.0
+    diff = np.abs(flat.astype(np.float64) - ref.flat)
+    return Parity(backend, ev.metric, ref.score.value, 100.0 * (ref.score.value - ev.metric), agree,
                   float(diff.max()) if diff.size else 0.0, float(diff.mean()) if diff.size else 0.0, len(fs.examples))
 
 

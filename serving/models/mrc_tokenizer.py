@@ -13,7 +13,6 @@ non-UTF-8, empty question or context, an item over ``max_text_bytes``.
 """
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
@@ -38,20 +37,14 @@ class TritonPythonModel:
         _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
         self.windows = _sibling("windows")
         self.text_input = _sibling("text_input")
-        params = {k: v.get("string_value", "") for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
+        params = self.text_input.model_params(args)
         self.max_seq_len = int(params["max_seq_len"])
         self.doc_stride = int(params["doc_stride"])
         self.max_query_len = int(params["max_query_len"])
         self.max_text_bytes = int(params["max_text_bytes"])
         self.max_items = int(params.get("max_items", "0") or 0)  # 0: no limit
-        lowercase = True
-        cfg = HERE / "tokenizer_config.json"
-        if cfg.is_file():
-            lowercase = bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
-        from tokenizers import BertWordPieceTokenizer
-
         # No truncation, no padding: make_windows slices and pads itself.
-        self.tok = BertWordPieceTokenizer(str(HERE / "vocab.txt"), lowercase=lowercase, handle_chinese_chars=True)
+        self.tok = self.text_input.wordpiece(HERE)
         self.pad_id = self.tok.token_to_id("[PAD]")
 
     def _one(self, request):

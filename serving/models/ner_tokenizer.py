@@ -11,11 +11,9 @@ as offline.
 """
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 HERE = Path(__file__).resolve().parent
@@ -36,17 +34,11 @@ class TritonPythonModel:
         _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
         self.bio = _sibling("bio")
         self.text_input = _sibling("text_input")
-        params = {k: v.get("string_value", "") for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
+        params = self.text_input.model_params(args)
         self.max_seq_len = int(params["max_seq_len"])
         self.max_text_bytes = int(params["max_text_bytes"])
-        lowercase = True
-        cfg = HERE / "tokenizer_config.json"
-        if cfg.is_file():
-            lowercase = bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
-        from tokenizers import BertWordPieceTokenizer
-
         # No truncation: encode_token cuts to max_seq_len itself and keeps the offsets straight.
-        self.tok = BertWordPieceTokenizer(str(HERE / "vocab.txt"), lowercase=lowercase, handle_chinese_chars=True)
+        self.tok = self.text_input.wordpiece(HERE)
         self.pad_id = self.tok.token_to_id("[PAD]")
 
     def _one(self, request):
