@@ -13,11 +13,12 @@ STRATEGY ?=
 RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) \
             $(if $(STRATEGY),--set compress.strategy=$(STRATEGY))
 
-.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest
+.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench
 
 help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ARGS='--set finetune.epochs=1']"
 	@echo "make test            run the test suite"
+	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
 	@echo "make gate TASK=.. BASELINE=previous/gates.json   release gate against a previous bundle"
 	@echo "make status TASK=..  what has run; make clean TASK=.. removes runs/<task>"
@@ -54,13 +55,21 @@ stop: setup
 smoke: setup
 	$(BIN)/python -m serving.smoke --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/smoke.json $(ARGS)
 
-loadtest: setup
+load# Every INT8 form vs ORT's quantize_dynamic one-liner (the anchor), on this CPU, after `make bundle`.
+bench: setup
+	$(BIN)/python scripts/bench.py --task $(TASK) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
+
+test: setup
 	$(BIN)/python -m serving.loadtest --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --concurrency 1 4 16 --seconds 10 --json-out runs/$(TASK)/loadtest.json $(ARGS)
 
 # Release gate for CI: fails when accuracy or throughput regressed against a previous bundle's report.
 gate: setup
 	@test -n "$(BASELINE)" || { echo "error: BASELINE=<previous gates.json or metrics.json> is required"; exit 2; }
 	$(BIN)/ernie-bundle gate --task $(TASK) --baseline $(BASELINE) $(ARGS)
+
+# Every INT8 form vs ORT's quantize_dynamic one-liner (the anchor), on this CPU, after `make bundle`.
+bench: setup
+	$(BIN)/python scripts/bench.py --task $(TASK) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
 test: setup
 	$(BIN)/python -m pytest $(ARGS)

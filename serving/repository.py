@@ -333,6 +333,10 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "package": dataclasses.asdict(pc),
         "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint},
         "selected_candidate": prov.selected_candidate or meta.get("selected_candidate", {}),
+        # The CPU the INT8 recipe was chosen and validated on: the launcher warns when the serving CPU lacks
+        # one of its int8 instruction sets (speed, and on AVX2 the u8s8 numerics, differ).
+        "cpu": meta.get("cpu", {}),
+        "int8_recipe": (meta.get("int8") or {}).get("chosen", meta.get("int8", {})),
         "validated": prov.validated.get(choice.form, {}),
         "metrics": prov.metrics,
         "gates": prov.gates,

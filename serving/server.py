@@ -186,6 +186,35 @@ def resolve_repository(repository: Path | str, task: str | None) -> Path:
     raise ServerError(f"no bundle at {where} (bundle.json missing): run `make bundle TASK={task or '<task>'}` first")
 
 
+INT8_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile", "amx_int8")
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    """This CPU's flags (None when unknown).  Same reading as pipeline.cpu; serving never imports pipeline."""
+    try:
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("flags", "Features"):
+                return set(value.split())
+    except OSError:
+        pass
+    return None
+
+
+def cpu_warnings(manifest: dict, flags: set[str] | None = None) -> list[str]:
+    """One line per int8 instruction set the bundle was validated with that this CPU lacks."""
+    validated = (manifest.get("cpu") or {}).get("flags") or []
+    flags = cpu_flags() if flags is None else flags
+    if flags is None or manifest.get("precision") != "int8":
+        return []
+    missing = [f for f in validated if f in INT8_FLAGS and f not in flags]
+    if not missing:
+        return []
+    return [f"this CPU lacks {', '.join(missing)}, which the bundle's INT8 model was validated with "
+            f"({(manifest.get('cpu') or {}).get('model', '?')}): expect lower throughput than bundle.json's "
+            "validated numbers" + (", and on CPUs without VNNI int8 sums may saturate" if any("vnni" in m for m in missing) else "")]
+
+
 def start_server(
     repository: Path,
     host: str = "127.0.0.1",
@@ -199,7 +228,9 @@ def start_server(
 ) -> TritonServer:
     repository = Path(repository).resolve()
     if verify:
-        verify_bundle(repository)
+        manifest = verify_bundle(repository)
+        for line in cpu_warnings(manifest):
+            print(f"warning: {line}", file=sys.stderr)
     install = find_tritonserver()
     http_port = http_port or free_port(host)
     grpc_port = grpc_port or free_port(host)

@@ -35,6 +35,9 @@ def params(cfg: TaskConfig) -> dict:
             "calibration_batch_size": e.calibration_batch_size, "int8_embeddings": e.int8_embeddings,
             "ort_transformer_optimize": e.ort_transformer_optimize, "max_int8_size_ratio": e.max_int8_size_ratio,
             "batch_independent_int8": e.batch_independent_int8,
+            "int8_search": {"alphas": e.int8_smooth_alphas, "reduce_range": e.int8_reduce_range,
+                            "sentences": e.int8_search_sentences, "max_fp32_matmuls": e.int8_max_fp32_matmuls,
+                            "budget_points": cfg.gates.max_accuracy_drop},
             "max_seq_len": cfg.max_seq_len, "labels": list(cfg.labels), "label_names": list(cfg.label_names),
             **kind_params(cfg)}
 
@@ -105,6 +108,62 @@ def _num_labels(model_dir: Path) -> int:
     return info.head_classes
 
 
+def detect_cpu():
+    from pipeline.cpu import detect
+
+    return detect()
+
+
+def reduce_range_options(setting, cpu) -> list[bool]:
+    if setting in (True, "true"):
+        return [True]
+    if setting in (False, "false"):
+        return [False]
+    return [False, True] if cpu.int8_saturates else [False]  # auto
+
+
+def search_int8(ctx, source: Path, out_path: Path, feeds, tokenizer, data, kind, baseline: Path | None = None):
+    """The batch-independent INT8 ONNX: the recipe that meets the accuracy budget on held-out training rows."""
+    from pipeline.backends import onnxruntime as ortb
+    from pipeline.evaluation import evaluate_session
+    from pipeline.hashing import json_sha256
+    from pipeline.int8.recipe import Int8Recipe
+    from pipeline.int8.search import Search
+    from pipeline.int8.stats import activation_ranges
+
+    cfg, ecfg = ctx.cfg, ctx.cfg.export
+    cpu = detect_cpu()
+    train = data.train.examples
+    start = max(ecfg.calibration_sentences, len(train) - ecfg.int8_search_sentences)
+    held = train[start:] or train[: ecfg.int8_search_sentences]  # tiny data: calibration rows are all there is
+    held_fs = kind.featurize(tokenizer, held, cfg)
+    ranges = activation_ranges(source, feeds, tokenizer.pad_id)
+
+    def evaluate(path: Path):
+        ev = evaluate_session(ortb.session(path), held_fs, 64, desc=f"int8 search {path.stem[:24]}")
+        return ev.score.value, ev.outputs
+
+    key = json_sha256({"calibration": ecfg.calibration_sentences, "batch": ecfg.calibration_batch_size,
+                       "held": [start, len(train)], "max_seq_len": cfg.max_seq_len, "data": data_fingerprint(cfg)})
+    search = Search(source, ranges, evaluate, ctx.runs_dir / "export" / "int8_candidates", embeddings=ecfg.int8_embeddings,
+                    log=ctx.log, cache_key=key, baseline=baseline)
+    bases = [Int8Recipe(alpha, rr) for rr in reduce_range_options(ecfg.int8_reduce_range, cpu)
+             for alpha in [None, *ecfg.int8_smooth_alphas]]
+    ctx.log(f"[export] CPU {cpu.summary()}; {len(bases)} INT8 recipes on {len(held_fs)} held-out training rows")
+    result = search.run(bases, cfg.gates.max_accuracy_drop, ecfg.int8_max_fp32_matmuls)
+    chosen = result.chosen
+    ctx.log(f"[export] INT8 recipe {chosen.recipe.name}: held-out drop {chosen.drop_points:+.2f} pts "
+            f"({'within' if result.within_budget else 'OUTSIDE'} the {result.budget_points} pt budget)")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(chosen.path, out_path)
+    (ctx.out_dir / "int8_search.json").write_text(json.dumps({"cpu": cpu.as_dict(), **result.as_dict()}, indent=2))
+    return out_path, result
+
+
+def data_fingerprint(cfg) -> str:
+    return json.dumps(inputs(cfg), sort_keys=True)
+
+
 def run(ctx):
     from pipeline.backends import onnxruntime as ortb
     from pipeline.data import load_task_data
@@ -130,25 +189,22 @@ def run(ctx):
     ctx.log("[export] Paddle static -> ONNX (FP32 baseline)")
     fp32_onnx = ortb.export_onnx(out / "paddle_fp32", out / "onnx" / "fp32.onnx", ecfg.opset)
     source, pruned = selected_fp32_onnx(ctx, selected, fp32_onnx, ecfg.opset)
-    ctx.log(f"[export] INT8 ONNX (dynamic per-channel) from {'the pruned' if pruned else 'the'} FP32 ONNX")
-    int8 = ortb.quantize_int8_dynamic(source, out / "onnx" / "int8.onnx", optimize=ecfg.ort_transformer_optimize,
-                                      embeddings=ecfg.int8_embeddings)
-
     model_src = ctx.artifact("compress", "selected_fp32_model_dir")
     do_lower = write_tokenizer(model_src, out / "tokenizer")
     tokenizer = Tokenizer.from_model_dir(out / "tokenizer", cfg.max_seq_len)
     train = kind.featurize(tokenizer, data.train.examples[: ecfg.calibration_sentences], cfg)
     feeds = ortb.calibration_feeds(train, ecfg.calibration_batch_size)
+    int8_search = None
+    if ecfg.batch_independent_int8:
+        ctx.log(f"[export] INT8 ONNX: accuracy-aware search from {'the pruned' if pruned else 'the'} FP32 ONNX")
+        int8, int8_search = search_int8(ctx, source, out / "onnx" / "int8.onnx", feeds, tokenizer, data, kind,
+                                        baseline=fp32_onnx if pruned else None)
+    else:
+        ctx.log(f"[export] INT8 ONNX (dynamic per-channel, per-batch scales) from {'the pruned' if pruned else 'the'} FP32 ONNX")
+        int8 = ortb.quantize_int8_dynamic(source, out / "onnx" / "int8.onnx", optimize=ecfg.ort_transformer_optimize,
+                                          embeddings=ecfg.int8_embeddings)
     ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {len(train)} calibration sequences)")
     qdq = ortb.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
-    if ecfg.batch_independent_int8:
-        import onnx
-
-        model = onnx.load(str(int8))
-        static, per_seq = ortb.static_activation_scales(model, onnx.load(str(qdq)), pad_id=tokenizer.pad_id)
-        onnx.save(model, str(int8))
-        ctx.log(f"[export] INT8 ONNX activation scales: {static} calibrated, {per_seq} per sequence "
-                "(answers do not depend on batch mates, so served == offline)")
 
     stats = {name: ortb.weight_stats(p) for name, p in (("fp32", fp32_onnx), ("int8", int8), ("int8_qdq", qdq))}
     for name in ("int8", "int8_qdq"):
@@ -181,6 +237,8 @@ def run(ctx):
         "selected_candidate": selected,
         "onnx": {name: s.as_dict() for name, s in stats.items()},
         "opset": ecfg.opset,
+        "cpu": detect_cpu().as_dict(),
+        "int8": int8_search.as_dict() if int8_search else {"recipe": "dynamic-per-batch", "batch_independent": False},
     }
     if cfg.type == "reading_comprehension":
         meta["reading"] = {"doc_stride": cfg.reading.doc_stride, "max_query_len": cfg.reading.max_query_len,
@@ -193,7 +251,10 @@ def run(ctx):
     ratio = stats["int8"].file_bytes / stats["fp32"].file_bytes
     metrics = {"onnx_fp32_mb": stats["fp32"].file_bytes / 2**20, "onnx_int8_mb": stats["int8"].file_bytes / 2**20,
                "onnx_int8_qdq_mb": stats["int8_qdq"].file_bytes / 2**20, "int8_size_ratio": ratio,
-               "int8_initializers": stats["int8"].int8_initializers, "selected": selected.get("name"), "pruned": pruned}
+               "int8_initializers": stats["int8"].int8_initializers, "selected": selected.get("name"), "pruned": pruned,
+               "int8_recipe": int8_search.chosen.recipe.name if int8_search else "dynamic-per-batch"}
+    if int8_search:
+        metrics.update(int8_heldout_drop_points=int8_search.chosen.drop_points, int8_within_budget=int8_search.within_budget)
     gate = None
     if ratio > ecfg.max_int8_size_ratio:
         gate = (f"onnx/int8.onnx is {100 * ratio:.1f}% of onnx/fp32.onnx, above export.max_int8_size_ratio "

@@ -43,12 +43,28 @@ class ExportConfig:
     # Calibrated activation scales in onnx/int8.onnx: a sentence's answer does not depend on its batch
     # mates (served == offline).  false keeps ORT's per-batch dynamic scales: ~8% faster, not reproducible.
     batch_independent_int8: bool = True
+    # Accuracy-aware INT8 search (pipeline.int8), used when batch_independent_int8 is true: recipes are
+    # scored on held-out training sentences (the last int8_search_sentences of train; dev only reports).
+    int8_smooth_alphas: list = field(default_factory=lambda: [0.5, 0.7, 0.85])  # SmoothQuant strengths tried
+    int8_reduce_range: str = "auto"  # auto: 7-bit weights are also tried on CPUs without VNNI; true | false
+    int8_search_sentences: int = 2000
+    int8_max_fp32_matmuls: int = 8  # mixed precision: at most this many MatMuls kept in FP32
 
     def __post_init__(self) -> None:
         _number("export.opset", self.opset, minimum=13, integer=True)
         _number("export.calibration_sentences", self.calibration_sentences, minimum=1, integer=True)
         _number("export.calibration_batch_size", self.calibration_batch_size, minimum=1, integer=True)
         _number("export.max_int8_size_ratio", self.max_int8_size_ratio, minimum=0.0)
+        _number("export.int8_search_sentences", self.int8_search_sentences, minimum=1, integer=True)
+        _number("export.int8_max_fp32_matmuls", self.int8_max_fp32_matmuls, minimum=0, integer=True)
+        if not isinstance(self.int8_smooth_alphas, list):
+            raise ConfigError(f"export.int8_smooth_alphas must be a list of numbers in (0, 1), got {self.int8_smooth_alphas!r}")
+        for i, a in enumerate(self.int8_smooth_alphas):
+            _number(f"export.int8_smooth_alphas[{i}]", a)
+            if not 0 < a < 1:
+                raise ConfigError(f"export.int8_smooth_alphas[{i}] must be in (0, 1), got {a!r}")
+        if self.int8_reduce_range not in ("auto", True, False, "true", "false"):
+            raise ConfigError(f"export.int8_reduce_range must be auto, true or false, got {self.int8_reduce_range!r}")
         for name in ("int8_embeddings", "ort_transformer_optimize", "batch_independent_int8"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"export.{name} must be true or false, got {getattr(self, name)!r}")

@@ -1,0 +1,152 @@
+"""One named INT8 recipe -> one batch-independent INT8 ONNX file for ONNX Runtime's CPU kernels.
+
+Every form built here is **batch-independent**: activations are quantized with fixed scales calibrated on
+training sentences (``QuantizeLinear``), never with ORT's ``DynamicQuantizeLinear``, whose scale is taken
+over the whole batch, so that a text's answer would change with the texts that share its batch (44 of
+10,000 TNEWS predictions did).  Weights are int8 per output channel; ORT fuses the integer MatMul and its
+rescale into ``MatMulIntegerToFloat`` at session creation.
+
+A recipe varies three things, all searched by ``pipeline.int8.search``:
+
+* ``smooth_alpha``: SmoothQuant migration strength (``None``: off);
+* ``reduce_range``: 7-bit weights.  Without AVX512-VNNI, ORT's u8s8 kernel sums pairs of u8*s8 products in
+  int16 (``vpmaddubsw``), which saturates for large activations; 7-bit weights cannot overflow it;
+* ``fp32_matmuls``: MatMul node names kept in float (mixed precision for the most sensitive layers).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.int8.stats import ChannelRange
+
+
+@dataclass(frozen=True)
+class Int8Recipe:
+    smooth_alpha: float | None = None
+    reduce_range: bool = False
+    fp32_matmuls: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def name(self) -> str:
+        parts = ["static"]
+        parts.append(f"sq{self.smooth_alpha:g}" if self.smooth_alpha else "nosq")
+        if self.reduce_range:
+            parts.append("rr")
+        if self.fp32_matmuls:
+            parts.append(f"fp32x{len(self.fp32_matmuls)}")
+        return "-".join(parts)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "smooth_alpha": self.smooth_alpha, "reduce_range": self.reduce_range,
+                "fp32_matmuls": list(self.fp32_matmuls)}
+
+
+def tensor_scale(r: ChannelRange) -> tuple[float, int]:
+    """Asymmetric uint8 (scale, zero point) covering the whole tensor's range, zero included."""
+    lo = min(float(r.minimum.min()), 0.0)
+    hi = max(float(r.maximum.max()), 0.0)
+    scale = max(hi - lo, 1e-8) / 255.0
+    zp = int(np.clip(round(-lo / scale), 0, 255))
+    return scale, zp
+
+
+def static_activations(model, ranges: dict[str, ChannelRange]) -> int:
+    """Replace every ``DynamicQuantizeLinear`` whose input has a calibrated range by a fixed ``QuantizeLinear``."""
+    from onnx import helper, numpy_helper
+
+    nodes, extra, count = [], [], 0
+    for node in model.graph.node:
+        if node.op_type != "DynamicQuantizeLinear" or node.input[0] not in ranges:
+            nodes.append(node)
+            continue
+        x = node.input[0]
+        q, scale_out, zp_out = node.output
+        scale, zp = tensor_scale(ranges[x])
+        s_name, z_name = f"{x}_static_scale", f"{x}_static_zero_point"
+        extra += [numpy_helper.from_array(np.array(scale, np.float32), s_name),
+                  numpy_helper.from_array(np.array(zp, np.uint8), z_name)]
+        nodes += [helper.make_node("QuantizeLinear", [x, s_name, z_name], [q], name=f"{x}_QuantizeLinear_static"),
+                  helper.make_node("Identity", [s_name], [scale_out]),
+                  helper.make_node("Identity", [z_name], [zp_out])]
+        count += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    model.graph.initializer.extend(extra)
+    return count
+
+
+def fold_smoothing(model) -> int:
+    """``QuantizeLinear(Mul(x, 1/s), t)`` -> ``QuantizeLinear(x, s*t)`` per channel (last axis): one pass less.
+
+    Only where the smoothed tensor feeds nothing but that QuantizeLinear.  Returns the number folded.
+    """
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, int] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers[i] = consumers.get(i, 0) + 1
+    folded, drop = 0, []
+    for node in model.graph.node:
+        if node.op_type != "QuantizeLinear" or len(node.input) < 3:
+            continue
+        mul = producer.get(node.input[0])
+        if mul is None or mul.op_type != "Mul" or not mul.name.endswith("_smooth") or consumers.get(mul.output[0]) != 1:
+            continue
+        inv = numpy_helper.to_array(inits[mul.input[1]])
+        t = float(numpy_helper.to_array(inits[node.input[1]]))
+        zp = numpy_helper.to_array(inits[node.input[2]])
+        scale_name, zp_name = f"{mul.input[0]}_folded_scale", f"{mul.input[0]}_folded_zero_point"
+        model.graph.initializer.extend([numpy_helper.from_array((t / inv).astype(np.float32), scale_name),
+                                        numpy_helper.from_array(np.full(inv.shape, zp, zp.dtype), zp_name)])
+        node.input[0], node.input[1], node.input[2] = mul.input[0], scale_name, zp_name
+        node.attribute.append(__import__("onnx").helper.make_attribute("axis", -1))
+        drop.append(mul)
+        folded += 1
+    for mul in drop:
+        model.graph.node.remove(mul)
+    return folded
+
+
+def dynamic_left(model) -> list[str]:
+    return [n.input[0] for n in model.graph.node if n.op_type == "DynamicQuantizeLinear"]
+
+
+def build(fp32_path: Path, out_path: Path, ranges: dict[str, ChannelRange], recipe: Int8Recipe, *,
+          embeddings: bool = True) -> Path:
+    """Write ``recipe`` applied to ``fp32_path`` to ``out_path``.  ``ranges`` come from ``stats.activation_ranges``."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from pipeline.backends.onnxruntime import _quant_extra_options, quantize_embedding_tables
+    from pipeline.errors import ModelError
+    from pipeline.int8.smoothing import smooth
+
+    ranges = dict(ranges)  # smoothing adds the smoothed tensors' ranges
+    model = onnx.load(str(fp32_path))
+    if recipe.smooth_alpha:
+        smooth(model, ranges, recipe.smooth_alpha, skip=set(recipe.fp32_matmuls))
+    out_path = Path(out_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, quant = Path(tmp) / "src.onnx", Path(tmp) / "quant.onnx"
+        onnx.save(model, str(src))
+        quantize_dynamic(str(src), str(quant), weight_type=QuantType.QInt8, per_channel=True,
+                         reduce_range=recipe.reduce_range, op_types_to_quantize=["MatMul"],
+                         nodes_to_exclude=list(recipe.fp32_matmuls), extra_options=_quant_extra_options())
+        model = onnx.load(str(quant))
+    static_activations(model, ranges)
+    left = dynamic_left(model)
+    if left:  # a per-batch scale would make answers depend on batch mates: never ship that silently
+        raise ModelError(f"INT8 recipe {recipe.name}: no calibrated range for {', '.join(left[:3])}")
+    if embeddings:
+        quantize_embedding_tables(model)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(out_path))
+    return out_path

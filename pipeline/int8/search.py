@@ -1,0 +1,148 @@
+"""Accuracy-aware choice of the INT8 recipe, judged on held-out training sentences (never on dev).
+
+1. Every base recipe (SmoothQuant strength x weight range) is built and scored on the held-out slice.
+2. When none is within the budget, mixed precision: each weight MatMul's sensitivity is measured (the
+   base recipe with that one MatMul kept in FP32: how much of the output error disappears), and the most
+   sensitive are kept in FP32 one by one until the held-out drop is within budget or ``max_fp32`` is hit.
+3. The pick: within budget, fewest FP32 MatMuls (they are what costs speed), then the smallest drop.
+   No candidate within budget: the smallest drop is returned with ``within_budget`` false, so the gates
+   fail loudly downstream instead of a silent FP32 fallback.
+
+Every built candidate is cached in ``work_dir`` by recipe name and source hash, so a re-run with another
+budget or another alpha list rebuilds nothing it already scored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pipeline.int8.recipe import Int8Recipe, build
+from pipeline.int8.stats import ChannelRange, weight_matmuls
+
+
+@dataclass(frozen=True)
+class Scored:
+    recipe: Int8Recipe
+    metric: float  # task metric on the held-out slice (fraction)
+    drop_points: float  # FP32 held-out metric minus this, in points
+    agreement: float  # fraction of held-out rows whose argmax equals FP32's
+    path: str
+
+    def as_dict(self) -> dict:
+        return {**self.recipe.as_dict(), "metric": self.metric, "drop_points": self.drop_points,
+                "agreement": self.agreement, "path": self.path}
+
+
+@dataclass
+class SearchResult:
+    chosen: Scored
+    within_budget: bool
+    budget_points: float
+    fp32_metric: float  # the unpruned FP32 baseline's held-out metric, which drops are counted from
+    candidates: list[Scored] = field(default_factory=list)
+    sensitivity: dict[str, float] = field(default_factory=dict)  # MatMul name -> error share removed when FP32
+
+    def as_dict(self) -> dict:
+        return {"chosen": self.chosen.as_dict(), "within_budget": self.within_budget,
+                "budget_points": self.budget_points, "fp32_metric": self.fp32_metric,
+                "candidates": [c.as_dict() for c in self.candidates], "sensitivity": self.sensitivity}
+
+
+Evaluate = Callable[[Path], tuple[float, list[np.ndarray]]]  # model path -> (metric, per-row outputs)
+
+
+def _agreement(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
+    same = [np.array_equal(np.argmax(o, axis=-1), np.argmax(r, axis=-1)) for o, r in zip(outputs, reference)]
+    return float(np.mean(same)) if same else 1.0
+
+
+def _error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
+    return float(np.mean([np.mean((np.asarray(o) - np.asarray(r)) ** 2) for o, r in zip(outputs, reference)]))
+
+
+class Search:
+    def __init__(self, fp32_path: Path, ranges: dict[str, ChannelRange], evaluate: Evaluate, work_dir: Path, *,
+                 embeddings: bool = True, log: Callable[[str], None] = print, cache_key: str = "",
+                 baseline: Path | None = None):
+        import hashlib
+
+        from pipeline.hashing import file_sha256
+
+        self.fp32_path, self.ranges, self.evaluate = Path(fp32_path), ranges, evaluate
+        self.work_dir, self.embeddings, self.log = Path(work_dir), embeddings, log
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        # The source model, the calibration and the held-out slice (cache_key) decide a candidate's score.
+        self.key = hashlib.sha256(f"{file_sha256(self.fp32_path)}|{cache_key}|{embeddings}".encode()).hexdigest()[:12]
+        self.fp32_metric, self.reference = evaluate(self.fp32_path)
+        # A pruned source already spent part of the budget: drops count from the unpruned baseline's metric,
+        # agreement from the source's own outputs.
+        self.baseline_metric = evaluate(Path(baseline))[0] if baseline else self.fp32_metric
+
+    def _cache(self, recipe: Int8Recipe) -> tuple[Path, Path]:
+        import hashlib
+
+        tag = hashlib.sha256(json.dumps(recipe.as_dict(), sort_keys=True).encode()).hexdigest()[:10]
+        stem = self.work_dir / f"{recipe.name}-{tag}-{self.key}"
+        return stem.with_suffix(".onnx"), stem.with_suffix(".json")
+
+    def score(self, recipe: Int8Recipe) -> tuple[Scored, list[np.ndarray]]:
+        model, record = self._cache(recipe)
+        if model.is_file() and record.is_file():
+            cached = json.loads(record.read_text())
+            outputs = [np.asarray(o, np.float32) for o in np.load(record.with_suffix(".npz"), allow_pickle=False).values()]
+            # The drop is recomputed: the same candidate may be judged against another baseline.
+            drop = 100.0 * (self.baseline_metric - cached["metric"])
+            return Scored(recipe, cached["metric"], drop, cached["agreement"], str(model)), outputs
+        partial = model.with_suffix(".partial.onnx")
+        build(self.fp32_path, partial, self.ranges, recipe, embeddings=self.embeddings)
+        partial.replace(model)
+        metric, outputs = self.evaluate(model)
+        scored = Scored(recipe, metric, 100.0 * (self.baseline_metric - metric), _agreement(outputs, self.reference), str(model))
+        np.savez(record.with_suffix(".npz"), *outputs)
+        record.write_text(json.dumps(scored.as_dict()))
+        return scored, outputs
+
+    def run(self, bases: Sequence[Int8Recipe], budget_points: float, max_fp32: int) -> SearchResult:
+        scored = []
+        for recipe in bases:
+            s, _ = self.score(recipe)
+            scored.append(s)
+            self.log(f"[int8] {recipe.name}: held-out drop {s.drop_points:+.2f} pts, agreement {s.agreement:.4f}")
+        ok = [s for s in scored if s.drop_points <= budget_points]
+        sensitivity: dict[str, float] = {}
+        if not ok and max_fp32 > 0:
+            best = min(scored, key=lambda s: s.drop_points)
+            extra, sensitivity = self._mixed_precision(best.recipe, budget_points, max_fp32)
+            scored += extra
+            ok = [s for s in scored if s.drop_points <= budget_points]
+        if ok:
+            chosen = min(ok, key=lambda s: (len(s.recipe.fp32_matmuls), s.drop_points))
+        else:
+            chosen = min(scored, key=lambda s: s.drop_points)
+        return SearchResult(chosen, bool(ok), budget_points, self.baseline_metric, scored, sensitivity)
+
+    def _mixed_precision(self, base: Int8Recipe, budget_points: float, max_fp32: int):
+        import onnx
+
+        names = [n.name for n in weight_matmuls(onnx.load(str(self.fp32_path)))]
+        _, base_out = self.score(base)
+        base_err = _error(base_out, self.reference)
+        sensitivity = {}
+        for name in names:
+            _, out = self.score(Int8Recipe(base.smooth_alpha, base.reduce_range, (name,)))
+            sensitivity[name] = (base_err - _error(out, self.reference)) / max(base_err, 1e-12)
+        ranked = sorted(names, key=lambda n: -sensitivity[n])
+        self.log("[int8] most sensitive MatMuls: " + ", ".join(f"{n} {sensitivity[n]:.2f}" for n in ranked[:5]))
+        extra = []
+        for k in range(1, min(max_fp32, len(ranked)) + 1):
+            s, _ = self.score(Int8Recipe(base.smooth_alpha, base.reduce_range, tuple(ranked[:k])))
+            extra.append(s)
+            self.log(f"[int8] {s.recipe.name}: held-out drop {s.drop_points:+.2f} pts")
+            if s.drop_points <= budget_points:
+                break
+        return extra, sensitivity

@@ -1,0 +1,148 @@
+"""``make bench TASK=..``: every INT8 form against ONNX Runtime's one-liner, in one process, on one CPU.
+
+    .venv/bin/python scripts/bench.py --task tnews [--runs-dir runs] [--out runs/tnews/bench.json]
+
+Reads a finished export (``runs/<task>/export/out``) and measures, side by side:
+
+* ``ort-fp32``                the FP32 ONNX (the ratio base);
+* ``anchor``                  ``quantize_dynamic(per_channel=True, QInt8)`` of that same FP32 ONNX, built
+                              here: what any user gets with one line, per-batch activation scales;
+* ``anchor-reduce_range``     the same with 7-bit weights;
+* ``shipped-int8``            ``onnx/int8.onnx`` (its recipe named), and ``int8-qdq`` (TensorRT form);
+* ``pruned-w*-fp32/-int8``    each DynaBERT-pruned model compress kept, in FP32 and with the shipped recipe.
+
+Full-dev task metric for each; throughput at batch 32 on real dev lengths, timed in interleaved rounds
+(median and min-max of the per-round ratios); file size; the CPU's int8 flags.  Prints a table, writes
+JSON and Markdown.  Numbers are for the machine it ran on only: compare ratios, never absolute rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pipeline  # noqa: F401,E402  (before paddle)
+
+
+def build_anchor(fp32: Path, out: Path, reduce_range: bool = False) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from pipeline.backends.onnxruntime import _quant_extra_options
+
+    quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True, reduce_range=reduce_range,
+                     extra_options=_quant_extra_options())
+    return out
+
+
+def pruned_forms(compress_out: Path, export_meta: dict, work: Path, cfg, tok, data, kind) -> dict[str, Path]:
+    """FP32 and shipped-recipe INT8 ONNX of every pruned model compress kept."""
+    from pipeline.backends.onnxruntime import calibration_feeds, export_onnx
+    from pipeline.backends.paddle_inference import export_static
+    from pipeline.int8.recipe import Int8Recipe, build
+    from pipeline.int8.stats import activation_ranges
+    from pipeline.modeling import inspect_model, load_classifier
+
+    chosen = (export_meta.get("int8") or {}).get("chosen") or {}
+    recipe = Int8Recipe(chosen.get("smooth_alpha"), bool(chosen.get("reduce_range", False)))
+    forms = {}
+    for model_dir in sorted(compress_out.glob("candidates/*/model")):
+        info = inspect_model(model_dir)
+        if not info.head_classes:
+            continue
+        tag = f"pruned-{model_dir.parent.name}"
+        static = export_static(load_classifier(model_dir, info.head_classes), work / tag / "static")
+        fp32 = export_onnx(static, work / tag / "fp32.onnx")
+        calib = kind.featurize(tok, data.train.examples[: cfg.export.calibration_sentences], cfg)
+        ranges = activation_ranges(fp32, calibration_feeds(calib, cfg.export.calibration_batch_size), tok.pad_id)
+        forms[f"{tag}-fp32"] = fp32
+        forms[f"{tag}-int8 ({recipe.name})"] = build(fp32, work / tag / "int8.onnx", ranges, recipe,
+                                                       embeddings=cfg.export.int8_embeddings)
+    return forms
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="tnews")
+    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--data-dir", help="override the task's data.dir")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--max-batches", type=int, default=40, help="batches per timed round")
+    p.add_argument("--out", help="JSON path (default runs/<task>/bench.json; .md beside it)")
+    args = p.parse_args(argv)
+
+    from pipeline.backends import onnxruntime as ortb
+    from pipeline.config import load_task_config
+    from pipeline.cpu import detect
+    from pipeline.data import load_task_data
+    from pipeline.errors import ConfigError
+    from pipeline.evaluation import evaluate_session
+    from pipeline.kinds import get_kind
+    from pipeline.tokenizer import Tokenizer
+    from pipeline.validation.benchmark import interleaved_throughput, path_bytes
+
+    runs = Path(args.runs_dir) / args.task
+    export_dir = runs / "export" / "out"
+    if not (export_dir / "meta.json").is_file():
+        print(f"error: {export_dir}/meta.json: no finished export; run `make bundle TASK={args.task}` first", file=sys.stderr)
+        return 2
+    overrides = {"data.dir": str(Path(args.data_dir).resolve())} if args.data_dir else {}
+    try:
+        cfg = load_task_config(args.task, overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    meta = json.loads((export_dir / "meta.json").read_text(encoding="utf-8"))
+    data, kind = load_task_data(cfg), get_kind(cfg)
+    tok = Tokenizer.from_model_dir(export_dir / "tokenizer", cfg.max_seq_len)
+    dev = kind.featurize(tok, data.dev.examples, cfg)
+    cpu = detect()
+    work = Path(tempfile.mkdtemp(prefix="bench-"))
+    fp32 = export_dir / "onnx" / "fp32.onnx"
+    recipe = ((meta.get("int8") or {}).get("chosen") or {}).get("name", (meta.get("int8") or {}).get("recipe", "?"))
+    models = {"ort-fp32": fp32, "anchor": build_anchor(fp32, work / "anchor.onnx"),
+              "anchor-reduce_range": build_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
+              f"shipped-int8 ({recipe})": export_dir / "onnx" / "int8.onnx",
+              "int8-qdq (TensorRT form)": export_dir / "onnx" / "int8_qdq.onnx"}
+    if (meta.get("selected_candidate") or {}).get("width_mult", 1.0) < 1.0:
+        models[f"shipped-int8 ({recipe})"] = export_dir / "onnx" / "int8.onnx"  # already pruned: named by meta
+    models.update(pruned_forms(runs / "compress" / "out", meta, work, cfg, tok, data, kind))
+
+    print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
+    sessions = {name: ortb.session(path) for name, path in models.items()}
+    scores = {name: evaluate_session(s, dev, 64, desc=f"dev {name}").score.value for name, s in sessions.items()}
+    timing = interleaved_throughput(sessions, dev, args.batch_size, rounds=args.rounds, max_batches=args.max_batches)
+    rows = []
+    for name, path in models.items():
+        vs_fp32, vs_anchor = timing.ratio(name, "ort-fp32"), timing.ratio(name, "anchor")
+        rows.append({"form": name, "metric": scores[name], "drop_points": 100 * (scores["ort-fp32"] - scores[name]),
+                     "sequences_per_s": timing.median(name), "x_fp32": vs_fp32[0], "x_fp32_range": vs_fp32[1:],
+                     "x_anchor": vs_anchor[0], "x_anchor_range": vs_anchor[1:],
+                     "anchor_within_noise": timing.within_noise(name, "anchor"), "mb": path_bytes(path) / 2**20})
+    head = f"| form | {kind.metric} | drop (pts) | ×FP32 [min–max] | ×anchor [min–max] | MB |"
+    lines = [f"# make bench TASK={args.task}", "", f"CPU: {cpu.summary()}. Dev rows: {len(dev)}, batch {args.batch_size}, "
+             f"{args.rounds} interleaved rounds of {args.max_batches} batches; ratios are per-round medians.", "", head,
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        noise = " (within noise)" if r["anchor_within_noise"] and r["form"] != "anchor" else ""
+        lines.append(f"| {r['form']} | {r['metric']:.4f} | {r['drop_points']:+.2f} | {r['x_fp32']:.2f} "
+                     f"[{r['x_fp32_range'][0]:.2f}–{r['x_fp32_range'][1]:.2f}] | {r['x_anchor']:.2f} "
+                     f"[{r['x_anchor_range'][0]:.2f}–{r['x_anchor_range'][1]:.2f}]{noise} | {r['mb']:.1f} |")
+    print("\n".join(lines[4:]))
+    out = Path(args.out) if args.out else runs / "bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"task": args.task, "cpu": cpu.as_dict(), "dev_rows": len(dev), "batch_size": args.batch_size,
+                               "rounds": args.rounds, "int8_recipe": meta.get("int8"), "rows": rows,
+                               "rates": timing.rates}, indent=2))
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Accuracy-aware, batch-independent INT8 (pipeline.int8) and CPU awareness (pipeline.cpu) on the tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline  # noqa: F401  (before paddle)
+from pipeline.errors import ConfigError
+
+from conftest import features
+
+
+@pytest.fixture(scope="module")
+def tiny_onnx(tiny_finetuned, tiny_splits, tmp_path_factory) -> dict:
+    from pipeline.backends.onnxruntime import calibration_feeds, export_onnx
+    from pipeline.backends.paddle_inference import export_static
+    from pipeline.int8.stats import activation_ranges
+    from pipeline.modeling import load_classifier
+    from pipeline.tokenizer import Tokenizer
+
+    root = tmp_path_factory.mktemp("int8")
+    export_static(load_classifier(tiny_finetuned["model_dir"], 3), root / "static")
+    fp32 = export_onnx(root / "static", root / "fp32.onnx")
+    tok = Tokenizer.from_model_dir(tiny_finetuned["model_dir"], 32)
+    train, dev = tiny_splits
+    calib = features(tok, train[:64])
+    feeds = calibration_feeds(calib, 16)
+    ranges = activation_ranges(fp32, feeds, tok.pad_id)
+    return {"root": root, "fp32": fp32, "tok": tok, "feeds": feeds, "ranges": ranges, "dev": features(tok, dev[:40]),
+            "held": features(tok, train[-120:])}
+
+
+def _logits(path: Path, fs, batch_size: int) -> np.ndarray:
+    from pipeline.backends.onnxruntime import session
+    from pipeline.evaluation import evaluate_session
+
+    return evaluate_session(session(path, threads=1), fs, batch_size).flat()
+
+
+def test_activation_ranges_ignore_padding(tiny_onnx):
+    """A scale widened by padding rows would cost every real token precision: only real tokens count."""
+    from pipeline.int8.stats import activation_ranges
+
+    feed = tiny_onnx["feeds"][0]
+    pad = tiny_onnx["tok"].pad_id
+    wide = {k: np.concatenate([v, np.full((v.shape[0], 12), pad if k == "input_ids" else 0, v.dtype)], axis=1)
+            for k, v in feed.items()}
+    a = activation_ranges(tiny_onnx["fp32"], [feed], pad)
+    b = activation_ranges(tiny_onnx["fp32"], [wide], pad)
+    assert a.keys() == b.keys() and len(a) >= 4
+    for name in a:
+        np.testing.assert_allclose(a[name].maximum, b[name].maximum, rtol=1e-4, atol=1e-5)
+
+
+def test_smoothing_keeps_the_function_and_flattens_outliers(tiny_onnx, tmp_path):
+    import onnx
+
+    from pipeline.int8.smoothing import smooth, smoothing_factors
+    from pipeline.int8.stats import ChannelRange
+
+    model = onnx.load(str(tiny_onnx["fp32"]))
+    ranges = dict(tiny_onnx["ranges"])
+    applied = smooth(model, ranges, 0.7)
+    assert applied and all(f"{x}_smoothed" in ranges for x in applied)
+    onnx.save(model, str(tmp_path / "smoothed.onnx"))
+    np.testing.assert_allclose(_logits(tmp_path / "smoothed.onnx", tiny_onnx["dev"], 16),
+                               _logits(tiny_onnx["fp32"], tiny_onnx["dev"], 16), rtol=1e-3, atol=2e-4)
+    # One outlier channel 40x the others: after migration the activation's spread shrinks, the weight takes it.
+    act = np.ones(8, np.float32)
+    act[3] = 40.0
+    s = smoothing_factors(act, [np.ones((8, 4), np.float32)], 0.7)
+    flat = ChannelRange(-act / s, act / s).absmax
+    assert flat.max() / np.median(flat) < 40.0 / 4
+    with pytest.raises(ConfigError, match="alpha"):
+        smooth(onnx.load(str(tiny_onnx["fp32"])), dict(tiny_onnx["ranges"]), 1.0)
+
+
+def test_recipe_is_batch_independent_and_keeps_fp32_matmuls_float(tiny_onnx, tmp_path):
+    import onnx
+
+    from pipeline.int8.recipe import Int8Recipe, build
+    from pipeline.int8.stats import weight_matmuls
+
+    names = [n.name for n in weight_matmuls(onnx.load(str(tiny_onnx["fp32"])))]
+    recipe = Int8Recipe(smooth_alpha=0.5, reduce_range=True, fp32_matmuls=(names[0],))
+    assert recipe.name == "static-sq0.5-rr-fp32x1"
+    path = build(tiny_onnx["fp32"], tmp_path / "int8.onnx", tiny_onnx["ranges"], recipe)
+    model = onnx.load(str(path))
+    ops = [n.op_type for n in model.graph.node]
+    assert "DynamicQuantizeLinear" not in ops and "MatMulInteger" in ops and "QuantizeLinear" in ops
+    kept = [n for n in model.graph.node if n.name == names[0]]
+    assert kept and kept[0].op_type == "MatMul"  # left in float, not MatMulInteger
+    fs = tiny_onnx["dev"]
+    np.testing.assert_array_equal(_logits(path, fs, 1), _logits(path, fs, 32))
+    agree = (_logits(path, fs, 16).argmax(-1) == _logits(tiny_onnx["fp32"], fs, 16).argmax(-1)).mean()
+    assert agree >= 0.9
+
+
+def test_recipe_refuses_to_leave_a_per_batch_scale(tiny_onnx, tmp_path):
+    """A tensor without a calibrated range would keep ORT's per-batch scale: refused, never shipped."""
+    from pipeline.errors import ModelError
+    from pipeline.int8.recipe import Int8Recipe, build
+
+    ranges = dict(tiny_onnx["ranges"])
+    ranges.pop(sorted(ranges)[0])
+    with pytest.raises(ModelError, match="no calibrated range"):
+        build(tiny_onnx["fp32"], tmp_path / "x.onnx", ranges, Int8Recipe())
+
+
+def _search(tiny_onnx, work: Path, builds: list):
+    import pipeline.int8.search as S
+    from pipeline.backends.onnxruntime import session
+    from pipeline.evaluation import evaluate_session
+
+    def evaluate(path):
+        ev = evaluate_session(session(path, threads=1), tiny_onnx["held"], 32)
+        return ev.score.value, ev.outputs
+
+    return S.Search(tiny_onnx["fp32"], tiny_onnx["ranges"], evaluate, work, log=lambda m: None, cache_key="t")
+
+
+def test_search_picks_within_budget_and_caches_candidates(tiny_onnx, tmp_path, monkeypatch):
+    import pipeline.int8.search as S
+    from pipeline.int8.recipe import Int8Recipe
+
+    builds: list = []
+    real_build = S.build
+
+    def counting_build(*args, **kwargs):
+        builds.append(args[3].name)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(S, "build", counting_build)
+    search = _search(tiny_onnx, tmp_path / "cache", builds)
+    bases = [Int8Recipe(), Int8Recipe(0.5)]
+    result = search.run(bases, budget_points=100.0, max_fp32=2)
+    assert result.within_budget and result.chosen.recipe.fp32_matmuls == ()
+    assert len(builds) == 2 and Path(result.chosen.path).is_file()
+    json.dumps(result.as_dict())  # the record export writes
+    # A stricter budget (a gate change) re-scores nothing already built; an impossible one walks the
+    # mixed-precision ladder, and fails loudly instead of pretending.
+    builds.clear()
+    strict = _search(tiny_onnx, tmp_path / "cache", builds).run(bases, budget_points=-100.0, max_fp32=2)
+    assert not strict.within_budget
+    assert strict.sensitivity and max(len(c.recipe.fp32_matmuls) for c in strict.candidates) == 2
+    assert "static-nosq" not in builds and "static-sq0.5" not in builds
+    builds.clear()
+    _search(tiny_onnx, tmp_path / "cache", builds).run(bases, budget_points=-100.0, max_fp32=2)
+    assert builds == []
+
+
+def test_export_config_refuses_bad_int8_settings(tiny_finetuned):
+    from pipeline.config import load_task_config
+
+    from tests.conftest import TINY_MODEL_OVERRIDES
+
+    base = str(tiny_finetuned["task_yaml"])
+    with pytest.raises(ConfigError, match=r"int8_smooth_alphas\[0\]"):
+        load_task_config(base, {**TINY_MODEL_OVERRIDES, "export.int8_smooth_alphas": [1.5]})
+    with pytest.raises(ConfigError, match="int8_reduce_range"):
+        load_task_config(base, {**TINY_MODEL_OVERRIDES, "export.int8_reduce_range": "sometimes"})
+
+
+CPUINFO_AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC 7B12\nflags\t\t: fpu sse2 avx avx2 fma\n"
+CPUINFO_VNNI = "processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: avx2 avx512f avx512bw avx512_vnni\n"
+
+
+def test_cpu_flags_decide_reduce_range_and_serving_warns():
+    from pipeline.cpu import missing_flags, parse_cpuinfo
+    from pipeline.stages.export import reduce_range_options
+    from serving.server import cpu_warnings
+
+    avx2, vnni = parse_cpuinfo(CPUINFO_AVX2, 2), parse_cpuinfo(CPUINFO_VNNI, 2)
+    assert avx2.flags == ("avx2",) and avx2.int8_saturates and avx2.model == "AMD EPYC 7B12"
+    assert vnni.vnni and not vnni.int8_saturates
+    assert reduce_range_options("auto", avx2) == [False, True]
+    assert reduce_range_options("auto", vnni) == [False]
+    assert reduce_range_options(True, vnni) == [True]
+    assert missing_flags(vnni.flags, avx2) == ["avx512f", "avx512bw", "avx512_vnni"]
+    manifest = {"precision": "int8", "cpu": vnni.as_dict()}
+    (line,) = cpu_warnings(manifest, flags=set(avx2.flags))
+    assert "avx512_vnni" in line and "saturate" in line
+    assert cpu_warnings(manifest, flags=set(vnni.flags)) == []
+    assert cpu_warnings({**manifest, "precision": "fp32"}, flags=set(avx2.flags)) == []
