@@ -80,41 +80,6 @@ def static_activations(model, ranges: dict[str, ChannelRange]) -> int:
     return count
 
 
-def fold_smoothing(model) -> int:
-    """``QuantizeLinear(Mul(x, 1/s), t)`` -> ``QuantizeLinear(x, s*t)`` per channel (last axis): one pass less.
-
-    Only where the smoothed tensor feeds nothing but that QuantizeLinear.  Returns the number folded.
-    """
-    from onnx import numpy_helper
-
-    inits = {i.name: i for i in model.graph.initializer}
-    producer = {o: n for n in model.graph.node for o in n.output}
-    consumers: dict[str, int] = {}
-    for n in model.graph.node:
-        for i in n.input:
-            consumers[i] = consumers.get(i, 0) + 1
-    folded, drop = 0, []
-    for node in model.graph.node:
-        if node.op_type != "QuantizeLinear" or len(node.input) < 3:
-            continue
-        mul = producer.get(node.input[0])
-        if mul is None or mul.op_type != "Mul" or not mul.name.endswith("_smooth") or consumers.get(mul.output[0]) != 1:
-            continue
-        inv = numpy_helper.to_array(inits[mul.input[1]])
-        t = float(numpy_helper.to_array(inits[node.input[1]]))
-        zp = numpy_helper.to_array(inits[node.input[2]])
-        scale_name, zp_name = f"{mul.input[0]}_folded_scale", f"{mul.input[0]}_folded_zero_point"
-        model.graph.initializer.extend([numpy_helper.from_array((t / inv).astype(np.float32), scale_name),
-                                        numpy_helper.from_array(np.full(inv.shape, zp, zp.dtype), zp_name)])
-        node.input[0], node.input[1], node.input[2] = mul.input[0], scale_name, zp_name
-        node.attribute.append(__import__("onnx").helper.make_attribute("axis", -1))
-        drop.append(mul)
-        folded += 1
-    for mul in drop:
-        model.graph.node.remove(mul)
-    return folded
-
-
 def dynamic_left(model) -> list[str]:
     return [n.input[0] for n in model.graph.node if n.op_type == "DynamicQuantizeLinear"]
 

@@ -9,7 +9,9 @@ by s_j leaves the product unchanged and flattens the activation (Xiao et al. 202
     s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)
 
 ERNIE is post-LayerNorm, and the LayerNorm output also feeds the residual, so the division cannot be
-folded into LayerNorm's gamma: it is one ``Mul`` per distinct MatMul input (shared by Q, K and V).
+folded into LayerNorm's gamma: it is one ``Mul`` per distinct MatMul input (shared by Q, K and V).  Folding
+that Mul into a per-channel ``QuantizeLinear`` instead was measured 0.21x the speed: ORT's CPU kernel has a
+fast path only for one scale per tensor.
 """
 
 from __future__ import annotations

@@ -101,7 +101,9 @@ def run(ctx):
     from pipeline.runner import StageResult
     from pipeline.tokenizer import Tokenizer
     from pipeline.validation import gates as G
-    from pipeline.validation.benchmark import BenchmarkSettings, benchmark_backend, path_bytes, ratio
+    from pipeline.cpu import detect as detect_cpu
+    from pipeline.validation.benchmark import (BenchmarkSettings, benchmark_backend, interleaved_throughput, path_bytes,
+                                               ratio)
     from pipeline.validation.parity import compare_outputs, load_reference, reference_for, reference_rows
     from pipeline.validation.report import PLOT_FILE, plot_accuracy_vs_throughput, write_report
 
@@ -122,6 +124,13 @@ def run(ctx):
     settings = BenchmarkSettings(list(vcfg.batch_sizes), list(vcfg.seq_lens), vcfg.warmup, vcfg.repeats,
                                  vcfg.throughput_batch_size, vcfg.dev_benchmark_limit)
 
+    # ONNX Runtime's forms are also timed in interleaved rounds (paired ratios to ORT FP32; median and spread):
+    # one sample per backend decided selections before, and the same form measured 0.95x and 1.31x in two runs.
+    # Before any Paddle backend runs (its OpenMP threads slow ORT down).
+    ort_specs = [s for s in cpu_backends(export_dir, threads) if s.runtime == "onnxruntime"]
+    timed = dev.subset(range(min(vcfg.dev_benchmark_limit or len(dev), len(dev))))
+    paired = interleaved_throughput({s.name: s.make() for s in ort_specs}, timed, vcfg.throughput_batch_size,
+                                    rounds=vcfg.repeats, max_batches=32, warmup=vcfg.warmup)
     rows, grids, benches = [], {}, {}
     for spec in cpu_backends(export_dir, threads):
         ctx.log(f"[validate] {spec.name}: parity on {len(data.dev.examples)} dev examples, then benchmark")
@@ -146,6 +155,10 @@ def run(ctx):
     for r in rows:
         b = base.get(r["runtime"])
         r["throughput_ratio"] = ratio(r["sentences_per_s"], b["sentences_per_s"] if b else None)
+        if r["backend"] in paired.rates and b and b["backend"] in paired.rates:
+            med, lo, hi = paired.ratio(r["backend"], b["backend"])
+            r.update(throughput_ratio=med, throughput_ratio_range=[lo, hi], sentences_per_s=paired.median(r["backend"]),
+                     throughput_rounds=len(paired.rates[r["backend"]]))
         bb = benches.get(b["backend"]) if b else None
         r["grid_ratios"] = {f"b{c.batch_size}_s{c.seq_len}": ratio(c.sentences_per_s, bb.cell(c.batch_size, c.seq_len).sentences_per_s)
                             for c in benches[r["backend"]].grid if bb and bb.cell(c.batch_size, c.seq_len)}
@@ -173,7 +186,9 @@ def run(ctx):
                "bundle_mb": bundle_bytes / 2**20, "dev_examples": len(data.dev.examples), "dev_features": len(dev),
                "metric": kind.metric, "metric_label": kind.metric_label, "metrics": crow["metrics"],
                "dev_batch_size": vcfg.dev_batch_size,  # the smoke test batches requests the same way
-               "fp32_metrics": fp32_score.metrics}
+               "fp32_metrics": fp32_score.metrics, "cpu": detect_cpu().as_dict(),
+               "throughput_ratio_range": crow.get("throughput_ratio_range"),
+               "int8_recipe": (meta.get("int8") or {}).get("chosen", meta.get("int8"))}
     report = G.GateReport(cfg.task, chosen, gate_list, summary)
     report.write(out)
     sizes = {p.relative_to(export_dir).as_posix(): path_bytes(p) for p in

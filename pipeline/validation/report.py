@@ -36,6 +36,11 @@ def plot_accuracy_vs_throughput(rows: Sequence[dict], out_path: Path, fp32_accur
     return Path(out_path)
 
 
+def _range(r) -> str:
+    """' [lo-hi]' of paired per-round ratios (interleaved timing), or nothing."""
+    return f" [{r[0]:.2f}–{r[1]:.2f}]" if r else ""
+
+
 def _f(value, fmt: str = ".4f", none: str = "-") -> str:
     return none if value is None else format(value, fmt)
 
@@ -61,7 +66,7 @@ def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[di
         lines.append(
             f"| {r['backend']} | {_f(r.get('accuracy'))} | {_f(r.get('accuracy_drop_points'), '.2f')} | "
             f"{_f(r.get('argmax_agreement'))} | {_f(r.get('max_abs_logit_diff'), '.3g')} | {_f(r.get('mean_abs_logit_diff'), '.3g')} | "
-            f"{_f(r.get('sentences_per_s'), '.1f')} | {_f(r.get('throughput_ratio'), '.2f')} | {_f(r.get('latency_ms_p50'), '.1f')} | "
+            f"{_f(r.get('sentences_per_s'), '.1f')} | {_f(r.get('throughput_ratio'), '.2f')}{_range(r.get('throughput_ratio_range'))} | {_f(r.get('latency_ms_p50'), '.1f')} | "
             f"{_f(r.get('latency_ms_p99'), '.1f')} | {_f(r.get('batch1_p99_ms'), '.1f')} | {_f(r.get('peak_rss_mb'), '.0f')} | "
             f"{_f(r.get('model_mb'), '.1f')} |")
     for name, reason in skipped.items():
