@@ -186,3 +186,13 @@ def test_cpu_flags_decide_reduce_range_and_serving_warns():
     assert "avx512_vnni" in line and "saturate" in line
     assert cpu_warnings(manifest, flags=set(vnni.flags)) == []
     assert cpu_warnings({**manifest, "precision": "fp32"}, flags=set(avx2.flags)) == []
+
+
+def test_bench_refuses_a_task_without_an_export(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", Path(__file__).resolve().parent.parent / "scripts" / "bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--task", "tnews", "--runs-dir", str(tmp_path)]) == 2
+    assert "no finished export" in capsys.readouterr().err
