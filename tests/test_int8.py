@@ -136,10 +136,14 @@ def test_search_picks_within_budget_and_caches_candidates(tiny_onnx, tmp_path, m
 
     monkeypatch.setattr(S, "build", counting_build)
     search = _search(tiny_onnx, tmp_path / "cache", builds)
-    bases = [Int8Recipe(), Int8Recipe(0.5)]
+    bases = [Int8Recipe(), Int8Recipe(0.5), Int8Recipe(0.7)]
     result = search.run(bases, budget_points=100.0, max_fp32=2)
     assert result.within_budget and result.chosen.recipe.fp32_matmuls == ()
-    assert len(builds) == 2 and Path(result.chosen.path).is_file()
+    assert len(builds) == 3 and Path(result.chosen.path).is_file()
+    # Each recipe has its own file (dotted names once collapsed sq0.5 and sq0.7 onto one cache entry).
+    paths = {c.path for c in result.candidates}
+    assert len(paths) == 3 and all(Path(p).is_file() for p in paths)
+    assert result.chosen.agreement == max(c.agreement for c in result.candidates)
     json.dumps(result.as_dict())  # the record export writes
     # A stricter budget (a gate change) re-scores nothing already built; an impossible one walks the
     # mixed-precision ladder, and fails loudly instead of pretending.
@@ -147,7 +151,7 @@ def test_search_picks_within_budget_and_caches_candidates(tiny_onnx, tmp_path, m
     strict = _search(tiny_onnx, tmp_path / "cache", builds).run(bases, budget_points=-100.0, max_fp32=2)
     assert not strict.within_budget
     assert strict.sensitivity and max(len(c.recipe.fp32_matmuls) for c in strict.candidates) == 2
-    assert "static-nosq" not in builds and "static-sq0.5" not in builds
+    assert not {"static-nosq", "static-sq0.5", "static-sq0.7"} & set(builds)
     builds.clear()
     _search(tiny_onnx, tmp_path / "cache", builds).run(bases, budget_points=-100.0, max_fp32=2)
     assert builds == []

@@ -4,7 +4,8 @@
 2. When none is within the budget, mixed precision: each weight MatMul's sensitivity is measured (the
    base recipe with that one MatMul kept in FP32: how much of the output error disappears), and the most
    sensitive are kept in FP32 one by one until the held-out drop is within budget or ``max_fp32`` is hit.
-3. The pick: within budget, fewest FP32 MatMuls (they are what costs speed), then the smallest drop.
+3. The pick: within budget, fewest FP32 MatMuls (they are what costs speed), then the highest agreement
+   with the source model's answers, then the smallest drop.
    No candidate within budget: the smallest drop is returned with ``within_budget`` false, so the gates
    fail loudly downstream instead of a silent FP32 fallback.
 
@@ -87,14 +88,20 @@ class Search:
         import hashlib
 
         tag = hashlib.sha256(json.dumps(recipe.as_dict(), sort_keys=True).encode()).hexdigest()[:10]
-        stem = self.work_dir / f"{recipe.name}-{tag}-{self.key}"
-        return stem.with_suffix(".onnx"), stem.with_suffix(".json")
+        # Names carry dots (static-sq0.5): never Path.with_suffix, which would cut them at "sq0".
+        stem = f"{recipe.name}-{tag}-{self.key}"
+        return self.work_dir / f"{stem}.onnx", self.work_dir / f"{stem}.json"
+
+    @staticmethod
+    def _outputs_file(record: Path) -> Path:
+        return record.parent / (record.name[: -len(".json")] + ".npz")
 
     def score(self, recipe: Int8Recipe) -> tuple[Scored, list[np.ndarray]]:
         model, record = self._cache(recipe)
         if model.is_file() and record.is_file():
             cached = json.loads(record.read_text())
-            outputs = [np.asarray(o, np.float32) for o in np.load(record.with_suffix(".npz"), allow_pickle=False).values()]
+            with np.load(self._outputs_file(record), allow_pickle=False) as saved:
+                outputs = [np.asarray(saved[f"arr_{i}"], np.float32) for i in range(len(saved.files))]
             # The drop is recomputed: the same candidate may be judged against another baseline.
             drop = 100.0 * (self.baseline_metric - cached["metric"])
             return Scored(recipe, cached["metric"], drop, cached["agreement"], str(model)), outputs
@@ -103,7 +110,7 @@ class Search:
         partial.replace(model)
         metric, outputs = self.evaluate(model)
         scored = Scored(recipe, metric, 100.0 * (self.baseline_metric - metric), _agreement(outputs, self.reference), str(model))
-        np.savez(record.with_suffix(".npz"), *outputs)
+        np.savez(self._outputs_file(record), *outputs)
         record.write_text(json.dumps(scored.as_dict()))
         return scored, outputs
 
@@ -121,7 +128,9 @@ class Search:
             scored += extra
             ok = [s for s in scored if s.drop_points <= budget_points]
         if ok:
-            chosen = min(ok, key=lambda s: (len(s.recipe.fp32_matmuls), s.drop_points))
+            # Fewest FP32 MatMuls (speed), then the closest to the source model's own answers: on a slice of a
+            # few thousand rows agreement is a steadier signal than the metric, which moves by tenths of a point.
+            chosen = min(ok, key=lambda s: (len(s.recipe.fp32_matmuls), -s.agreement, s.drop_points))
         else:
             chosen = min(scored, key=lambda s: s.drop_points)
         return SearchResult(chosen, bool(ok), budget_points, self.baseline_metric, scored, sensitivity)
