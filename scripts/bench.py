@@ -50,6 +50,14 @@ def pruned_forms(compress_out: Path, export_meta: dict, work: Path, cfg, tok, da
     chosen = (export_meta.get("int8") or {}).get("chosen") or {}
     recipe = Int8Recipe(chosen.get("smooth_alpha"), bool(chosen.get("reduce_range", False)))
     forms = {}
+    calib = kind.featurize(tok, data.train.examples[: cfg.export.calibration_sentences], cfg)
+    feeds = calibration_feeds(calib, cfg.export.calibration_batch_size)
+    if (export_meta.get("selected_candidate") or {}).get("width_mult", 1.0) < 1.0:
+        # The shipped INT8 is pruned: the same recipe on the unpruned model shows what pruning adds.
+        fp32 = compress_out.parent.parent / "export" / "out" / "onnx" / "fp32.onnx"
+        ranges = activation_ranges(fp32, feeds, tok.pad_id)
+        forms[f"unpruned-int8 ({recipe.name})"] = build(fp32, work / "unpruned-int8.onnx", ranges, recipe,
+                                                          embeddings=cfg.export.int8_embeddings)
     for model_dir in sorted(compress_out.glob("candidates/*/model")):
         info = inspect_model(model_dir)
         if not info.head_classes:
@@ -57,8 +65,7 @@ def pruned_forms(compress_out: Path, export_meta: dict, work: Path, cfg, tok, da
         tag = f"pruned-{model_dir.parent.name}"
         static = export_static(load_classifier(model_dir, info.head_classes), work / tag / "static")
         fp32 = export_onnx(static, work / tag / "fp32.onnx")
-        calib = kind.featurize(tok, data.train.examples[: cfg.export.calibration_sentences], cfg)
-        ranges = activation_ranges(fp32, calibration_feeds(calib, cfg.export.calibration_batch_size), tok.pad_id)
+        ranges = activation_ranges(fp32, feeds, tok.pad_id)
         forms[f"{tag}-fp32"] = fp32
         forms[f"{tag}-int8 ({recipe.name})"] = build(fp32, work / tag / "int8.onnx", ranges, recipe,
                                                        embeddings=cfg.export.int8_embeddings)
@@ -109,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
               "anchor-reduce_range": build_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
               f"shipped-int8 ({recipe})": export_dir / "onnx" / "int8.onnx",
               "int8-qdq (TensorRT form)": export_dir / "onnx" / "int8_qdq.onnx"}
-    if (meta.get("selected_candidate") or {}).get("width_mult", 1.0) < 1.0:
-        models[f"shipped-int8 ({recipe})"] = export_dir / "onnx" / "int8.onnx"  # already pruned: named by meta
+    width = (meta.get("selected_candidate") or {}).get("width_mult", 1.0)
+    if width < 1.0:  # the shipped INT8 was built from the pruned model
+        models[f"shipped-int8 (w{width:g}, {recipe})"] = models.pop(f"shipped-int8 ({recipe})")
     models.update(pruned_forms(runs / "compress" / "out", meta, work, cfg, tok, data, kind))
 
     print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
