@@ -15,7 +15,9 @@ Why the conversion does more than call paddle2onnx (1.3.1):
 INT8 forms built from the FP32 ONNX (int8 weight initializers with per-channel scales in both):
 
 * ``quantize_int8_dynamic``: ``quantize_dynamic`` per-channel (DynamicQuantizeMatMul / MatMulInteger: activations quantized on
-  the fly), then the word-embedding table stored int8 (Gather on int8 + per-row scale).  The fast CPU form.
+  the fly, one scale per batch), then the word-embedding table stored int8 (Gather on int8 + per-row scale).
+  Shipped only with ``export.batch_independent_int8: false``; the default form is ``pipeline.int8``'s
+  (fixed activation scales chosen by an accuracy-aware search).
 * ``quantize_int8_qdq``: static QuantizeLinear/DequantizeLinear per-channel calibrated on training
   sentences: the explicit-quantization form TensorRT accepts.  Slower than FP32 on ORT CPU.
 """
@@ -317,125 +319,6 @@ def _fold_weight_qdq(model) -> None:
     keep = [i for i in model.graph.initializer if i.name in used]
     del model.graph.initializer[:]
     model.graph.initializer.extend(keep)
-
-
-# ----------------------------------------------------------------------------------------------
-# batch-independent activation quantization
-
-
-def per_sequence_activation_scales(model, pad_id: int = 0) -> int:
-    """Make every ``DynamicQuantizeLinear`` compute its scale per sequence, over real tokens only.
-
-    Why: ORT's DynamicQuantizeLinear takes one scale for the whole tensor, i.e. the whole batch, so a
-    sentence's int8 result depends on which sentences (and how much padding) share its batch.  A
-    server that batches requests dynamically then gives (slightly) different answers than the same
-    model offline - 44 of 10,000 TNEWS dev predictions differed.  Here each sequence gets its own
-    symmetric scale (max |x| over its non-padding tokens / 127, zero point 128 in uint8), so a
-    sentence's logits no longer depend on its batch mates: served and offline predictions are equal.
-    Padding rows may clip; attention never reads them.  Returns the number of nodes rewritten.
-    """
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    inferred = onnx.shape_inference.infer_shapes(model)
-    ranks = {v.name: len(v.type.tensor_type.shape.dim)
-             for v in list(inferred.graph.value_info) + list(inferred.graph.input) if v.type.tensor_type.HasField("shape")}
-    graph = model.graph
-    inits = [
-        numpy_helper.from_array(np.array(pad_id, dtype=np.int64), "perseq_pad_id"),
-        numpy_helper.from_array(np.array(1.0 / 127.0, dtype=np.float32), "perseq_inv127"),
-        numpy_helper.from_array(np.array(1e-8, dtype=np.float32), "perseq_eps"),
-        numpy_helper.from_array(np.array(128.0, dtype=np.float32), "perseq_shift"),
-        numpy_helper.from_array(np.array(0.0, dtype=np.float32), "perseq_lo"),
-        numpy_helper.from_array(np.array(255.0, dtype=np.float32), "perseq_hi"),
-        numpy_helper.from_array(np.array(128, dtype=np.uint8), "perseq_zero_point"),
-        numpy_helper.from_array(np.array([2], dtype=np.int64), "perseq_axis2"),
-    ]
-    mask_nodes = [
-        helper.make_node("Equal", ["input_ids", "perseq_pad_id"], ["perseq_is_pad"]),
-        helper.make_node("Not", ["perseq_is_pad"], ["perseq_not_pad"]),
-        helper.make_node("Cast", ["perseq_not_pad"], ["perseq_mask"], to=TensorProto.FLOAT),
-        helper.make_node("Unsqueeze", ["perseq_mask", "perseq_axis2"], ["perseq_mask3"]),
-    ]
-    new_nodes, count = [], 0
-    for node in graph.node:
-        if node.op_type != "DynamicQuantizeLinear":
-            new_nodes.append(node)
-            continue
-        x = node.input[0]
-        q, scale, zp = node.output
-        rank = ranks.get(x)
-        if rank not in (2, 3):
-            new_nodes.append(node)  # unknown layout: keep ORT's per-tensor form
-            continue
-        p = f"perseq_{count}"
-        absx = helper.make_node("Abs", [x], [f"{p}_abs"])
-        if rank == 3:  # [batch, seq, hidden]: only real tokens count
-            masked = helper.make_node("Mul", [f"{p}_abs", "perseq_mask3"], [f"{p}_absm"])
-            amax = helper.make_node("ReduceMax", [f"{p}_absm"], [f"{p}_amax"], axes=[1, 2], keepdims=1)
-            ops = [absx, masked, amax]
-        else:  # [batch, hidden]: one row per sequence already
-            amax = helper.make_node("ReduceMax", [f"{p}_abs"], [f"{p}_amax"], axes=[1], keepdims=1)
-            ops = [absx, amax]
-        ops += [
-            helper.make_node("Max", [f"{p}_amax", "perseq_eps"], [f"{p}_amaxe"]),
-            helper.make_node("Mul", [f"{p}_amaxe", "perseq_inv127"], [scale]),
-            helper.make_node("Div", [x, scale], [f"{p}_xs"]),
-            helper.make_node("Round", [f"{p}_xs"], [f"{p}_xr"]),
-            helper.make_node("Add", [f"{p}_xr", "perseq_shift"], [f"{p}_xu"]),
-            helper.make_node("Clip", [f"{p}_xu", "perseq_lo", "perseq_hi"], [f"{p}_xc"]),
-            helper.make_node("Cast", [f"{p}_xc"], [q], to=TensorProto.UINT8),
-            helper.make_node("Identity", ["perseq_zero_point"], [zp]),
-        ]
-        new_nodes.extend(ops)
-        count += 1
-    if count:
-        del graph.node[:]
-        graph.node.extend(mask_nodes + new_nodes)
-        graph.initializer.extend(inits)
-    return count
-
-
-def static_activation_scales(model, qdq_model, pad_id: int = 0) -> tuple[int, int]:
-    """Replace each per-batch ``DynamicQuantizeLinear`` by a fixed, calibrated ``QuantizeLinear``.
-
-    Why: ORT's DynamicQuantizeLinear takes one scale for the whole tensor, i.e. the whole batch, so a
-    sentence's int8 logits depend on which sentences (and how much padding) share its batch.  A server
-    that batches requests dynamically then answers differently from the same model offline: 44 of
-    10,000 TNEWS dev predictions differed.  With the activation scales calibrated for the QDQ model
-    (same FP32 graph, same tensor names) every sentence is computed independently of its batch mates,
-    and ORT still fuses MatMulInteger+scale into its integer kernels (measured: 0.92x the speed of the
-    per-batch form, 2.4x FP32, same accuracy).  Tensors the QDQ model did not calibrate get per-sequence
-    scales (``per_sequence_activation_scales``).  Returns (static, per-sequence) counts.
-    """
-    from onnx import helper, numpy_helper
-
-    inits = {i.name: i for i in qdq_model.graph.initializer}
-    calibrated = {}
-    for node in qdq_model.graph.node:
-        if node.op_type == "QuantizeLinear" and node.input[0] not in inits and len(node.input) > 2:
-            scale, zp = numpy_helper.to_array(inits[node.input[1]]), numpy_helper.to_array(inits[node.input[2]])
-            if scale.size == 1:
-                # MatMulInteger here takes uint8 activations: a symmetric int8 zero point z becomes z + 128.
-                calibrated[node.input[0]] = (float(scale), int(zp) + (128 if zp.dtype == np.int8 else 0))
-    new_nodes, extra, static = [], [], 0
-    for node in model.graph.node:
-        if node.op_type != "DynamicQuantizeLinear" or node.input[0] not in calibrated:
-            new_nodes.append(node)
-            continue
-        x = node.input[0]
-        q, scale_out, zp_out = node.output
-        scale, zp_u8 = calibrated[x]
-        extra += [numpy_helper.from_array(np.array(scale, np.float32), f"{scale_out}_static"),
-                  numpy_helper.from_array(np.array(zp_u8, np.uint8), f"{zp_out}_static")]
-        new_nodes += [helper.make_node("QuantizeLinear", [x, f"{scale_out}_static", f"{zp_out}_static"], [q]),
-                      helper.make_node("Identity", [f"{scale_out}_static"], [scale_out]),
-                      helper.make_node("Identity", [f"{zp_out}_static"], [zp_out])]
-        static += 1
-    del model.graph.node[:]
-    model.graph.node.extend(new_nodes)
-    model.graph.initializer.extend(extra)
-    return static, per_sequence_activation_scales(model, pad_id)
 
 
 def quantize_embedding_tables(model) -> list[str]:

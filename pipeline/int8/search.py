@@ -16,7 +16,7 @@ budget or another alpha list rebuilds nothing it already scored.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
