@@ -39,24 +39,21 @@ def build_anchor(fp32: Path, out: Path, reduce_range: bool = False) -> Path:
     return out
 
 
-def pruned_forms(compress_out: Path, export_meta: dict, work: Path, cfg, tok, data, kind) -> dict[str, Path]:
-    """FP32 and shipped-recipe INT8 ONNX of every pruned model compress kept."""
+def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: Path, cfg, tok, data, kind) -> dict[str, Path]:
+    """The shipped recipe on ``unpruned_fp32`` (when the shipped model is pruned), and FP32 + that recipe for every
+    pruned model compress kept."""
     from pipeline.backends.onnxruntime import calibration_feeds, export_onnx
     from pipeline.backends.paddle_inference import export_static
-    from pipeline.int8.recipe import Int8Recipe, build
+    from pipeline.int8.recipe import build
     from pipeline.int8.stats import activation_ranges
     from pipeline.modeling import inspect_model, load_classifier
 
-    chosen = (export_meta.get("int8") or {}).get("chosen") or {}
-    recipe = Int8Recipe(chosen.get("smooth_alpha"), bool(chosen.get("reduce_range", False)))
     forms = {}
     calib = kind.featurize(tok, data.train.examples[: cfg.export.calibration_sentences], cfg)
     feeds = calibration_feeds(calib, cfg.export.calibration_batch_size)
-    if (export_meta.get("selected_candidate") or {}).get("width_mult", 1.0) < 1.0:
-        # The shipped INT8 is pruned: the same recipe on the unpruned model shows what pruning adds.
-        fp32 = compress_out.parent.parent / "export" / "out" / "onnx" / "fp32.onnx"
-        ranges = activation_ranges(fp32, feeds, tok.pad_id)
-        forms[f"unpruned-int8 ({recipe.name})"] = build(fp32, work / "unpruned-int8.onnx", ranges, recipe,
+    if unpruned_fp32 is not None:  # what pruning adds on top of the same recipe
+        ranges = activation_ranges(unpruned_fp32, feeds, tok.pad_id)
+        forms[f"unpruned-int8 ({recipe.name})"] = build(unpruned_fp32, work / "unpruned-int8.onnx", ranges, recipe,
                                                           embeddings=cfg.export.int8_embeddings)
     for model_dir in sorted(compress_out.glob("candidates/*/model")):
         info = inspect_model(model_dir)
@@ -89,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.data import load_task_data
     from pipeline.errors import ConfigError
     from pipeline.evaluation import evaluate_session
+    from pipeline.int8.recipe import Int8Recipe
     from pipeline.kinds import get_kind
     from pipeline.tokenizer import Tokenizer
     from pipeline.validation.benchmark import interleaved_throughput, path_bytes
@@ -111,15 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     cpu = detect()
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     fp32 = export_dir / "onnx" / "fp32.onnx"
-    recipe = ((meta.get("int8") or {}).get("chosen") or {}).get("name", (meta.get("int8") or {}).get("recipe", "?"))
+    chosen = (meta.get("int8") or {}).get("chosen") or {}
+    recipe = Int8Recipe(chosen.get("smooth_alpha"), bool(chosen.get("reduce_range", False)))
+    shipped_name = chosen.get("name", (meta.get("int8") or {}).get("recipe", "?"))
+    width = (meta.get("selected_candidate") or {}).get("width_mult", 1.0)
     models = {"ort-fp32": fp32, "anchor": build_anchor(fp32, work / "anchor.onnx"),
               "anchor-reduce_range": build_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
-              f"shipped-int8 ({recipe})": export_dir / "onnx" / "int8.onnx",
-              "int8-qdq (TensorRT form)": export_dir / "onnx" / "int8_qdq.onnx"}
-    width = (meta.get("selected_candidate") or {}).get("width_mult", 1.0)
-    if width < 1.0:  # the shipped INT8 was built from the pruned model
-        models[f"shipped-int8 (w{width:g}, {recipe})"] = models.pop(f"shipped-int8 ({recipe})")
-    models.update(pruned_forms(runs / "compress" / "out", meta, work, cfg, tok, data, kind))
+              "int8-qdq (TensorRT form)": export_dir / "onnx" / "int8_qdq.onnx",
+              f"shipped-int8 ({f'w{width:g}, ' if width < 1.0 else ''}{shipped_name})": export_dir / "onnx" / "int8.onnx"}
+    models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind))
 
     print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
     sessions = {name: ortb.session(path) for name, path in models.items()}

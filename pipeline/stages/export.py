@@ -22,6 +22,8 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.config import TaskConfig
 from pipeline.errors import ModelError
 from pipeline.stages.finetune import kind_params
@@ -108,31 +110,35 @@ def _num_labels(model_dir: Path) -> int:
     return info.head_classes
 
 
-def detect_cpu():
-    from pipeline.cpu import detect
-
-    return detect()
-
-
 def reduce_range_options(setting, cpu) -> list[bool]:
-    if setting in (True, "true"):
-        return [True]
-    if setting in (False, "false"):
-        return [False]
-    return [False, True] if cpu.int8_saturates else [False]  # auto
+    """7-bit weights to try: as configured, or (auto) both where u8s8 can saturate (no VNNI)."""
+    if setting == "auto":
+        return [False, True] if cpu.int8_saturates else [False]
+    return [bool(setting)]
 
 
-def search_int8(ctx, source: Path, out_path: Path, feeds, tokenizer, data, kind, baseline: Path | None = None):
+def _content_key(feeds, held_fs) -> str:
+    """What decides a candidate's score besides the model: the calibration rows and the held-out rows."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for feed in feeds:
+        for name in sorted(feed):
+            h.update(feed[name].tobytes())
+    for f in held_fs.features:
+        h.update(f.input_ids.tobytes() + f.token_type_ids.tobytes() + np.asarray(f.target).tobytes())
+    return h.hexdigest()
+
+
+def search_int8(ctx, source: Path, out_path: Path, feeds, tokenizer, data, kind, cpu, baseline: Path | None = None):
     """The batch-independent INT8 ONNX: the recipe that meets the accuracy budget on held-out training rows."""
     from pipeline.backends import onnxruntime as ortb
     from pipeline.evaluation import evaluate_session
-    from pipeline.hashing import json_sha256
     from pipeline.int8.recipe import Int8Recipe
     from pipeline.int8.search import Search
     from pipeline.int8.stats import activation_ranges
 
     cfg, ecfg = ctx.cfg, ctx.cfg.export
-    cpu = detect_cpu()
     train = data.train.examples
     start = max(ecfg.calibration_sentences, len(train) - ecfg.int8_search_sentences)
     held = train[start:] or train[: ecfg.int8_search_sentences]  # tiny data: calibration rows are all there is
@@ -143,10 +149,8 @@ def search_int8(ctx, source: Path, out_path: Path, feeds, tokenizer, data, kind,
         ev = evaluate_session(ortb.session(path), held_fs, 64, desc=f"int8 search {path.stem[:24]}")
         return ev.score.value, ev.outputs
 
-    key = json_sha256({"calibration": ecfg.calibration_sentences, "batch": ecfg.calibration_batch_size,
-                       "held": [start, len(train)], "max_seq_len": cfg.max_seq_len, "data": data_fingerprint(cfg)})
     search = Search(source, ranges, evaluate, ctx.runs_dir / "export" / "int8_candidates", embeddings=ecfg.int8_embeddings,
-                    log=ctx.log, cache_key=key, baseline=baseline)
+                    log=ctx.log, cache_key=_content_key(feeds, held_fs), baseline=baseline)
     bases = [Int8Recipe(alpha, rr) for rr in reduce_range_options(ecfg.int8_reduce_range, cpu)
              for alpha in [None, *ecfg.int8_smooth_alphas]]
     ctx.log(f"[export] CPU {cpu.summary()}; {len(bases)} INT8 recipes on {len(held_fs)} held-out training rows")
@@ -160,12 +164,9 @@ def search_int8(ctx, source: Path, out_path: Path, feeds, tokenizer, data, kind,
     return out_path, result
 
 
-def data_fingerprint(cfg) -> str:
-    return json.dumps(inputs(cfg), sort_keys=True)
-
-
 def run(ctx):
     from pipeline.backends import onnxruntime as ortb
+    from pipeline.cpu import detect as detect_cpu
     from pipeline.data import load_task_data
     from pipeline.kinds import get_kind
     from pipeline.modeling import write_labels
@@ -194,10 +195,10 @@ def run(ctx):
     tokenizer = Tokenizer.from_model_dir(out / "tokenizer", cfg.max_seq_len)
     train = kind.featurize(tokenizer, data.train.examples[: ecfg.calibration_sentences], cfg)
     feeds = ortb.calibration_feeds(train, ecfg.calibration_batch_size)
-    int8_search = None
+    int8_search, cpu = None, detect_cpu()
     if ecfg.batch_independent_int8:
         ctx.log(f"[export] INT8 ONNX: accuracy-aware search from {'the pruned' if pruned else 'the'} FP32 ONNX")
-        int8, int8_search = search_int8(ctx, source, out / "onnx" / "int8.onnx", feeds, tokenizer, data, kind,
+        int8, int8_search = search_int8(ctx, source, out / "onnx" / "int8.onnx", feeds, tokenizer, data, kind, cpu,
                                         baseline=fp32_onnx if pruned else None)
     else:
         ctx.log(f"[export] INT8 ONNX (dynamic per-channel, per-batch scales) from {'the pruned' if pruned else 'the'} FP32 ONNX")
@@ -237,7 +238,7 @@ def run(ctx):
         "selected_candidate": selected,
         "onnx": {name: s.as_dict() for name, s in stats.items()},
         "opset": ecfg.opset,
-        "cpu": detect_cpu().as_dict(),
+        "cpu": cpu.as_dict(),
         "int8": int8_search.as_dict() if int8_search else {"recipe": "dynamic-per-batch", "batch_independent": False},
     }
     if cfg.type == "reading_comprehension":

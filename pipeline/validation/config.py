@@ -46,7 +46,7 @@ class ExportConfig:
     # Accuracy-aware INT8 search (pipeline.int8), used when batch_independent_int8 is true: recipes are
     # scored on held-out training sentences (the last int8_search_sentences of train; dev only reports).
     int8_smooth_alphas: list = field(default_factory=lambda: [0.5, 0.7, 0.85])  # SmoothQuant strengths tried
-    int8_reduce_range: str = "auto"  # auto: 7-bit weights are also tried on CPUs without VNNI; true | false
+    int8_reduce_range: str | bool = "auto"  # auto: 7-bit weights are also tried on CPUs without VNNI; true | false
     int8_search_sentences: int = 2000
     int8_max_fp32_matmuls: int = 8  # mixed precision: at most this many MatMuls kept in FP32
 
@@ -65,6 +65,8 @@ class ExportConfig:
                 raise ConfigError(f"export.int8_smooth_alphas[{i}] must be in (0, 1), got {a!r}")
         if self.int8_reduce_range not in ("auto", True, False, "true", "false"):
             raise ConfigError(f"export.int8_reduce_range must be auto, true or false, got {self.int8_reduce_range!r}")
+        if self.int8_reduce_range in ("true", "false"):  # --set gives strings; one spelling from here on
+            self.int8_reduce_range = self.int8_reduce_range == "true"
         for name in ("int8_embeddings", "ort_transformer_optimize", "batch_independent_int8"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"export.{name} must be true or false, got {getattr(self, name)!r}")
