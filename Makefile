@@ -55,11 +55,7 @@ stop: setup
 smoke: setup
 	$(BIN)/python -m serving.smoke --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/smoke.json $(ARGS)
 
-load# Every INT8 form vs ORT's quantize_dynamic one-liner (the anchor), on this CPU, after `make bundle`.
-bench: setup
-	$(BIN)/python scripts/bench.py --task $(TASK) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
-
-test: setup
+loadtest: setup
 	$(BIN)/python -m serving.loadtest --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --concurrency 1 4 16 --seconds 10 --json-out runs/$(TASK)/loadtest.json $(ARGS)
 
 # Release gate for CI: fails when accuracy or throughput regressed against a previous bundle's report.
