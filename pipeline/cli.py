@@ -89,7 +89,12 @@ def _config(args: argparse.Namespace):
         overrides["max_seq_len"] = args.max_seq_len
     if getattr(args, "epochs", None) is not None:
         overrides["finetune.epochs"] = args.epochs
-    return load_task_config(args.task, overrides)
+    cfg = load_task_config(args.task, overrides)
+    if args.model is None and cfg.model.if_missing == "scratch" and cfg.model.missing_directory():
+        print(f"note: model {cfg.model.name_or_path} is not on this machine: training the small scratch model "
+              "instead (MODEL=<dir> picks a model)", file=sys.stderr)
+        cfg = load_task_config(args.task, {**overrides, "model.name_or_path": None})
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> int:

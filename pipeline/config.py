@@ -106,7 +106,19 @@ class ScratchModelConfig:
 class ModelConfig:
     # A PaddleNLP model directory, a PaddleNLP model name (needs network), or null for the scratch model.
     name_or_path: str | None = None
+    # When the configured directory is absent (a machine without ../shared): "error", or "scratch" to train
+    # the small scratch model instead, said on stderr.  An explicit MODEL=<dir> is never replaced.
+    if_missing: str = "error"
     scratch: ScratchModelConfig = field(default_factory=ScratchModelConfig)
+
+    def __post_init__(self) -> None:
+        if self.if_missing not in ("error", "scratch"):
+            raise ConfigError(f"model.if_missing must be error or scratch, got {self.if_missing!r}")
+
+    def missing_directory(self) -> bool:
+        """A configured local directory (a path, not a hub name) that does not exist."""
+        ref = self.name_or_path
+        return bool(ref) and ("/" in ref or ref.startswith(".")) and not Path(ref).expanduser().exists()  # as resolve_model_dir
 
 
 @dataclass

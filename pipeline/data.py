@@ -47,6 +47,13 @@ class TaskDataset:
     fingerprint: str  # content hash of everything read; part of the stage cache keys
 
 
+def heldout_examples(train: Sequence, skip: int, n: int) -> list:
+    """The last ``n`` training rows, never overlapping the first ``skip`` (the calibration rows), unless the
+    data is too small to have both (tiny test data: the calibration rows are all there is)."""
+    start = max(skip, len(train) - n)
+    return list(train[start:]) or list(train[:n])
+
+
 def load_task_data(cfg: TaskConfig) -> TaskDataset:
     """The task's train and dev splits, read the way its kind reads them (see ``pipeline.kinds``)."""
     from pipeline.kinds import get_kind

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -92,8 +93,6 @@ def measure_throughput(
     reported throughput is the median over repeats (machines here are shared and noisy), latencies are
     percentiles over every timed batch.
     """
-    import time
-
     rng = np.random.RandomState(0)
     idx = rng.permutation(len(fs))
     batches = [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
@@ -116,3 +115,53 @@ def measure_throughput(
         rates.append(n / t_total if t_total > 0 else 0.0)
     p50, p95, p99 = np.percentile(lat, [50, 95, 99])
     return ThroughputResult(batch_size, float(np.median(rates)), float(p50), float(p95), float(p99), len(encoded))
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    """Throughput of several sessions timed in alternating rounds, so machine noise hits all of them alike."""
+
+    rates: dict[str, list[float]]  # sequences/s per round
+    base: str
+
+    def median(self, name: str) -> float:
+        return float(np.median(self.rates[name]))
+
+    def ratios(self, name: str, base: str | None = None) -> list[float]:
+        """Per-round ratios to ``base``: paired, so a slow round for both cancels out."""
+        ref = self.rates[base or self.base]
+        return [a / b for a, b in zip(self.rates[name], ref) if b > 0]
+
+    def ratio(self, name: str, base: str | None = None) -> tuple[float, float, float]:
+        """(median, min, max) of the per-round ratios."""
+        r = self.ratios(name, base)
+        return float(np.median(r)), float(min(r)), float(max(r))
+
+    def within_noise(self, a: str, b: str) -> bool:
+        """Whether the rounds disagree on which of the two is faster."""
+        r = self.ratios(a, b)
+        return min(r) <= 1.0 <= max(r)
+
+
+def interleaved_throughput(sessions: dict[str, object], fs: FeatureSet, batch_size: int, *, rounds: int = 5,
+                           max_batches: int = 40, warmup: int = 2) -> Interleaved:
+    """Each round times every session once over the same pre-built batches (real dev lengths, dynamic
+    padding).  One sample per candidate decided selections before: the same candidate measured 0.95x and
+    1.31x FP32 in two runs; rounds interleaved across candidates and paired ratios fix that."""
+    rng = np.random.RandomState(0)
+    idx = rng.permutation(len(fs))
+    batches = [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
+    batches = [b for b in batches if len(b) == batch_size][:max_batches] or batches[:1]
+    encoded = [fs.batch(b) for b in batches]
+    for s in sessions.values():
+        for b in encoded[:warmup]:
+            s.run(b.input_ids, b.token_type_ids)
+    rates: dict[str, list[float]] = {name: [] for name in sessions}
+    n = sum(len(b.indices) for b in encoded)
+    for _ in progress(range(rounds), total=rounds, desc="interleaved timing", unit="round"):
+        for name, s in sessions.items():
+            t0 = time.perf_counter()
+            for b in encoded:
+                s.run(b.input_ids, b.token_type_ids)
+            rates[name].append(n / (time.perf_counter() - t0))
+    return Interleaved(rates, next(iter(sessions)))

@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.int8.recipe import Int8Recipe
     from pipeline.kinds import get_kind
     from pipeline.tokenizer import Tokenizer
-    from pipeline.validation.benchmark import interleaved_throughput, path_bytes
+    from pipeline.evaluation import interleaved_throughput
+    from pipeline.validation.benchmark import path_bytes
 
     runs = Path(args.runs_dir) / args.task
     export_dir = runs / "export" / "out"

@@ -1,5 +1,6 @@
-"""The compress stage end to end on the tiny model: every strategy, the output contract export reads,
-static-model input, the selection rule and its gate, and bad input failing before any work."""
+"""The compress stage end to end on the tiny model: every strategy in both runtimes, the output contract
+export reads, static-model input, the selection rule (medians, noise, ties to smaller) and its gate, and
+bad input failing before any work."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from conftest import tiny_cli_args
 from pipeline.cli import main
 from pipeline.compress.candidates import Candidate, select, write_table
 
-FAST = ["--set", "compress.throughput_batches=1", "--set", "compress.max_steps=4", "--set", "compress.per_device_train_batch_size=16",
-        "--set", "compress.learning_rate=0.001", "--set", "compress.algo_list=[mse]", "--set", "compress.batch_size_list=[4]"]
+FAST = ["--set", "compress.throughput_batches=1", "--set", "compress.timing_rounds=2", "--set", "compress.max_steps=4",
+        "--set", "compress.per_device_train_batch_size=16", "--set", "compress.learning_rate=0.001",
+        "--set", "compress.algo_list=[mse]", "--set", "compress.batch_size_list=[4]"]
+PADDLE = ["--set", "compress.runtime=paddle"]
 
 
 @pytest.fixture
@@ -25,8 +28,8 @@ def runs(tiny_finetuned, tmp_path) -> Path:
     return dst
 
 
-def _compress(tiny_finetuned, runs: Path, *sets: str) -> int:
-    return main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--only", "compress", *FAST, *sets])
+def _compress(tiny_finetuned, runs: Path, *sets: str, runtime: list[str] = PADDLE) -> int:
+    return main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--only", "compress", *FAST, *runtime, *sets])
 
 
 def _out(runs: Path) -> Path:
@@ -41,8 +44,8 @@ def _check_contract(runs: Path, tiny_finetuned) -> dict:
     table = json.loads((out / "candidates.json").read_text())
     selected = json.loads((out / "selected.json").read_text())
     assert set(selected) == {"name", "width_mult", "quantization", "embeddings_int8", "accuracy", "accuracy_drop_points",
-                             "throughput", "size_bytes", "settings"}
-    assert selected["quantization"] in ("none", "ptq", "qat") and table["selected"] == selected["name"]
+                             "throughput", "size_bytes", "settings", "runtime"}
+    assert selected["quantization"] in ("none", "ptq", "qat", "ort") and table["selected"] == selected["name"]
     for role in ("selected_infer_dir", "fp32_infer_dir"):
         assert (out / arts[role] / "model.pdmodel").is_file() and (out / arts[role] / "model.pdiparams").is_file()
     baseline = json.loads(tiny_finetuned["baseline"].read_text())
@@ -51,8 +54,13 @@ def _check_contract(runs: Path, tiny_finetuned) -> dict:
     assert selected["accuracy_drop_points"] <= 0.5
     assert "| candidate |" in (out / "candidates.md").read_text()
     for row in table["candidates"]:  # kept ones exist, others were deleted
-        assert (out / row["infer_dir"] / "model.pdmodel").is_file() == row["kept"], row
+        if row["model_path"]:
+            assert (out / row["model_path"]).is_file() and row["kept"], row
+        else:
+            assert (out / row["infer_dir"] / "model.pdmodel").is_file() == row["kept"], row
         assert row["accuracy"] is not None and row["throughput"] > 0 and row["size_bytes"] > 0
+        lo, hi = row["throughput_ratio_range"]  # interleaved rounds: median inside the per-round spread
+        assert lo <= row["throughput_ratio"] <= hi
     return {"record": record, "table": table, "selected": selected, "names": [r["name"] for r in table["candidates"]]}
 
 
@@ -102,21 +110,48 @@ def test_static_input_model(tiny_finetuned, runs, tmp_path):
     assert got["table"]["candidates"][0]["settings"]["input_dtype"] == "int32"
 
 
+def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned, runs):
+    """The default runtime: every width as FP32 ONNX plus its searched INT8 form, judged in ONNX Runtime;
+    export rebuilds nothing and ships the very file compress measured."""
+    assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=dynabert+ptq", "--set", "compress.width_mult_list=[3/4]",
+                     runtime=[]) == 0
+    got = _check_contract(runs, tiny_finetuned)
+    assert got["names"] == ["fp32", "int8", "w0.75", "w0.75-int8"]
+    rows = {r["name"]: r for r in got["table"]["candidates"]}
+    assert {r["runtime"] for r in rows.values()} == {"onnxruntime"}
+    assert rows["w0.75-int8"]["quantization"] == "ort" and rows["w0.75-int8"]["settings"]["int8_recipe"]["name"]
+    assert rows["w0.75-int8"]["size_bytes"] < 0.5 * rows["w0.75"]["size_bytes"]
+    arts = got["record"]["artifacts"]
+    assert (_out(runs) / arts["fp32_onnx"]).is_file() and (_out(runs) / arts["selected_fp32_onnx"]).is_file()
+    assert "| onnxruntime |" in (_out(runs) / "candidates.md").read_text()
+
+    assert main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--only", "export", *FAST, "--set",
+                 "compress.strategy=dynabert+ptq", "--set", "compress.width_mult_list=[3/4]",
+                 "--set", "export.max_int8_size_ratio=1"]) == 0  # tiny: the embedding table is most of the file
+    prefix = "w0.75-" if got["selected"]["width_mult"] < 1 else ""
+    shipped = runs / "tiny" / "export" / "out" / "onnx" / "int8.onnx"
+    assert shipped.read_bytes() == (_out(runs) / "candidates" / f"{prefix}int8" / "model.onnx").read_bytes()
+    search = json.loads((runs / "tiny" / "export" / "out" / "int8_search.json").read_text())
+    assert search["chosen"]["name"] == rows[f"{prefix}int8"]["settings"]["int8_recipe"]["name"]
+
+
 @pytest.mark.parametrize(
     "sets, message",
     [
+        (["compress.runtime=gpu"], "compress.runtime: 'gpu' is not one of onnxruntime, paddle"),
         (["compress.batch_num_list=[1000]"], "batch_num 1000"),
         (["compress.batch_size_list=[480]", "compress.batch_num_list=[2]"], "only 480"),
         (["compress.algo_list=[mse,bogus]"], "unknown algo 'bogus'"),
         (["compress.strategy=ptq+prune"], "unknown part 'prune'"),
         (["compress.width_mult_list=[5/4]"], "outside (0, 1]"),
         (["compress.strategy=ptq", "compress.input_infer_model_path=/nonexistent/dir"], "not found"),
+        (["compress.strategy=dynabert+qat"], "qat needs compress.runtime: paddle"),
     ],
 )
 def test_bad_input_fails_before_any_work(tiny_finetuned, runs, capsys, sets, message):
     t0 = time.monotonic()
     args = [x for s in sets for x in ("--set", s)]
-    assert _compress(tiny_finetuned, runs, *args) == 2
+    assert _compress(tiny_finetuned, runs, *args, runtime=[]) == 2
     assert message in capsys.readouterr().err
     assert not _out(runs).exists()
     assert time.monotonic() - t0 < 60  # generous: no calibration/training ran (they take minutes on real data)
@@ -136,10 +171,19 @@ def _cand(name, acc, tp, tmp_path):
 
 
 def test_selection_rule_and_gate(tmp_path):
+    from pipeline.evaluation import Interleaved
+
     cands = [_cand("fp32", 0.90, 100, tmp_path), _cand("fast-bad", 0.85, 400, tmp_path), _cand("ok", 0.896, 250, tmp_path),
              _cand("slower-ok", 0.899, 200, tmp_path)]
     sel = select(cands, 0.5)
     assert sel.selected.name == "ok" and sel.qualifying == 3
+    # Rounds that disagree on which of ok / slower-ok is faster: within noise, and the smaller one wins.
+    cands[3].size_bytes = 50
+    noisy = Interleaved({"fp32": [100, 100, 100], "fast-bad": [400] * 3, "ok": [260, 240, 250], "slower-ok": [200, 255, 200]}, "fp32")
+    sel = select(cands, 0.5, noisy)
+    assert sel.selected.name == "slower-ok" and sel.within_noise == ("ok",) and "within timing noise of ok" in sel.message
+    clear = Interleaved({"fp32": [100] * 3, "fast-bad": [400] * 3, "ok": [250] * 3, "slower-ok": [200] * 3}, "fp32")
+    assert select(cands, 0.5, clear).selected.name == "ok"  # the rounds agree: the faster one, even if larger
     none = select(cands[1:2], 0.5)
     assert none.selected is None and "fast-bad" in none.message and "no candidate is within 0.5" in none.message
     write_table(tmp_path, cands[1:2], none, {"accuracy": 0.9}, 0.5)
@@ -153,7 +197,7 @@ def test_stage_fails_at_the_gate_when_nothing_qualifies(tiny_finetuned, runs, ca
     baseline = json.loads(path.read_text())
     baseline["accuracy"] = 1.01
     path.write_text(json.dumps(baseline))
-    assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=ptq") == 3
+    assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=ptq", runtime=[]) == 3
     err = capsys.readouterr().err
     assert "no candidate is within 0.5 accuracy points" in err and "the best found is" in err
     assert "no candidate is within" in (_out(runs) / "candidates.md").read_text()

@@ -122,7 +122,7 @@ def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, spl
     kl_after = _kl_to_teacher(t_logits, _logits(student, dev))
     assert kl_after < 0.7 * kl_before, (kl_before, kl_after)
     assert acc >= 0.9
-    assert len(lines) == 2 and all("dev accuracy" in line for line in lines)  # one line per epoch
+    assert len(lines) == 2 and all("held-out accuracy" in line for line in lines)  # one line per epoch
 
 
 def test_prune_width_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path, splits):
@@ -194,7 +194,7 @@ def test_prune_width_rejects_bad_input(tiny_finetuned, tmp_path, splits):
     kw = dict(max_seq_len=MAX_SEQ_LEN, epochs=1, learning_rate=1e-3, batch_size=16, max_steps=1, seed=0)
     with pytest.raises(ConfigError, match="width_mult"):
         dynabert.prune_width(tiny_finetuned["model_dir"], 1.5, train, dev, out_dir=tmp_path / "x", **kw)
-    with pytest.raises(ConfigError, match="dev set is empty"):
+    with pytest.raises(ConfigError, match="no held-out training rows"):
         dynabert.prune_width(tiny_finetuned["model_dir"], 0.5, train, dev.subset([]), out_dir=tmp_path / "x", **kw)
     with pytest.raises(ModelError, match="not found"):
         dynabert.prune_width(tmp_path / "nope", 0.5, train, dev, out_dir=tmp_path / "x", **kw)

@@ -175,7 +175,7 @@ CPUINFO_VNNI = "processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: avx2 avx
 
 def test_cpu_flags_decide_reduce_range_and_serving_warns():
     from pipeline.cpu import missing_flags, parse_cpuinfo
-    from pipeline.stages.export import reduce_range_options
+    from pipeline.int8.select import reduce_range_options
     from serving.server import cpu_warnings
 
     avx2, vnni = parse_cpuinfo(CPUINFO_AVX2, 2), parse_cpuinfo(CPUINFO_VNNI, 2)

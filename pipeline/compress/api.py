@@ -38,6 +38,8 @@ from pipeline.tokenizer import Tokenizer
 
 @dataclass
 class CompressionArguments(CompressConfig):
+    # Trainer.compress() makes Paddle models, and custom_evaluate receives a Paddle Inference session.
+    runtime: str = "paddle"
     output_dir: str = "compress_output"
     max_seq_length: int = 128
     max_accuracy_drop: float = 0.5  # points below the FP32 model that a candidate may lose
@@ -130,12 +132,15 @@ def compress(
     from pipeline.kinds.classification import Classification
 
     kind = Classification()
+    from pipeline.data import heldout_examples
+
     inp = CompressInputs(model_dir=model_dir, static_model_dir=static, tokenizer=tok,
                          train=kind.featurize(tok, train), dev=kind.featurize(tok, dev),
+                         heldout=kind.featurize(tok, heldout_examples(train, 0, max(1, len(train) // 10))),
                          num_labels=num_labels, max_seq_len=args.max_seq_length, baseline_accuracy=None)
     work = out / ".work"
-    cands = build_and_evaluate(args, inp, out, work, log=log, accuracy_fn=accuracy_fn)
-    selection = select(cands, args.max_accuracy_drop)
+    cands, timing = build_and_evaluate(args, inp, out, work, log=log, accuracy_fn=accuracy_fn)
+    selection = select(cands, args.max_accuracy_drop, timing)
     write_table(out, cands, selection, {"accuracy": cands[0].accuracy}, args.max_accuracy_drop)
     if selection.selected is not None:
         (out / "selected.json").write_text(json.dumps(selected_json(selection.selected), indent=2), encoding="utf-8")

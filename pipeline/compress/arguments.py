@@ -52,9 +52,17 @@ def parse_width(value: str | float, key: str = "compress.width_mult_list") -> fl
 SKIP_ROLES = ("ffn2", "head")
 
 
+RUNTIMES = ("onnxruntime", "paddle")
+
+
 @dataclass
 class CompressConfig:
     strategy: str = "dynabert+ptq"
+    # Where candidates are evaluated and selected: the runtime that ships.  onnxruntime (the CPU bundle):
+    # FP32 ONNX per width and, with ptq, the INT8 recipe search of pipeline.int8 (export.int8_* settings;
+    # algo_list and the other PTQ-grid settings are Paddle's).  paddle: Paddle Inference programs (PTQ
+    # grid, QAT, int8 embeddings), for serving with Paddle Inference.
+    runtime: str = "onnxruntime"
     # DynaBERT width pruning
     width_mult_list: list[str | float] = field(default_factory=lambda: ["3/4"])
     # With dynabert: also quantize the unpruned model (a fallback when pruning costs too much accuracy;
@@ -89,7 +97,8 @@ class CompressConfig:
     input_dtype: str = "int64"
     # evaluation of candidates
     throughput_batch_size: int = 32
-    throughput_batches: int = 8  # batches of the short throughput measurement per candidate
+    throughput_batches: int = 8  # batches per candidate in each timing round
+    timing_rounds: int = 5  # interleaved rounds over every candidate: medians and the spread decide
     eval_batch_size: int = 64
     keep_all_candidates: bool = False  # False: delete non-selected quantized models (the FP32 baseline stays)
 
@@ -132,7 +141,17 @@ class CompressConfig:
             raise ConfigError(f"compress.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.weight_decay < 0:
             raise ConfigError(f"compress.weight_decay must be >= 0, got {self.weight_decay}")
-        for key in ("num_train_epochs", "per_device_train_batch_size", "throughput_batch_size", "throughput_batches", "eval_batch_size"):
+        if self.runtime not in RUNTIMES:
+            raise ConfigError(f"compress.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        if self.runtime == "onnxruntime":
+            paddle_only = {"qat": "QAT trains a Paddle int8 program", "embeddings": "the ONNX Runtime INT8 form already "
+                           "stores int8 embeddings (export.int8_embeddings)"}
+            for part in self.parts():
+                if part in paddle_only:
+                    raise ConfigError(f"compress.strategy {self.strategy!r}: {part} needs compress.runtime: paddle "
+                                      f"({paddle_only[part]}); with onnxruntime use dynabert and/or ptq")
+        for key in ("num_train_epochs", "per_device_train_batch_size", "throughput_batch_size", "throughput_batches",
+                    "eval_batch_size", "timing_rounds"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"compress.{key} must be >= 1, got {getattr(self, key)}")
         parts = self.parts()

@@ -4,8 +4,11 @@
 Order (pruning always before quantization):
   1. FP32 baseline as a static model (exported from the dygraph model, or the given static model);
   2. ``dynabert``: one physically pruned model per width (width 1.0 is the baseline itself);
-  3. ``ptq``: every grid point for every width;  ``qat``: one QAT model per width;
-  4. ``embeddings``: an int8-embedding variant of every candidate so far.
+  3. ``compress.runtime: onnxruntime`` (the CPU bundle's runtime): every width as FP32 ONNX and, with
+     ``ptq``, its INT8 form from the recipe search (``pipeline.compress.onnx_candidates``).
+     ``paddle``: ``ptq``: every grid point for every width;  ``qat``: one QAT model per width;
+     ``embeddings``: an int8-embedding variant of every candidate so far.
+  4. Every candidate timed in interleaved rounds (``candidates.time_candidates``).
 Unpruned models are quantized too when pruning is on (``quantize_unpruned``, default true): if pruning
 costs too much accuracy, the unpruned int8 model can still pass the budget.
 """
@@ -20,7 +23,7 @@ from typing import Callable
 
 from pipeline.backends import paddle_inference
 from pipeline.compress.arguments import CompressConfig
-from pipeline.compress.candidates import Candidate, evaluate
+from pipeline.compress.candidates import Candidate, evaluate, time_candidates
 from pipeline.compress.embeddings import copy_static, quantize_embeddings
 from pipeline.compress.ptq import PTQSettings, calibration_examples, check_calibration, ptq_grid, quantize_static
 from pipeline.errors import ConfigError
@@ -35,14 +38,15 @@ class CompressInputs:
     static_model_dir: Path | None  # --input_infer_model_path
     tokenizer: Tokenizer
     train: FeatureSet  # features of the training split (calibration, pruning/QAT training)
-    dev: FeatureSet  # features of the dev split (every candidate is scored on it)
+    dev: FeatureSet  # features of the dev split (every candidate is scored on it; nothing is tuned on it)
+    heldout: FeatureSet  # held-out training rows: DynaBERT's importance and best-epoch choice
     num_labels: int
     max_seq_len: int
     baseline_accuracy: float | None  # None: the FP32 static model's own dev accuracy is the baseline
 
 
 @dataclass(frozen=True)
-class _Source:
+class Source:
     width: float
     model_dir: Path | None  # dygraph FP32 dir (None for a static input)
     infer_dir: Path  # its FP32 static model
@@ -71,10 +75,16 @@ def build_and_evaluate(
     *,
     log: Callable[[str], None] = print,
     accuracy_fn: Callable | None = None,
-) -> list[Candidate]:
-    """Create every candidate under ``out_dir/candidates/<name>/`` and evaluate each as it is made.
+    quantize_onnx: Callable | None = None,
+    int8_embeddings: bool = True,
+    opset: int = 13,
+):
+    """Create every candidate under ``out_dir/candidates/<name>/``, evaluate each as it is made, then time
+    them all in interleaved rounds; returns (candidates, timing).
 
     ``work_dir`` keeps the expensive trained models (pruned, QAT) so an interrupted run reuses them.
+    ``quantize_onnx(fp32_onnx, out_onnx, baseline_onnx | None) -> SearchResult``: the INT8 recipe search,
+    for ``compress.runtime: onnxruntime`` with ``ptq``.
     """
     out_dir, work_dir = Path(out_dir), Path(work_dir)
     parts = cfg.parts()
@@ -83,14 +93,23 @@ def build_and_evaluate(
 
     baseline = [inp.baseline_accuracy]
 
-    def add(c: Candidate, started: float) -> None:
-        c.build_seconds = round(time.monotonic() - started, 2)
+    onnx = cfg.runtime == "onnxruntime"
+
+    def add(c: Candidate, started: float | None) -> None:
+        if started is not None:
+            c.build_seconds = round(time.monotonic() - started, 2)
+        if onnx and c.runtime == "paddle":  # only a source here: its ONNX forms are the candidates
+            return
         evaluate(c, inp.dev, baseline_accuracy=baseline[0] if baseline[0] is not None else float("nan"),
-                 eval_batch_size=cfg.eval_batch_size, throughput_batch_size=cfg.throughput_batch_size,
-                 throughput_batches=cfg.throughput_batches, log=log, accuracy_fn=accuracy_fn)
+                 eval_batch_size=cfg.eval_batch_size, log=log, accuracy_fn=accuracy_fn)
         if baseline[0] is None:  # the first candidate is the FP32 baseline
             baseline[0], c.accuracy_drop_points = c.accuracy, 0.0
         cands.append(c)
+
+    def finish():
+        timing = time_candidates(cands, inp.dev, batch_size=cfg.throughput_batch_size, batches=cfg.throughput_batches,
+                                 rounds=cfg.timing_rounds, log=log)
+        return cands, timing
 
     # 1. FP32 baseline
     t0 = time.monotonic()
@@ -102,7 +121,7 @@ def build_and_evaluate(
         paddle_inference.export_static(load_classifier(inp.model_dir, inp.num_labels), fp32_dir, cfg.input_dtype)
         input_dtype = cfg.input_dtype
     add(Candidate("fp32", 1.0, "none", False, fp32_dir, inp.model_dir, {"input_dtype": input_dtype}), t0)
-    sources = [_Source(1.0, inp.model_dir, fp32_dir, "")]
+    sources = [Source(1.0, inp.model_dir, fp32_dir, "")]
 
     # 2. DynaBERT width pruning
     if "dynabert" in parts:
@@ -117,7 +136,7 @@ def build_and_evaluate(
             if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
                 tmp = work_dir / "dynabert" / f".{name}.tmp"
                 shutil.rmtree(tmp, ignore_errors=True)
-                prune_width(inp.model_dir, width, inp.train, inp.dev, max_seq_len=inp.max_seq_len, out_dir=tmp,
+                prune_width(inp.model_dir, width, inp.train, inp.heldout, max_seq_len=inp.max_seq_len, out_dir=tmp,
                             epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,
                             batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=log)
                 shutil.rmtree(pruned, ignore_errors=True)
@@ -128,7 +147,16 @@ def build_and_evaluate(
             shutil.copytree(pruned, model_dir)
             infer = paddle_inference.export_static(load_classifier(model_dir, inp.num_labels), out_dir / "candidates" / name / "infer", input_dtype)
             add(Candidate(name, width, "none", False, infer, model_dir, {"width_mult": width, "input_dtype": input_dtype}), t0)
-            sources.append(_Source(width, model_dir, infer, name + "-"))
+            sources.append(Source(width, model_dir, infer, name + "-"))
+
+    if onnx:
+        from pipeline.compress.onnx_candidates import onnx_candidates
+
+        for c in onnx_candidates(sources, out_dir, quantize=quantize_onnx if "ptq" in parts else None,
+                                 quantize_unpruned=cfg.quantize_unpruned or len(sources) == 1,
+                                 int8_embeddings=int8_embeddings, opset=opset, log=log):
+            add(c, None)  # build_seconds set where it was built
+        return finish()
 
     # 3. quantization
     if "dynabert" in parts and not cfg.quantize_unpruned and len(sources) > 1:
@@ -176,4 +204,4 @@ def build_and_evaluate(
             settings = {**base.settings, "embeddings": {"table": info.table, "fp32_bytes": info.fp32_bytes, "int8_bytes": info.int8_bytes,
                                                         "max_abs_error": info.max_abs_error}}
             add(Candidate(name, base.width_mult, base.quantization, True, infer, base.source_model_dir, settings), t0)
-    return cands
+    return finish()

@@ -1,10 +1,13 @@
 """The candidates table: every compressed model evaluated the same way, and the selection rule.
 
-Each candidate is a static Paddle inference model, run through Paddle Inference on CPU (oneDNN;
-int8 kernels for quantized ones) over the *full* dev set, with its size on disk and a short
-throughput measurement.  Selection: the highest throughput among candidates whose accuracy is at
-most ``max_accuracy_drop`` points below the FP32 baseline (finetune-check); none qualifying is
-reported plainly, with the best one found.
+Each candidate runs in the runtime it would be served with: ONNX Runtime (``compress.runtime:
+onnxruntime``, the CPU bundle: FP32 ONNX per width and its searched INT8 form) or Paddle Inference
+(``paddle``: static programs, oneDNN int8 kernels for PTQ/QAT).  Accuracy is on the *full* dev set;
+throughput comes from interleaved rounds over every candidate (dev lengths, dynamic padding), so machine
+noise hits all alike: the median and the min-max of the per-round ratios to FP32 are reported.
+Selection: the highest median throughput among candidates at most ``max_accuracy_drop`` points below the
+FP32 baseline; candidates whose rounds disagree with it on which is faster are within noise, and the
+smallest of those wins.  None qualifying is reported plainly, with the best one found.
 """
 
 from __future__ import annotations
@@ -17,25 +20,33 @@ from typing import Callable, Sequence
 from pipeline.backends import paddle_inference
 from pipeline.kinds.base import FeatureSet
 
-QUANTIZATIONS = ("none", "ptq", "qat")
+QUANTIZATIONS = ("none", "ptq", "qat", "ort")  # ort: the ONNX Runtime INT8 recipe search (pipeline.int8)
 
 
 @dataclass
 class Candidate:
     name: str
     width_mult: float
-    quantization: str  # none | ptq | qat
+    quantization: str  # none | ptq | qat | ort
     embeddings_int8: bool
-    infer_dir: Path
+    infer_dir: Path  # Paddle static program (for an onnxruntime candidate: the FP32 program of its width)
     source_model_dir: Path | None  # FP32 dygraph dir it was made from (None for a static input model)
     settings: dict = field(default_factory=dict)
+    runtime: str = "paddle"  # paddle | onnxruntime: where it is evaluated, and would be served
+    model_path: Path | None = None  # the ONNX file of an onnxruntime candidate
     accuracy: float | None = None
     accuracy_drop_points: float | None = None
-    throughput: float | None = None  # sentences/s at throughput_batch_size
-    latency_ms_p50: float | None = None
+    throughput: float | None = None  # sentences/s at throughput_batch_size, median of the interleaved rounds
+    throughput_ratio: float | None = None  # vs the FP32 candidate: median of the per-round ratios
+    throughput_ratio_range: list[float] | None = None  # [min, max] of the per-round ratios
     size_bytes: int | None = None
     build_seconds: float = 0.0
     kept: bool = True  # False: its infer dir was deleted after selection (keep_all_candidates: false)
+
+    @property
+    def artifact(self) -> Path:
+        """What is measured and shipped: the ONNX file, or the static program's directory."""
+        return self.model_path if self.model_path is not None else self.infer_dir
 
     @property
     def precision(self) -> str:
@@ -45,6 +56,7 @@ class Candidate:
         d = asdict(self)
         d["infer_dir"] = str(self.infer_dir)
         d["source_model_dir"] = str(self.source_model_dir) if self.source_model_dir else None
+        d["model_path"] = str(self.model_path) if self.model_path else None
         d["precision"] = self.precision
         return d
 
@@ -55,10 +67,20 @@ class Selection:
     best: Candidate | None  # most accurate candidate (reported when nothing qualifies)
     qualifying: int
     message: str
+    within_noise: tuple[str, ...] = ()  # qualifying candidates the timing could not tell from the fastest
 
 
-def dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+def path_size(path: Path) -> int:
+    path = Path(path)
+    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def make_session(cand: Candidate, threads: int | None = None):
+    if cand.runtime == "onnxruntime":
+        from pipeline.backends import onnxruntime as ortb
+
+        return ortb.session(cand.model_path, precision=cand.precision, threads=threads)
+    return paddle_inference.session(cand.infer_dir, precision=cand.precision, threads=threads)
 
 
 def evaluate(
@@ -67,37 +89,47 @@ def evaluate(
     *,
     baseline_accuracy: float,
     eval_batch_size: int,
-    throughput_batch_size: int,
-    throughput_batches: int,
-    threads: int | None = None,
     log: Callable[[str], None] = print,
     accuracy_fn: Callable | None = None,
 ) -> Candidate:
-    """Fill in accuracy (full dev), drop vs baseline, size and throughput.
+    """Fill in accuracy (full dev), drop vs baseline and size; throughput comes from :func:`time_candidates`.
 
     ``accuracy_fn(session) -> float`` replaces the built-in dev accuracy (the API's custom_evaluate).
     """
-    from pipeline.evaluation import evaluate_session, measure_throughput
+    from pipeline.evaluation import evaluate_session
 
-    sess = paddle_inference.session(cand.infer_dir, precision=cand.precision, threads=threads)
+    sess = make_session(cand)
     if accuracy_fn is not None:
         accuracy = float(accuracy_fn(sess))
     else:
         accuracy = evaluate_session(sess, dev, eval_batch_size, desc=f"compress eval {cand.name}").metric
-    tp = measure_throughput(sess, dev, throughput_batch_size, warmup=2, repeats=3, max_batches=throughput_batches)
     cand.accuracy = accuracy
     cand.accuracy_drop_points = round(100.0 * (baseline_accuracy - accuracy), 4)
-    cand.throughput = tp.sentences_per_s
-    cand.latency_ms_p50 = tp.latency_ms_p50
-    cand.size_bytes = dir_size(cand.infer_dir)
-    log(
-        f"[compress] {cand.name}: {dev.kind.metric_label} {accuracy:.4f} (drop {cand.accuracy_drop_points:+.2f} pts vs FP32), "
-        f"{tp.sentences_per_s:.0f} sent/s at batch {throughput_batch_size} ({sess.name}), {cand.size_bytes / 2**20:.1f} MiB"
-    )
+    cand.size_bytes = path_size(cand.artifact)
+    log(f"[compress] {cand.name}: {dev.kind.metric_label} {accuracy:.4f} (drop {cand.accuracy_drop_points:+.2f} pts vs FP32), "
+        f"{cand.size_bytes / 2**20:.1f} MiB ({sess.name})")
     return cand
 
 
-def select(cands: Sequence[Candidate], max_accuracy_drop: float) -> Selection:
+def time_candidates(cands: Sequence[Candidate], dev: FeatureSet, *, batch_size: int, batches: int, rounds: int,
+                    log: Callable[[str], None] = print):
+    """Interleaved rounds over every candidate (the first is FP32): median sent/s and paired ratios."""
+    from pipeline.evaluation import interleaved_throughput
+
+    timing = interleaved_throughput({c.name: make_session(c) for c in cands}, dev, batch_size, rounds=rounds,
+                                    max_batches=batches)
+    for c in cands:
+        c.throughput = timing.median(c.name)
+        med, lo, hi = timing.ratio(c.name)
+        c.throughput_ratio, c.throughput_ratio_range = med, [lo, hi]
+        log(f"[compress] {c.name}: {c.throughput:.0f} sent/s (median of {rounds} rounds, batch {batch_size}), "
+            f"{med:.2f}x FP32 [{lo:.2f}-{hi:.2f}]")
+    return timing
+
+
+def select(cands: Sequence[Candidate], max_accuracy_drop: float, timing=None) -> Selection:
+    """Fastest median within the budget; with ``timing`` (the interleaved rounds) the candidates it cannot
+    tell from the fastest are within noise, and the smallest of them is chosen (then the most accurate)."""
     evaluated = [c for c in cands if c.accuracy is not None]
     if not evaluated:
         return Selection(None, None, 0, "no candidate was evaluated")
@@ -109,11 +141,20 @@ def select(cands: Sequence[Candidate], max_accuracy_drop: float) -> Selection:
             f"no candidate is within {max_accuracy_drop:g} accuracy points of the FP32 baseline; the best found is "
             f"{best.name} (accuracy {best.accuracy:.4f}, {best.accuracy_drop_points:.2f} points below)",
         )
-    chosen = max(ok, key=lambda c: (c.throughput or 0.0, c.accuracy))
+    fastest = max(ok, key=lambda c: (c.throughput or 0.0, c.accuracy))
+    tied = [c for c in ok if c is fastest or (timing is not None and timing.within_noise(c.name, fastest.name))]
+    chosen = min(tied, key=lambda c: (c.size_bytes or 0, -c.accuracy))
+    noise = ""
+    if len(tied) > 1:
+        others = ", ".join(c.name for c in tied if c is not chosen)
+        noise = f"; within timing noise of {others}: the smallest is chosen"
+    ratio = f" ({chosen.throughput_ratio:.2f}x FP32 [{chosen.throughput_ratio_range[0]:.2f}-{chosen.throughput_ratio_range[1]:.2f}])" \
+        if chosen.throughput_ratio_range else ""
     return Selection(
         chosen, best, len(ok),
-        f"selected {chosen.name}: {chosen.throughput:.0f} sent/s, accuracy {chosen.accuracy:.4f} "
-        f"(drop {chosen.accuracy_drop_points:+.2f} pts vs FP32; {len(ok)}/{len(evaluated)} candidates within {max_accuracy_drop:g})",
+        f"selected {chosen.name}: {chosen.throughput:.0f} sent/s{ratio}, accuracy {chosen.accuracy:.4f} "
+        f"(drop {chosen.accuracy_drop_points:+.2f} pts vs FP32; {len(ok)}/{len(evaluated)} candidates within {max_accuracy_drop:g}){noise}",
+        tuple(c.name for c in tied if c is not chosen),
     )
 
 
@@ -131,22 +172,29 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
     base_tp = fp32.throughput if fp32 and fp32.throughput else None
     base_size = fp32.size_bytes if fp32 and fp32.size_bytes else None
     metric = baseline.get("metric_label", "accuracy")  # entity F1 / F1 for the span kinds
+    runtimes = sorted({c.runtime for c in cands})
+    where = {"onnxruntime": "ONNX Runtime on CPU (FP32 ONNX per width, INT8 from the recipe search)",
+             "paddle": "Paddle Inference on CPU (oneDNN; int8 where quantized)"}
     lines = [
         "# Compression candidates",
         "",
         f"FP32 baseline (finetune-check): {metric} {baseline.get('accuracy', float('nan')):.4f}; budget: "
-        f"at most {max_accuracy_drop:g} points below.  Paddle Inference on CPU (oneDNN; int8 where quantized).",
+        f"at most {max_accuracy_drop:g} points below.  {'; '.join(where[r] for r in runtimes)}.  Throughput: median "
+        "of interleaved rounds, dev lengths; x FP32 gives the median and [min-max] of the per-round ratios.",
         "",
-        f"| candidate | width | quant | emb int8 | {metric} | drop (pts) | sent/s | x FP32 | size MiB | x smaller | within budget |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| candidate | runtime | width | quant | emb int8 | {metric} | drop (pts) | sent/s | x FP32 | size MiB | x smaller | within budget |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cands:
         within = c.accuracy_drop_points is not None and c.accuracy_drop_points <= max_accuracy_drop + 1e-9
         mark = " **selected**" if selection.selected is c else ""
+        ratio = _f(c.throughput_ratio if c.throughput_ratio is not None else (c.throughput / base_tp if base_tp and c.throughput else None), 2)
+        if c.throughput_ratio_range:
+            ratio += f" [{c.throughput_ratio_range[0]:.2f}-{c.throughput_ratio_range[1]:.2f}]"
         lines.append(
-            f"| {c.name}{mark} | {c.width_mult:.3g} | {c.quantization} | {'yes' if c.embeddings_int8 else 'no'} | "
-            f"{_f(c.accuracy, 4)} | {_f(c.accuracy_drop_points, 2)} | {_f(c.throughput, 0)} | "
-            f"{_f(c.throughput / base_tp if base_tp and c.throughput else None, 2)} | {_f(c.size_bytes / 2**20 if c.size_bytes else None, 1)} | "
+            f"| {c.name}{mark} | {c.runtime} | {c.width_mult:.3g} | {c.quantization} | {'yes' if c.embeddings_int8 else 'no'} | "
+            f"{_f(c.accuracy, 4)} | {_f(c.accuracy_drop_points, 2)} | {_f(c.throughput, 0)} | {ratio} | "
+            f"{_f(c.size_bytes / 2**20 if c.size_bytes else None, 1)} | "
             f"{_f(base_size / c.size_bytes if base_size and c.size_bytes else None, 2)} | {'yes' if within else 'no'} |"
         )
     lines += ["", selection.message, ""]
@@ -164,11 +212,12 @@ def selected_json(c: Candidate) -> dict:
         "throughput": c.throughput,
         "size_bytes": c.size_bytes,
         "settings": c.settings,
+        "runtime": c.runtime,
     }
 
 
 def _relative(row: dict, root: Path) -> dict:
-    for key in ("infer_dir", "source_model_dir"):
+    for key in ("infer_dir", "source_model_dir", "model_path"):
         if row.get(key):
             try:
                 row[key] = str(Path(row[key]).relative_to(root))

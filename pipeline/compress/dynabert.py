@@ -2,7 +2,8 @@
 
 The steps are DynaBERT's (and PaddleNLP ``Trainer.compress()``'s):
 
-1. Importance on the dev data, from gradients of the task loss: per head, |d loss / d head_mask|; per FFN
+1. Importance on held-out training rows (upstream uses dev; here dev only scores candidates), from
+   gradients of the task loss: per head, |d loss / d head_mask|; per FFN
    neuron, |sum(w1 * grad w1) + b1 * grad b1| + |sum(w2 * grad w2)| (paddlenlp's
    ``compute_neuron_head_importance``).  Upstream gets the head-mask gradient by monkey-patching paddle's
    attention/encoder forwards (importing ``paddleslim.nas.ofa.utils.nlp_utils`` even patches them for the
@@ -142,7 +143,7 @@ def distill(
     student,
     teacher,
     train: FeatureSet,
-    dev: FeatureSet,
+    heldout: FeatureSet,
     *,
     epochs: int,
     learning_rate: float,
@@ -152,7 +153,7 @@ def distill(
     log: Callable[[str], None] = print,
     desc: str = "dynabert",
 ) -> float:
-    """Train ``student`` to match ``teacher``; leaves the best-dev-accuracy weights in ``student``."""
+    """Train ``student`` to match ``teacher``; leaves the weights that score best on ``heldout`` in ``student``."""
     import paddle
     import paddle.nn.functional as F
 
@@ -184,11 +185,11 @@ def distill(
                 running += float(loss)
                 n += 1
                 bar.update(1)
-            acc = evaluate_dygraph(student, dev, EVAL_BATCH, desc=f"dev eval (epoch {epoch + 1})").metric
+            acc = evaluate_dygraph(student, heldout, EVAL_BATCH, desc=f"held-out eval (epoch {epoch + 1})").metric
             improved = acc > best_acc
             log(
                 f"{desc} epoch {epoch + 1}/{plan.epochs}: step {step}, distill loss {running / max(n, 1):.4f}, "
-                f"dev {dev.kind.metric_label} {acc:.4f}" + ("  (best so far, kept)" if improved else "")
+                f"held-out {heldout.kind.metric_label} {acc:.4f}" + ("  (best so far, kept)" if improved else "")
             )
             if improved:
                 best_acc = acc
@@ -206,7 +207,7 @@ def prune_width(
     model_dir: Path,
     width_mult: float,
     train: FeatureSet,
-    dev: FeatureSet,
+    heldout: FeatureSet,
     *,
     max_seq_len: int,
     out_dir: Path,
@@ -222,8 +223,8 @@ def prune_width(
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     check_width(width_mult)
-    if not dev:
-        raise ConfigError("dynabert: the dev set is empty (head/neuron importance needs labelled dev data)")
+    if not heldout:
+        raise ConfigError("dynabert: no held-out training rows (head/neuron importance needs labelled data)")
     if not train:
         raise ConfigError("dynabert: the training set is empty")
     info = inspect_model(model_dir)
@@ -240,17 +241,17 @@ def prune_width(
     )
 
     model = load_classifier(model_dir, info.head_classes)
-    importance = compute_importance(model, dev, batch_size=EVAL_BATCH)
+    importance = compute_importance(model, heldout, batch_size=EVAL_BATCH)
     reorder_by_importance(model, importance)
     student = narrow_model(model, heads, neurons)
     del model
     paddle.seed(seed)
     best = distill(
-        student, teacher, train, dev,
+        student, teacher, train, heldout,
         epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, log=log,
         desc=f"dynabert w={width_mult:.3g}",
     )
-    log(f"dynabert width {width_mult:.4g}: best dev {dev.kind.metric_label} {best:.4f}")
+    log(f"dynabert width {width_mult:.4g}: best held-out {heldout.kind.metric_label} {best:.4f}")
     save_pruned(student, model_dir, out_dir)
     return out_dir
 

@@ -1,14 +1,17 @@
-"""Stage ``compress``: DynaBERT width pruning, PTQ, QAT and int8 embeddings; every candidate evaluated.
+"""Stage ``compress``: DynaBERT width pruning, then quantization; every candidate evaluated where it ships.
 
-Every candidate is run through Paddle Inference on CPU over the full dev set (see
-``pipeline.compress.candidates``); the fastest one within ``gates.max_accuracy_drop`` points of the
-finetune-check baseline is selected.  When none qualifies the stage says so, names the best one found
-and fails at the gate (its table is still written, so the numbers are there to look at).
+``compress.runtime: onnxruntime`` (default, the CPU bundle): every width as FP32 ONNX plus its INT8 form
+from the recipe search (``pipeline.compress.onnx_candidates``).  ``paddle``: Paddle Inference programs
+(PTQ grid, QAT, int8 embeddings).  Every candidate is scored on the full dev set and timed in interleaved
+rounds (see ``pipeline.compress.candidates``); the fastest median within ``gates.max_accuracy_drop``
+points of the finetune-check baseline is selected, the smallest when timing cannot tell candidates apart.
+When none qualifies the stage says so, names the best one found and fails at the gate (its table is
+still written, so the numbers are there to look at).
 
 Outputs (consumed by export): candidates.json, candidates.md, selected.json,
 candidates/<name>/infer/model.pdmodel+.pdiparams (the FP32 baseline and the selected candidate are
-always kept), the FP32 dygraph PaddleNLP dir the selected candidate was made from (selected_model/, or
-candidates/<width>/model for a pruned one).
+always kept), candidates/<name>/model.onnx (onnxruntime), the FP32 dygraph PaddleNLP dir the selected
+candidate was made from (selected_model/, or candidates/<width>/model for a pruned one).
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ SELECTED_MODEL_DIR = "selected_model"
 
 
 def params(cfg: TaskConfig) -> dict:
+    from pipeline.int8.select import search_params
+
     return {
         "compress": dataclasses.asdict(cfg.compress),
+        "int8_search": search_params(cfg) if cfg.compress.runtime == "onnxruntime" else None,
         "max_seq_len": cfg.max_seq_len,
         "labels": list(cfg.labels),
         "max_accuracy_drop": cfg.gates.max_accuracy_drop,
@@ -50,6 +56,9 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 def run(ctx):
     from pipeline.compress.build import CompressInputs, build_and_evaluate, preflight
     from pipeline.compress.candidates import select, selected_json, write_table
+    from pipeline.cpu import detect as detect_cpu
+    from pipeline.data import heldout_examples
+    from pipeline.int8.select import CACHE_DIR, search_recipe, search_rows
     from pipeline.kinds import get_kind
     from pipeline.runner import StageResult
     from pipeline.tokenizer import Tokenizer
@@ -65,26 +74,38 @@ def run(ctx):
     tokenizer = Tokenizer.from_model_dir(vocab_dir, cfg.max_seq_len)
     train = kind.featurize(tokenizer, data.train.examples, cfg)
     preflight(ccfg, train_size=len(train), static_model_dir=static)  # bad input fails here, before any work
+    ecfg = cfg.export
+    # The same held-out training rows as the INT8 search: DynaBERT's importance and best epoch come from them.
+    heldout = heldout_examples(data.train.examples, ecfg.calibration_sentences, ecfg.int8_search_sentences)
     inp = CompressInputs(
         model_dir=None if static is not None else model_dir,
         static_model_dir=static,
         tokenizer=tokenizer,
         train=kind.for_training(train, ccfg.seed),
         dev=kind.featurize(tokenizer, data.dev.examples, cfg),
+        heldout=kind.featurize(tokenizer, heldout, cfg),
         num_labels=len(data.labels),
         max_seq_len=cfg.max_seq_len,
         baseline_accuracy=float(baseline["accuracy"]),
     )
-    ctx.log(f"[compress] strategy {ccfg.strategy}: FP32 baseline {kind.metric_label} {inp.baseline_accuracy:.4f}, "
+    ctx.log(f"[compress] strategy {ccfg.strategy} in {ccfg.runtime}: FP32 baseline {kind.metric_label} {inp.baseline_accuracy:.4f}, "
             f"budget {cfg.gates.max_accuracy_drop:g} points, {len(data.dev.examples)} dev examples ({len(inp.dev)} model inputs)")
-    cands = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log)
-    selection = select(cands, cfg.gates.max_accuracy_drop)
+    quantize_onnx = None
+    if ccfg.runtime == "onnxruntime":
+        rows, cpu = search_rows(cfg, tokenizer, data.train.examples, kind), detect_cpu()
+
+        def quantize_onnx(fp32, out_path, unpruned):
+            return search_recipe(fp32, out_path, rows, ecfg, cfg.gates.max_accuracy_drop, cpu, ctx.runs_dir / CACHE_DIR,
+                                 baseline=unpruned, log=ctx.log)
+    cands, timing = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log, quantize_onnx=quantize_onnx,
+                                       int8_embeddings=ecfg.int8_embeddings, opset=ecfg.opset)
+    selection = select(cands, cfg.gates.max_accuracy_drop, timing)
     chosen = selection.selected
     if not ccfg.keep_all_candidates:
         # Static models are cheap to remake; the pruned dygraph dirs (candidates/<w>/model) are the
-        # product of training and stay.
+        # product of training and stay.  ONNX candidates share their width's program and stay too.
         for c in cands:
-            if c.name != "fp32" and c is not chosen:
+            if c.name != "fp32" and c is not chosen and c.runtime == "paddle":
                 shutil.rmtree(c.infer_dir, ignore_errors=True)
                 if not any(c.infer_dir.parent.iterdir()):
                     c.infer_dir.parent.rmdir()
@@ -94,10 +115,15 @@ def run(ctx):
     fp32 = cands[0]
     metrics = {"candidates": len(cands), "fp32_accuracy": fp32.accuracy, "fp32_throughput": fp32.throughput}
     artifacts = {"candidates": "candidates.json", "fp32_infer_dir": str(fp32.infer_dir.relative_to(ctx.out_dir))}
+    if fp32.model_path is not None:
+        artifacts["fp32_onnx"] = str(fp32.model_path.relative_to(ctx.out_dir))
     if chosen is None:
         return StageResult(metrics=metrics, artifacts=artifacts, gate_error=selection.message, message=selection.message)
     (ctx.out_dir / "selected.json").write_text(json.dumps(selected_json(chosen), indent=2, ensure_ascii=False), encoding="utf-8")
     artifacts.update({"selected": "selected.json", "selected_infer_dir": str(chosen.infer_dir.relative_to(ctx.out_dir))})
+    if chosen.model_path is not None:  # the FP32 ONNX of the selected width: export builds its INT8 from it
+        width_fp32 = next(c for c in cands if c.quantization == "none" and c.width_mult == chosen.width_mult)
+        artifacts["selected_fp32_onnx"] = str(width_fp32.model_path.relative_to(ctx.out_dir))
     if chosen.source_model_dir is not None:
         src = Path(chosen.source_model_dir)
         if src.is_relative_to(ctx.out_dir):  # a pruned model already lives under candidates/

@@ -32,14 +32,14 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.jso
 
 
 def params(cfg: TaskConfig) -> dict:
+    from pipeline.int8.select import search_params
+
     e = cfg.export
     return {"opset": e.opset, "calibration_sentences": e.calibration_sentences,
             "calibration_batch_size": e.calibration_batch_size, "int8_embeddings": e.int8_embeddings,
             "ort_transformer_optimize": e.ort_transformer_optimize, "max_int8_size_ratio": e.max_int8_size_ratio,
             "batch_independent_int8": e.batch_independent_int8,
-            "int8_search": {"alphas": e.int8_smooth_alphas, "reduce_range": e.int8_reduce_range,
-                            "sentences": e.int8_search_sentences, "max_fp32_matmuls": e.int8_max_fp32_matmuls,
-                            "budget_points": cfg.gates.max_accuracy_drop},
+            "int8_search": search_params(cfg),
             "max_seq_len": cfg.max_seq_len, "labels": list(cfg.labels), "label_names": list(cfg.label_names),
             **kind_params(cfg)}
 
@@ -86,11 +86,28 @@ def write_tokenizer(src_dir: Path, dst: Path) -> bool:
     return bool(cfg.get("do_lower_case", True))
 
 
-def selected_fp32_onnx(ctx, selected: dict, fp32_onnx: Path, opset: int) -> tuple[Path, bool]:
-    """The FP32 ONNX the INT8 forms are built from: the baseline's, or the pruned model's when pruned."""
-    if float(selected.get("width_mult", 1.0)) >= 1.0:
-        return fp32_onnx, False
+def fp32_onnx_files(ctx, selected: dict, fp32_path: Path, opset: int) -> tuple[Path, Path, bool]:
+    """(the FP32 baseline ONNX, the FP32 ONNX the INT8 forms are built from, whether that one is pruned).
+
+    When compress selected in ONNX Runtime it already converted both: they are copied, so the INT8 search
+    finds its cached candidates and export ships exactly what compress measured.  Otherwise they are
+    converted here (the pruned one from its dygraph directory)."""
     from pipeline.backends.onnxruntime import export_onnx
+
+    pruned = float(selected.get("width_mult", 1.0)) < 1.0
+    arts = ctx.upstream["compress"].artifacts
+    if "fp32_onnx" in arts:
+        fp32_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ctx.artifact("compress", "fp32_onnx"), fp32_path)
+        if not pruned:
+            return fp32_path, fp32_path, False
+        source = ctx.work_dir / "selected_fp32.onnx"
+        shutil.copyfile(ctx.artifact("compress", "selected_fp32_onnx"), source)
+        return fp32_path, source, True
+    ctx.log("[export] Paddle static -> ONNX (FP32 baseline)")
+    fp32 = export_onnx(ctx.out_dir / "paddle_fp32", fp32_path, opset)
+    if not pruned:
+        return fp32, fp32, False
     from pipeline.backends.paddle_inference import export_static
     from pipeline.modeling import load_classifier
 
@@ -98,7 +115,7 @@ def selected_fp32_onnx(ctx, selected: dict, fp32_onnx: Path, opset: int) -> tupl
     model = load_classifier(model_dir, _num_labels(model_dir))  # the head decides (NER: tags, not entity types)
     work = ctx.work_dir / "selected_fp32"
     export_static(model, work / "static")
-    return export_onnx(work / "static", work / "selected_fp32.onnx", opset), True
+    return fp32, export_onnx(work / "static", work / "selected_fp32.onnx", opset), True
 
 
 def _num_labels(model_dir: Path) -> int:
@@ -110,64 +127,11 @@ def _num_labels(model_dir: Path) -> int:
     return info.head_classes
 
 
-def reduce_range_options(setting, cpu) -> list[bool]:
-    """7-bit weights to try: as configured, or (auto) both where u8s8 can saturate (no VNNI)."""
-    if setting == "auto":
-        return [False, True] if cpu.int8_saturates else [False]
-    return [bool(setting)]
-
-
-def _content_key(feeds, held_fs) -> str:
-    """What decides a candidate's score besides the model: the calibration rows and the held-out rows."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for feed in feeds:
-        for name in sorted(feed):
-            h.update(feed[name].tobytes())
-    for f in held_fs.features:
-        h.update(f.input_ids.tobytes() + f.token_type_ids.tobytes() + np.asarray(f.target).tobytes())
-    return h.hexdigest()
-
-
-def search_int8(ctx, source: Path, out_path: Path, feeds, tokenizer, data, kind, cpu, baseline: Path | None = None):
-    """The batch-independent INT8 ONNX: the recipe that meets the accuracy budget on held-out training rows."""
-    from pipeline.backends import onnxruntime as ortb
-    from pipeline.evaluation import evaluate_session
-    from pipeline.int8.recipe import Int8Recipe
-    from pipeline.int8.search import Search
-    from pipeline.int8.stats import activation_ranges
-
-    cfg, ecfg = ctx.cfg, ctx.cfg.export
-    train = data.train.examples
-    start = max(ecfg.calibration_sentences, len(train) - ecfg.int8_search_sentences)
-    held = train[start:] or train[: ecfg.int8_search_sentences]  # tiny data: calibration rows are all there is
-    held_fs = kind.featurize(tokenizer, held, cfg)
-    ranges = activation_ranges(source, feeds, tokenizer.pad_id)
-
-    def evaluate(path: Path):
-        ev = evaluate_session(ortb.session(path), held_fs, 64, desc=f"int8 search {path.stem[:24]}")
-        return ev.score.value, ev.outputs
-
-    search = Search(source, ranges, evaluate, ctx.runs_dir / "export" / "int8_candidates", embeddings=ecfg.int8_embeddings,
-                    log=ctx.log, cache_key=_content_key(feeds, held_fs), baseline=baseline)
-    bases = [Int8Recipe(alpha, rr) for rr in reduce_range_options(ecfg.int8_reduce_range, cpu)
-             for alpha in [None, *ecfg.int8_smooth_alphas]]
-    ctx.log(f"[export] CPU {cpu.summary()}; {len(bases)} INT8 recipes on {len(held_fs)} held-out training rows")
-    result = search.run(bases, cfg.gates.max_accuracy_drop, ecfg.int8_max_fp32_matmuls)
-    chosen = result.chosen
-    ctx.log(f"[export] INT8 recipe {chosen.recipe.name}: held-out drop {chosen.drop_points:+.2f} pts "
-            f"({'within' if result.within_budget else 'OUTSIDE'} the {result.budget_points} pt budget)")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(chosen.path, out_path)
-    (ctx.out_dir / "int8_search.json").write_text(json.dumps({"cpu": cpu.as_dict(), **result.as_dict()}, indent=2))
-    return out_path, result
-
-
 def run(ctx):
     from pipeline.backends import onnxruntime as ortb
     from pipeline.cpu import detect as detect_cpu
     from pipeline.data import load_task_data
+    from pipeline.int8.select import CACHE_DIR, search_recipe, search_rows
     from pipeline.kinds import get_kind
     from pipeline.modeling import write_labels
     from pipeline.runner import StageResult
@@ -177,7 +141,7 @@ def run(ctx):
     ecfg = cfg.export
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
     selected = read_selected(ctx.artifact("compress", "selected"))
-    quantized = selected.get("quantization", "none") not in (None, "none")
+    quantized = selected.get("quantization") in ("ptq", "qat")  # a Paddle int8 program ("ort": ONNX only)
     data = load_task_data(cfg)
     kind = get_kind(cfg)
 
@@ -187,24 +151,24 @@ def run(ctx):
         copy_static(ctx.artifact("compress", "selected_infer_dir"), out / "paddle_int8")
         artifacts["paddle_int8"] = "paddle_int8"
 
-    ctx.log("[export] Paddle static -> ONNX (FP32 baseline)")
-    fp32_onnx = ortb.export_onnx(out / "paddle_fp32", out / "onnx" / "fp32.onnx", ecfg.opset)
-    source, pruned = selected_fp32_onnx(ctx, selected, fp32_onnx, ecfg.opset)
+    fp32_onnx, source, pruned = fp32_onnx_files(ctx, selected, out / "onnx" / "fp32.onnx", ecfg.opset)
     model_src = ctx.artifact("compress", "selected_fp32_model_dir")
     do_lower = write_tokenizer(model_src, out / "tokenizer")
     tokenizer = Tokenizer.from_model_dir(out / "tokenizer", cfg.max_seq_len)
-    train = kind.featurize(tokenizer, data.train.examples[: ecfg.calibration_sentences], cfg)
-    feeds = ortb.calibration_feeds(train, ecfg.calibration_batch_size)
+    rows = search_rows(cfg, tokenizer, data.train.examples, kind)
+    feeds = rows.feeds
     int8_search, cpu = None, detect_cpu()
     if ecfg.batch_independent_int8:
         ctx.log(f"[export] INT8 ONNX: accuracy-aware search from {'the pruned' if pruned else 'the'} FP32 ONNX")
-        int8, int8_search = search_int8(ctx, source, out / "onnx" / "int8.onnx", feeds, tokenizer, data, kind, cpu,
-                                        baseline=fp32_onnx if pruned else None)
+        int8 = out / "onnx" / "int8.onnx"
+        int8_search = search_recipe(source, int8, rows, ecfg, cfg.gates.max_accuracy_drop, cpu,
+                                    ctx.runs_dir / CACHE_DIR, baseline=fp32_onnx if pruned else None, log=ctx.log)
+        (out / "int8_search.json").write_text(json.dumps({"cpu": cpu.as_dict(), **int8_search.as_dict()}, indent=2))
     else:
         ctx.log(f"[export] INT8 ONNX (dynamic per-channel, per-batch scales) from {'the pruned' if pruned else 'the'} FP32 ONNX")
         int8 = ortb.quantize_int8_dynamic(source, out / "onnx" / "int8.onnx", optimize=ecfg.ort_transformer_optimize,
                                           embeddings=ecfg.int8_embeddings)
-    ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {len(train)} calibration sequences)")
+    ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {sum(len(f['input_ids']) for f in feeds)} calibration sequences)")
     qdq = ortb.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
 
     stats = {name: ortb.weight_stats(p) for name, p in (("fp32", fp32_onnx), ("int8", int8), ("int8_qdq", qdq))}

@@ -102,8 +102,8 @@ def run(ctx):
     from pipeline.tokenizer import Tokenizer
     from pipeline.validation import gates as G
     from pipeline.cpu import detect as detect_cpu
-    from pipeline.validation.benchmark import (BenchmarkSettings, benchmark_backend, interleaved_throughput, path_bytes,
-                                               ratio)
+    from pipeline.evaluation import interleaved_throughput
+    from pipeline.validation.benchmark import BenchmarkSettings, benchmark_backend, path_bytes, ratio
     from pipeline.validation.parity import compare_outputs, load_reference, reference_for, reference_rows
     from pipeline.validation.report import PLOT_FILE, plot_accuracy_vs_throughput, write_report
 
