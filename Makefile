@@ -10,7 +10,9 @@ REPO   ?= model_repository
 
 STRATEGY ?=
 
-RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) \
+# MODEL=dir picks a model; MODEL= (empty, on the command line) the small scratch model; unset, the task's default.
+RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command line,$(origin MODEL)),--model '')) \
+            $(if $(DATA_DIR),--data-dir $(DATA_DIR)) \
             $(if $(STRATEGY),--set compress.strategy=$(STRATEGY))
 
 .PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench

@@ -62,7 +62,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="compress",
-        description="DynaBERT width pruning, PTQ, QAT, embedding quantization; every candidate evaluated",
+        description="DynaBERT width pruning, then INT8; every candidate scored and timed in the runtime that ships",
         requires=("finetune", "finetune-check"),  # the model from finetune, the baseline from finetune-check
         params=compress.params,
         inputs=compress.inputs,

@@ -9,7 +9,9 @@ Reads a finished export (``runs/<task>/export/out``) and measures, side by side:
                               here: what any user gets with one line, per-batch activation scales;
 * ``anchor-reduce_range``     the same with 7-bit weights;
 * ``shipped-int8``            ``onnx/int8.onnx`` (its recipe named), and ``int8-qdq`` (TensorRT form);
-* ``pruned-w*-fp32/-int8``    each DynaBERT-pruned model compress kept, in FP32 and with the shipped recipe.
+* ``pruned-w*``               each DynaBERT-pruned candidate compress measured in ONNX Runtime (FP32, and INT8
+                              with its own searched recipe); after a Paddle-runtime compress, each pruned model
+                              compress kept, in FP32 and with the shipped recipe.
 
 Full-dev task metric for each; throughput at batch 32 on real dev lengths, timed in interleaved rounds
 (median and min-max of the per-round ratios); file size; the CPU's int8 flags.  Prints a table, writes
@@ -39,9 +41,10 @@ def build_anchor(fp32: Path, out: Path, reduce_range: bool = False) -> Path:
     return out
 
 
-def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: Path, cfg, tok, data, kind) -> dict[str, Path]:
-    """The shipped recipe on ``unpruned_fp32`` (when the shipped model is pruned), and FP32 + that recipe for every
-    pruned model compress kept."""
+def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: Path, cfg, tok, data, kind,
+                 shipped: str | None = None) -> dict[str, Path]:
+    """The shipped recipe on ``unpruned_fp32`` (when the shipped model is pruned), and the pruned candidates
+    (``shipped``, the selected one, is already a row)."""
     from pipeline.backends.onnxruntime import calibration_feeds, export_onnx
     from pipeline.backends.paddle_inference import export_static
     from pipeline.int8.recipe import build
@@ -55,6 +58,14 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
         ranges = activation_ranges(unpruned_fp32, feeds, tok.pad_id)
         forms[f"unpruned-int8 ({recipe.name})"] = build(unpruned_fp32, work / "unpruned-int8.onnx", ranges, recipe,
                                                           embeddings=cfg.export.int8_embeddings)
+    table = compress_out / "candidates.json"
+    rows = json.loads(table.read_text(encoding="utf-8"))["candidates"] if table.is_file() else []
+    onnx_rows = [r for r in rows if r.get("model_path") and r["width_mult"] < 1.0 and r["name"] != shipped]
+    if onnx_rows:  # compress judged in ONNX Runtime: its pruned candidates, each with its own searched recipe
+        for r in onnx_rows:
+            recipe_name = (r["settings"].get("int8_recipe") or {}).get("name")
+            forms[f"pruned-{r['name']}" + (f" ({recipe_name})" if recipe_name else "")] = compress_out / r["model_path"]
+        return forms
     for model_dir in sorted(compress_out.glob("candidates/*/model")):
         info = inspect_model(model_dir)
         if not info.head_classes:
@@ -118,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
               "anchor-reduce_range": build_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
               "int8-qdq (TensorRT form)": export_dir / "onnx" / "int8_qdq.onnx",
               f"shipped-int8 ({f'w{width:g}, ' if width < 1.0 else ''}{shipped_name})": export_dir / "onnx" / "int8.onnx"}
-    models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind))
+    models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind,
+                               shipped=(meta.get("selected_candidate") or {}).get("name")))
 
     print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
     sessions = {name: ortb.session(path) for name, path in models.items()}

@@ -110,7 +110,7 @@ def test_static_input_model(tiny_finetuned, runs, tmp_path):
     assert got["table"]["candidates"][0]["settings"]["input_dtype"] == "int32"
 
 
-def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned, runs):
+def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned, runs, capsys):
     """The default runtime: every width as FP32 ONNX plus its searched INT8 form, judged in ONNX Runtime;
     export rebuilds nothing and ships the very file compress measured."""
     assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=dynabert+ptq", "--set", "compress.width_mult_list=[3/4]",
@@ -133,6 +133,15 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert shipped.read_bytes() == (_out(runs) / "candidates" / f"{prefix}int8" / "model.onnx").read_bytes()
     search = json.loads((runs / "tiny" / "export" / "out" / "int8_search.json").read_text())
     assert search["chosen"]["name"] == rows[f"{prefix}int8"]["settings"]["int8_recipe"]["name"]
+
+    # Adding a width (a new stage key) retrains and rebuilds nothing already made: candidate-level caching.
+    capsys.readouterr()
+    assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=dynabert+ptq", "--set", "compress.width_mult_list=[3/4,1/2]",
+                     runtime=[]) == 0
+    log = "".join(capsys.readouterr())
+    assert "dynabert w0.75: reusing" in log and "dynabert width 0.5:" in log and "dynabert width 0.75:" not in log
+    assert [r["name"] for r in json.loads((_out(runs) / "candidates.json").read_text())["candidates"]] == \
+        ["fp32", "int8", "w0.75", "w0.75-int8", "w0.5", "w0.5-int8"]
 
 
 @pytest.mark.parametrize(

@@ -51,3 +51,24 @@ def test_unknown_task_lists_known_ones():
 def test_override_without_equals():
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_override("finetune.epochs")
+
+
+def test_a_missing_default_model_falls_back_to_scratch_only_when_configured(tmp_path, capsys):
+    """TNEWS defaults to the shared real model; a machine without it trains the scratch model and says so.
+    An explicit --model that does not exist is an error, never replaced."""
+    from conftest import write_tiny_task_yaml
+    from pipeline.cli import main
+
+    task = write_tiny_task_yaml(tmp_path / "t.yaml", tmp_path / "data",
+                                model={"name_or_path": str(tmp_path / "absent-model"), "if_missing": "scratch"})
+    assert main(["status", "--task", str(task), "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert "is not on this machine: training the small scratch model" in capsys.readouterr().err
+    from pipeline.cli import _config, build_parser
+
+    args = build_parser().parse_args(["status", "--task", str(task)])
+    assert _config(args).model.name_or_path is None
+    args = build_parser().parse_args(["status", "--task", str(task), "--model", str(tmp_path / "absent-model")])
+    assert _config(args).model.name_or_path == str(tmp_path / "absent-model")  # explicit: kept, fails where used
+    with pytest.raises(ConfigError, match="model.if_missing"):
+        load_task_config(str(task), {"model.if_missing": "download"})
+    assert load_task_config("tnews").model.if_missing == "scratch"

@@ -100,6 +100,29 @@ def test_recipe_is_batch_independent_and_keeps_fp32_matmuls_float(tiny_onnx, tmp
     assert agree >= 0.9
 
 
+def test_qdq_form_carries_the_recipe(tiny_onnx, tmp_path):
+    """The TensorRT (QDQ) form gets the searched recipe: the SmoothQuant Mul and the FP32 MatMuls."""
+    import onnx
+
+    from pipeline.int8.recipe import Int8Recipe, build_qdq
+    from pipeline.int8.stats import weight_matmuls
+
+    names = [n.name for n in weight_matmuls(onnx.load(str(tiny_onnx["fp32"])))]
+    recipe = Int8Recipe(smooth_alpha=0.5, fp32_matmuls=(names[0],))
+    path = build_qdq(tiny_onnx["fp32"], tmp_path / "qdq.onnx", tiny_onnx["ranges"], recipe, tiny_onnx["feeds"])
+    model = onnx.load(str(path))
+    graph_inputs = {n.output[0]: n for n in model.graph.node}
+    kept = next(n for n in model.graph.node if n.name == names[0])
+    assert kept.input[1] not in graph_inputs  # its weight stays a float initializer, no DequantizeLinear
+    quantized = [n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in graph_inputs
+                 and graph_inputs[n.input[1]].op_type == "DequantizeLinear"]
+    assert len(quantized) == len(names) - 1
+    assert any("_smoothed" in i.name for i in model.graph.initializer)  # the migration happened
+    fs = tiny_onnx["dev"]
+    agree = (_logits(path, fs, 16).argmax(-1) == _logits(tiny_onnx["fp32"], fs, 16).argmax(-1)).mean()
+    assert agree >= 0.9
+
+
 def test_recipe_refuses_to_leave_a_per_batch_scale(tiny_onnx, tmp_path):
     """A tensor without a calibrated range would keep ORT's per-batch scale: refused, never shipped."""
     from pipeline.errors import ModelError
@@ -155,6 +178,30 @@ def test_search_picks_within_budget_and_caches_candidates(tiny_onnx, tmp_path, m
     builds.clear()
     _search(tiny_onnx, tmp_path / "cache", builds).run(bases, budget_points=-100.0, max_fp32=2)
     assert builds == []
+
+
+def test_search_skips_mixed_precision_when_the_pruned_source_is_already_over_budget(tiny_onnx, tmp_path):
+    """A pruned model 5 points below the unpruned baseline in FP32: no FP32 MatMul can win that back, so the
+    sensitivity ladder (minutes on a real model) is not walked, and the result says it is outside the budget."""
+    import shutil
+
+    import pipeline.int8.search as S
+    from pipeline.backends.onnxruntime import session
+    from pipeline.evaluation import evaluate_session
+    from pipeline.int8.recipe import Int8Recipe
+
+    unpruned = shutil.copyfile(tiny_onnx["fp32"], tmp_path / "unpruned.onnx")
+
+    def evaluate(path):
+        ev = evaluate_session(session(path, threads=1), tiny_onnx["held"], 32)
+        return ev.score.value + (0.05 if Path(path) == unpruned else 0.0), ev.outputs
+
+    lines: list[str] = []
+    search = S.Search(tiny_onnx["fp32"], tiny_onnx["ranges"], evaluate, tmp_path / "cache", log=lines.append,
+                      cache_key="t", baseline=unpruned)
+    result = search.run([Int8Recipe()], budget_points=1.0, max_fp32=2)
+    assert not result.within_budget and result.sensitivity == {} and len(result.candidates) == 1
+    assert any("mixed precision skipped" in line for line in lines)
 
 
 def test_export_config_refuses_bad_int8_settings(tiny_finetuned):

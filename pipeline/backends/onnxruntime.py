@@ -24,6 +24,7 @@ INT8 forms built from the FP32 ONNX (int8 weight initializers with per-channel s
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
@@ -208,6 +209,18 @@ def optimize_transformer(fp32_path: Path, out_path: Path) -> dict[str, int]:
     return {k: int(v) for k, v in opt.get_fused_operator_statistics().items() if v}
 
 
+class _NoPreprocessingHint(logging.Filter):
+    """onnxruntime.quantization warns on the root logger, once per call, to run its shape-inference
+    pre-processing; paddle2onnx graphs are already cleaned here, and the search makes dozens of calls."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage() and \
+            "run pre-processing before quantization" not in record.getMessage()
+
+
+logging.getLogger().addFilter(_NoPreprocessingHint())
+
+
 def _quant_extra_options() -> dict:
     import onnx
 
@@ -264,7 +277,7 @@ class _FeedReader:
 
 
 def quantize_int8_qdq(fp32_path: Path, out_path: Path, calibration: Sequence[dict[str, np.ndarray]], *,
-                      embeddings: bool = True) -> Path:
+                      embeddings: bool = True, exclude: Sequence[str] = ()) -> Path:
     """Static per-channel QDQ (QuantizeLinear/DequantizeLinear around every MatMul), MinMax calibration.
 
     The explicit-quantization form TensorRT builds int8 engines from.  On ORT CPU it is slower than
@@ -279,7 +292,8 @@ def quantize_int8_qdq(fp32_path: Path, out_path: Path, calibration: Sequence[dic
     with tempfile.TemporaryDirectory() as tmp:
         quant = Path(tmp) / "qdq.onnx"
         quantize_static(str(fp32_path), str(quant), _FeedReader(calibration), quant_format=QuantFormat.QDQ,
-                        op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QInt8,
+                        op_types_to_quantize=["MatMul"], nodes_to_exclude=list(exclude), per_channel=True,
+                        activation_type=QuantType.QInt8,
                         weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
                         extra_options={**_quant_extra_options(), "ActivationSymmetric": True, "WeightSymmetric": True})
         model = onnx.load(str(quant))

@@ -43,6 +43,10 @@ class CompressInputs:
     num_labels: int
     max_seq_len: int
     baseline_accuracy: float | None  # None: the FP32 static model's own dev accuracy is the baseline
+    # Where pruned models are kept across runs, with what identifies the model and data they came from (the
+    # stage passes the finetune record's output hash and the data fingerprint).  None: under work_dir only.
+    pruned_cache: Path | None = None
+    source_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,21 @@ class Source:
     model_dir: Path | None  # dygraph FP32 dir (None for a static input)
     infer_dir: Path  # its FP32 static model
     prefix: str  # "" for width 1.0, "w0.75-" for pruned
+
+
+def _pruned_dir(cfg: CompressConfig, inp: CompressInputs, width: float, default: Path) -> Path:
+    """A pruned model is the product of ~5 minutes of distillation: keyed by everything that decides it, so
+    adding a width, or changing a gate, retrains none of the widths already made."""
+    if inp.pruned_cache is None:
+        return default
+    import hashlib
+    import json
+
+    key = {"source": inp.source_key, "width": width, "epochs": cfg.num_train_epochs, "learning_rate": cfg.learning_rate,
+           "batch_size": cfg.per_device_train_batch_size, "max_steps": cfg.max_steps, "seed": cfg.seed,
+           "max_seq_len": inp.max_seq_len, "train": len(inp.train), "heldout": len(inp.heldout)}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return inp.pruned_cache / f"w{width:.4g}-{digest}"
 
 
 def preflight(cfg: CompressConfig, *, train_size: int, static_model_dir: Path | None) -> list[PTQSettings]:
@@ -132,9 +151,9 @@ def build_and_evaluate(
                 continue
             t0 = time.monotonic()
             name = f"w{width:.4g}"
-            pruned = work_dir / "dynabert" / name
+            pruned = _pruned_dir(cfg, inp, width, work_dir / "dynabert" / name)
             if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
-                tmp = work_dir / "dynabert" / f".{name}.tmp"
+                tmp = pruned.parent / f".{pruned.name}.tmp"
                 shutil.rmtree(tmp, ignore_errors=True)
                 prune_width(inp.model_dir, width, inp.train, inp.heldout, max_seq_len=inp.max_seq_len, out_dir=tmp,
                             epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,

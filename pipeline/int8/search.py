@@ -83,6 +83,7 @@ class Search:
         # A pruned source already spent part of the budget: drops count from the unpruned baseline's metric,
         # agreement from the source's own outputs.
         self.baseline_metric = evaluate(Path(baseline))[0] if baseline else self.fp32_metric
+        self.pruned = baseline is not None
 
     def _cache(self, recipe: Int8Recipe) -> tuple[Path, Path]:
         import hashlib
@@ -122,7 +123,11 @@ class Search:
             self.log(f"[int8] {recipe.name}: held-out drop {s.drop_points:+.2f} pts, agreement {s.agreement:.4f}")
         ok = [s for s in scored if s.drop_points <= budget_points]
         sensitivity: dict[str, float] = {}
-        if not ok and max_fp32 > 0:
+        source_drop = 100.0 * (self.baseline_metric - self.fp32_metric)
+        if not ok and self.pruned and source_drop > budget_points:
+            # A pruned source already lost more than the budget in FP32: no FP32 MatMul can win it back.
+            self.log(f"[int8] the FP32 source is itself {source_drop:+.2f} pts below the baseline: mixed precision skipped")
+        elif not ok and max_fp32 > 0:
             best = min(scored, key=lambda s: s.drop_points)
             extra, sensitivity = self._mixed_precision(best.recipe, budget_points, max_fp32)
             scored += extra

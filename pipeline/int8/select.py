@@ -18,6 +18,7 @@ import numpy as np
 
 from pipeline.data import heldout_examples
 from pipeline.int8.search import SearchResult
+from pipeline.kinds.base import FeatureSet
 
 CACHE_DIR = "int8_candidates"  # under runs/<task>/, shared by compress and export
 
@@ -28,7 +29,7 @@ class SearchRows:
     (the last ``export.int8_search_sentences``) that scores every recipe.  Dev is never used here."""
 
     feeds: list[dict[str, np.ndarray]]
-    held: object  # FeatureSet
+    held: FeatureSet
     pad_id: int
 
     def content_key(self) -> str:

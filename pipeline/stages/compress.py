@@ -26,6 +26,7 @@ from pipeline.data import load_task_data
 from pipeline.stages.finetune import data_inputs, kind_params
 
 SELECTED_MODEL_DIR = "selected_model"
+PRUNED_CACHE = "dynabert_cache"  # under runs/<task>/: pruned models by content key (see compress.build)
 
 
 def params(cfg: TaskConfig) -> dict:
@@ -57,7 +58,6 @@ def run(ctx):
     from pipeline.compress.build import CompressInputs, build_and_evaluate, preflight
     from pipeline.compress.candidates import select, selected_json, write_table
     from pipeline.cpu import detect as detect_cpu
-    from pipeline.data import heldout_examples
     from pipeline.int8.select import CACHE_DIR, search_recipe, search_rows
     from pipeline.kinds import get_kind
     from pipeline.runner import StageResult
@@ -75,15 +75,20 @@ def run(ctx):
     train = kind.featurize(tokenizer, data.train.examples, cfg)
     preflight(ccfg, train_size=len(train), static_model_dir=static)  # bad input fails here, before any work
     ecfg = cfg.export
-    # The same held-out training rows as the INT8 search: DynaBERT's importance and best epoch come from them.
-    heldout = heldout_examples(data.train.examples, ecfg.calibration_sentences, ecfg.int8_search_sentences)
+    # The INT8 search's calibration and held-out training rows; DynaBERT's importance and best epoch come from
+    # the same held-out rows.
+    rows = search_rows(cfg, tokenizer, data.train.examples, kind)
     inp = CompressInputs(
         model_dir=None if static is not None else model_dir,
         static_model_dir=static,
         tokenizer=tokenizer,
         train=kind.for_training(train, ccfg.seed),
         dev=kind.featurize(tokenizer, data.dev.examples, cfg),
-        heldout=kind.featurize(tokenizer, heldout, cfg),
+        heldout=rows.held,
+        pruned_cache=ctx.runs_dir / PRUNED_CACHE,
+        # The model (finetune's outputs) and every data row and setting that shapes training and held-out rows.
+        source_key=json.dumps([ctx.upstream["finetune"].output_hash, data.fingerprint, kind_params(cfg),
+                               ecfg.calibration_sentences, ecfg.int8_search_sentences], sort_keys=True, default=str),
         num_labels=len(data.labels),
         max_seq_len=cfg.max_seq_len,
         baseline_accuracy=float(baseline["accuracy"]),
@@ -92,7 +97,7 @@ def run(ctx):
             f"budget {cfg.gates.max_accuracy_drop:g} points, {len(data.dev.examples)} dev examples ({len(inp.dev)} model inputs)")
     quantize_onnx = None
     if ccfg.runtime == "onnxruntime":
-        rows, cpu = search_rows(cfg, tokenizer, data.train.examples, kind), detect_cpu()
+        cpu = detect_cpu()
 
         def quantize_onnx(fp32, out_path, unpruned):
             return search_recipe(fp32, out_path, rows, ecfg, cfg.gates.max_accuracy_drop, cpu, ctx.runs_dir / CACHE_DIR,

@@ -168,8 +168,18 @@ def run(ctx):
         ctx.log(f"[export] INT8 ONNX (dynamic per-channel, per-batch scales) from {'the pruned' if pruned else 'the'} FP32 ONNX")
         int8 = ortb.quantize_int8_dynamic(source, out / "onnx" / "int8.onnx", optimize=ecfg.ort_transformer_optimize,
                                           embeddings=ecfg.int8_embeddings)
-    ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {sum(len(f['input_ids']) for f in feeds)} calibration sequences)")
-    qdq = ortb.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
+    n_calib = sum(len(f["input_ids"]) for f in feeds)
+    if int8_search:  # the searched recipe's migration and FP32 MatMuls carry over to the TensorRT form
+        from pipeline.int8.recipe import build_qdq
+        from pipeline.int8.stats import activation_ranges
+
+        recipe = int8_search.chosen.recipe
+        ctx.log(f"[export] INT8 QDQ ONNX (recipe {recipe.name}, static per-channel, {n_calib} calibration sequences)")
+        qdq = build_qdq(source, out / "onnx" / "int8_qdq.onnx", activation_ranges(source, feeds, tokenizer.pad_id), recipe,
+                        feeds, embeddings=ecfg.int8_embeddings)
+    else:
+        ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences)")
+        qdq = ortb.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
 
     stats = {name: ortb.weight_stats(p) for name, p in (("fp32", fp32_onnx), ("int8", int8), ("int8_qdq", qdq))}
     for name in ("int8", "int8_qdq"):
