@@ -75,12 +75,13 @@ def path_size(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def make_session(cand: Candidate, threads: int | None = None):
+def make_session(cand: Candidate):
+    """A session in the candidate's own runtime."""
     if cand.runtime == "onnxruntime":
         from pipeline.backends import onnxruntime as ortb
 
-        return ortb.session(cand.model_path, precision=cand.precision, threads=threads)
-    return paddle_inference.session(cand.infer_dir, precision=cand.precision, threads=threads)
+        return ortb.session(cand.model_path, precision=cand.precision)
+    return paddle_inference.session(cand.infer_dir, precision=cand.precision)
 
 
 def evaluate(
