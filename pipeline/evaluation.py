@@ -78,6 +78,16 @@ class ThroughputResult:
     batches: int  # distinct batches timed per repeat
 
 
+def timing_batches(fs: FeatureSet, batch_size: int, max_batches: int | None):
+    """Pre-built full batches of a fixed random order (dev lengths, dynamic padding), so only the model is
+    timed and every session sees the same ones; a set smaller than one batch gives that one partial batch."""
+    idx = np.random.RandomState(0).permutation(len(fs))
+    batches = [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
+    full = [b for b in batches if len(b) == batch_size]
+    batches = (full[:max_batches] if max_batches else full) or batches[:1]
+    return [fs.batch(b) for b in batches]
+
+
 def measure_throughput(
     session,
     fs: FeatureSet,
@@ -93,13 +103,7 @@ def measure_throughput(
     reported throughput is the median over repeats (machines here are shared and noisy), latencies are
     percentiles over every timed batch.
     """
-    rng = np.random.RandomState(0)
-    idx = rng.permutation(len(fs))
-    batches = [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
-    batches = [b for b in batches if len(b) == batch_size] or batches[:1]
-    if max_batches:
-        batches = batches[:max_batches]
-    encoded = [fs.batch(b) for b in batches]
+    encoded = timing_batches(fs, batch_size, max_batches)
     for b in encoded[: max(warmup, 0)]:
         session.run(b.input_ids, b.token_type_ids)
     rates, lat = [], []
@@ -148,11 +152,7 @@ def interleaved_throughput(sessions: dict[str, object], fs: FeatureSet, batch_si
     """Each round times every session once over the same pre-built batches (real dev lengths, dynamic
     padding).  One sample per candidate decided selections before: the same candidate measured 0.95x and
     1.31x FP32 in two runs; rounds interleaved across candidates and paired ratios fix that."""
-    rng = np.random.RandomState(0)
-    idx = rng.permutation(len(fs))
-    batches = [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
-    batches = [b for b in batches if len(b) == batch_size][:max_batches] or batches[:1]
-    encoded = [fs.batch(b) for b in batches]
+    encoded = timing_batches(fs, batch_size, max_batches)
     for s in sessions.values():
         for b in encoded[:warmup]:
             s.run(b.input_ids, b.token_type_ids)

@@ -214,8 +214,7 @@ class _NoPreprocessingHint(logging.Filter):
     pre-processing; paddle2onnx graphs are already cleaned here, and the search makes dozens of calls."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "pre-processing before quantization" not in record.getMessage() and \
-            "run pre-processing before quantization" not in record.getMessage()
+        return "pre-processing before quantization" not in record.getMessage()
 
 
 logging.getLogger().addFilter(_NoPreprocessingHint())

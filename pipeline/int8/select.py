@@ -69,17 +69,19 @@ def reduce_range_options(setting, cpu) -> list[bool]:
 
 
 def search_recipe(source: Path, out_path: Path, rows: SearchRows, ecfg, budget_points: float, cpu, cache_dir: Path, *,
-                  baseline: Path | None = None, log: Callable[[str], None] = print) -> SearchResult:
+                  baseline: Path | None = None, ranges: dict | None = None,
+                  log: Callable[[str], None] = print) -> SearchResult:
     """Search the recipes for ``source`` (an FP32 ONNX) and copy the chosen one to ``out_path``.
 
-    ``baseline``: the unpruned FP32 ONNX when ``source`` is pruned (drops count from it)."""
+    ``baseline``: the unpruned FP32 ONNX when ``source`` is pruned (drops count from it).  ``ranges``: the
+    source's activation ranges over ``rows.feeds`` when the caller already measured them."""
     from pipeline.backends import onnxruntime as ortb
     from pipeline.evaluation import evaluate_session
     from pipeline.int8.recipe import Int8Recipe
     from pipeline.int8.search import Search
     from pipeline.int8.stats import activation_ranges
 
-    ranges = activation_ranges(source, rows.feeds, rows.pad_id)
+    ranges = ranges if ranges is not None else activation_ranges(source, rows.feeds, rows.pad_id)
 
     def evaluate(path: Path):
         ev = evaluate_session(ortb.session(path), rows.held, 64, desc=f"int8 search {path.stem[:24]}")

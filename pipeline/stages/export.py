@@ -132,6 +132,7 @@ def run(ctx):
     from pipeline.cpu import detect as detect_cpu
     from pipeline.data import load_task_data
     from pipeline.int8.select import CACHE_DIR, search_recipe, search_rows
+    from pipeline.int8.stats import activation_ranges
     from pipeline.kinds import get_kind
     from pipeline.modeling import write_labels
     from pipeline.runner import StageResult
@@ -161,8 +162,10 @@ def run(ctx):
     if ecfg.batch_independent_int8:
         ctx.log(f"[export] INT8 ONNX: accuracy-aware search from {'the pruned' if pruned else 'the'} FP32 ONNX")
         int8 = out / "onnx" / "int8.onnx"
+        ranges = activation_ranges(source, feeds, rows.pad_id)  # measured once: the search and the QDQ form use them
         int8_search = search_recipe(source, int8, rows, ecfg, cfg.gates.max_accuracy_drop, cpu,
-                                    ctx.runs_dir / CACHE_DIR, baseline=fp32_onnx if pruned else None, log=ctx.log)
+                                    ctx.runs_dir / CACHE_DIR, baseline=fp32_onnx if pruned else None, ranges=ranges,
+                                    log=ctx.log)
         (out / "int8_search.json").write_text(json.dumps({"cpu": cpu.as_dict(), **int8_search.as_dict()}, indent=2))
     else:
         ctx.log(f"[export] INT8 ONNX (dynamic per-channel, per-batch scales) from {'the pruned' if pruned else 'the'} FP32 ONNX")
@@ -171,11 +174,10 @@ def run(ctx):
     n_calib = sum(len(f["input_ids"]) for f in feeds)
     if int8_search:  # the searched recipe's migration and FP32 MatMuls carry over to the TensorRT form
         from pipeline.int8.recipe import build_qdq
-        from pipeline.int8.stats import activation_ranges
 
         recipe = int8_search.chosen.recipe
         ctx.log(f"[export] INT8 QDQ ONNX (recipe {recipe.name}, static per-channel, {n_calib} calibration sequences)")
-        qdq = build_qdq(source, out / "onnx" / "int8_qdq.onnx", activation_ranges(source, feeds, tokenizer.pad_id), recipe,
+        qdq = build_qdq(source, out / "onnx" / "int8_qdq.onnx", ranges, recipe,
                         feeds, embeddings=ecfg.int8_embeddings)
     else:
         ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences)")
