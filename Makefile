@@ -15,13 +15,14 @@ RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command 
             $(if $(DATA_DIR),--data-dir $(DATA_DIR)) \
             $(if $(STRATEGY),--set compress.strategy=$(STRATEGY))
 
-.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench
+.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf perf-tools
 
 help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ARGS='--set finetune.epochs=1']"
 	@echo "make test            run the test suite"
 	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
+	@echo "make perf TASK=..    perf_analyzer on the served bundle (c=1/4/16), per-model breakdown, served/offline"
 	@echo "make gate TASK=.. BASELINE=previous/gates.json   release gate against a previous bundle"
 	@echo "make status TASK=..  what has run; make clean TASK=.. removes runs/<task>"
 	@echo "make setup           create $(VENV) from requirements.lock (done automatically)"
@@ -69,8 +70,23 @@ gate: setup
 bench: setup
 	$(BIN)/python scripts/bench.py --task $(TASK) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
-test: setup
-	$(BIN)/python -m pytest $(ARGS)
+# perf_analyzer: only the tritonclient 2.51.0 wheel still ships it; it needs libcudart.so.12 (the CUDA
+# runtime wheel) and Debian's libb64-0d.  Kept apart from the venv's own tritonclient (whose newer
+# protobuf the rest of the stack needs); apt-get download needs no root.
+PA_DIR := $(VENV)/perf_analyzer
+$(PA_DIR)/.installed: Makefile
+	rm -rf $(PA_DIR) && mkdir -p $(PA_DIR)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(PA_DIR)/py tritonclient==2.51.0 nvidia-cuda-runtime-cu12==12.9.79
+	cd $(PA_DIR) && apt-get download libb64-0d 2>/dev/null && dpkg-deb -x libb64-0d_*.deb deb && rm -f libb64-0d_*.deb
+	touch $@
+
+perf-tools: setup $(PA_DIR)/.installed
+
+perf: perf-tools
+	$(BIN)/python -m serving.perf --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/perf.json $(ARGS)
+
+test: perf-tools
+	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 $(BIN)/python -m pytest $(ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)

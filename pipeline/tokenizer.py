@@ -1,8 +1,9 @@
 """Tokenization shared by training, evaluation, export checks and serving.
 
-One implementation everywhere: HF ``tokenizers``' BERT WordPiece over the model's ``vocab.txt``
-(the format ERNIE and bert-base-chinese use).  The served pre-processing model loads the same
-vocabulary with the same class, so served and offline token ids cannot drift apart.
+One implementation everywhere: PaddleNLP's BERT/ERNIE WordPiece over the model's ``vocab.txt`` (the
+format ERNIE and bert-base-chinese use), rebuilt from HF ``tokenizers`` parts by ``pipeline.wordpiece``
+so the ids are the ones the model was fine-tuned with.  The served pre-processing models load a copy
+of that module, so served and offline token ids cannot drift apart.
 """
 
 from __future__ import annotations
@@ -36,27 +37,22 @@ class Encoded:
 
 class Tokenizer:
     def __init__(self, vocab_file: Path, lowercase: bool = True, max_seq_len: int = 128):
-        from tokenizers import BertWordPieceTokenizer
+        from pipeline import wordpiece
 
         self.vocab_file = Path(vocab_file)
         self.max_seq_len = max_seq_len
-        self._tok = BertWordPieceTokenizer(str(vocab_file), lowercase=lowercase, handle_chinese_chars=True)
-        self._tok.enable_truncation(max_length=max_seq_len, strategy="longest_first")
-        self.pad_id = self._tok.token_to_id("[PAD]")
-        if self.pad_id is None:
-            raise ValueError(f"{vocab_file}: vocabulary has no [PAD] token")
-        self.vocab_size = self._tok.get_vocab_size()
         self.lowercase = lowercase
-        self._raw = None
+        self._raw = wordpiece.build(self.vocab_file, lowercase)
+        self.pad_id = self._raw.token_to_id("[PAD]")
+        self.vocab_size = self._raw.get_vocab_size()
+        self._single = wordpiece.build(self.vocab_file, lowercase)
+        # A single text keeps [CLS] + its first max_seq_len - 2 tokens + [SEP], as PaddleNLP's.
+        self._single.enable_truncation(max_length=max_seq_len)
 
     @property
     def raw(self):
-        """The HF tokenizer without truncation: NER and reading comprehension place special tokens,
+        """The tokenizer without truncation: NER and reading comprehension place special tokens,
         truncate and window themselves (``pipeline.labeling.bio``, ``pipeline.reading.windows``)."""
-        if self._raw is None:
-            from tokenizers import BertWordPieceTokenizer
-
-            self._raw = BertWordPieceTokenizer(str(self.vocab_file), lowercase=self.lowercase, handle_chinese_chars=True)
         return self._raw
 
     @classmethod
@@ -70,17 +66,31 @@ class Tokenizer:
 
     def encode(self, texts_a: Sequence[str], texts_b: Sequence[str | None] | None = None) -> Encoded:
         if texts_b is not None and any(t is not None for t in texts_b):
-            encs = self._tok.encode_batch([(a, b or "") for a, b in zip(texts_a, texts_b)])
+            rows = self._pairs(texts_a, texts_b)
         else:
-            encs = self._tok.encode_batch(list(texts_a))
-        lengths = np.array([len(e.ids) for e in encs], dtype=np.int64)
-        width = int(lengths.max()) if len(encs) else 0
-        ids = np.full((len(encs), width), self.pad_id, dtype=np.int64)
-        types = np.zeros((len(encs), width), dtype=np.int64)
-        for i, e in enumerate(encs):
-            ids[i, : len(e.ids)] = e.ids
-            types[i, : len(e.type_ids)] = e.type_ids
+            rows = [(e.ids, e.type_ids) for e in self._single.encode_batch(list(texts_a))]
+        lengths = np.array([len(ids) for ids, _ in rows], dtype=np.int64)
+        width = int(lengths.max()) if len(rows) else 0
+        ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
+        types = np.zeros((len(rows), width), dtype=np.int64)
+        for i, (row_ids, row_types) in enumerate(rows):
+            ids[i, : len(row_ids)] = row_ids
+            types[i, : len(row_types)] = row_types
         return Encoded(ids, types, lengths)
+
+    def _pairs(self, texts_a: Sequence[str], texts_b: Sequence[str | None]) -> list[tuple[list[int], list[int]]]:
+        """``[CLS] a [SEP] b [SEP]`` cut by PaddleNLP's ``longest_first`` rule (``wordpiece.truncate_pair``)."""
+        from pipeline.wordpiece import truncate_pair
+
+        cls_id, sep_id = self._raw.token_to_id("[CLS]"), self._raw.token_to_id("[SEP]")
+        firsts = self._raw.encode_batch(list(texts_a), add_special_tokens=False)
+        seconds = self._raw.encode_batch([b or "" for b in texts_b], add_special_tokens=False)
+        rows = []
+        for a, b in zip(firsts, seconds):
+            na, nb = truncate_pair(len(a.ids), len(b.ids), self.max_seq_len - 3)
+            ids = [cls_id, *a.ids[:na], sep_id, *b.ids[:nb], sep_id]
+            rows.append((ids, [0] * (na + 2) + [1] * (nb + 1)))
+        return rows
 
 
 def build_char_vocab(texts: Iterable[str], min_freq: int = 2) -> list[str]:
@@ -90,10 +100,9 @@ def build_char_vocab(texts: Iterable[str], min_freq: int = 2) -> list[str]:
     words (Latin, digits) are split by WordPiece into a first character and ``##``-continuations,
     so both forms of those characters are kept.  Ordered by frequency, ties by character.
     """
-    from tokenizers import normalizers, pre_tokenizers
+    from pipeline import wordpiece
 
-    norm = normalizers.BertNormalizer(lowercase=True, handle_chinese_chars=True, clean_text=True)
-    pre = pre_tokenizers.BertPreTokenizer()
+    norm, pre = wordpiece.normalizer(lowercase=True), wordpiece.pre_tokenizer()
     counts: collections.Counter[str] = collections.Counter()
     for text in texts:
         for word, _ in pre.pre_tokenize_str(norm.normalize_str(text)):

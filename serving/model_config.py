@@ -119,7 +119,7 @@ def _common(cfg: mc.ModelConfig, pc: PackageConfig, *, scheduled: bool = True) -
         cfg.dynamic_batching.preferred_batch_size.append(pc.preferred_batch_size)
         cfg.dynamic_batching.max_queue_delay_microseconds = pc.max_queue_delay_microseconds
     group = cfg.instance_group.add()
-    group.count = pc.instance_count
+    group.count = pc.instances
     group.kind = mc.ModelInstanceGroup.KIND_GPU if pc.kind == "GPU" else mc.ModelInstanceGroup.KIND_CPU
 
 
@@ -156,14 +156,13 @@ def model_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
         cfg.backend = "python"
         _param(cfg, "engine", pc.engine)
         _param(cfg, "model_file", shape.model_file)
-        _param(cfg, "threads", pc.threads)
+        _param(cfg, "threads", pc.engine_threads)
         _param(cfg, "pad_id", shape.pad_id)
     elif pc.backend == "onnxruntime":
         cfg.backend = "onnxruntime"
         cfg.platform = "onnxruntime_onnx"
         cfg.default_model_filename = shape.model_file
-        if pc.threads:
-            _param(cfg, "intra_op_thread_count", pc.threads)
+        _param(cfg, "intra_op_thread_count", pc.engine_threads)
         if pc.accelerator != "none":
             acc = cfg.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
             acc.parameters["precision_mode"] = "INT8" if pc.accelerator == "tensorrt-int8" else "FP16"
@@ -177,11 +176,11 @@ def model_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
         if pc.fastdeploy_engine == "tensorrt":
             acc.parameters["precision"] = "trt_fp16"  # a quantized (QDQ) model switches to int8 by itself
         else:
-            acc.parameters["cpu_threads"] = str(pc.threads or 1)
+            acc.parameters["cpu_threads"] = str(pc.engine_threads)
         if pc.fastdeploy_engine == "paddle":
             acc.parameters["use_mkldnn"] = "1"
         if pc.fastdeploy_engine == "openvino":
-            acc.parameters["num_streams"] = str(pc.instance_count)
+            acc.parameters["num_streams"] = str(pc.instances)
     else:  # pragma: no cover - PackageConfig validates runtime
         raise AssertionError(pc.runtime)
     return cfg
@@ -298,7 +297,7 @@ def _mrc_package(pc: PackageConfig) -> PackageConfig:
     ``window_example`` [W] (which pair each window belongs to), the model runs all W windows of the
     request in one call, and the post-processing model folds them back to [N] answers.  Clients
     batch by sending several pairs per request (at most package.max_batch_size, checked by the
-    pre-processing model); concurrent requests run side by side on package.instance_count instances.
+    pre-processing model); concurrent requests run side by side on package.instance_count instances (PackageConfig.instances).
     """
     return dataclasses.replace(pc, max_batch_size=0)
 

@@ -11,7 +11,7 @@
 
 Token classification / reading comprehension bundles (meta.json "task_type") have the same four
 models with other python models (serving/models/{ner,mrc}_*.py) and, next to them, verbatim copies
-of the pipeline's pure pre/post-processing modules (PURE_MODULES: bio.py, windows.py, spans.py)
+of the pipeline's pure pre/post-processing modules (PURE_MODULES: wordpiece.py, bio.py, windows.py, spans.py)
 and of serving/text_input.py, so the served pre/post-processing is the offline code; like every
 file they are hashed in bundle.json.
 
@@ -59,9 +59,9 @@ MODEL_SOURCES = {
 # task type -> pipeline modules (stdlib + numpy [+ tokenizers] only) copied verbatim next to the
 # (tokenizer, postprocess) models; the python models load them with their _sibling() loader.
 PURE_MODULES = {
-    CLASSIFICATION: ((), ()),
-    TOKEN_CLASSIFICATION: (("labeling/bio.py",), ("labeling/bio.py",)),
-    READING_COMPREHENSION: (("reading/windows.py",), ("reading/spans.py",)),
+    CLASSIFICATION: (("wordpiece.py",), ()),
+    TOKEN_CLASSIFICATION: (("wordpiece.py", "labeling/bio.py"), ("labeling/bio.py",)),
+    READING_COMPREHENSION: (("wordpiece.py", "reading/windows.py"), ("reading/spans.py",)),
 }
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 SERVING_PACKAGES = ("numpy", "onnxruntime", "tokenizers", "paddlepaddle", "tritonclient", "nvidia-pytriton", "protobuf")
@@ -295,8 +295,7 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     # The ensemble's version folder stays empty: Triton requires it to exist.
     tok = tmp / names.tokenizer / VERSION
     _copy_python_model(tok, tok_source, tok_pure)
-    if task_type != CLASSIFICATION:
-        shutil.copyfile(Path(text_input.__file__), tok / "text_input.py")
+    shutil.copyfile(Path(text_input.__file__), tok / "text_input.py")
     for f in TOKENIZER_FILES:
         if (exp.tokenizer_dir / f).is_file():
             shutil.copyfile(exp.tokenizer_dir / f, tok / f)
@@ -330,7 +329,8 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "labels": meta.get("labels", []),
         "label_names": meta.get("label_names", []),
         **({"reading": meta["reading"]} if _task_type(meta) == READING_COMPREHENSION else {}),
-        "package": dataclasses.asdict(pc),
+        # as configured, plus what 0 ("auto") resolved to on the packaging machine
+        "package": {**dataclasses.asdict(pc), "instances": pc.instances, "engine_threads": pc.engine_threads},
         "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint},
         "selected_candidate": prov.selected_candidate or meta.get("selected_candidate", {}),
         # The CPU the INT8 recipe was chosen and validated on: the launcher warns when the serving CPU lacks
@@ -358,7 +358,8 @@ def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) 
     model_line = (f"- `{names.model}` ({pc.backend} backend, runtime `{pc.runtime}`): {choice.precision} model from `{choice.form}`"
                   + (f", TensorRT {pc.accelerator}" if pc.accelerator != "none" else "") + ".")
     batching = (f"- Batching: max_batch_size {pc.max_batch_size}, preferred {pc.preferred_batch_size}, queue delay "
-                f"{pc.max_queue_delay_microseconds} µs; {pc.instance_count} {pc.kind} instance(s) per model.")
+                f"{pc.max_queue_delay_microseconds} µs; {pc.instances} {pc.kind} instance(s) per model"
+                + (f", {pc.engine_threads} engine thread(s) each." if pc.kind == "CPU" else "."))
     if task_type == TOKEN_CLASSIFICATION:
         return [
             f"- Ensemble `{names.ensemble}`: input `text` (TYPE_STRING, a batch of UTF-8 texts) -> output `entities` "
@@ -378,7 +379,7 @@ def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) 
             model_line,
             f"- `{names.postprocess}` (python): spans.best_spans over all windows of a question, max_answer_len {r['max_answer_len']}.",
             f"- Batching: none by Triton (max_batch_size 0: windows per question vary); up to {pc.max_batch_size or 'any number of'} "
-            f"questions per request, {pc.instance_count} {pc.kind} instance(s) per model.",
+            f"questions per request, {pc.instances} {pc.kind} instance(s) per model.",
         ]
     return [
         f"- Ensemble `{names.ensemble}`: input `text` (TYPE_STRING, a batch of UTF-8 texts) -> outputs `label` (label id), "

@@ -1,7 +1,6 @@
 """Per-request text checks and tokenizer set-up shared by the python pre-processing models.
 
-Standard library only: this file is copied next to the pre-processing models of the token
-classification and reading comprehension bundles (as ``text_input.py``) and loaded there with the
+Standard library only: this file is copied next to every pre-processing model (as ``text_input.py``) and loaded there with the
 models' ``_sibling`` loader, so a bad item is refused with the same message whatever the kind.
 """
 
@@ -43,12 +42,15 @@ def model_params(args: dict) -> dict[str, str]:
 
 def wordpiece(folder: Path):
     """The bundle's WordPiece (vocab.txt, lowercase from tokenizer_config.json), without truncation or
-    padding: the NER and reading pre-processing cut, window and pad themselves, as the pipeline does."""
-    from tokenizers import BertWordPieceTokenizer
+    padding, built by the copy of ``pipeline/wordpiece.py`` in ``folder`` (PaddleNLP's tokenization)."""
+    import importlib.util
 
     folder = Path(folder)
+    spec = importlib.util.spec_from_file_location("ernie_bundle_wordpiece", folder / "wordpiece.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     lowercase = True
     cfg = folder / "tokenizer_config.json"
     if cfg.is_file():
         lowercase = bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
-    return BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=lowercase, handle_chinese_chars=True)
+    return module.build(folder / "vocab.txt", lowercase=lowercase)

@@ -12,6 +12,7 @@ import pytest
 from tokenizers import BertWordPieceTokenizer
 
 import pipeline  # noqa: F401  (import order)
+from pipeline import wordpiece
 from pipeline.errors import DataError
 from pipeline.labeling import bio, metric
 from pipeline.labeling.bio import Entity, decode_tags, encode_token, pad_batch, tag_names, token_tags
@@ -26,10 +27,10 @@ TYPES = ["game", "address", "company"]
 
 
 @pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> BertWordPieceTokenizer:
+def tok(tmp_path_factory):
     vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     vocab.write_text("\n".join(dict.fromkeys(SPECIALS + CHARS + PIECES)) + "\n", encoding="utf-8")
-    return BertWordPieceTokenizer(str(vocab), lowercase=True, handle_chinese_chars=True)
+    return wordpiece.build(vocab)  # what the pipeline and the served bundle use
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import json
 
 import numpy as np
 import pytest
-from tokenizers import BertWordPieceTokenizer
 
+from pipeline import wordpiece
 from pipeline.errors import DataError
 from pipeline.reading.metric import QAScores, cmrc_scores, mixed_segmentation, remove_punctuation
 from pipeline.reading.spans import Span, best_spans
@@ -31,7 +31,7 @@ def tok(tmp_path_factory):
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CJK, *words]
     path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     path.write_text("\n".join(dict.fromkeys(vocab)) + "\n", encoding="utf-8")
-    return BertWordPieceTokenizer(str(path), lowercase=True, handle_chinese_chars=True)
+    return wordpiece.build(path)  # what the pipeline and the served bundle use
 
 
 # ---------------------------------------------------------------- squad.py

@@ -17,6 +17,8 @@ from serving.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
 from serving.repository import BundleTooLarge, ExportArtifacts, PackageError, choose_model, write_repository
 from tritonclient.grpc import model_config_pb2 as mc
 
+PIPELINE_DIR = Path(__file__).resolve().parent.parent / "pipeline"
+SERVING_DIR = PIPELINE_DIR.parent / "serving"
 SHAPE = BundleShape(task="tnews", num_labels=15, max_seq_len=64, model_file="model.onnx", pad_id=0)
 
 
@@ -48,13 +50,29 @@ def test_every_config_round_trips_through_text_format(pc):
             assert [o.name for o in back.output][:4] == ["label", "label_desc", "confidence", "probs"]
             assert back.input[0].data_type == mc.TYPE_STRING
             continue
-        assert back.instance_group[0].count == pc.instance_count
+        assert back.instance_group[0].count == pc.instances
         if pc.max_batch_size:
             assert list(back.dynamic_batching.preferred_batch_size) == [pc.preferred_batch_size]
             assert back.dynamic_batching.max_queue_delay_microseconds == pc.max_queue_delay_microseconds
         else:
             assert not back.HasField("dynamic_batching")
             assert list(back.input[0].dims)[0] == -1  # the batch dimension is explicit
+
+
+def test_instances_and_threads_default_to_the_cores(monkeypatch):
+    """0 = auto: one CPU instance per core, one engine thread each (no oversubscription); explicit values win."""
+    import serving.config as config
+
+    monkeypatch.setattr(config, "_cores", lambda: 4)
+    auto = PackageConfig()
+    assert (auto.instances, auto.engine_threads) == (4, 1)
+    assert (PackageConfig(instance_count=1).instances, PackageConfig(instance_count=1).engine_threads) == (1, 4)
+    assert PackageConfig(instance_count=3, threads=2).engine_threads == 2
+    assert PackageConfig(kind="GPU").instances == 1
+    model = all_configs(SHAPE, auto)["tnews_model"]
+    assert model.instance_group[0].count == 4 and model.parameters["threads"].string_value == "1"
+    with pytest.raises(ConfigError, match="package.instance_count must be >= 0"):
+        PackageConfig(instance_count=-1)
 
 
 def test_backend_specific_fields():
@@ -96,6 +114,9 @@ def test_bundle_layout_and_manifest(tiny_bundle):
         assert rel in m["files"], rel
         assert (tiny_bundle / rel).is_file()
     assert (tiny_bundle / "tiny" / "1").is_dir()  # the ensemble's empty version folder
+    for rel, original in (("tiny_tokenizer/1/wordpiece.py", PIPELINE_DIR / "wordpiece.py"),
+                          ("tiny_tokenizer/1/text_input.py", SERVING_DIR / "text_input.py")):
+        assert rel in m["files"] and (tiny_bundle / rel).read_bytes() == original.read_bytes()  # served == offline code
     for cfg in tiny_bundle.glob("*/config.pbtxt"):
         parse_pbtxt(cfg.read_text())
     assert m["precision"] == "int8" and m["model_form"] == "onnx_int8"
@@ -216,4 +237,5 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     assert package.external_intact(cfg, {"bundle": result.external_outputs["bundle"]})
     (bundle / "README.md").write_text("changed")  # a tampered or replaced bundle: the stage must run again
     assert not package.external_intact(cfg, {"bundle": result.external_outputs["bundle"]})
-    assert dataclasses.asdict(cfg.package) == m["package"]
+    pc = cfg.package
+    assert {**dataclasses.asdict(pc), "instances": pc.instances, "engine_threads": pc.engine_threads} == m["package"]

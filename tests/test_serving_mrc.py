@@ -46,7 +46,7 @@ def test_mrc_configs_round_trip_unbatched(pc):
         "max_seq_len": "512", "doc_stride": "128", "max_query_len": "64", "max_text_bytes": str(pc.max_text_bytes),
         "max_items": str(pc.max_batch_size)}
     assert configs["cmrc2018_postprocess"].parameters["max_answer_len"].string_value == "30"
-    assert configs["cmrc2018_tokenizer"].instance_group[0].count == pc.instance_count
+    assert configs["cmrc2018_tokenizer"].instance_group[0].count == pc.instances
 
 
 def test_mrc_bundle_carries_the_pipeline_modules(mrc_bundle, tmp_path):

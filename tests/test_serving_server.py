@@ -6,6 +6,7 @@ The server starts once for the module (about 4 s) on free 127.0.0.1 ports and is
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 
@@ -70,15 +71,24 @@ def test_served_labels_equal_offline_model(server, dev, offline, protocol):
 def test_served_token_ids_equal_pipeline_tokenizer(server, offline):
     import tritonclient.http as th
 
+    from paddlenlp.transformers import AutoTokenizer
+
     texts = ["球赛冠军", "iPhone 15 发布了！NBA总决赛", "A股  大涨\t3%", "ＡＢＣ全角", "混合English和中文words", "冠军" * 40]
+    symbols = ["广州｜D2 冠军", "7×9 球赛", "17.4℃"]  # where HF's BERT tokenizer and PaddleNLP's differ
     c = th.InferenceServerClient(server.http_url)
-    inp = th.InferInput("text", [len(texts), 1], "BYTES")
-    inp.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=object))
-    r = c.infer("tiny_tokenizer", [inp])
-    enc = offline.tokenizer().encode(texts)
-    np.testing.assert_array_equal(r.as_numpy("input_ids"), enc.input_ids)
-    np.testing.assert_array_equal(r.as_numpy("token_type_ids"), enc.token_type_ids)
-    assert r.as_numpy("input_ids").shape[1] == 32  # the long text was truncated to max_seq_len
+    paddle = AutoTokenizer.from_pretrained(str(offline.tokenizer_dir))  # the bundle's own tokenizer files
+    for batch in (texts, symbols):
+        inp = th.InferInput("text", [len(batch), 1], "BYTES")
+        inp.set_data_from_numpy(np.array([[t.encode()] for t in batch], dtype=object))
+        r = c.infer("tiny_tokenizer", [inp])
+        enc = offline.tokenizer().encode(batch)
+        np.testing.assert_array_equal(r.as_numpy("input_ids"), enc.input_ids)
+        np.testing.assert_array_equal(r.as_numpy("token_type_ids"), enc.token_type_ids)
+        # ... and both are PaddleNLP's ids, the ones the model was trained on
+        for row, text in enumerate(batch):
+            want = paddle(text, max_length=32, truncation=True)["input_ids"]
+            assert r.as_numpy("input_ids")[row, : len(want)].tolist() == want, text
+    assert enc.input_ids.shape[1] < 32 and offline.tokenizer().encode(texts).input_ids.shape[1] == 32  # truncated
     c.close()
 
 
@@ -178,3 +188,41 @@ def test_python_paddle_runtime_serves_the_offline_predictions(tiny_export, dev, 
     with start_server(info.path, timeout=120, log_path=tmp_path / "server.log") as srv:
         with ClassifierClient(srv.grpc_url, "grpc", "tiny") as client:
             assert [p.label for p in client.classify(texts, batch_size=16)] == expected
+
+
+def _perf_analyzer_or_skip():
+    from serving.perf import PerfError, find_perf_analyzer
+
+    try:
+        return find_perf_analyzer()
+    except PerfError as exc:
+        if os.environ.get("ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER"):  # set by `make test` / .ci/run: never skipped there
+            raise
+        pytest.skip(str(exc))
+
+
+def test_perf_analyzer_measures_the_served_ensemble(server, dev, offline):
+    """`make perf`: real perf_analyzer against the running ensemble, Triton's own per-model statistics."""
+    from serving.perf import format_markdown, measure
+
+    _perf_analyzer_or_skip()
+    report = measure(offline.root, "tiny", None, [1, 4], seconds=1.0, url=server.grpc_url, offline_seconds=1.0,
+                     items=dev[0][:50])
+    assert [lv["concurrency"] for lv in report["levels"]] == [1, 4]
+    for lv in report["levels"]:
+        assert lv["requests_per_s"] > 0 and 0 < lv["p50_ms"] <= lv["p90_ms"] <= lv["p95_ms"] <= lv["p99_ms"]
+        shares = {m["model"]: m for m in lv["models"]}
+        assert set(shares) == {"tiny_tokenizer", "tiny_model", "tiny_postprocess"}
+        assert all(m["requests"] > 0 and m["compute_ms"] > 0 and m["mean_batch"] >= 1 for m in shares.values())
+    assert report["offline_model_only_items_per_s"] > 0 and report["offline_batch_size"] == 4
+    md = format_markdown(report)
+    assert "| concurrency | req/s | p50 ms | p90 ms | p95 ms | p99 ms | served / offline |" in md and "tiny_model" in md
+
+
+def test_perf_without_perf_analyzer_says_how_to_install_it(monkeypatch, tmp_path, capsys):
+    from serving import perf
+
+    monkeypatch.setenv("PERF_ANALYZER", str(tmp_path / "absent"))
+    assert perf.main(["--task", "tiny", "--repository", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "perf_analyzer not found" in err[0] and "make perf" in err[0]

@@ -32,6 +32,9 @@ class _OrtEngine:
         if threads:
             so.intra_op_num_threads = threads
             so.inter_op_num_threads = 1
+        # ORT's pool threads spin between ops by default: alone on a machine that buys a little latency, but in a
+        # server they burn the cores the tokenizer, post-processing and Triton itself need.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers = ["CPUExecutionProvider"]
         if gpu and "CUDAExecutionProvider" in ort.get_available_providers():
             providers.insert(0, "CUDAExecutionProvider")

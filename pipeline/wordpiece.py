@@ -1,0 +1,84 @@
+"""PaddleNLP's BERT/ERNIE WordPiece, built from HF ``tokenizers``' Rust parts (fast, and it gives char offsets).
+
+A model fine-tuned with PaddleNLP saw the ids of ``BertTokenizer``/``ErnieTokenizer`` (``BasicTokenizer`` +
+``WordpieceTokenizer``).  HF's ``BertWordPieceTokenizer`` is the same algorithm except for two rules, and
+each changed TNEWS ids (22 of 10,000 dev titles) until this module matched them:
+
+* PaddleNLP's ``_run_split_on_punc`` isolates **symbols** (Unicode category S*, plus ``²``, ``º``, ``〇``,
+  ``µ``, ``Ø``, ``ŋ``, ``Ʊ``) as well as punctuation: ``广州｜D2`` -> ``｜ d2``, not ``｜ ##d ##2``;
+  ``7×9`` -> ``7 × 9``; ``17.4℃`` -> ``4 ℃``.  HF splits punctuation only, so a ``Split`` on that class
+  is added after its pre-tokenizer.
+* its CJK ranges start extension C at U+2B820 where HF's start at U+2B920; those code points are isolated
+  by the same ``Split``.
+* pairs are cut the way PaddleNLP's ``longest_first`` loop cuts them (one token at a time from the longer
+  side, ties from the second), not HF's balanced cut: ``truncate_pair``.
+
+Imports only the standard library and ``tokenizers``: serving copies this file next to the python
+pre-processing models, so the served tokenizer is this code.  ``tests/test_tokenizer_parity.py`` pins it
+against PaddleNLP's own tokenizer.
+"""
+
+from __future__ import annotations
+
+# What PaddleNLP's _is_symbol adds to _is_punctuation, and the CJK code points only it isolates.
+SYMBOLS = r"[\p{S}\x{00B2}\x{00BA}\x{3007}\x{00B5}\x{00D8}\x{014B}\x{01B1}\x{2B820}-\x{2B91F}]"
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def build(vocab_file, lowercase: bool = True):
+    """An HF ``tokenizers.Tokenizer`` giving PaddleNLP's ids for ``vocab_file``: ``[CLS] a [SEP] (b [SEP])``
+    with special tokens, no truncation or padding (callers cut and pad; see ``truncate_pair``)."""
+    from tokenizers import Tokenizer, decoders, models, processors
+
+    vocab = _read_vocab(vocab_file)
+    missing = [t for t in ("[UNK]", "[CLS]", "[SEP]", "[PAD]") if t not in vocab]
+    if missing:
+        raise ValueError(f"{vocab_file}: vocabulary has no {', '.join(missing)} token")
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizer(lowercase)
+    tok.pre_tokenizer = pre_tokenizer()
+    cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
+    tok.post_processor = processors.BertProcessing(("[SEP]", sep_id), ("[CLS]", cls_id))
+    tok.decoder = decoders.WordPiece()
+    # Literal "[CLS]" etc. in a text become the special token, as in PaddleNLP (its no-split trie).
+    tok.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab])
+    return tok
+
+
+def normalizer(lowercase: bool = True):
+    """PaddleNLP's ``_clean_text``, CJK isolation, lower case and accent stripping (with lower case)."""
+    from tokenizers import normalizers
+
+    return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase)
+
+
+def pre_tokenizer():
+    """Whitespace and punctuation splits, then PaddleNLP's symbol splits."""
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence([pre_tokenizers.BertPreTokenizer(),
+                                    pre_tokenizers.Split(Regex(SYMBOLS), behavior="isolated")])
+
+
+def _read_vocab(vocab_file) -> dict[str, int]:
+    """``vocab.txt`` -> {token: line number}; a repeated token keeps its last line, as PaddleNLP's loader."""
+    vocab: dict[str, int] = {}
+    with open(vocab_file, encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            token = line.rstrip("\n")
+            if token:
+                vocab[token] = i
+    return vocab
+
+
+def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """Token counts kept of a pair when at most ``budget`` body tokens fit: PaddleNLP's ``longest_first``
+    removes one token at a time from the longer side, from the second on a tie."""
+    over = len_a + len_b - budget
+    while over > 0:
+        if len_a > len_b:
+            len_a -= 1
+        else:
+            len_b -= 1
+        over -= 1
+    return max(len_a, 0), max(len_b, 0)
