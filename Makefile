@@ -77,7 +77,8 @@ PA_DIR := $(VENV)/perf_analyzer
 $(PA_DIR)/.installed: Makefile
 	rm -rf $(PA_DIR) && mkdir -p $(PA_DIR)
 	$(BIN)/python -m pip install --quiet --no-deps --target $(PA_DIR)/py tritonclient==2.51.0 nvidia-cuda-runtime-cu12==12.9.79
-	cd $(PA_DIR) && apt-get download libb64-0d 2>/dev/null && dpkg-deb -x libb64-0d_*.deb deb && rm -f libb64-0d_*.deb
+	cd $(PA_DIR) && { apt-get download libb64-0d 2>/dev/null || { apt-get update -qq && apt-get download libb64-0d; }; } \
+	  && dpkg-deb -x libb64-0d_*.deb deb && rm -f libb64-0d_*.deb
 	touch $@
 
 perf-tools: setup $(PA_DIR)/.installed

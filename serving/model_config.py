@@ -53,6 +53,7 @@ VERSION = "1"
 @dataclass(frozen=True)
 class ModelNames:
     task: str
+    fused: bool = False  # package.layout fused: one model, named like the ensemble, does all three steps
 
     @property
     def ensemble(self) -> str:
@@ -60,18 +61,18 @@ class ModelNames:
 
     @property
     def tokenizer(self) -> str:
-        return f"{self.task}_tokenizer"
+        return self.task if self.fused else f"{self.task}_tokenizer"
 
     @property
     def model(self) -> str:
-        return f"{self.task}_model"
+        return self.task if self.fused else f"{self.task}_model"
 
     @property
     def postprocess(self) -> str:
-        return f"{self.task}_postprocess"
+        return self.task if self.fused else f"{self.task}_postprocess"
 
-    def all(self) -> tuple[str, str, str, str]:
-        return (self.ensemble, self.tokenizer, self.model, self.postprocess)
+    def all(self) -> tuple[str, ...]:
+        return (self.task,) if self.fused else (self.ensemble, self.tokenizer, self.model, self.postprocess)
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,22 @@ def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     return cfg
 
 
+def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    """package.layout fused: the ensemble's inputs and outputs on one python model (tokenizer + model +
+    post-processing in one process), batched and instanced like the model."""
+    names = ModelNames(shape.task, fused=True)
+    k = min(pc.top_k, shape.num_labels)
+    cfg = mc.ModelConfig(name=names.ensemble, backend="python")
+    cfg.input.append(_inp(TEXT, mc.TYPE_STRING, [1], pc))
+    cfg.output.extend(_outputs(shape, pc, k))
+    _common(cfg, pc)
+    for key, value in (("max_seq_len", shape.max_seq_len), ("max_text_bytes", pc.max_text_bytes), ("top_k", k),
+                       ("engine", pc.engine), ("model_file", shape.model_file), ("threads", pc.engine_threads),
+                       ("pad_id", shape.pad_id)):
+        _param(cfg, key, value)
+    return cfg
+
+
 # -- token classification (NER) --------------------------------------------------------------
 
 
@@ -354,6 +371,10 @@ def mrc_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
 
 
 def all_configs(shape: BundleShape, pc: PackageConfig) -> dict[str, mc.ModelConfig]:
+    if pc.layout_for(shape.task_type) == "fused":
+        if shape.task_type != CLASSIFICATION:
+            raise ValueError(f"package.layout: fused is for classification bundles, not {shape.task_type}")
+        return {shape.task: fused_config(shape, pc)}
     if shape.task_type == TOKEN_CLASSIFICATION:
         configs = (ner_ensemble_config(shape, pc), ner_tokenizer_config(shape, pc), model_config(shape, pc),
                    ner_postprocess_config(shape, pc))

@@ -36,7 +36,7 @@ class BundleModel:
 
     @property
     def names(self) -> ModelNames:
-        return ModelNames(self.manifest["task"])
+        return ModelNames(self.manifest["task"], fused=self.manifest.get("layout") == "fused")
 
     @property
     def tokenizer_dir(self) -> Path:

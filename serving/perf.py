@@ -156,7 +156,8 @@ def format_markdown(report: dict) -> str:
              f"perf_analyzer {report['perf_analyzer']} over gRPC, one dev item per request, "
              f"{report['seconds']:.0f} s windows; CPU {report['cpu']['model']} ({', '.join(report['cpu']['flags']) or 'no int8 flags'}, "
              f"{report['cpu']['cores']} cores); {report['package'].get('instances', '?')} instance(s) per model, "
-             f"{report['package'].get('engine_threads', '?')} engine thread(s) each.", "",
+             f"{report['package'].get('engine_threads', '?')} engine thread(s) each, layout "
+             f"{report['layout']}.", "",
              "| concurrency | req/s | p50 ms | p90 ms | p95 ms | p99 ms | served / offline |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     offline = report.get("offline_model_only_items_per_s")
@@ -197,7 +198,6 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
     """The report ``main`` writes; ``items`` (texts, or (question, context) pairs) replace the dev set."""
     import pipeline  # noqa: F401  (numpy before paddle, for the offline measurement)
     from pipeline.cpu import detect
-    from serving.model_config import ModelNames
     from serving.offline import BundleModel, model_only_throughput
     from serving.server import start_server
 
@@ -205,9 +205,10 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
     bundle = BundleModel.open(repository)
     task_type = bundle.task_type
     items = list(items) if items is not None else _items(task, data_dir, task_type)
-    names = ModelNames(bundle.manifest["task"])
+    names = bundle.names
     report = {"model": names.ensemble, "task_type": task_type, "repository": str(repository), "seconds": seconds,
-              "perf_analyzer": pa.version(), "cpu": detect().as_dict(), "package": bundle.manifest.get("package", {})}
+              "perf_analyzer": pa.version(), "cpu": detect().as_dict(), "package": bundle.manifest.get("package", {}),
+              "layout": bundle.manifest.get("layout", "ensemble")}
     if task_type == "reading_comprehension":
         report["offline_note"] = "not comparable for reading comprehension (windows per question vary)"
     else:
@@ -222,7 +223,8 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
         with tempfile.TemporaryDirectory() as tmp:
             data = input_data(task_type, items, Path(tmp) / "input.json")
             levels = [run_level(pa, grpc_url, names.ensemble, data, c, seconds,
-                                (names.tokenizer, names.model, names.postprocess), Path(tmp)) for c in concurrency]
+                                tuple(dict.fromkeys((names.tokenizer, names.model, names.postprocess))), Path(tmp))
+                      for c in concurrency]
     finally:
         if server is not None:
             server.stop()

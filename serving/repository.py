@@ -33,9 +33,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from serving import integrity
+from serving import class_outputs, integrity, text_input
 from serving.config import PackageConfig
-from serving import text_input
 from serving.model_config import (
     CLASSIFICATION,
     READING_COMPREHENSION,
@@ -264,7 +263,7 @@ def _check_labels(exp: ExportArtifacts, task_type: str, names: list[str]) -> Non
 
 
 def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: dict, choice: ModelChoice) -> BundleShape:
-    names = ModelNames(task)
+    names = ModelNames(task, fused=pc.layout_for(_task_type(meta)) == "fused")
     vocab = exp.tokenizer_dir / "vocab.txt"
     if not vocab.is_file():
         raise PackageError(f"{vocab}: missing (export stage output incomplete)")
@@ -286,6 +285,8 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
                         model_file=choice.model_file, pad_id=_pad_id(vocab), task_type=task_type,
                         doc_stride=int(reading.get("doc_stride", 0)), max_query_len=int(reading.get("max_query_len", 0)),
                         max_answer_len=int(reading.get("max_answer_len", 0)))
+    if names.fused and task_type != CLASSIFICATION:
+        raise PackageError(f"package.layout: fused is for classification bundles; {task} is {task_type}")
     tok_source, post_source = MODEL_SOURCES[task_type]
     tok_pure, post_pure = PURE_MODULES[task_type]
     configs = all_configs(shape, pc)
@@ -301,23 +302,31 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
             shutil.copyfile(exp.tokenizer_dir / f, tok / f)
     post = tmp / names.postprocess / VERSION
     _copy_python_model(post, post_source, post_pure)
+    if task_type == CLASSIFICATION:
+        shutil.copyfile(Path(class_outputs.__file__), post / "class_outputs.py")
     shutil.copyfile(exp.labels, post / "labels.json")
     model = tmp / names.model / VERSION
     for src, dst in choice.sources:
         shutil.copyfile(src, model / dst)
-    if pc.backend == "python":
+    if names.fused:  # one folder holds all three steps' files; the fused classifier is its model.py
+        shutil.copyfile(MODELS_DIR / "runner.py", model / "runner.py")
+        shutil.copyfile(MODELS_DIR / "classifier.py", model / "model.py")
+    elif pc.backend == "python":
         _copy_python_model(model, "runner.py")
     shutil.copyfile(exp.meta, tmp / "meta.json")
     return shape
 
 
 def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> dict:
+    layout = pc.layout_for(_task_type(meta))
+    names = ModelNames(task, fused=layout == "fused")
     m = {
         "format": "ernie-bundle/1",
         "task": task,
         "task_type": _task_type(meta),
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "models": dict(zip(("ensemble", "tokenizer", "model", "postprocess"), ModelNames(task).all())),
+        "layout": layout,
+        "models": {role: getattr(names, role) for role in ("ensemble", "tokenizer", "model", "postprocess")},
         "runtime": pc.runtime,
         "backend": pc.backend,
         "engine": pc.fastdeploy_engine if pc.runtime == "fastdeploy" else pc.engine,
@@ -353,8 +362,8 @@ def _fmt(v: Any) -> str:
 
 def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) -> list[str]:
     """The "What it is" lines of the model card, per task kind."""
-    names = ModelNames(task)
     task_type = _task_type(meta)
+    names = ModelNames(task, fused=pc.layout_for(task_type) == "fused")
     model_line = (f"- `{names.model}` ({pc.backend} backend, runtime `{pc.runtime}`): {choice.precision} model from `{choice.form}`"
                   + (f", TensorRT {pc.accelerator}" if pc.accelerator != "none" else "") + ".")
     batching = (f"- Batching: max_batch_size {pc.max_batch_size}, preferred {pc.preferred_batch_size}, queue delay "
@@ -381,12 +390,22 @@ def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) 
             f"- Batching: none by Triton (max_batch_size 0: windows per question vary); up to {pc.max_batch_size or 'any number of'} "
             f"questions per request, {pc.instances} {pc.kind} instance(s) per model.",
         ]
+    k = min(pc.top_k, int(meta['num_labels']))
+    io = ("input `text` (TYPE_STRING, a batch of UTF-8 texts) -> outputs `label` (label id), `label_desc`, `confidence` "
+          "(FP32), `probs` (all classes), `topk_label`/`topk_prob`.")
+    if pc.layout_for(task_type) == "fused":
+        return [
+            f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: tokenizer, model and "
+            f"post-processing in one process): {io}",
+            f"- Inside: PaddleNLP WordPiece (max_seq_len {meta['max_seq_len']}), the {choice.precision} model from "
+            f"`{choice.form}`, softmax, label mapping, top-{k}.",
+            batching,
+        ]
     return [
-        f"- Ensemble `{names.ensemble}`: input `text` (TYPE_STRING, a batch of UTF-8 texts) -> outputs `label` (label id), "
-        "`label_desc`, `confidence` (FP32), `probs` (all classes), `topk_label`/`topk_prob`.",
+        f"- Ensemble `{names.ensemble}`: {io}",
         f"- `{names.tokenizer}` (python): WordPiece, max_seq_len {meta['max_seq_len']}, padding to the longest text of a request.",
         model_line,
-        f"- `{names.postprocess}` (python): softmax, label mapping, top-{min(pc.top_k, int(meta['num_labels']))}.",
+        f"- `{names.postprocess}` (python): softmax, label mapping, top-{k}.",
         batching,
     ]
 

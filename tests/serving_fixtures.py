@@ -106,6 +106,19 @@ def tiny_bundle(tiny_export, tmp_path_factory) -> Path:
 
     repo = tmp_path_factory.mktemp("tiny_repo")
     prov = Provenance(metrics={"accuracy": 1.0, "chosen_backend": "onnxruntime-int8"}, gates={"accuracy_drop": "pass"})
+    pc = PackageConfig(layout="ensemble", threads=1, max_batch_size=8, preferred_batch_size=4, top_k=2, max_text_bytes=4096)
+    return write_repository(repo, "tiny", ExportArtifacts.from_dir(tiny_export), pc, prov).path
+
+
+@pytest.fixture(scope="session")
+def tiny_fused_bundle(tiny_export, tmp_path_factory) -> Path:
+    """The same bundle with the default package.layout (auto: fused for classification on a python runtime):
+    one python model does tokenizer, model and post-processing."""
+    from serving.config import PackageConfig
+    from serving.repository import ExportArtifacts, Provenance, write_repository
+
+    repo = tmp_path_factory.mktemp("tiny_fused_repo")
+    prov = Provenance(metrics={"accuracy": 1.0, "chosen_backend": "onnxruntime-int8"}, gates={"accuracy_drop": "pass"})
     pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, top_k=2, max_text_bytes=4096)
     return write_repository(repo, "tiny", ExportArtifacts.from_dir(tiny_export), pc, prov).path
 

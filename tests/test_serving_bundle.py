@@ -22,15 +22,15 @@ SERVING_DIR = PIPELINE_DIR.parent / "serving"
 SHAPE = BundleShape(task="tnews", num_labels=15, max_seq_len=64, model_file="model.onnx", pad_id=0)
 
 
-def _variants():
-    yield PackageConfig(runtime="python-onnxruntime")
-    yield PackageConfig(runtime="python-paddle", kind="GPU", instance_count=2, version_policy="all")
+def _variants():  # the ensemble layout; the fused one below
+    yield PackageConfig(runtime="python-onnxruntime", layout="ensemble")
+    yield PackageConfig(runtime="python-paddle", layout="ensemble", kind="GPU", instance_count=2, version_policy="all")
     yield PackageConfig(runtime="onnxruntime", threads=2)
     for acc in ACCELERATORS[1:]:
         yield PackageConfig(runtime="onnxruntime", kind="GPU", accelerator=acc)
     for eng in FASTDEPLOY_ENGINES:
         yield PackageConfig(runtime="fastdeploy", fastdeploy_engine=eng, kind="GPU" if eng == "tensorrt" else "CPU")
-    yield PackageConfig(runtime="python-onnxruntime", max_batch_size=0)
+    yield PackageConfig(runtime="python-onnxruntime", layout="ensemble", max_batch_size=0)
 
 
 @pytest.mark.parametrize("pc", list(_variants()), ids=lambda pc: f"{pc.runtime}-{pc.accelerator}-{pc.fastdeploy_engine}-{pc.kind}-mbs{pc.max_batch_size}")
@@ -59,6 +59,19 @@ def test_every_config_round_trips_through_text_format(pc):
             assert list(back.input[0].dims)[0] == -1  # the batch dimension is explicit
 
 
+@pytest.mark.parametrize("runtime", ["python-onnxruntime", "python-paddle"])
+def test_fused_config_is_the_ensemble_contract_on_one_python_model(runtime):
+    ensemble = all_configs(SHAPE, PackageConfig(runtime=runtime, layout="ensemble"))["tnews"]
+    configs = all_configs(SHAPE, PackageConfig(runtime=runtime))  # layout auto: fused for classification
+    assert list(configs) == ["tnews"]
+    fused = parse_pbtxt(to_pbtxt(configs["tnews"]))
+    assert fused == configs["tnews"] and fused.backend == "python" and not fused.platform
+    assert list(fused.input) == list(ensemble.input) and list(fused.output) == list(ensemble.output)
+    assert list(fused.dynamic_batching.preferred_batch_size) == [16] and fused.instance_group[0].count >= 1
+    params = {k: v.string_value for k, v in fused.parameters.items()}
+    assert params["engine"] == runtime.split("-")[1] and params["max_seq_len"] == "64" and params["top_k"] == "3"
+
+
 def test_instances_and_threads_default_to_the_cores(monkeypatch):
     """0 = auto: one CPU instance per core, one engine thread each (no oversubscription); explicit values win."""
     import serving.config as config
@@ -69,7 +82,7 @@ def test_instances_and_threads_default_to_the_cores(monkeypatch):
     assert (PackageConfig(instance_count=1).instances, PackageConfig(instance_count=1).engine_threads) == (1, 4)
     assert PackageConfig(instance_count=3, threads=2).engine_threads == 2
     assert PackageConfig(kind="GPU").instances == 1
-    model = all_configs(SHAPE, auto)["tnews_model"]
+    model = all_configs(SHAPE, PackageConfig(layout="ensemble"))["tnews_model"]
     assert model.instance_group[0].count == 4 and model.parameters["threads"].string_value == "1"
     with pytest.raises(ConfigError, match="package.instance_count must be >= 0"):
         PackageConfig(instance_count=-1)
@@ -84,7 +97,7 @@ def test_backend_specific_fields():
     fd = all_configs(SHAPE, PackageConfig(runtime="fastdeploy", fastdeploy_engine="paddle"))["tnews_model"]
     assert fd.backend == "fastdeploy"
     assert fd.optimization.execution_accelerators.cpu_execution_accelerator[0].name == "paddle"
-    py = all_configs(SHAPE, PackageConfig(runtime="python-onnxruntime"))["tnews_model"]
+    py = all_configs(SHAPE, PackageConfig(runtime="python-onnxruntime", layout="ensemble"))["tnews_model"]
     assert py.backend == "python" and py.parameters["engine"].string_value == "onnxruntime"
     assert py.input[0].allow_ragged_batch  # the python runner re-pads merged requests itself
     assert not all_configs(SHAPE, PackageConfig(runtime="onnxruntime"))["tnews_model"].input[0].allow_ragged_batch
@@ -192,7 +205,7 @@ def test_model_choice_per_runtime(tiny_export):
 
 @pytest.mark.parametrize("runtime", ["onnxruntime", "fastdeploy", "python-paddle"])
 def test_other_runtime_bundles_are_complete(tiny_export, tmp_path, runtime):
-    info = write_repository(tmp_path / "repo", "tiny", ExportArtifacts.from_dir(tiny_export), PackageConfig(runtime=runtime))
+    info = write_repository(tmp_path / "repo", "tiny", ExportArtifacts.from_dir(tiny_export), PackageConfig(runtime=runtime, layout="ensemble"))
     files = verify_bundle(info.path)["files"]
     model_files = sorted(f.split("/", 2)[2] for f in files if f.startswith("tiny_model/1/"))
     expected = {"onnxruntime": ["model.onnx"], "fastdeploy": ["model.onnx"],

@@ -197,3 +197,9 @@ def test_tampered_bio_copy_stops_the_served_models(ner_bundle, tmp_path):
     p.write_text(p.read_text(encoding="utf-8").replace("SPECIAL_OFFSET = -1", "SPECIAL_OFFSET = 0"), encoding="utf-8")
     with pytest.raises(ServerError, match="bio.py: SHA-256 differs"):
         start_server(bad, verify=False, timeout=120, log_path=tmp_path / "bad.log")
+
+
+def test_fused_layout_is_refused_for_ner(ner_export, tmp_path):
+    with pytest.raises(PackageError, match="package.layout: fused is for classification bundles; cluener is token_classification"):
+        write_repository(tmp_path / "repo", "cluener", ExportArtifacts.from_dir(ner_export), PackageConfig(layout="fused"))
+    assert not (tmp_path / "repo" / "cluener").exists()  # nothing half-written

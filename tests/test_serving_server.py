@@ -9,13 +9,16 @@ import json
 import os
 import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
-from serving_fixtures import tiny_bundle, tiny_export  # noqa: F401  (fixtures)
+from serving_fixtures import tiny_bundle, tiny_export, tiny_fused_bundle  # noqa: F401  (fixtures)
 
 from serving.client import ClassifierClient, RequestRejected
 from serving.server import ServerError, TritonServer, start_server
+
+SERVING = Path(__file__).resolve().parent.parent / "serving"
 
 
 
@@ -27,6 +30,18 @@ def server(tiny_bundle, tmp_path_factory) -> TritonServer:
     yield srv
     rc = srv.stop()
     assert rc == 0, srv.log_tail()
+
+
+@pytest.fixture(scope="module")
+def fused_server(tiny_fused_bundle, tmp_path_factory) -> TritonServer:
+    log = tmp_path_factory.mktemp("triton_fused") / "server.log"
+    srv = start_server(tiny_fused_bundle, log_path=log, timeout=120)
+    yield srv
+    rc = srv.stop()
+    assert rc == 0, srv.log_tail()
+
+
+LAYOUTS = pytest.mark.parametrize("layout", ["server", "fused_server"])  # ensemble, and package.layout fused
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +62,12 @@ def _clients(server):
             "grpc": ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0)}
 
 
+@LAYOUTS
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_served_labels_equal_offline_model(server, dev, offline, protocol):
+def test_served_labels_equal_offline_model(layout, request, dev, offline, protocol):
     from serving.offline import offline_logits
 
+    server = request.getfixturevalue(layout)
     texts, gold = dev
     client = _clients(server)[protocol]
     assert client.health() == {"live": True, "ready": True, "model_ready": True}
@@ -92,8 +109,10 @@ def test_served_token_ids_equal_pipeline_tokenizer(server, offline):
     c.close()
 
 
+@LAYOUTS
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_bad_requests_are_refused_and_the_server_keeps_serving(server, protocol):
+def test_bad_requests_are_refused_and_the_server_keeps_serving(layout, request, protocol):
+    server = request.getfixturevalue(layout)
     client = _clients(server)[protocol]
     good = client.classify_batch(["股票银行基金"])[0].label
     with pytest.raises(RequestRejected, match="empty text"):
@@ -111,8 +130,10 @@ def test_bad_requests_are_refused_and_the_server_keeps_serving(server, protocol)
     assert server.alive()
 
 
-def test_concurrent_requests_are_batched_and_answered_correctly(server, dev):
+@LAYOUTS
+def test_concurrent_requests_are_batched_and_answered_correctly(layout, request, dev):
     """Many clients at once: the dynamic batcher merges requests of different lengths (ragged) in the model."""
+    server = request.getfixturevalue(layout)
     texts, _ = dev
     expected = [p.label for p in _clients(server)["grpc"].classify(texts[:24], batch_size=1)]
     got = [None] * 24
@@ -206,7 +227,7 @@ def test_perf_analyzer_measures_the_served_ensemble(server, dev, offline):
     from serving.perf import format_markdown, measure
 
     _perf_analyzer_or_skip()
-    report = measure(offline.root, "tiny", None, [1, 4], seconds=1.0, url=server.grpc_url, offline_seconds=1.0,
+    report = measure(offline.root, "tiny", None, [1, 4], seconds=1.0, url=server.grpc_url, offline_seconds=1.5,
                      items=dev[0][:50])
     assert [lv["concurrency"] for lv in report["levels"]] == [1, 4]
     for lv in report["levels"]:
@@ -226,3 +247,36 @@ def test_perf_without_perf_analyzer_says_how_to_install_it(monkeypatch, tmp_path
     assert perf.main(["--task", "tiny", "--repository", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "perf_analyzer not found" in err[0] and "make perf" in err[0]
+
+
+def test_fused_layout_is_one_model_with_the_ensemble_contract(fused_server, tiny_fused_bundle, dev):
+    from serving.integrity import verify_bundle
+    from serving.offline import BundleModel
+    from serving.perf import measure
+
+    m = verify_bundle(tiny_fused_bundle)
+    assert m["package"]["layout"] == "auto" and m["layout"] == "fused" and set(m["models"].values()) == {"tiny"}
+    assert sorted(p.name for p in tiny_fused_bundle.iterdir() if p.is_dir()) == ["tiny"]
+    folder = tiny_fused_bundle / "tiny" / "1"
+    for name in ("model.py", "runner.py", "class_outputs.py", "text_input.py", "wordpiece.py", "vocab.txt", "labels.json",
+                 "model.onnx"):
+        assert f"tiny/1/{name}" in m["files"], name
+    assert (folder / "model.py").read_bytes() == (SERVING / "models" / "classifier.py").read_bytes()
+    bundle = BundleModel.open(tiny_fused_bundle)  # offline reference reads the one folder
+    assert bundle.tokenizer_dir == bundle.model_dir == folder and len(bundle.labels()) == m["num_labels"]
+    _perf_analyzer_or_skip()
+    report = measure(tiny_fused_bundle, "tiny", None, [2], seconds=1.0, url=fused_server.grpc_url, offline_seconds=1.5,
+                     items=dev[0][:50])
+    assert [s["model"] for s in report["levels"][0]["models"]] == ["tiny"]
+
+
+def test_fused_layout_is_refused_where_it_cannot_work():
+    from pipeline.errors import ConfigError
+    from serving.config import PackageConfig
+
+    with pytest.raises(ConfigError, match="package.layout: fused needs a python runtime"):
+        PackageConfig(layout="fused", runtime="onnxruntime")
+    with pytest.raises(ConfigError, match="package.layout: 'tree' is not one of auto, ensemble, fused"):
+        PackageConfig(layout="tree")
+    assert PackageConfig(runtime="onnxruntime").layout_for("classification") == "ensemble"  # native model backend
+    assert PackageConfig().layout_for("token_classification") == "ensemble"

@@ -67,16 +67,20 @@ class _PaddleEngine:
         return self.predictor.get_output_handle(self.predictor.get_output_names()[0]).copy_to_cpu()
 
 
+def make_engine(folder: Path, params: dict, gpu: bool):
+    """The in-process engine named by the config's ``engine``/``model_file``/``threads`` parameters (also
+    used by the fused classifier, which loads this file as its ``runner.py``)."""
+    path = folder / params["model_file"]
+    threads = int(params.get("threads", "0") or 0)
+    return _OrtEngine(path, threads, gpu) if params["engine"] == "onnxruntime" else _PaddleEngine(path, threads, gpu)
+
+
 class TritonPythonModel:
     def initialize(self, args):
         _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
         params = {k: v.get("string_value", "") for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
         self.pad_id = int(params.get("pad_id", "0"))
-        engine = params["engine"]
-        gpu = args.get("model_instance_kind") == "GPU"
-        path = HERE / params["model_file"]
-        threads = int(params.get("threads", "0") or 0)
-        self.engine = _OrtEngine(path, threads, gpu) if engine == "onnxruntime" else _PaddleEngine(path, threads, gpu)
+        self.engine = make_engine(HERE, params, args.get("model_instance_kind") == "GPU")
 
     def execute(self, requests):
         parts = []

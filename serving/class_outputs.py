@@ -1,0 +1,42 @@
+"""Classification outputs from logits: label, description, confidence, probabilities and top-k.
+
+Standard library and numpy only: copied next to the post-processing model and the fused classifier (as
+``class_outputs.py``), so both answer with this code.  Softmax is computed in float64 and the label is the
+argmax of the logits, so the served label is exactly the offline prediction.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+class Labels:
+    """labels.json (JSON lines ``{"label", "label_desc"}``) in model output order, as byte strings."""
+
+    def __init__(self, path: Path):
+        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+        self.labels = np.array([str(r["label"]).encode("utf-8") for r in rows], dtype=np.object_)
+        self.descs = np.array([str(r.get("label_desc", r["label"])).encode("utf-8") for r in rows], dtype=np.object_)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def outputs(self, logits: np.ndarray, top_k: int) -> dict[str, np.ndarray]:
+        """Output tensor name -> array for ``logits`` [B, C]."""
+        z = logits.astype(np.float64)
+        z = np.exp(z - z.max(axis=-1, keepdims=True))
+        probs = z / z.sum(axis=-1, keepdims=True)
+        best = logits.argmax(axis=-1)
+        top = np.argsort(-logits, axis=-1, kind="stable")[:, :top_k]
+        rows = np.arange(len(best))
+        return {
+            "label": self.labels[best].reshape(-1, 1),
+            "label_desc": self.descs[best].reshape(-1, 1),
+            "confidence": probs[rows, best].astype(np.float32).reshape(-1, 1),
+            "probs": probs.astype(np.float32),
+            "topk_label": self.labels[top],
+            "topk_prob": np.take_along_axis(probs, top, axis=-1).astype(np.float32),
+        }

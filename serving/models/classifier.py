@@ -1,0 +1,73 @@
+"""``<task>`` with package.layout fused: text in, label/confidence/probs/top-k out, in one python model.
+
+The three steps of the ensemble layout in one process, with the same code: the copies of ``text_input.py``
+(per-item checks) and ``wordpiece.py`` (PaddleNLP's tokenization), the engine of ``runner.py`` (the
+ensemble's model runner) and ``class_outputs.py`` (the post-processing).  What it saves is the two
+python-backend hops per request (serialization to the tokenizer and post-processing stubs and back).
+All texts of all requests in a batch are tokenized in one call and run in one engine call, padded to the
+longest; ERNIE masks [PAD], so a text's logits do not depend on its batch beyond float rounding.
+
+Bad input is refused per request (that request gets an error, the others and the instance go on).
+"""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np  # before paddle, always
+import triton_python_backend_utils as pb_utils
+
+HERE = Path(__file__).resolve().parent
+
+
+def _sibling(name):
+    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
+        self.text_input = _sibling("text_input")
+        params = self.text_input.model_params(args)
+        self.max_text_bytes = int(params["max_text_bytes"])
+        self.top_k = int(params["top_k"])
+        self.tok = self.text_input.wordpiece(HERE)
+        self.tok.enable_truncation(max_length=int(params["max_seq_len"]))  # as offline (pipeline.tokenizer)
+        self.pad_id = self.tok.token_to_id("[PAD]")
+        self.engine = _sibling("runner").make_engine(HERE, params, args.get("model_instance_kind") == "GPU")
+        self.labels = _sibling("class_outputs").Labels(HERE / "labels.json")
+
+    def execute(self, requests):
+        responses = [None] * len(requests)
+        texts, spans = [], []
+        for i, request in enumerate(requests):
+            try:
+                arr = pb_utils.get_input_tensor_by_name(request, "text").as_numpy()
+                batch = [self.text_input.decode_item(x, "text", j, self.max_text_bytes) for j, x in enumerate(arr.reshape(-1))]
+            except self.text_input.BadText as exc:
+                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+                continue
+            spans.append((i, len(texts), len(batch)))
+            texts.extend(batch)
+        if not texts:
+            return responses
+        try:
+            encodings = self.tok.encode_batch(texts)
+            width = max(len(e.ids) for e in encodings)
+            ids = np.full((len(encodings), width), self.pad_id, dtype=np.int64)
+            types = np.zeros((len(encodings), width), dtype=np.int64)
+            for r, e in enumerate(encodings):
+                ids[r, : len(e.ids)] = e.ids
+                types[r, : len(e.type_ids)] = e.type_ids
+            logits = np.asarray(self.engine({"input_ids": ids, "token_type_ids": types}), dtype=np.float32)
+            out = self.labels.outputs(logits, self.top_k)
+        except Exception as exc:  # never let one batch take the instance down
+            for i, _, _ in spans:
+                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"inference failed: {exc}"))
+            return responses
+        for i, start, n in spans:
+            responses[i] = pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor(k, np.ascontiguousarray(v[start : start + n])) for k, v in out.items()])
+        return responses
