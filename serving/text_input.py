@@ -1,6 +1,6 @@
 """Per-request text checks and tokenizer set-up shared by the python pre-processing models.
 
-Standard library only: this file is copied next to every pre-processing model (as ``text_input.py``) and loaded there with the
+Standard library only (numpy where it pads): this file is copied next to every pre-processing model (as ``text_input.py``) and loaded there with the
 models' ``_sibling`` loader, so a bad item is refused with the same message whatever the kind.
 """
 
@@ -33,6 +33,34 @@ def decode_item(item, field: str, j: int, max_bytes: int) -> str:
     if not text.strip():
         raise BadText(f"{field}[{j}]: empty {field}")
     return text
+
+
+def gather(arrays, field: str, max_bytes: int) -> tuple[list[str], list[tuple[int, int, int]], dict[int, str]]:
+    """Per-request item arrays -> (all texts in order, spans ``(request, start, count)``, errors ``{request:
+    message}``): a request with one bad item is refused whole, the others go on."""
+    texts, spans, errors = [], [], {}
+    for i, arr in enumerate(arrays):
+        try:
+            batch = [decode_item(x, field, j, max_bytes) for j, x in enumerate(arr)]
+        except BadText as exc:
+            errors[i] = str(exc)
+            continue
+        spans.append((i, len(texts), len(batch)))
+        texts.extend(batch)
+    return texts, spans, errors
+
+
+def pad_encodings(encodings, pad_id: int):
+    """HF encodings -> ``input_ids``, ``token_type_ids`` (int64 [N, longest]), padded with ``pad_id``."""
+    import numpy as np
+
+    width = max(len(e.ids) for e in encodings)
+    ids = np.full((len(encodings), width), pad_id, dtype=np.int64)
+    types = np.zeros((len(encodings), width), dtype=np.int64)
+    for r, e in enumerate(encodings):
+        ids[r, : len(e.ids)] = e.ids
+        types[r, : len(e.type_ids)] = e.type_ids
+    return ids, types
 
 
 def model_params(args: dict) -> dict[str, str]:

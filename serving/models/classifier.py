@@ -41,26 +41,14 @@ class TritonPythonModel:
 
     def execute(self, requests):
         responses = [None] * len(requests)
-        texts, spans = [], []
-        for i, request in enumerate(requests):
-            try:
-                arr = pb_utils.get_input_tensor_by_name(request, "text").as_numpy()
-                batch = [self.text_input.decode_item(x, "text", j, self.max_text_bytes) for j, x in enumerate(arr.reshape(-1))]
-            except self.text_input.BadText as exc:
-                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
-                continue
-            spans.append((i, len(texts), len(batch)))
-            texts.extend(batch)
+        arrays = [pb_utils.get_input_tensor_by_name(r, "text").as_numpy().reshape(-1) for r in requests]
+        texts, spans, errors = self.text_input.gather(arrays, "text", self.max_text_bytes)
+        for i, message in errors.items():
+            responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
         if not texts:
             return responses
         try:
-            encodings = self.tok.encode_batch(texts)
-            width = max(len(e.ids) for e in encodings)
-            ids = np.full((len(encodings), width), self.pad_id, dtype=np.int64)
-            types = np.zeros((len(encodings), width), dtype=np.int64)
-            for r, e in enumerate(encodings):
-                ids[r, : len(e.ids)] = e.ids
-                types[r, : len(e.type_ids)] = e.type_ids
+            ids, types = self.text_input.pad_encodings(self.tok.encode_batch(texts), self.pad_id)
             logits = np.asarray(self.engine({"input_ids": ids, "token_type_ids": types}), dtype=np.float32)
             out = self.labels.outputs(logits, self.top_k)
         except Exception as exc:  # never let one batch take the instance down

@@ -14,7 +14,6 @@ that limit are truncated to max_seq_len tokens, as offline.
 import importlib.util
 from pathlib import Path
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 HERE = Path(__file__).resolve().parent
@@ -41,30 +40,18 @@ class TritonPythonModel:
 
     def execute(self, requests):
         responses = [None] * len(requests)
-        texts, spans = [], []
-        for i, request in enumerate(requests):
-            try:
-                arr = pb_utils.get_input_tensor_by_name(request, "text").as_numpy()
-                batch = [self.text_input.decode_item(x, "text", j, self.max_text_bytes) for j, x in enumerate(arr.reshape(-1))]
-            except self.text_input.BadText as exc:
-                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
-                continue
-            spans.append((i, len(texts), len(batch)))
-            texts.extend(batch)
+        arrays = [pb_utils.get_input_tensor_by_name(r, "text").as_numpy().reshape(-1) for r in requests]
+        texts, spans, errors = self.text_input.gather(arrays, "text", self.max_text_bytes)
+        for i, message in errors.items():
+            responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
         try:
             encodings = self.tok.encode_batch(texts) if texts else []
         except Exception as exc:  # never let one batch take the instance down
             for i, _, _ in spans:
                 responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tokenization failed: {exc}"))
             return responses
-        for i, start, n in spans:
-            encs = encodings[start : start + n]
-            width = max(len(e.ids) for e in encs)
-            ids = np.full((n, width), self.pad_id, dtype=np.int64)
-            types = np.zeros((n, width), dtype=np.int64)
-            for r, e in enumerate(encs):
-                ids[r, : len(e.ids)] = e.ids
-                types[r, : len(e.type_ids)] = e.type_ids
+        for i, start, n in spans:  # each request padded to its own longest text
+            ids, types = self.text_input.pad_encodings(encodings[start : start + n], self.pad_id)
             responses[i] = pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("token_type_ids", types)]
             )
