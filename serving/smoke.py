@@ -9,7 +9,11 @@ reading comprehension bundles with CMRC2018 EM/F1 (``pipeline.reading.metric.cmr
 are held to the offline run of the same bundle (every example's entities / answer span identical)
 and to bundle.json "validated" ({"metric": "entity_f1" | "f1" | "accuracy", "value": ...}).
 
-    python -m serving.smoke --task tnews [--repository model_repository] [--url 127.0.0.1:8000]
+    python -m serving.smoke --task tnews [--repository model_repository] [--url 127.0.0.1:8000] [--concurrency 16]
+
+``--concurrency N`` then sends every dev item alone from N clients at once: Triton's dynamic batcher mixes
+them with whatever else is in flight, and each answer must equal the offline answer of that item run alone
+(label, entities or answer span, exactly): batch independence under real load.
 """
 
 from __future__ import annotations
@@ -163,6 +167,69 @@ def run_mrc_smoke(bundle: BundleModel, client: ClassifierClient, examples: Seque
                          mismatches=mismatches, max_score_diff=diff, validated_metric=metric, validated_value=value)
 
 
+@dataclass(frozen=True)
+class ConcurrentResult:
+    """Every item sent alone, from ``concurrency`` clients at once, so Triton's dynamic batcher merges it with
+    whatever else is in flight; held to the offline answer of the same item run alone (batch of one)."""
+    items: int
+    concurrency: int
+    mismatches: int
+    examples: list  # up to 5 differing items: (index, served, offline)
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatches == 0
+
+
+def _answer_key(task_type: str, served) -> tuple:
+    """What must be identical: the label; the entities (type, start, end, text); the answer span."""
+    if task_type == "token_classification":
+        return tuple(sorted((e.type, e.start, e.end, e.text) for e in served))
+    if task_type == "reading_comprehension":
+        return (served.text, served.start, served.end)
+    return (served.label,)
+
+
+def _offline_key(task_type: str, offline, labels: Sequence[str] | None = None) -> tuple:
+    if task_type == "token_classification":
+        return tuple(sorted((e.type, e.start, e.end, e.text) for e in offline))
+    if task_type == "reading_comprehension":
+        return (offline.text, offline.start, offline.end) if offline else ("", -1, -1)
+    return (labels[int(offline)],)
+
+
+def run_concurrent(bundle: BundleModel, url: str | None, protocol: str, items: Sequence, concurrency: int) -> ConcurrentResult:
+    """``items``: texts, or (question, context) pairs for reading comprehension."""
+    from concurrent.futures import ThreadPoolExecutor
+    import threading
+
+    task_type, model = bundle.task_type, bundle.manifest["task"]
+    local = threading.local()
+
+    def ask(item):
+        if not hasattr(local, "client"):
+            local.client = ClassifierClient(url, protocol, model)
+        c = local.client
+        if task_type == "token_classification":
+            return c.extract_entities_batch([item])[0]
+        if task_type == "reading_comprehension":
+            return c.answer_batch([item[0]], [item[1]])[0]
+        return c.classify_batch([item])[0]
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        served = [_answer_key(task_type, a) for a in pool.map(ask, items)]
+    if task_type == "token_classification":
+        offline = [_offline_key(task_type, o) for o in offline_entities(bundle, list(items), batch_size=1)]
+    elif task_type == "reading_comprehension":
+        qs, cs = [q for q, _ in items], [c for _, c in items]
+        offline = [_offline_key(task_type, o) for o in offline_answers(bundle, qs, cs, batch_size=1)]
+    else:
+        labels = bundle.labels()
+        offline = [_offline_key(task_type, i, labels) for i in offline_logits(bundle, list(items), batch_size=1).argmax(-1)]
+    differing = [(i, s, o) for i, (s, o) in enumerate(zip(served, offline)) if s != o]
+    return ConcurrentResult(len(items), concurrency, len(differing), differing[:5])
+
+
 def _default_data_dir(task: str) -> Path:
     from pipeline.config import load_task_config
 
@@ -241,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", help="host:port (default 127.0.0.1:8000 / :8001)")
     p.add_argument("--batch-size", type=int, default=None, help="items per request (default: validate's batch size)")
     p.add_argument("--json-out", help="also write the result here")
+    p.add_argument("--concurrency", type=int, default=0,
+                   help="then also send every dev item alone from this many clients at once (dynamic batching "
+                        "mixes them): each answer must equal the offline answer of the item run alone")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="task config override, as given to the pipeline run (so the same dev set is scored)")
     args = p.parse_args(argv)
@@ -267,10 +337,30 @@ def main(argv: list[str] | None = None) -> int:
     if result.validated_accuracy is not None:
         print(f"  validated accuracy {result.validated_accuracy:.4f}  (validate stage, {bundle.manifest['validated'].get('backend')})")
     print(f"  predictions differing: {result.mismatches}; max |prob diff| {result.max_prob_diff:.2e}")
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps({**asdict(result), "ok": result.ok}, indent=2))
+    concurrent = _concurrent(args, bundle, texts)
+    _write(args, result, concurrent)
     print("PASS" if result.ok else "FAIL: served predictions or accuracy differ from the offline/validated model's")
-    return 0 if result.ok else 1
+    return 0 if result.ok and (concurrent is None or concurrent.ok) else 1
+
+
+def _concurrent(args, bundle: BundleModel, items: Sequence) -> ConcurrentResult | None:
+    if args.concurrency <= 0:
+        return None
+    r = run_concurrent(bundle, args.url, args.protocol, items, args.concurrency)
+    print(f"  concurrent: {r.items} items sent one per request from {r.concurrency} clients; "
+          f"answers differing from the offline single-item run: {r.mismatches}")
+    for i, served, offline in r.examples:
+        print(f"    item {i}: served {served} offline {offline}")
+    return r
+
+
+def _write(args, result, concurrent: ConcurrentResult | None) -> None:
+    if args.json_out:
+        out = {**asdict(result), "ok": result.ok}
+        if concurrent is not None:
+            out["concurrent"] = {**asdict(concurrent), "examples": [list(map(str, e)) for e in concurrent.examples],
+                                 "ok": concurrent.ok}
+        Path(args.json_out).write_text(json.dumps(out, indent=2))
 
 
 def _main_span_kinds(args, bundle: BundleModel) -> int:
@@ -290,10 +380,12 @@ def _main_span_kinds(args, bundle: BundleModel) -> int:
         return 2
     backend = (bundle.manifest.get("validated") or {}).get("backend")
     (_print_ner if bundle.task_type == "token_classification" else _print_mrc)(args.task, args.protocol, result, backend)
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps({**asdict(result), "ok": result.ok}, indent=2))
+    items = ([e.text for e in examples] if bundle.task_type == "token_classification"
+             else [(e.question, e.context) for e in examples])
+    concurrent = _concurrent(args, bundle, items)
+    _write(args, result, concurrent)
     print("PASS" if result.ok else "FAIL: served predictions or scores differ from the offline/validated model's")
-    return 0 if result.ok else 1
+    return 0 if result.ok and (concurrent is None or concurrent.ok) else 1
 
 
 if __name__ == "__main__":

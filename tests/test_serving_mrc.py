@@ -170,3 +170,11 @@ def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_pat
     assert capsys.readouterr().out.count("\t") == 3
     assert client_cli.main(["answer", "--model", "cmrc2018", "--url", server.http_url, "--question", "谁？"]) == 2
     assert "in pairs" in capsys.readouterr().err
+
+
+def test_smoke_concurrent_mode_holds_every_question_to_its_offline_single_answer(server, dev, bundle):
+    from serving.smoke import run_concurrent
+
+    items = [(e.question, e.context) for e in dev]  # the tiny dev set: 10 questions
+    r = run_concurrent(bundle, server.grpc_url, "grpc", items, concurrency=6)
+    assert (r.items, r.mismatches) == (len(dev), 0) and r.items >= 10 and r.ok

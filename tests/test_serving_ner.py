@@ -176,8 +176,11 @@ def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_pat
 
     out = tmp_path / "smoke.json"
     assert smoke.main(["--task", "cluener", "--repository", str(ner_bundle.parent), "--data-dir", str(ner_data),
-                       "--url", server.http_url, "--batch-size", "8", "--json-out", str(out)]) == 0
-    assert "PASS" in capsys.readouterr().out and json.loads(out.read_text())["ok"]
+                       "--url", server.http_url, "--batch-size", "8", "--json-out", str(out), "--concurrency", "4"]) == 0
+    printed, written = capsys.readouterr().out, json.loads(out.read_text())
+    assert "PASS" in printed and written["ok"]
+    assert "from 4 clients; answers differing from the offline single-item run: 0" in printed
+    assert written["concurrent"]["ok"] and written["concurrent"]["items"] == len(dev)
 
     f = tmp_path / "texts.txt"
     f.write_text("\n".join(e.text for e in dev[:3]), encoding="utf-8")
@@ -203,3 +206,12 @@ def test_fused_layout_is_refused_for_ner(ner_export, tmp_path):
     with pytest.raises(PackageError, match="package.layout: fused is for classification bundles; cluener is token_classification"):
         write_repository(tmp_path / "repo", "cluener", ExportArtifacts.from_dir(ner_export), PackageConfig(layout="fused"))
     assert not (tmp_path / "repo" / "cluener").exists()  # nothing half-written
+
+
+def test_smoke_concurrent_mode_holds_every_text_to_its_offline_single_answer(server, dev, bundle):
+    """make smoke ARGS=--concurrency N: each text sent alone from N clients (the batcher mixes them) must give
+    exactly the entities of that text run alone offline."""
+    from serving.smoke import run_concurrent
+
+    r = run_concurrent(bundle, server.grpc_url, "grpc", [e.text for e in dev][:40], concurrency=6)
+    assert (r.items, r.concurrency, r.mismatches) == (40, 6, 0) and r.ok

@@ -280,3 +280,17 @@ def test_fused_layout_is_refused_where_it_cannot_work():
         PackageConfig(layout="tree")
     assert PackageConfig(runtime="onnxruntime").layout_for("classification") == "ensemble"  # native model backend
     assert PackageConfig().layout_for("token_classification") == "ensemble"
+
+
+@LAYOUTS
+def test_smoke_concurrent_mode_holds_every_text_to_its_offline_single_answer(layout, request, dev):
+    """make smoke ARGS=--concurrency N: each title sent alone from N clients (the batcher mixes them) must get
+    exactly the label of that title run alone offline."""
+    from serving.offline import BundleModel
+    from serving.smoke import ConcurrentResult, run_concurrent
+
+    server = request.getfixturevalue(layout)
+    bundle = BundleModel.open(server.repository)
+    r = run_concurrent(bundle, server.grpc_url, "grpc", dev[0][:60], concurrency=8)
+    assert (r.items, r.concurrency, r.mismatches) == (60, 8, 0) and r.ok
+    assert not ConcurrentResult(3, 2, 1, [(0, ("a",), ("b",))]).ok  # a differing answer fails the smoke test
