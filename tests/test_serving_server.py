@@ -294,3 +294,45 @@ def test_smoke_concurrent_mode_holds_every_text_to_its_offline_single_answer(lay
     r = run_concurrent(bundle, server.grpc_url, "grpc", dev[0][:60], concurrency=8)
     assert (r.items, r.concurrency, r.mismatches) == (60, 8, 0) and r.ok
     assert not ConcurrentResult(3, 2, 1, [(0, ("a",), ("b",))]).ok  # a differing answer fails the smoke test
+
+
+@LAYOUTS
+def test_wrong_input_name_or_dtype_is_refused_and_batch_mates_are_answered(layout, request, dev):
+    """A request naming the wrong input or sending the wrong dtype gets Triton's own error; requests in flight
+    beside a refused one (an empty text) are answered; the server stays ready."""
+    import tritonclient.http as th
+    from tritonclient.utils import InferenceServerException
+
+    server = request.getfixturevalue(layout)
+    c = th.InferenceServerClient(server.http_url)
+    wrong_name = th.InferInput("texts", [1, 1], "BYTES")
+    wrong_name.set_data_from_numpy(np.array([[b"abc"]], dtype=object))
+    with pytest.raises(InferenceServerException, match="texts"):
+        c.infer("tiny", [wrong_name])
+    wrong_type = th.InferInput("text", [1, 1], "INT64")
+    wrong_type.set_data_from_numpy(np.array([[7]], dtype=np.int64))
+    with pytest.raises(InferenceServerException, match="(?i)data-type|datatype|TYPE_STRING|BYTES"):
+        c.infer("tiny", [wrong_type])
+    c.close()
+
+    texts = dev[0][:16]
+    expected = [p.label for p in ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0).classify_batch(texts[:8])]
+    results, refused = {}, []
+
+    def good(k):
+        cl = ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0)
+        results[k] = cl.classify_batch([texts[k]])[0].label
+
+    def bad():
+        try:
+            ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0).classify_batch(["   "])
+        except RequestRejected as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=good, args=(k,)) for k in range(8)] + [threading.Thread(target=bad) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [results[k] for k in range(8)] == expected and len(refused) == 4 and all("empty text" in m for m in refused)
+    assert server.ready()
