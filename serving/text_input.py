@@ -1,7 +1,8 @@
 """Per-request text checks and tokenizer set-up shared by the python pre-processing models.
 
-Standard library only (numpy where it pads): this file is copied next to every pre-processing model (as ``text_input.py``) and loaded there with the
-models' ``_sibling`` loader, so a bad item is refused with the same message whatever the kind.
+Standard library only (numpy where it pads): this file is copied next to every pre-processing model and
+the fused classifier (as ``text_input.py``) and loaded there with the models' ``_sibling`` loader, so a
+bad item is refused with the same message whatever the kind.
 """
 
 from __future__ import annotations
