@@ -295,22 +295,23 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
         (tmp / name / "config.pbtxt").write_text(to_pbtxt(configs[name]), encoding="utf-8")
     # The ensemble's version folder stays empty: Triton requires it to exist.
     tok = tmp / names.tokenizer / VERSION
-    _copy_python_model(tok, tok_source, tok_pure)
+    # Fused: the three steps' files share one folder, whose model.py is the fused classifier.
+    _copy_python_model(tok, "classifier.py" if names.fused else tok_source, tok_pure)
     shutil.copyfile(Path(text_input.__file__), tok / "text_input.py")
     for f in TOKENIZER_FILES:
         if (exp.tokenizer_dir / f).is_file():
             shutil.copyfile(exp.tokenizer_dir / f, tok / f)
     post = tmp / names.postprocess / VERSION
-    _copy_python_model(post, post_source, post_pure)
+    if not names.fused:
+        _copy_python_model(post, post_source, post_pure)
     if task_type == CLASSIFICATION:
         shutil.copyfile(Path(class_outputs.__file__), post / "class_outputs.py")
     shutil.copyfile(exp.labels, post / "labels.json")
     model = tmp / names.model / VERSION
     for src, dst in choice.sources:
         shutil.copyfile(src, model / dst)
-    if names.fused:  # one folder holds all three steps' files; the fused classifier is its model.py
+    if names.fused:  # the model step's engine, loaded by the classifier as its runner.py
         shutil.copyfile(MODELS_DIR / "runner.py", model / "runner.py")
-        shutil.copyfile(MODELS_DIR / "classifier.py", model / "model.py")
     elif pc.backend == "python":
         _copy_python_model(model, "runner.py")
     shutil.copyfile(exp.meta, tmp / "meta.json")

@@ -21,24 +21,21 @@ from serving.server import ServerError, TritonServer, start_server
 SERVING = Path(__file__).resolve().parent.parent / "serving"
 
 
+def _serve(bundle, folder):
+    srv = start_server(bundle, log_path=folder / "server.log", timeout=120)
+    yield srv
+    rc = srv.stop()
+    assert rc == 0, srv.log_tail()
 
 
 @pytest.fixture(scope="module")
 def server(tiny_bundle, tmp_path_factory) -> TritonServer:
-    log = tmp_path_factory.mktemp("triton") / "server.log"
-    srv = start_server(tiny_bundle, log_path=log, timeout=120)
-    yield srv
-    rc = srv.stop()
-    assert rc == 0, srv.log_tail()
+    yield from _serve(tiny_bundle, tmp_path_factory.mktemp("triton"))
 
 
 @pytest.fixture(scope="module")
 def fused_server(tiny_fused_bundle, tmp_path_factory) -> TritonServer:
-    log = tmp_path_factory.mktemp("triton_fused") / "server.log"
-    srv = start_server(tiny_fused_bundle, log_path=log, timeout=120)
-    yield srv
-    rc = srv.stop()
-    assert rc == 0, srv.log_tail()
+    yield from _serve(tiny_fused_bundle, tmp_path_factory.mktemp("triton_fused"))
 
 
 LAYOUTS = pytest.mark.parametrize("layout", ["server", "fused_server"])  # ensemble, and package.layout fused
