@@ -67,7 +67,7 @@ STAGES: tuple[Stage, ...] = (
         params=compress.params,
         inputs=compress.inputs,
         run=compress.run,
-        version="1",
+        version="2",  # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.int8.fusion)
     ),
     Stage(
         name="export",
@@ -76,7 +76,7 @@ STAGES: tuple[Stage, ...] = (
         params=export.params,
         inputs=export.inputs,
         run=export.run,
-        version="2",  # 2: calibrated (batch-independent) activation scales in onnx/int8.onnx
+        version="3",  # 2: calibrated (batch-independent) activation scales in onnx/int8.onnx; 3: fused MatMulIntegerToFloat
     ),
     Stage(
         name="validate",

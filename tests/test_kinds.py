@@ -110,6 +110,24 @@ def test_reading_eval_cap_and_config_checks(tmp_path):
         load_task_config("cmrc2018", {"data.format": "cluener"})
 
 
+def test_int8_agreement_compares_what_each_kind_decides(tmp_path):
+    """A window's decision is its start and end position; comparing argmax over the (start, end) pair of each
+    token instead made every CMRC recipe's agreement 0.0, so the search's tie-break had nothing to go on."""
+    from pipeline.int8.search import _agreement
+
+    mrc = get_kind(_mrc(tmp_path))
+    fp32 = np.zeros((6, 2), np.float32)
+    fp32[2, 0], fp32[4, 1] = 5.0, 5.0  # answer: tokens 2..4
+    same_span = fp32 + np.array([[0.0, 1.0]] * 6, np.float32) * 0.1  # every token leans to "end": same span
+    moved = fp32.copy()
+    moved[3, 0] = 9.0  # start moves to token 3
+    np.testing.assert_array_equal(mrc.decisions(fp32), [2, 4])
+    assert _agreement([same_span, moved], [fp32, fp32], mrc.decisions) == 0.5
+    assert _agreement([same_span], [fp32]) == 0.0  # the per-token argmax this replaced
+    ner = get_kind(load_task_config("cluener"))
+    np.testing.assert_array_equal(ner.decisions(np.eye(3, dtype=np.float32)), [0, 1, 2])
+
+
 def test_reading_loss_ignores_padding(tmp_path):
     import paddle
 

@@ -3,8 +3,9 @@
 Every form built here is **batch-independent**: activations are quantized with fixed scales calibrated on
 training sentences (``QuantizeLinear``), never with ORT's ``DynamicQuantizeLinear``, whose scale is taken
 over the whole batch, so that a text's answer would change with the texts that share its batch (44 of
-10,000 TNEWS predictions did).  Weights are int8 per output channel; ORT fuses the integer MatMul and its
-rescale into ``MatMulIntegerToFloat`` at session creation.
+10,000 TNEWS predictions did).  Weights are int8 per output channel; each integer MatMul, its rescale and
+its bias are written as one ``MatMulIntegerToFloat`` (``pipeline.int8.fusion``: ORT does not fuse them
+itself once the scales are constants).
 
 A recipe varies three things, all searched by ``pipeline.int8.search``:
 
@@ -23,6 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.int8.stats import ChannelRange
+
+
+# Bumped whenever ``build`` writes a different graph for the same recipe: cached candidates of an older
+# form are rebuilt, never reused (2: fused MatMulIntegerToFloat).
+FORM_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ def build(fp32_path: Path, out_path: Path, ranges: dict[str, ChannelRange], reci
 
     from pipeline.backends.onnxruntime import _quant_extra_options, quantize_embedding_tables
     from pipeline.errors import ModelError
+    from pipeline.int8.fusion import fuse_integer_matmuls
     from pipeline.int8.smoothing import smooth
 
     ranges = dict(ranges)  # smoothing adds the smoothed tensors' ranges
@@ -110,6 +117,7 @@ def build(fp32_path: Path, out_path: Path, ranges: dict[str, ChannelRange], reci
     left = dynamic_left(model)
     if left:  # a per-batch scale would make answers depend on batch mates: never ship that silently
         raise ModelError(f"INT8 recipe {recipe.name}: no calibrated range for {', '.join(left[:3])}")
+    fuse_integer_matmuls(model)
     if embeddings:
         quantize_embedding_tables(model)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pipeline.int8.recipe import Int8Recipe, build
+from pipeline.int8.recipe import FORM_VERSION, Int8Recipe, build
 from pipeline.int8.stats import ChannelRange, weight_matmuls
 
 
@@ -31,7 +31,7 @@ class Scored:
     recipe: Int8Recipe
     metric: float  # task metric on the held-out slice (fraction)
     drop_points: float  # FP32 held-out metric minus this, in points
-    agreement: float  # fraction of held-out rows whose argmax equals FP32's
+    agreement: float  # fraction of held-out rows whose decisions (TaskKind.decisions) equal FP32's
     path: str
 
     def as_dict(self) -> dict:
@@ -57,8 +57,15 @@ class SearchResult:
 Evaluate = Callable[[Path], tuple[float, list[np.ndarray]]]  # model path -> (metric, per-row outputs)
 
 
-def _agreement(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
-    same = [np.array_equal(np.argmax(o, axis=-1), np.argmax(r, axis=-1)) for o, r in zip(outputs, reference)]
+Decide = Callable[[np.ndarray], np.ndarray]  # one row's outputs -> what the model decides (TaskKind.decisions)
+
+
+def _argmax(output: np.ndarray) -> np.ndarray:
+    return np.argmax(output, axis=-1)
+
+
+def _agreement(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray], decide: Decide = _argmax) -> float:
+    same = [np.array_equal(decide(o), decide(r)) for o, r in zip(outputs, reference)]
     return float(np.mean(same)) if same else 1.0
 
 
@@ -69,16 +76,17 @@ def _error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> fl
 class Search:
     def __init__(self, fp32_path: Path, ranges: dict[str, ChannelRange], evaluate: Evaluate, work_dir: Path, *,
                  embeddings: bool = True, log: Callable[[str], None] = print, cache_key: str = "",
-                 baseline: Path | None = None):
+                 baseline: Path | None = None, decide: Decide = _argmax):
         import hashlib
 
         from pipeline.hashing import file_sha256
 
         self.fp32_path, self.ranges, self.evaluate = Path(fp32_path), ranges, evaluate
-        self.work_dir, self.embeddings, self.log = Path(work_dir), embeddings, log
+        self.work_dir, self.embeddings, self.log, self.decide = Path(work_dir), embeddings, log, decide
         self.work_dir.mkdir(parents=True, exist_ok=True)
         # The source model, the calibration and the held-out slice (cache_key) decide a candidate's score.
-        self.key = hashlib.sha256(f"{file_sha256(self.fp32_path)}|{cache_key}|{embeddings}".encode()).hexdigest()[:12]
+        self.key = hashlib.sha256(
+            f"{file_sha256(self.fp32_path)}|{cache_key}|{embeddings}|{FORM_VERSION}".encode()).hexdigest()[:12]
         self.fp32_metric, self.reference = evaluate(self.fp32_path)
         # A pruned source already spent part of the budget: drops count from the unpruned baseline's metric,
         # agreement from the source's own outputs.
@@ -110,7 +118,7 @@ class Search:
         build(self.fp32_path, partial, self.ranges, recipe, embeddings=self.embeddings)
         partial.replace(model)
         metric, outputs = self.evaluate(model)
-        scored = Scored(recipe, metric, 100.0 * (self.baseline_metric - metric), _agreement(outputs, self.reference), str(model))
+        scored = Scored(recipe, metric, 100.0 * (self.baseline_metric - metric), _agreement(outputs, self.reference, self.decide), str(model))
         np.savez(self._outputs_file(record), *outputs)
         record.write_text(json.dumps(scored.as_dict()))
         return scored, outputs

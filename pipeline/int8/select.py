@@ -88,7 +88,7 @@ def search_recipe(source: Path, out_path: Path, rows: SearchRows, ecfg, budget_p
         return ev.score.value, ev.outputs
 
     search = Search(source, ranges, evaluate, cache_dir, embeddings=ecfg.int8_embeddings, log=log,
-                    cache_key=rows.content_key(), baseline=baseline)
+                    cache_key=rows.content_key(), baseline=baseline, decide=rows.held.kind.decisions)
     bases = [Int8Recipe(alpha, rr) for rr in reduce_range_options(ecfg.int8_reduce_range, cpu)
              for alpha in [None, *ecfg.int8_smooth_alphas]]
     log(f"[int8] CPU {cpu.summary()}; {len(bases)} recipes on {len(rows.held)} held-out training rows")

@@ -126,6 +126,11 @@ class TaskKind:
     def loss(self, logits, batch: Batch, pad_id: int):
         raise NotImplementedError
 
+    def decisions(self, output: np.ndarray) -> np.ndarray:
+        """What the model decides for one feature's output (the INT8 search counts rows whose decisions
+        equal FP32's): the class, or the tag of every token."""
+        return np.argmax(output, axis=-1)
+
     def distill_loss(self, student_logits, teacher_logits, input_ids, pad_id: int):
         """Soft cross-entropy between student and teacher distributions (DynaBERT)."""
         import paddle.nn.functional as F

@@ -104,6 +104,11 @@ class ReadingComprehension(TaskKind):
         end = F.cross_entropy(logits[:, :, 1] + mask, t[:, 1])
         return (start + end) / 2
 
+    def decisions(self, output: np.ndarray) -> np.ndarray:
+        """The start and the end position of a window ([T, 2] -> [2]): argmax over tokens, not over the pair
+        (which would compare a token's start logit with its end logit)."""
+        return np.argmax(output, axis=0)
+
     def distill_loss(self, student_logits, teacher_logits, input_ids, pad_id: int):
         import paddle.nn.functional as F
 

@@ -5,7 +5,7 @@ Output (the package stage consumes exactly this)::
     paddle_fp32/{model.pdmodel, model.pdiparams}   FP32 baseline (unpruned)
     paddle_int8/{...}                              selected candidate, only when it is quantized
     onnx/fp32.onnx                                 FP32 baseline, cleaned (see pipeline.backends.onnxruntime)
-    onnx/int8.onnx                                 fast CPU INT8 (MatMulInteger, per-channel weights, calibrated
+    onnx/int8.onnx                                 fast CPU INT8 (MatMulIntegerToFloat, per-channel weights, calibrated
                                                    activation scales, int8 embeddings)
     onnx/int8_qdq.onnx                             static QDQ per-channel INT8 (TensorRT explicit quantization)
     tokenizer/{vocab.txt, tokenizer_config.json, special_tokens_map.json}
