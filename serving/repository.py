@@ -5,9 +5,9 @@
       README.md                            model card
       meta.json                            the export stage's model description
       <task>/config.pbtxt, 1/              ensemble
-      <task>_tokenizer/config.pbtxt, 1/{model.py, bundle_integrity.py, vocab.txt, tokenizer_config.json, special_tokens_map.json}
-      <task>_model/config.pbtxt, 1/{model.onnx | model.pdmodel + model.pdiparams [, model.py, bundle_integrity.py]}
-      <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, labels.json}
+      <task>_tokenizer/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, vocab.txt, tokenizer_config.json, special_tokens_map.json}
+      <task>_model/config.pbtxt, 1/{model.onnx | model.pdmodel + model.pdiparams [, model.py, bundle_integrity.py, model_support.py]}
+      <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, labels.json}
 
 Token classification / reading comprehension bundles (meta.json "task_type") have the same four
 models with other python models (serving/models/{ner,mrc}_*.py) and, next to them, verbatim copies
@@ -33,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from serving import class_outputs, integrity, text_input
+from serving import class_outputs, integrity, model_support, text_input
 from serving.config import PackageConfig
 from serving.model_config import (
     CLASSIFICATION,
@@ -56,7 +56,7 @@ MODEL_SOURCES = {
     READING_COMPREHENSION: ("mrc_tokenizer.py", "mrc_postprocess.py"),
 }
 # task type -> pipeline modules (stdlib + numpy [+ tokenizers] only) copied verbatim next to the
-# (tokenizer, postprocess) models; the python models load them with their _sibling() loader.
+# (tokenizer, postprocess) models; the python models load them with model_support.sibling().
 PURE_MODULES = {
     CLASSIFICATION: (("wordpiece.py",), ()),
     TOKEN_CLASSIFICATION: (("wordpiece.py", "labeling/bio.py"), ("labeling/bio.py",)),
@@ -208,7 +208,7 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
         if pc.accelerator == "tensorrt-int8":
             return onnx("onnx_int8_qdq")  # TensorRT builds int8 engines from explicit Q/DQ
         if pc.accelerator == "tensorrt-fp16" or pc.kind == "GPU":
-            return onnx(None)  # MatMulInteger (dynamic int8) runs on CPU only
+            return onnx(None)  # int8.onnx's integer MatMuls are CPU kernels
         return onnx("onnx_int8")
     # fastdeploy
     if pc.fastdeploy_engine in ("paddle", "openvino"):
@@ -241,6 +241,7 @@ def serving_versions() -> dict[str, str]:
 def _copy_python_model(version_dir: Path, source: str, pure: tuple[str, ...] = ()) -> None:
     shutil.copyfile(MODELS_DIR / source, version_dir / "model.py")
     shutil.copyfile(Path(integrity.__file__), version_dir / "bundle_integrity.py")
+    shutil.copyfile(Path(model_support.__file__), version_dir / "model_support.py")
     for rel in pure:
         src = PIPELINE_DIR / rel
         if not src.is_file():

@@ -1,7 +1,7 @@
 """Per-request text checks and tokenizer set-up shared by the python pre-processing models.
 
 Standard library only (numpy where it pads): this file is copied next to every pre-processing model and
-the fused classifier (as ``text_input.py``) and loaded there with the models' ``_sibling`` loader, so a
+the fused classifier (as ``text_input.py``) and loaded there with ``model_support.sibling``, so a
 bad item is refused with the same message whatever the kind.
 """
 
@@ -62,11 +62,6 @@ def pad_encodings(encodings, pad_id: int):
         ids[r, : len(e.ids)] = e.ids
         types[r, : len(e.type_ids)] = e.type_ids
     return ids, types
-
-
-def model_params(args: dict) -> dict[str, str]:
-    """The ``parameters`` of a python model's config, as Triton hands them to ``initialize``."""
-    return {k: v.get("string_value", "") for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
 
 
 def wordpiece(folder: Path):

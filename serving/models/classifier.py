@@ -10,34 +10,28 @@ longest; ERNIE masks [PAD], so a text's logits do not depend on its batch beyond
 Bad input is refused per request (that request gets an error, the others and the instance go on).
 """
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np  # before paddle, always
 import triton_python_backend_utils as pb_utils
 
 HERE = Path(__file__).resolve().parent
-
-
-def _sibling(name):
-    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(HERE))
+import model_support  # noqa: E402  (copied next to this file: sibling loading, bundle check, parameters)
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
-        self.text_input = _sibling("text_input")
-        params = self.text_input.model_params(args)
+        params = model_support.start(HERE, args)
+        self.text_input = model_support.sibling(HERE, "text_input")
         self.max_text_bytes = int(params["max_text_bytes"])
         self.top_k = int(params["top_k"])
         self.tok = self.text_input.wordpiece(HERE)
         self.tok.enable_truncation(max_length=int(params["max_seq_len"]))  # as offline (pipeline.tokenizer)
         self.pad_id = self.tok.token_to_id("[PAD]")
-        self.engine = _sibling("runner").make_engine(HERE, params, args.get("model_instance_kind") == "GPU")
-        self.labels = _sibling("class_outputs").Labels(HERE / "labels.json")
+        self.engine = model_support.sibling(HERE, "runner").make_engine(HERE, params, args.get("model_instance_kind") == "GPU")
+        self.labels = model_support.sibling(HERE, "class_outputs").Labels(HERE / "labels.json")
 
     def execute(self, requests):
         responses = [None] * len(requests)

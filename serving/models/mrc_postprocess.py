@@ -9,8 +9,6 @@ exclusive) and ``score`` (start + end logit).  No valid span (possible only for 
 tokenizes to nothing): answer "", start = end = -1, score -inf.
 """
 
-import importlib.util
-import json
 import sys
 from pathlib import Path
 
@@ -18,16 +16,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 HERE = Path(__file__).resolve().parent
-
-
-def _sibling(name):
-    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    # Registered before running it: dataclasses (bio.Entity, windows.Window, spans.Span) look their
-    # module up in sys.modules while the class is being made.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(HERE))
+import model_support  # noqa: E402  (copied next to this file: sibling loading, bundle check, parameters)
 
 
 class _Window:
@@ -42,9 +32,8 @@ class _Window:
 
 class TritonPythonModel:
     def initialize(self, args):
-        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
-        self.spans = _sibling("spans")
-        params = {k: v.get("string_value", "") for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
+        params = model_support.start(HERE, args)
+        self.spans = model_support.sibling(HERE, "spans")
         self.max_answer_len = int(params["max_answer_len"])
         self.n_best = int(params.get("n_best", "20"))
 

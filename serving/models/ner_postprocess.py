@@ -6,7 +6,6 @@ The tag of each token is ``argmax(logits)`` over the tags of labels.json (model 
 Output per text: a JSON list of ``{"type", "text", "start", "end"}`` (char offsets, end exclusive).
 """
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -15,16 +14,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 HERE = Path(__file__).resolve().parent
-
-
-def _sibling(name):
-    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    # Registered before running it: dataclasses (bio.Entity, windows.Window, spans.Span) look their
-    # module up in sys.modules while the class is being made.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(HERE))
+import model_support  # noqa: E402  (copied next to this file: sibling loading, bundle check, parameters)
 
 
 def entities_json(entities) -> bytes:
@@ -34,8 +25,8 @@ def entities_json(entities) -> bytes:
 
 class TritonPythonModel:
     def initialize(self, args):
-        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
-        self.bio = _sibling("bio")
+        model_support.start(HERE, args)
+        self.bio = model_support.sibling(HERE, "bio")
         rows = [json.loads(line) for line in (HERE / "labels.json").read_text(encoding="utf-8").splitlines() if line.strip()]
         self.tags = [str(r["label"]) for r in rows]
 

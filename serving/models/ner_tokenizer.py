@@ -10,31 +10,21 @@ non-UTF-8, empty text, text over ``max_text_bytes``.  Long texts are truncated t
 as offline.
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
 HERE = Path(__file__).resolve().parent
-
-
-def _sibling(name):
-    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    # Registered before running it: dataclasses (bio.Entity, windows.Window, spans.Span) look their
-    # module up in sys.modules while the class is being made.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(HERE))
+import model_support  # noqa: E402  (copied next to this file: sibling loading, bundle check, parameters)
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
-        self.bio = _sibling("bio")
-        self.text_input = _sibling("text_input")
-        params = self.text_input.model_params(args)
+        params = model_support.start(HERE, args)
+        self.bio = model_support.sibling(HERE, "bio")
+        self.text_input = model_support.sibling(HERE, "text_input")
         self.max_seq_len = int(params["max_seq_len"])
         self.max_text_bytes = int(params["max_text_bytes"])
         # No truncation: encode_token cuts to max_seq_len itself and keeps the offsets straight.

@@ -5,28 +5,21 @@ output order; the outputs are computed by the copy of ``serving/class_outputs.py
 (softmax in float64, label = argmax of the logits: exactly the offline prediction).
 """
 
-import importlib.util
-import json
+import sys
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
 HERE = Path(__file__).resolve().parent
-
-
-def _sibling(name):
-    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(HERE))
+import model_support  # noqa: E402  (copied next to this file: sibling loading, bundle check, parameters)
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
-        params = {k: v.get("string_value", "") for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
+        params = model_support.start(HERE, args)
         self.top_k = int(params["top_k"])
-        self.labels = _sibling("class_outputs").Labels(HERE / "labels.json")
+        self.labels = model_support.sibling(HERE, "class_outputs").Labels(HERE / "labels.json")
 
     def execute(self, requests):
         responses = []

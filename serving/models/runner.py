@@ -7,21 +7,15 @@ ERNIE masks [PAD] positions, so the extra padding does not change a request's lo
 rounding.
 """
 
-import importlib.util
-import json
+import sys
 from pathlib import Path
 
 import numpy as np  # before paddle, always
 import triton_python_backend_utils as pb_utils
 
 HERE = Path(__file__).resolve().parent
-
-
-def _sibling(name):
-    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(HERE))
+import model_support  # noqa: E402  (copied next to this file: sibling loading, bundle check, parameters)
 
 
 class _OrtEngine:
@@ -77,8 +71,7 @@ def make_engine(folder: Path, params: dict, gpu: bool):
 
 class TritonPythonModel:
     def initialize(self, args):
-        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
-        params = {k: v.get("string_value", "") for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
+        params = model_support.start(HERE, args)
         self.pad_id = int(params.get("pad_id", "0"))
         self.engine = make_engine(HERE, params, args.get("model_instance_kind") == "GPU")
 

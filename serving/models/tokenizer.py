@@ -11,26 +11,20 @@ non-UTF-8 bytes, empty or whitespace-only text, text over ``max_text_bytes``.  L
 that limit are truncated to max_seq_len tokens, as offline.
 """
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
 HERE = Path(__file__).resolve().parent
-
-
-def _sibling(name):
-    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(HERE))
+import model_support  # noqa: E402  (copied next to this file: sibling loading, bundle check, parameters)
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        _sibling("bundle_integrity").verify_bundle(HERE.parent.parent)
-        self.text_input = _sibling("text_input")
-        params = self.text_input.model_params(args)
+        params = model_support.start(HERE, args)
+        self.text_input = model_support.sibling(HERE, "text_input")
         self.max_seq_len = int(params["max_seq_len"])
         self.max_text_bytes = int(params["max_text_bytes"])
         self.tok = self.text_input.wordpiece(HERE)
