@@ -76,7 +76,7 @@ STAGES: tuple[Stage, ...] = (
         params=export.params,
         inputs=export.inputs,
         run=export.run,
-        version="3",  # 2: calibrated (batch-independent) activation scales in onnx/int8.onnx; 3: fused MatMulIntegerToFloat
+        version="4",  # 2: calibrated activation scales in onnx/int8.onnx; 3: fused MatMulIntegerToFloat; 4: QDQ on MatMul inputs only
     ),
     Stage(
         name="validate",
