@@ -15,12 +15,13 @@ RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command 
             $(if $(DATA_DIR),--data-dir $(DATA_DIR)) \
             $(if $(STRATEGY),--set compress.strategy=$(STRATEGY))
 
-.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf perf-tools
+.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf perf-tools manifests
 
 help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ARGS='--set finetune.epochs=1']"
 	@echo "make test            run the test suite"
 	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
+	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again (ARGS='--set deploy.key=value')"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
 	@echo "make perf TASK=..    perf_analyzer on the served bundle (c=1/4/16), per-model breakdown, served/offline"
 	@echo "make gate TASK=.. BASELINE=previous/gates.json   release gate against a previous bundle"
@@ -67,6 +68,9 @@ gate: setup
 	$(BIN)/ernie-bundle gate --task $(TASK) --baseline $(BASELINE) $(ARGS)
 
 # Every INT8 form vs ORT's quantize_dynamic one-liner (the anchor), on this CPU, after `make bundle`.
+manifests: setup
+	$(BIN)/python -m serving.manifests --bundle $(REPO)/$(TASK) --out runs/$(TASK)/deploy $(ARGS)
+
 bench: setup
 	$(BIN)/python scripts/bench.py --task $(TASK) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 

@@ -20,7 +20,7 @@ import yaml
 from pipeline.compress.arguments import CompressConfig
 from pipeline.errors import ConfigError
 from pipeline.validation.config import ExportConfig, ValidateConfig
-from serving.config import PackageConfig
+from serving.config import DeployConfig, PackageConfig
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -182,6 +182,7 @@ class TaskConfig:
     export: ExportConfig = field(default_factory=ExportConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     package: PackageConfig = field(default_factory=PackageConfig)
+    deploy: DeployConfig = field(default_factory=DeployConfig)
     reading: ReadingConfig = field(default_factory=ReadingConfig)
 
     def __post_init__(self) -> None:

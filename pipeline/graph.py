@@ -96,7 +96,7 @@ STAGES: tuple[Stage, ...] = (
         run=package.run,
         check=package.check,
         external_intact=package.external_intact,
-        version="1",
+        version="2",  # 2: kubernetes.yaml and kserve.yaml in the bundle
     ),
 )
 

@@ -134,3 +134,44 @@ class PackageConfig:
     @property
     def engine(self) -> str:
         return RUNTIMES[self.runtime][1]
+
+
+@dataclass
+class DeployConfig:
+    """The ``deploy:`` section: what the Kubernetes / KServe manifests written beside a bundle say
+    (``serving.manifests``).  Empty ``cpu``/``memory``: derived from the bundle (the cores its instances
+    and engine threads were validated with; its size)."""
+
+    image: str = "ernie-bundle-{task}:latest"  # the image the Dockerfile builds; {task} is filled in
+    namespace: str = "default"
+    min_replicas: int = 1
+    max_replicas: int = 4
+    cpu: str = ""  # Kubernetes quantity, request = limit (Guaranteed QoS: no CPU throttling surprises)
+    memory: str = ""
+    target_cpu_utilization: int = 70  # HPA target, percent of the CPU request
+    # The bundle as a read-only volume (a PVC holding model_repository/); KServe reads storage_uri instead.
+    bundle_claim: str = "ernie-bundles"
+    storage_uri: str = "pvc://ernie-bundles/{task}"
+    kubernetes_version: str = "1.33"  # schemas the objects are validated against (kubernetes-validate)
+    queue_time_metric: bool = False  # HPA also scales on Triton's queue time (needs a custom-metrics adapter)
+
+    def __post_init__(self) -> None:
+        if not self.image:
+            raise _config_error("deploy.image: an image name is required")
+        if self.min_replicas < 1 or self.max_replicas < self.min_replicas:
+            raise _config_error(f"deploy: need 1 <= min_replicas <= max_replicas, got {self.min_replicas} and "
+                                f"{self.max_replicas}")
+        if not 1 <= self.target_cpu_utilization <= 100:
+            raise _config_error(f"deploy.target_cpu_utilization must be 1..100, got {self.target_cpu_utilization}")
+        for name in ("cpu", "memory"):
+            value = getattr(self, name)
+            if value and not _is_quantity(value):
+                raise _config_error(f"deploy.{name}: {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 1Gi)")
+
+
+def _is_quantity(value: str) -> bool:
+    """Kubernetes' quantity grammar: a number with an optional SI / binary / exponent suffix, positive here."""
+    import re
+
+    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+)?", str(value))
+    return bool(m) and float(m.group(1)) > 0

@@ -8,6 +8,7 @@
       <task>_tokenizer/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, vocab.txt, tokenizer_config.json, special_tokens_map.json}
       <task>_model/config.pbtxt, 1/{model.onnx | model.pdmodel + model.pdiparams [, model.py, bundle_integrity.py, model_support.py]}
       <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, labels.json}
+      kubernetes.yaml, kserve.yaml         deployment manifests (package stage; serving.manifests)
 
 Token classification / reading comprehension bundles (meta.json "task_type") have the same four
 models with other python models (serving/models/{ner,mrc}_*.py) and, next to them, verbatim copies
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from serving import class_outputs, integrity, model_support, text_input
-from serving.config import PackageConfig
+from serving.config import DeployConfig, PackageConfig
 from serving.model_config import (
     CLASSIFICATION,
     READING_COMPREHENSION,
@@ -319,7 +320,20 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     return shape
 
 
-def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> dict:
+def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig) -> dict:
+    from serving import manifests
+
+    size = sum((tmp / rel).stat().st_size for rel in integrity.bundle_files(tmp))
+    try:
+        written = manifests.write(tmp, task, {"package": {"instances": pc.instances, "engine_threads": pc.engine_threads}},
+                                  size, deploy)
+    except manifests.ManifestError as exc:
+        raise PackageError(f"deploy manifests: {exc}") from None
+    return written.summary()
+
+
+def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance,
+              deployment: dict | None = None) -> dict:
     layout = pc.layout_for(_task_type(meta))
     names = ModelNames(task, fused=layout == "fused")
     m = {
@@ -352,6 +366,7 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "metrics": prov.metrics,
         "gates": prov.gates,
         "versions": {"pipeline": prov.versions, "serving": serving_versions()},
+        **({"deploy": deployment} if deployment else {}),  # manifests beside the models, each object's check
         "files": {rel: integrity.file_sha256(tmp / rel) for rel in integrity.bundle_files(tmp)},
     }
     m["manifest_sha256"] = integrity.manifest_sha256(m)
@@ -464,8 +479,10 @@ def write_repository(
     provenance: Provenance | None = None,
     preferred_precision: str | None = None,
     max_mb: float | None = None,
+    deploy: DeployConfig | None = None,
 ) -> BundleInfo:
-    """Write ``<repository>/<task>`` atomically and return what was written."""
+    """Write ``<repository>/<task>`` atomically and return what was written.  With ``deploy``, the bundle also
+    carries its Kubernetes / KServe manifests (``serving.manifests``), validated before anything is swapped in."""
     repository = Path(repository)
     repository.mkdir(parents=True, exist_ok=True)
     prov = provenance or Provenance()
@@ -477,7 +494,8 @@ def write_repository(
     try:
         _build(tmp, task, exported, pc, meta, choice)
         (tmp / "README.md").write_text(model_card(task, pc, meta, choice, prov), encoding="utf-8")
-        manifest = _manifest(tmp, task, pc, meta, choice, prov)
+        deployment = _deploy_manifests(tmp, task, pc, deploy) if deploy is not None else None
+        manifest = _manifest(tmp, task, pc, meta, choice, prov, deployment)
         (tmp / integrity.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         integrity.verify_bundle(tmp)  # what we hand over must pass the check the server makes
         size_mb = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 2**20

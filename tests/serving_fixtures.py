@@ -113,14 +113,15 @@ def tiny_bundle(tiny_export, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_fused_bundle(tiny_export, tmp_path_factory) -> Path:
     """The same bundle with the default package.layout (auto: fused for classification on a python runtime):
-    one python model does tokenizer, model and post-processing."""
-    from serving.config import PackageConfig
+    one python model does tokenizer, model and post-processing.  Like `make bundle`'s, it carries its
+    Kubernetes / KServe manifests (so every served test shows Triton takes a bundle with them)."""
+    from serving.config import DeployConfig, PackageConfig
     from serving.repository import ExportArtifacts, Provenance, write_repository
 
     repo = tmp_path_factory.mktemp("tiny_fused_repo")
     prov = Provenance(metrics={"accuracy": 1.0, "chosen_backend": "onnxruntime-int8"}, gates={"accuracy_drop": "pass"})
     pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, top_k=2, max_text_bytes=4096)
-    return write_repository(repo, "tiny", ExportArtifacts.from_dir(tiny_export), pc, prov).path
+    return write_repository(repo, "tiny", ExportArtifacts.from_dir(tiny_export), pc, prov, deploy=DeployConfig()).path
 
 
 # -- token classification (NER) and reading comprehension (MRC) stand-ins ------------------------

@@ -32,7 +32,8 @@ def repository_dir(cfg: TaskConfig) -> Path:
 def params(cfg: TaskConfig) -> dict:
     import dataclasses
 
-    return {"package": dataclasses.asdict(cfg.package), "max_accuracy_drop": cfg.gates.max_accuracy_drop,
+    return {"package": dataclasses.asdict(cfg.package), "deploy": dataclasses.asdict(cfg.deploy),
+            "max_accuracy_drop": cfg.gates.max_accuracy_drop,
             "max_bundle_mb": cfg.gates.max_bundle_mb}
 
 
@@ -157,7 +158,8 @@ def run(ctx):
     )
     repo = repository_dir(cfg)
     try:
-        info = write_repository(repo, cfg.task, exported, cfg.package, prov, preferred_precision(metrics), cfg.gates.max_bundle_mb)
+        info = write_repository(repo, cfg.task, exported, cfg.package, prov, preferred_precision(metrics), cfg.gates.max_bundle_mb,
+                                deploy=cfg.deploy)
     except BundleTooLarge as exc:  # checked before the swap: the previous bundle stays in place
         return StageResult(gate_error=f"{exc} (gates.max_bundle_mb)", message=str(exc))
     except PackageError as exc:
@@ -166,6 +168,10 @@ def run(ctx):
     shutil.copyfile(info.path / "README.md", ctx.out_dir / "README.md")
     size_mb = info.size_bytes / 2**20
     ctx.log(f"[package] {info.path}: runtime {cfg.package.runtime}, {info.choice.precision} model ({info.choice.form}), {size_mb:.1f} MiB")
+    deploy = info.manifest.get("deploy")
+    if deploy:
+        kinds = ", ".join(o["kind"] for o in deploy["objects"])
+        ctx.log(f"[package] {' and '.join(deploy['files'])}: {kinds}, all valid (Kubernetes {cfg.deploy.kubernetes_version})")
     return StageResult(
         metrics={"bundle_mb": round(size_mb, 3), "runtime": cfg.package.runtime, "precision": info.choice.precision,
                  "files": len(info.manifest["files"])},

