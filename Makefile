@@ -15,7 +15,7 @@ RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command 
             $(if $(DATA_DIR),--data-dir $(DATA_DIR)) \
             $(if $(STRATEGY),--set compress.strategy=$(STRATEGY))
 
-.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf perf-tools manifests
+.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf perf-tools manifests lb-tools replicas
 
 help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ARGS='--set finetune.epochs=1']"
@@ -24,6 +24,7 @@ help:
 	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again (ARGS='--set deploy.key=value')"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
 	@echo "make perf TASK=..    perf_analyzer on the served bundle (c=1/4/16), per-model breakdown, served/offline"
+	@echo "make replicas TASK=.. two servers behind HAProxy, one killed mid-run: failures, p99, answers == offline"
 	@echo "make gate TASK=.. BASELINE=previous/gates.json   release gate against a previous bundle"
 	@echo "make status TASK=..  what has run; make clean TASK=.. removes runs/<task>"
 	@echo "make setup           create $(VENV) from requirements.lock (done automatically)"
@@ -87,11 +88,26 @@ $(PA_DIR)/.installed: Makefile
 
 perf-tools: setup $(PA_DIR)/.installed
 
+# HAProxy for `make replicas`: Debian's package and the three libraries it links that a base system lacks,
+# unpacked (apt-get download needs no root) into .venv/haproxy.
+LB_DIR := $(VENV)/haproxy
+LB_DEBS := haproxy liblua5.3-0 libopentracing-c-wrapper0 libopentracing1
+$(LB_DIR)/.installed: Makefile
+	rm -rf $(LB_DIR) && mkdir -p $(LB_DIR)
+	cd $(LB_DIR) && { apt-get download $(LB_DEBS) 2>/dev/null || { apt-get update -qq && apt-get download $(LB_DEBS); }; } \
+	  && for d in *.deb; do dpkg-deb -x $$d deb; done && rm -f *.deb
+	touch $@
+
+lb-tools: setup $(LB_DIR)/.installed
+
+replicas: lb-tools
+	$(BIN)/python -m serving.replicas --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/replicas.json $(ARGS)
+
 perf: perf-tools
 	$(BIN)/python -m serving.perf --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/perf.json $(ARGS)
 
-test: perf-tools
-	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 $(BIN)/python -m pytest $(ARGS)
+test: perf-tools lb-tools
+	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 $(BIN)/python -m pytest $(ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)

@@ -198,6 +198,29 @@ def _offline_key(task_type: str, offline, labels: Sequence[str] | None = None) -
     return (labels[int(offline)],)
 
 
+def offline_keys(bundle: BundleModel, items: Sequence) -> list[tuple]:
+    """The offline answer of each item run alone (batch of one), in the form ``_answer_key`` gives served ones."""
+    task_type = bundle.task_type
+    if task_type == "token_classification":
+        return [_offline_key(task_type, o) for o in offline_entities(bundle, list(items), batch_size=1)]
+    if task_type == "reading_comprehension":
+        qs, cs = [q for q, _ in items], [c for _, c in items]
+        return [_offline_key(task_type, o) for o in offline_answers(bundle, qs, cs, batch_size=1)]
+    labels = bundle.labels()
+    return [_offline_key(task_type, i, labels) for i in offline_logits(bundle, list(items), batch_size=1).argmax(-1)]
+
+
+def dev_items(task: str, bundle_dir: Path, data_dir: str | None = None) -> list:
+    """The task's dev items as requests carry them: texts, or (question, context) pairs."""
+    task_type = BundleModel.open(bundle_dir).task_type
+    if task_type == "classification":
+        return _dev_set(task, data_dir)[0]
+    examples = _dev_examples(task, data_dir, task_type)
+    if task_type == "token_classification":
+        return [e.text for e in examples]
+    return [(e.question, e.context) for e in examples]
+
+
 def run_concurrent(bundle: BundleModel, url: str | None, protocol: str, items: Sequence, concurrency: int) -> ConcurrentResult:
     """``items``: texts, or (question, context) pairs for reading comprehension."""
     from concurrent.futures import ThreadPoolExecutor
@@ -218,14 +241,7 @@ def run_concurrent(bundle: BundleModel, url: str | None, protocol: str, items: S
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         served = [_answer_key(task_type, a) for a in pool.map(ask, items)]
-    if task_type == "token_classification":
-        offline = [_offline_key(task_type, o) for o in offline_entities(bundle, list(items), batch_size=1)]
-    elif task_type == "reading_comprehension":
-        qs, cs = [q for q, _ in items], [c for _, c in items]
-        offline = [_offline_key(task_type, o) for o in offline_answers(bundle, qs, cs, batch_size=1)]
-    else:
-        labels = bundle.labels()
-        offline = [_offline_key(task_type, i, labels) for i in offline_logits(bundle, list(items), batch_size=1).argmax(-1)]
+    offline = offline_keys(bundle, items)
     differing = [(i, s, o) for i, (s, o) in enumerate(zip(served, offline)) if s != o]
     return ConcurrentResult(len(items), concurrency, len(differing), differing[:5])
 
