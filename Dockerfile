@@ -18,19 +18,24 @@ ARG TRITON_VERSION=24.10
 FROM nvcr.io/nvidia/tritonserver:${TRITON_VERSION}-py3
 
 ARG TASK=tnews
-ARG ORT_PACKAGE=onnxruntime
+# The image's Python is 3.10: onnxruntime 1.23.2 is the newest release with a cp310 wheel (the lock's
+# 1.31.1 has none); everything the bundle's ONNX uses (MatMulIntegerToFloat, QuantizeLinear) is older.
+ARG ORT_PACKAGE=onnxruntime==1.23.2
 ARG EXTRA_PACKAGES=""
+# Triton listens on every interface of the container (what a pod or `docker run -p` needs); set
+# 127.0.0.1 to keep it inside the container.
+ARG BIND_ADDRESS=0.0.0.0
+ENV BIND_ADDRESS=${BIND_ADDRESS} PYTHONDONTWRITEBYTECODE=1
 
 # Only what the python models import (serving/models/*.py): numpy, tokenizers (tokenizer model),
-# onnxruntime or paddle (model runner).  tokenizers is pinned to requirements.lock's version: the
-# served token ids must equal the pipeline's.  The image's Python is 3.10, so onnxruntime is left to
-# pip's resolver (its newest releases may need a newer Python than the lock's pin).
-RUN python3 -m pip install --no-cache-dir "numpy<2" "tokenizers==0.23.3" "${ORT_PACKAGE}" ${EXTRA_PACKAGES}
+# onnxruntime or paddle (model runner), at requirements.lock's versions (tests/test_deploy.py checks):
+# the served token ids must equal the pipeline's.
+RUN python3 -m pip install --no-cache-dir "numpy==1.26.4" "tokenizers==0.23.3" "${ORT_PACKAGE}" ${EXTRA_PACKAGES}
 
 # The bundle is its own model repository; bundle.json's SHA-256s are checked by every python model
 # when it loads, so a file changed in the image after this step stops the server from starting.
 COPY model_repository/${TASK} /models
 
 EXPOSE 8000 8001 8002
-HEALTHCHECK --interval=30s --timeout=5s --start-period=60s CMD curl -fsS localhost:8000/v2/health/ready || exit 1
-CMD ["tritonserver", "--model-repository=/models", "--strict-readiness=true", "--exit-on-error=true"]
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s CMD ["curl", "-fsS", "localhost:8000/v2/health/ready"]
+CMD ["sh", "-c", "exec tritonserver --model-repository=/models --http-address=${BIND_ADDRESS} --grpc-address=${BIND_ADDRESS} --metrics-address=${BIND_ADDRESS} --strict-readiness=true --exit-on-error=true"]

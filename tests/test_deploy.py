@@ -121,4 +121,14 @@ def test_dockerfile_lints_clean_and_pins_the_served_tokenizer():
     findings = json.loads(run.stdout or "[]")
     assert run.returncode == 0 and not [f for f in findings if f["level"] == "error"], findings
     lock = dict(line.split("==", 1) for line in (ROOT / "requirements.lock").read_text().splitlines() if "==" in line)
-    assert f'"tokenizers=={lock["tokenizers"]}"' in (ROOT / "Dockerfile").read_text()
+    docker = (ROOT / "Dockerfile").read_text()
+    for package in ("numpy", "tokenizers"):
+        assert f'"{package}=={lock[package]}"' in docker
+    # onnxruntime: the newest release with a wheel for the image's Python 3.10, never newer than the lock's
+    import re
+
+    ort = re.search(r"ORT_PACKAGE=onnxruntime==([\d.]+)", docker).group(1)
+    assert tuple(map(int, ort.split("."))) <= tuple(map(int, lock["onnxruntime"].split(".")))
+    # every COPY source is what the package stage writes (model_repository/<task>)
+    sources = re.findall(r"^COPY\s+(\S+)\s", docker, re.M)
+    assert sources == ["model_repository/${TASK}"]
