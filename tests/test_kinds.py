@@ -117,10 +117,11 @@ def test_int8_agreement_compares_what_each_kind_decides(tmp_path):
 
     mrc = get_kind(_mrc(tmp_path))
     fp32 = np.zeros((6, 2), np.float32)
+    fp32[0] = 9.0  # [CLS]: the no-answer score, largest in every window of a real model; never a span
     fp32[2, 0], fp32[4, 1] = 5.0, 5.0  # answer: tokens 2..4
     same_span = fp32 + np.array([[0.0, 1.0]] * 6, np.float32) * 0.1  # every token leans to "end": same span
     moved = fp32.copy()
-    moved[3, 0] = 9.0  # start moves to token 3
+    moved[3, 0] = 6.0  # start moves to token 3
     np.testing.assert_array_equal(mrc.decisions(fp32), [2, 4])
     assert _agreement([same_span, moved], [fp32, fp32], mrc.decisions) == 0.5
     assert _agreement([same_span], [fp32]) == 0.0  # the per-token argmax this replaced

@@ -111,9 +111,10 @@ class Search:
             cached = json.loads(record.read_text())
             with np.load(self._outputs_file(record), allow_pickle=False) as saved:
                 outputs = [np.asarray(saved[f"arr_{i}"], np.float32) for i in range(len(saved.files))]
-            # The drop is recomputed: the same candidate may be judged against another baseline.
+            # Drop and agreement are recomputed: the same candidate may be judged against another baseline,
+            # or with another notion of what the model decides.
             drop = 100.0 * (self.baseline_metric - cached["metric"])
-            return Scored(recipe, cached["metric"], drop, cached["agreement"], str(model)), outputs
+            return Scored(recipe, cached["metric"], drop, _agreement(outputs, self.reference, self.decide), str(model)), outputs
         partial = model.with_suffix(".partial.onnx")
         build(self.fp32_path, partial, self.ranges, recipe, embeddings=self.embeddings)
         partial.replace(model)

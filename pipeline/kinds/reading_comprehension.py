@@ -106,8 +106,10 @@ class ReadingComprehension(TaskKind):
 
     def decisions(self, output: np.ndarray) -> np.ndarray:
         """The start and the end position of a window ([T, 2] -> [2]): argmax over tokens, not over the pair
-        (which would compare a token's start logit with its end logit)."""
-        return np.argmax(output, axis=0)
+        (which would compare a token's start logit with its end logit), and past [CLS]: its logits are the
+        window's no-answer score, the largest in every window of the CMRC model (so every recipe agreed
+        100%), and never a span the decoder can pick."""
+        return np.argmax(output[1:], axis=0) + 1
 
     def distill_loss(self, student_logits, teacher_logits, input_ids, pad_id: int):
         import paddle.nn.functional as F
