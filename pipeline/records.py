@@ -1,4 +1,5 @@
-"""Stage records: what a stage run produced, written atomically into ``runs/<task>/<stage>/``.
+"""Stage records: what a stage run produced, written atomically into ``runs/<task>/<stage>/``; and what a
+stage's ``run`` takes (``StageContext``) and returns (``StageResult``), here so that stages never import the runner.
 
 Layout of one stage directory::
 
@@ -16,7 +17,11 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # annotations only: the graph imports the stages, which import this module
+    from pipeline.config import TaskConfig
+    from pipeline.graph import Stage
 
 FORMAT_VERSION = 1
 
@@ -88,3 +93,31 @@ def read_record(stage_dir: Path) -> StageRecord | None:
         return StageRecord.from_json(path.read_text(encoding="utf-8"))
     except (ValueError, TypeError, KeyError):
         return None  # unreadable or older format: treated as not run
+
+
+@dataclass
+class StageResult:
+    """What a stage's ``run`` returns.  ``gate_error`` set: the stage ran but its gate failed."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)  # role -> path relative to out/, or absolute
+    external_outputs: dict[str, str] = field(default_factory=dict)  # outputs that live outside out/ -> hash
+    message: str = ""
+    gate_error: str | None = None
+
+
+@dataclass
+class StageContext:
+    cfg: "TaskConfig"
+    stage: "Stage"
+    out_dir: Path  # a fresh temp dir; renamed to <stage>/out only if the stage succeeds
+    work_dir: Path  # survives interruptions (resumable state), keyed by the stage key
+    upstream: dict[str, StageRecord]
+    runs_dir: Path
+    log: Callable[[str], None]
+
+    def artifact(self, stage: str, role: str) -> Path:
+        rec = self.upstream[stage]
+        value = rec.artifacts[role]
+        p = Path(value)
+        return p if p.is_absolute() else self.runs_dir / stage / "out" / p

@@ -7,7 +7,7 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,35 +17,7 @@ from pipeline.errors import GateFailed, PipelineError, StageNotReady, UserInputE
 from pipeline.graph import STAGE_NAMES, STAGES, Stage, get_stage
 from pipeline.hashing import stage_key, tree_hashes
 from pipeline.progress import log as _log
-from pipeline.records import StageRecord, StageStatus, atomic_write_text, read_record
-
-
-@dataclass
-class StageResult:
-    """What a stage's ``run`` returns.  ``gate_error`` set: the stage ran but its gate failed."""
-
-    metrics: dict[str, Any] = field(default_factory=dict)
-    artifacts: dict[str, str] = field(default_factory=dict)  # role -> path relative to out/, or absolute
-    external_outputs: dict[str, str] = field(default_factory=dict)  # outputs that live outside out/ -> hash
-    message: str = ""
-    gate_error: str | None = None
-
-
-@dataclass
-class StageContext:
-    cfg: TaskConfig
-    stage: Stage
-    out_dir: Path  # a fresh temp dir; renamed to <stage>/out only if the stage succeeds
-    work_dir: Path  # survives interruptions (resumable state), keyed by the stage key
-    upstream: dict[str, StageRecord]
-    runs_dir: Path
-    log: Callable[[str], None]
-
-    def artifact(self, stage: str, role: str) -> Path:
-        rec = self.upstream[stage]
-        value = rec.artifacts[role]
-        p = Path(value)
-        return p if p.is_absolute() else self.runs_dir / stage / "out" / p
+from pipeline.records import StageContext, StageRecord, StageResult, StageStatus, atomic_write_text, read_record
 
 
 @dataclass

@@ -17,7 +17,7 @@ from conftest import features
 
 def make_ctx(stage_name: str, cfg, out_dir: Path, work_dir: Path, upstream: dict, runs_dir: Path):
     from pipeline.graph import get_stage
-    from pipeline.runner import StageContext
+    from pipeline.records import StageContext
 
     out_dir.mkdir(parents=True, exist_ok=True)
     return StageContext(cfg, get_stage(stage_name), out_dir, work_dir, upstream, runs_dir, lambda m: None)

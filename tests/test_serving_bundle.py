@@ -221,7 +221,7 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     from pipeline.config import load_task_config
     from pipeline.graph import get_stage
     from pipeline.records import StageRecord, StageStatus
-    from pipeline.runner import StageContext
+    from pipeline.records import StageContext
     from pipeline.stages import package
 
     runs = tmp_path / "runs" / "tiny"

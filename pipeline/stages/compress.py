@@ -60,7 +60,7 @@ def run(ctx):
     from pipeline.cpu import detect as detect_cpu
     from pipeline.int8.select import CACHE_DIR, search_recipe, search_rows
     from pipeline.kinds import get_kind
-    from pipeline.runner import StageResult
+    from pipeline.records import StageResult
     from pipeline.tokenizer import Tokenizer
 
     cfg = ctx.cfg

@@ -135,7 +135,7 @@ def run(ctx):
     from pipeline.int8.stats import activation_ranges
     from pipeline.kinds import get_kind
     from pipeline.modeling import write_labels
-    from pipeline.runner import StageResult
+    from pipeline.records import StageResult
     from pipeline.tokenizer import Tokenizer
 
     cfg, out = ctx.cfg, ctx.out_dir

@@ -85,7 +85,7 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 
 
 def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph import-light
-    from pipeline.runner import StageResult
+    from pipeline.records import StageResult
 
     cfg = ctx.cfg
     kind = get_kind(cfg)

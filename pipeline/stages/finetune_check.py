@@ -37,7 +37,7 @@ def run(ctx):
 
     from pipeline.evaluation import evaluate_dygraph
     from pipeline.kinds import get_kind
-    from pipeline.runner import StageResult
+    from pipeline.records import StageResult
 
     cfg = ctx.cfg
     kind = get_kind(cfg)

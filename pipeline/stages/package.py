@@ -137,7 +137,7 @@ def run(ctx):
     from pipeline.env import versions
     from pipeline.errors import ModelError
     from pipeline.records import read_record
-    from pipeline.runner import StageResult
+    from pipeline.records import StageResult
     from pipeline.stages.finetune import data_inputs
     from pipeline.hashing import json_sha256, tree_sha256
     from serving.repository import BundleTooLarge, PackageError, Provenance, write_repository

@@ -98,7 +98,7 @@ def run(ctx):
     from pipeline.data import load_task_data
     from pipeline.evaluation import evaluate_session
     from pipeline.kinds import get_kind
-    from pipeline.runner import StageResult
+    from pipeline.records import StageResult
     from pipeline.tokenizer import Tokenizer
     from pipeline.validation import gates as G
     from pipeline.cpu import detect as detect_cpu

@@ -1,0 +1,77 @@
+"""Module structure (issue 11): no import cycle among the modules' top-level imports, and stages never
+import the runner (runner -> graph -> stages -> runner was a cycle; StageResult/StageContext now live in
+pipeline.records)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in ("pipeline", "serving"):
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _imports(path: Path, known: set[str], top_level_only: bool) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = set()
+    for node in tree.body if top_level_only else ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found & known
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_at_module_level():
+    mods = _modules()
+    graph = {m: _imports(p, set(mods), top_level_only=True) for m, p in mods.items()}
+    assert _cycles(graph) == []
+    # the check itself finds a cycle when there is one
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+
+
+def test_stages_never_import_the_runner():
+    mods = _modules()
+    for name, path in mods.items():
+        if name.startswith("pipeline.stages"):
+            assert "pipeline.runner" not in _imports(path, set(mods), top_level_only=False), name
