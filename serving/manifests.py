@@ -204,11 +204,11 @@ def build(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> tupl
         spec=client.V2HorizontalPodAutoscalerSpec(
             scale_target_ref=client.V2CrossVersionObjectReference(api_version="apps/v1", kind="Deployment", name=name),
             min_replicas=cfg.min_replicas, max_replicas=cfg.max_replicas, metrics=metrics))
-    # One replica may always be taken down for a drain when there are several; with one, drains wait for it.
+    # Voluntary disruptions (node drains) take one replica at a time; never 0, which would block every drain
+    # of a single-replica deployment forever.
     pdb = client.V1PodDisruptionBudget(
         api_version="policy/v1", kind="PodDisruptionBudget", metadata=meta,
-        spec=client.V1PodDisruptionBudgetSpec(selector=client.V1LabelSelector(match_labels=labels),
-                                              max_unavailable=1 if cfg.min_replicas > 1 else 0))
+        spec=client.V1PodDisruptionBudgetSpec(selector=client.V1LabelSelector(match_labels=labels), max_unavailable=1))
     builtin = [api.sanitize_for_serialization(o) for o in (deployment, service, hpa, pdb)]
     custom = [ServiceMonitor(name, cfg.namespace, labels).to_dict(),
               InferenceService(name, cfg.namespace, labels, cfg.storage_uri.format(task=task), cfg.min_replicas,
