@@ -131,6 +131,31 @@ def model_only_throughput(bundle: BundleModel, texts: Sequence[str], batch_size:
     return done / (time.perf_counter() - t0)
 
 
+def model_only_question_rate(bundle: BundleModel, pairs: Sequence[tuple[str, str]], seconds: float = 5.0,
+                             threads: int = 0) -> float:
+    """Questions/s of a reading-comprehension model file alone, each question's windows run as one batch:
+    what the served model executes per request (Triton does not batch them: windows per question vary)."""
+    from pipeline.reading import windows
+
+    reading = bundle.manifest["reading"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    run = bundle.session(threads)
+    batches = [windows.pad_windows(windows.make_windows(tok, [q], [c], max_seq_len=bundle.max_seq_len,
+                                                        doc_stride=int(reading["doc_stride"]),
+                                                        max_query_len=int(reading["max_query_len"])), pad_id)
+               for q, c in pairs[:200]]
+    run(*batches[0])  # warm-up
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for ids, types in batches:
+            run(ids, types)
+            done += 1
+            if time.perf_counter() - t0 >= seconds:
+                break
+    return done / (time.perf_counter() - t0)
+
+
 def _groups(n: int, size: int) -> list[range]:
     return [range(i, min(i + size, n)) for i in range(0, n, size)]
 

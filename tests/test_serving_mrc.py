@@ -178,3 +178,29 @@ def test_smoke_concurrent_mode_holds_every_question_to_its_offline_single_answer
     items = [(e.question, e.context) for e in dev]  # the tiny dev set: 10 questions
     r = run_concurrent(bundle, server.grpc_url, "grpc", items, concurrency=6)
     assert (r.items, r.mismatches) == (len(dev), 0) and r.items >= 10 and r.ok
+
+
+def test_offline_yardstick_counts_questions(bundle, dev, monkeypatch):
+    """`make perf`'s served/offline ratio for reading comprehension: the model alone runs each question's
+    windows as one batch (what one served request executes), and the rate counts questions."""
+    import numpy as np
+
+    from pipeline.reading import windows
+    from serving.offline import BundleModel, model_only_question_rate
+
+    pairs = [(e.question, e.context) for e in dev][:6]
+    tok, reading = bundle.wordpiece(), bundle.manifest["reading"]
+    expected = [len(windows.make_windows(tok, [q], [c], max_seq_len=bundle.max_seq_len, doc_stride=int(reading["doc_stride"]),
+                                         max_query_len=int(reading["max_query_len"]))) for q, c in pairs]
+    assert max(expected) > 1  # the tiny data has questions with several windows
+    batches = []
+
+    def fake_session(self, threads=0):
+        def run(ids, types):
+            batches.append(len(ids))
+            return np.zeros((len(ids), ids.shape[1], 2), np.float32)
+        return run
+
+    monkeypatch.setattr(BundleModel, "session", fake_session)
+    assert model_only_question_rate(bundle, pairs, seconds=0.2) > 0
+    assert batches[: 1 + len(pairs)] == [expected[0]] + expected  # warm-up, then one call per question
