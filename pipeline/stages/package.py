@@ -136,8 +136,7 @@ def validated_by_form(metrics: dict) -> dict[str, dict]:
 def run(ctx):
     from pipeline.env import versions
     from pipeline.errors import ModelError
-    from pipeline.records import read_record
-    from pipeline.records import StageResult
+    from pipeline.records import StageResult, read_record
     from pipeline.stages.finetune import data_inputs
     from pipeline.hashing import json_sha256, tree_sha256
     from serving.repository import BundleTooLarge, PackageError, Provenance, write_repository
