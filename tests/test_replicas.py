@@ -4,24 +4,17 @@ every served answer equals the offline answer of the same text alone."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import pipeline  # noqa: F401  (before paddle)
-from serving_fixtures import tiny_export, tiny_fused_bundle  # noqa: F401  (fixtures)
+from serving_fixtures import tiny_export, tiny_fused_bundle, tool_or_skip  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
 def haproxy():
     from serving.replicas import ReplicaError, find_haproxy
 
-    try:
-        return find_haproxy()
-    except ReplicaError as exc:
-        if os.environ.get("ERNIE_BUNDLE_REQUIRE_HAPROXY"):  # set by `make test` / .ci/run: never skipped there
-            raise
-        pytest.skip(str(exc))
+    return tool_or_skip(find_haproxy, ReplicaError, "ERNIE_BUNDLE_REQUIRE_HAPROXY")
 
 
 def test_haproxy_config_checks_health_and_retries(haproxy, tmp_path):

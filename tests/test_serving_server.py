@@ -6,14 +6,13 @@ The server starts once for the module (about 4 s) on free 127.0.0.1 ports and is
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from serving_fixtures import tiny_bundle, tiny_export, tiny_fused_bundle  # noqa: F401  (fixtures)
+from serving_fixtures import tiny_bundle, tiny_export, tiny_fused_bundle, tool_or_skip  # noqa: F401  (fixtures)
 
 from serving.client import ClassifierClient, RequestRejected
 from serving.server import ServerError, TritonServer, start_server
@@ -211,12 +210,7 @@ def test_python_paddle_runtime_serves_the_offline_predictions(tiny_export, dev, 
 def _perf_analyzer_or_skip():
     from serving.perf import PerfError, find_perf_analyzer
 
-    try:
-        return find_perf_analyzer()
-    except PerfError as exc:
-        if os.environ.get("ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER"):  # set by `make test` / .ci/run: never skipped there
-            raise
-        pytest.skip(str(exc))
+    return tool_or_skip(find_perf_analyzer, PerfError, "ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER")
 
 
 def test_perf_analyzer_measures_the_served_ensemble(server, dev, offline):
