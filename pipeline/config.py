@@ -250,6 +250,18 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), parsed
 
 
+def section_from_overrides(cls: type, section: str, sets: list[str]) -> Any:
+    """One config section (dataclass ``cls``) from ``--set <section>.<key>=<value>`` lines alone, with the parsing
+    and checks a task config's overrides get (``make manifests`` re-renders a bundle's ``deploy`` this way)."""
+    raw: dict = {}
+    for text in sets:
+        key, value = parse_override(text)
+        if not key.startswith(section + "."):
+            raise ConfigError(f"--set {text!r}: only {section}.<key>=<value> applies here")
+        _set_dotted(raw, key[len(section) + 1 :], value)
+    return _build(cls, raw, "--set", section + ".")
+
+
 def _set_dotted(raw: dict, key: str, value: Any) -> None:
     parts = key.split(".")
     node = raw

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -93,6 +92,13 @@ class InferenceService:
 
 # ------------------------------------------------------------------------------------------------
 # sizing and building
+
+
+def bundle_bytes(root: Path) -> int:
+    """The bundle's size as its manifest counts files (what the memory request is derived from)."""
+    from serving.integrity import bundle_files
+
+    return sum((Path(root) / rel).stat().st_size for rel in bundle_files(root))
 
 
 @dataclass(frozen=True)
@@ -320,30 +326,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="where to write kubernetes.yaml and kserve.yaml")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="deploy.<key>=<value>, repeatable")
     args = p.parse_args(argv)
-    from serving.integrity import BundleIntegrityError, bundle_files, verify_bundle
-
-    try:
-        from pipeline.errors import ConfigError  # what DeployConfig raises where the pipeline is installed
-    except ImportError:
-        ConfigError = ValueError
+    from pipeline.config import section_from_overrides
+    from pipeline.errors import ConfigError
+    from serving.integrity import BundleIntegrityError, verify_bundle
 
     bundle_dir = Path(args.bundle)
     try:
         manifest = verify_bundle(bundle_dir)  # a bundle that is not the one packaged gets no manifests
-        values: dict[str, Any] = {}
-        for item in args.set:
-            key, sep, value = item.partition("=")
-            if not sep or not key.startswith("deploy."):
-                raise ManifestError(f"--set {item!r}: expected deploy.<key>=<value>")
-            field_name = key[len("deploy."):]
-            types = {f.name: f.type for f in dataclasses.fields(DeployConfig)}
-            if field_name not in types:
-                raise ManifestError(f"--set {key}: unknown key (known: {', '.join(types)})")
-            values[field_name] = (int(value) if types[field_name] == "int" else
-                                  value.lower() in ("1", "true", "yes") if types[field_name] == "bool" else value)
-        size = sum((bundle_dir / rel).stat().st_size for rel in bundle_files(bundle_dir))
-        written = write(Path(args.out), manifest["task"], manifest, size, DeployConfig(**values))
-    except (BundleIntegrityError, ManifestError, ConfigError, ValueError) as exc:
+        cfg = section_from_overrides(DeployConfig, "deploy", args.set)
+        written = write(Path(args.out), manifest["task"], manifest, bundle_bytes(bundle_dir), cfg)
+    except (BundleIntegrityError, ManifestError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for c in written.checks:

@@ -176,8 +176,9 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
         port = free_port()
         stats = work / "haproxy.sock"
         (work / "haproxy.cfg").write_text(haproxy_config(port, [s.http_port for s in started], stats))
-        lb = subprocess.Popen([str(haproxy.binary), "-f", str(work / "haproxy.cfg"), "-db"], env=haproxy.env,
-                              stdout=open(work / "haproxy.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        with open(work / "haproxy.log", "wb") as lb_log:  # the child keeps its own descriptor
+            lb = subprocess.Popen([str(haproxy.binary), "-f", str(work / "haproxy.cfg"), "-db"], env=haproxy.env,
+                                  stdout=lb_log, stderr=subprocess.STDOUT, start_new_session=True)
         if not _wait_http(f"http://127.0.0.1:{port}/v2/health/ready", 15):
             raise ReplicaError(f"haproxy on 127.0.0.1:{port} never answered: {(work / 'haproxy.log').read_text()[-500:]}")
         log(f"[replicas] haproxy on 127.0.0.1:{port}: {concurrency} clients for {seconds:g}s, replica1 killed at {kill_at:g}s")
@@ -190,8 +191,8 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
         for s in started:
             s.stop(10)
     done = [s for s in samples if s.ok]
-    offline = offline_keys(bundle, [items[i] for i in sorted({s.item for s in done})])
-    by_item = dict(zip(sorted({s.item for s in done}), offline))
+    asked = sorted({s.item for s in done})
+    by_item = dict(zip(asked, offline_keys(bundle, [items[i] for i in asked])))
     differing = [s for s in done if tuple(s.answer) != tuple(by_item[s.item])]
     edge = down_at if down_at is not None else seconds
     report = ReplicaReport(

@@ -323,10 +323,9 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
 def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig) -> dict:
     from serving import manifests
 
-    size = sum((tmp / rel).stat().st_size for rel in integrity.bundle_files(tmp))
     try:
         written = manifests.write(tmp, task, {"package": {"instances": pc.instances, "engine_threads": pc.engine_threads}},
-                                  size, deploy)
+                                  manifests.bundle_bytes(tmp), deploy)
     except manifests.ManifestError as exc:
         raise PackageError(f"deploy manifests: {exc}") from None
     return written.summary()

@@ -64,9 +64,10 @@ def pad_encodings(encodings, pad_id: int):
     return ids, types
 
 
-def wordpiece(folder: Path):
-    """The bundle's WordPiece (vocab.txt, lowercase from tokenizer_config.json), without truncation or
-    padding, built by the copy of ``pipeline/wordpiece.py`` in ``folder`` (PaddleNLP's tokenization)."""
+def wordpiece(folder: Path, max_seq_len: int | None = None):
+    """The bundle's WordPiece (vocab.txt, lowercase from tokenizer_config.json), built by the copy of
+    ``pipeline/wordpiece.py`` in ``folder`` (PaddleNLP's tokenization); no padding.  With ``max_seq_len``,
+    truncated as offline (``pipeline.tokenizer``): [CLS] + the first max_seq_len - 2 tokens + [SEP]."""
     import importlib.util
 
     folder = Path(folder)
@@ -77,4 +78,7 @@ def wordpiece(folder: Path):
     cfg = folder / "tokenizer_config.json"
     if cfg.is_file():
         lowercase = bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
-    return module.build(folder / "vocab.txt", lowercase=lowercase)
+    tok = module.build(folder / "vocab.txt", lowercase=lowercase)
+    if max_seq_len:
+        tok.enable_truncation(max_length=int(max_seq_len))
+    return tok

@@ -27,8 +27,7 @@ class TritonPythonModel:
         self.text_input = model_support.sibling(HERE, "text_input")
         self.max_text_bytes = int(params["max_text_bytes"])
         self.top_k = int(params["top_k"])
-        self.tok = self.text_input.wordpiece(HERE)
-        self.tok.enable_truncation(max_length=int(params["max_seq_len"]))  # as offline (pipeline.tokenizer)
+        self.tok = self.text_input.wordpiece(HERE, max_seq_len=int(params["max_seq_len"]))  # truncated as offline
         self.pad_id = self.tok.token_to_id("[PAD]")
         self.engine = model_support.sibling(HERE, "runner").make_engine(HERE, params, args.get("model_instance_kind") == "GPU")
         self.labels = model_support.sibling(HERE, "class_outputs").Labels(HERE / "labels.json")

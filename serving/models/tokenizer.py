@@ -25,11 +25,8 @@ class TritonPythonModel:
     def initialize(self, args):
         params = model_support.start(HERE, args)
         self.text_input = model_support.sibling(HERE, "text_input")
-        self.max_seq_len = int(params["max_seq_len"])
         self.max_text_bytes = int(params["max_text_bytes"])
-        self.tok = self.text_input.wordpiece(HERE)
-        # [CLS] + the first max_seq_len - 2 tokens + [SEP], as offline (pipeline.tokenizer).
-        self.tok.enable_truncation(max_length=self.max_seq_len)
+        self.tok = self.text_input.wordpiece(HERE, max_seq_len=int(params["max_seq_len"]))  # truncated as offline
         self.pad_id = self.tok.token_to_id("[PAD]")
 
     def execute(self, requests):
