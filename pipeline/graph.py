@@ -76,7 +76,8 @@ STAGES: tuple[Stage, ...] = (
         params=export.params,
         inputs=export.inputs,
         run=export.run,
-        version="4",  # 2: calibrated activation scales in onnx/int8.onnx; 3: fused MatMulIntegerToFloat; 4: QDQ on MatMul inputs only
+        version="5",  # 2: calibrated activation scales in onnx/int8.onnx; 3: fused MatMulIntegerToFloat; 4: QDQ on MatMul inputs only;
+        # 5: QDQ activation scales from real tokens
     ),
     Stage(
         name="validate",

@@ -29,7 +29,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -276,11 +276,13 @@ class _FeedReader:
 
 
 def quantize_int8_qdq(fp32_path: Path, out_path: Path, calibration: Sequence[dict[str, np.ndarray]], *,
-                      embeddings: bool = True, exclude: Sequence[str] = ()) -> Path:
+                      embeddings: bool = True, exclude: Sequence[str] = (), ranges: Mapping | None = None) -> Path:
     """Static per-channel QDQ (QuantizeLinear/DequantizeLinear on every MatMul's inputs), MinMax calibration.
 
     The explicit-quantization form TensorRT builds int8 engines from.  On ORT CPU it is slower than
     FP32 (each activation is quantized and dequantized around float MatMuls unless ORT fuses them).
+    ``ranges`` (``pipeline.int8.stats.activation_ranges``, real tokens only) replace the scales ORT's
+    calibrator measured for those tensors: it counts padding positions as well (see ``symmetric_scales``).
     """
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -301,11 +303,36 @@ def quantize_int8_qdq(fp32_path: Path, out_path: Path, calibration: Sequence[dic
                                        # for all channels: CLUENER entity F1 -32.9 points; inputs only -0.38.
                                        "OpTypesToExcludeOutputQuantization": ["MatMul"]})
         model = onnx.load(str(quant))
+    if ranges:
+        symmetric_scales(model, ranges)
     _fold_weight_qdq(model)
     if embeddings:
         quantize_embedding_tables(model)
     onnx.save(model, str(out_path))
     return out_path
+
+
+def symmetric_scales(model, ranges: Mapping) -> int:
+    """Set each activation ``QuantizeLinear`` whose input has a measured range to the symmetric int8 scale
+    ``absmax / 127`` over real tokens; returns how many were set.
+
+    ORT's MinMax calibrator takes every position of the padded calibration batches, and the hidden states
+    at padding positions (which no real token attends to) reach values real tokens never do: CMRC2018's
+    held-out F1 lost 1.06 points with its scales and 0.02 with real-token scales (900 windows, e5 encoder).
+    Q and DQ of one tensor share the scale initializer, so both change together.
+    """
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    count = 0
+    for node in model.graph.node:
+        if node.op_type != "QuantizeLinear" or node.input[0] in inits or node.input[0] not in ranges:
+            continue
+        absmax = float(np.max(ranges[node.input[0]].absmax))
+        scale = inits[node.input[1]]
+        scale.CopyFrom(numpy_helper.from_array(np.array(max(absmax, 1e-8) / 127.0, np.float32), scale.name))
+        count += 1
+    return count
 
 
 def _fold_weight_qdq(model) -> None:
