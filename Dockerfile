@@ -3,6 +3,7 @@
 #   make bundle TASK=tnews                          # writes model_repository/tnews (bundle.json, README.md, 4 models)
 #   docker build --build-arg TASK=tnews -t ernie-bundle-tnews .
 #   docker run --rm -p 8000:8000 -p 8001:8001 -p 8002:8002 ernie-bundle-tnews
+#   (Triton binds 0.0.0.0 inside the container; --build-arg BIND_ADDRESS=127.0.0.1 for a sidecar-only image)
 #   python -m serving.client classify --model tnews "国足今晚出战世预赛"
 #
 # GPU (runtime python-onnxruntime with package.kind GPU, or runtime onnxruntime with TensorRT):

@@ -63,7 +63,8 @@ smoke: setup
 loadtest: setup
 	$(BIN)/python -m serving.loadtest --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --concurrency 1 4 16 --seconds 10 --json-out runs/$(TASK)/loadtest.json $(ARGS)
 
-# Release gate for CI: fails when accuracy or throughput regressed against a previous bundle's report.
+# Release gate for CI: fails when accuracy or throughput regressed against a previous bundle's report.  make
+# exits 2 for any failed recipe; `ernie-bundle gate` itself exits 3 for a regression and 2 for bad input.
 gate: setup
 	@test -n "$(BASELINE)" || { echo "error: BASELINE=<previous gates.json or metrics.json> is required"; exit 2; }
 	$(BIN)/ernie-bundle gate --task $(TASK) --baseline $(BASELINE) $(ARGS)

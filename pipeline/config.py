@@ -157,7 +157,7 @@ class GateConfig:
     max_accuracy_drop: float = 0.5  # compress/validate: points below the FP32 baseline
     min_throughput_ratio: float = 2.0  # validate: compressed vs FP32 on the chosen backend
     max_p99_latency_ms: float | None = None  # validate: batch-1 p99, optional
-    max_bundle_mb: float | None = None  # package: optional
+    max_bundle_mb: float | None = None  # package: the whole served bundle (every file), MiB; optional
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_accuracy <= 1:
@@ -295,7 +295,9 @@ def _build(cls: type, raw: Any, where: str, prefix: str = "") -> Any:
 def _coerce(tp: Any, value: Any, where: str, key: str) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
-        return _build(tp, value if value is not None else {}, where, key + ".")
+        if value is None:  # would silently reset every key of the section to its default (gates: no gate at all)
+            raise ConfigError(f"{where}: {key} is a section: set its keys ({key}.<key>=<value>) or leave it out")
+        return _build(tp, value, where, key + ".")
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(tp)
         if value is None and type(None) in options:

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from pipeline.config import TaskConfig
 from pipeline.env import is_online
 from pipeline.errors import DataError
+from pipeline.labels_file import read_labels
 
 
 @dataclass(frozen=True)
@@ -155,22 +156,7 @@ def _read_labels(cfg: TaskConfig, data_dir: Path, digest) -> tuple[str, ...]:
         return tuple(cfg.labels)
     raw = path.read_bytes()
     digest.update(raw)
-    labels = []
-    for lineno, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from None
-        value = obj.get("label") if isinstance(obj, dict) else obj
-        if value is None:
-            raise DataError(f"{path}:{lineno}: field 'label' missing")
-        labels.append(str(value))
-    if not labels:
-        raise DataError(f"{path}: no labels")
-    if len(set(labels)) != len(labels):
-        raise DataError(f"{path}: duplicate labels")
+    labels = read_labels(path, DataError, raw.decode("utf-8", errors="replace"))
     if cfg.labels and set(cfg.labels) != set(labels):
         extra = sorted(set(labels) - set(cfg.labels))
         missing = sorted(set(cfg.labels) - set(labels))

@@ -37,3 +37,10 @@ class StageNotReady(PipelineError):
     """A selected stage needs an upstream stage that has not completed."""
 
     exit_code = 2
+
+
+class StageCrashed(PipelineError):
+    """A stage raised something no check anticipated (a bug, or an upstream library's failure).  Its FAIL record
+    and the traceback in the stage's ``stage.log`` are written before this is raised."""
+
+    exit_code = 1

@@ -17,6 +17,7 @@ from typing import Sequence
 
 from pipeline.config import ModelConfig, ScratchModelConfig
 from pipeline.errors import ModelError
+from pipeline.labels_file import labels_from_id2label, placeholder_id2label, read_labels
 
 CONFIG_FILES = ("config.json", "model_config.json")
 WEIGHTS_FILE = "model_state.pdparams"
@@ -79,7 +80,9 @@ def inspect_model(path: Path) -> ModelInfo:
             head_classes = int(value.shape[-1])
     labels = None
     if (path / LABELS_FILE).is_file():
-        labels = tuple(str(json.loads(line)["label"]) for line in (path / LABELS_FILE).read_text("utf-8").splitlines() if line.strip())
+        labels = tuple(read_labels(path / LABELS_FILE, ModelError))
+    elif config.get("id2label") and not placeholder_id2label(config["id2label"]):
+        labels = tuple(labels_from_id2label(config_path, config["id2label"], ModelError))
     return ModelInfo(
         path=path,
         hidden_size=int(config["hidden_size"]),

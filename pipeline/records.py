@@ -48,6 +48,7 @@ class StageRecord:
     started_at: str = ""
     duration_s: float = 0.0
     versions: dict[str, str] = field(default_factory=dict)
+    stage_version: str = ""  # the graph's code version of the stage that wrote it ("": written before it was kept)
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:
@@ -83,6 +84,19 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_writable(path: Path, what: str = "output dir") -> None:
+    """Refuse, before any work, a directory that cannot be created or written (UserInputError, exit 2)."""
+    from pipeline.errors import UserInputError
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-probe-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UserInputError(f"{what} {path} is not writable ({exc.strerror or exc})") from None
 
 
 def read_record(stage_dir: Path) -> StageRecord | None:

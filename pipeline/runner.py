@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import shutil
 import time
+import traceback
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,18 +15,27 @@ from typing import Any, Callable
 
 from pipeline.config import TaskConfig
 from pipeline.env import versions
-from pipeline.errors import GateFailed, PipelineError, StageNotReady, UserInputError
+from pipeline.errors import GateFailed, PipelineError, StageCrashed, StageNotReady, UserInputError
 from pipeline.graph import STAGE_NAMES, STAGES, Stage, get_stage
 from pipeline.hashing import stage_key, tree_hashes
 from pipeline.progress import log as _log
-from pipeline.records import StageContext, StageRecord, StageResult, StageStatus, atomic_write_text, read_record
+from pipeline.records import (StageContext, StageRecord, StageResult, StageStatus, atomic_write_text, check_writable,
+                              read_record)
+
+
+STAGE_LOG = "stage.log"  # beside record.json: the traceback of the last crash
 
 
 @dataclass
 class RunSummary:
     rows: list[tuple[str, StageStatus, float, str]]
-    exit_code: int
     incomplete_reason: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        """0: every selected stage is done.  A failed stage raises instead (its own exit code, 1 to 3); a stage that
+        is declared but not built leaves the bundle incomplete, which is not success either."""
+        return 1 if self.incomplete_reason else 0
 
 
 def select_stages(from_: str | None, until: str | None, only: str | None) -> list[str]:
@@ -40,16 +51,6 @@ def select_stages(from_: str | None, until: str | None, only: str | None) -> lis
     if lo > hi:
         raise UserInputError(f"--from {from_} comes after --until {until}")
     return list(STAGE_NAMES[lo : hi + 1])
-
-
-def check_writable(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-probe-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise UserInputError(f"output dir {path} is not writable ({exc.strerror or exc})") from None
 
 
 class Runner:
@@ -75,13 +76,39 @@ class Runner:
     def is_current(self, rec: StageRecord | None, key: str) -> bool:
         if rec is None or rec.status != StageStatus.OK or rec.key != key:
             return False
+        return self._outputs_changed(rec) is None
+
+    def _outputs_changed(self, rec: StageRecord) -> str | None:
         out = self.stage_dir(rec.stage) / "out"
         local = {k: v for k, v in rec.outputs.items() if not k.startswith("external:")}
         if local and (not out.is_dir() or tree_hashes(out) != local):
-            return False
+            return f"its outputs in {out} were edited or removed"
         stage = get_stage(rec.stage)
         external = {k[len("external:"):]: v for k, v in rec.outputs.items() if k.startswith("external:")}
-        return stage.external_intact is None or stage.external_intact(self.cfg, external)
+        if stage.external_intact is not None and not stage.external_intact(self.cfg, external):
+            return "its outputs outside runs/ (the bundle) were edited or removed"
+        return None
+
+    def stale_reason(self, stage: Stage, rec: StageRecord, key: str, params: dict, inputs: dict) -> str | None:
+        """Why ``rec`` would not be reused: what changed since it was written (None: it would be)."""
+        if rec.key == key:
+            return self._outputs_changed(rec)
+        reasons = []
+        if rec.stage_version and rec.stage_version != stage.version:
+            reasons.append(f"stage code version {rec.stage_version} -> {stage.version}")
+        changed = _changed_keys(rec.params, json.loads(json.dumps(params, sort_keys=True, default=str)))
+        if changed:
+            reasons.append("parameters changed: " + _few(changed))
+        differ = sorted(k for k in set(rec.inputs) | set(inputs) if rec.inputs.get(k) != inputs.get(k))
+        ups = [k[len("stage:"):] for k in differ if k.startswith("stage:")]
+        if ups:
+            reasons.append(f"upstream {', '.join(ups)} produced other outputs")
+        files = [k for k in differ if not k.startswith("stage:")]
+        if files:
+            reasons.append("inputs changed: " + _few(files))
+        if not reasons:  # same parameters and inputs under another key: the stage's code version
+            reasons.append("stage code version changed" + ("" if rec.stage_version else " (the record predates version tracking)"))
+        return "; ".join(reasons)
 
     # -- run ----------------------------------------------------------------------------------
     def run(self, selected: list[str], force: bool = False) -> RunSummary:
@@ -126,7 +153,7 @@ class Runner:
             rec = self._run_stage(stage, key, params, inputs, upstream)
             rows.append((stage.name, rec.status, rec.duration_s, rec.message or _fmt_metrics(rec.metrics)))
             done[stage.name] = rec
-        return RunSummary(rows, 0, incomplete)
+        return RunSummary(rows, incomplete)
 
     def _run_stage(self, stage: Stage, key: str, params: dict, inputs: dict, upstream: dict[str, StageRecord]) -> StageRecord:
         sdir = self.stage_dir(stage.name)
@@ -143,7 +170,7 @@ class Runner:
         self.log(f"[{stage.name}] running: {stage.description}")
         ctx = StageContext(self.cfg, stage, tmp, work, upstream, self.runs_dir, self.log)
         rec = StageRecord(stage=stage.name, status=StageStatus.FAIL, key=key, params=params, inputs=inputs,
-                          started_at=started, versions=versions())
+                          started_at=started, versions=versions(), stage_version=stage.version)
         try:
             result = stage.run(ctx)
         except PipelineError as exc:
@@ -152,7 +179,16 @@ class Runner:
             shutil.rmtree(tmp, ignore_errors=True)
             atomic_write_text(sdir / "record.json", rec.to_json())
             raise
-        except BaseException:
+        except Exception as exc:  # a crash: still a FAIL record, the traceback in the stage log, one line on stderr
+            rec.duration_s = time.monotonic() - t0
+            first = (str(exc).strip().splitlines() or [""])[0]
+            rec.message = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+            shutil.rmtree(tmp, ignore_errors=True)
+            log_path = sdir / STAGE_LOG
+            atomic_write_text(log_path, f"{started} {stage.name} crashed after {_fmt_s(rec.duration_s)}\n{traceback.format_exc()}")
+            atomic_write_text(sdir / "record.json", rec.to_json())
+            raise StageCrashed(f"stage {stage.name} crashed: {rec.message} (traceback in {log_path})") from exc
+        except BaseException:  # interrupted: nothing is marked; the next run resumes
             shutil.rmtree(tmp, ignore_errors=True)  # kill -9 cannot get here: the next run removes it
             raise
         rec.duration_s = time.monotonic() - t0
@@ -181,6 +217,7 @@ class Runner:
     def status_rows(self) -> list[tuple[str, str, float, str]]:
         rows = []
         done: dict[str, StageRecord] = {}
+        stale: set[str] = set()
         for stage in STAGES:
             if stage.run is None:
                 rows.append((stage.name, StageStatus.NOT_IMPLEMENTED.value, 0.0, f"planned in {stage.planned_in}"))
@@ -189,18 +226,38 @@ class Runner:
             if rec is None:
                 rows.append((stage.name, "-", 0.0, "not run" + (" (interrupted; will resume)" if (self.stage_dir(stage.name) / "work").exists() else "")))
                 continue
-            state = rec.status.value
-            if rec.status == StageStatus.OK and all(d in done for d in stage.requires):
+            state, why = rec.status.value, None
+            stale_up = [d for d in stage.requires if d in stale]
+            if rec.status == StageStatus.OK and stale_up:
+                why = f"upstream {', '.join(stale_up)} will run again"
+            elif rec.status == StageStatus.OK and all(d in done for d in stage.requires):
                 try:
-                    key, _, _ = self.current_key(stage, {d: done[d] for d in stage.requires})
-                    if not self.is_current(rec, key):
-                        state = "STALE"
+                    key, params, inputs = self.current_key(stage, {d: done[d] for d in stage.requires})
+                    why = self.stale_reason(stage, rec, key, params, inputs)
                 except PipelineError as exc:
-                    state = f"STALE ({exc})"
+                    why = str(exc)
+            if why:
+                state = "STALE"
+                stale.add(stage.name)
             if rec.status == StageStatus.OK:
                 done[stage.name] = rec
-            rows.append((stage.name, state, rec.duration_s, rec.message if rec.status != StageStatus.OK else _fmt_metrics(rec.metrics)))
+            detail = rec.message if rec.status != StageStatus.OK else _fmt_metrics(rec.metrics)
+            rows.append((stage.name, state, rec.duration_s, f"why: {why}" if why else detail))
         return rows
+
+
+def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the values that differ between two parameter trees (``gates.min_accuracy``)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += _changed_keys(old.get(k), new.get(k), f"{prefix}{k}.")
+        return out
+    return [prefix.rstrip(".")] if old != new else []
+
+
+def _few(names: list[str], n: int = 3) -> str:
+    return ", ".join(names[:n]) + (f" (+{len(names) - n} more)" if len(names) > n else "")
 
 
 def _fmt_s(seconds: float) -> str:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serving.config import PackageConfig
+from serving.config import PackageConfig, _config_error
 
 TEXT = "text"
 INPUT_IDS = "input_ids"
@@ -373,7 +373,7 @@ def mrc_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
 def all_configs(shape: BundleShape, pc: PackageConfig) -> dict[str, mc.ModelConfig]:
     if pc.layout_for(shape.task_type) == "fused":
         if shape.task_type != CLASSIFICATION:
-            raise ValueError(f"package.layout: fused is for classification bundles, not {shape.task_type}")
+            raise _config_error(f"package.layout: fused is for classification bundles, not {shape.task_type}")
         return {shape.task: fused_config(shape, pc)}
     if shape.task_type == TOKEN_CLASSIFICATION:
         configs = (ner_ensemble_config(shape, pc), ner_tokenizer_config(shape, pc), model_config(shape, pc),
@@ -384,7 +384,7 @@ def all_configs(shape: BundleShape, pc: PackageConfig) -> dict[str, mc.ModelConf
     elif shape.task_type == CLASSIFICATION:
         configs = (ensemble_config(shape, pc), tokenizer_config(shape, pc), model_config(shape, pc), postprocess_config(shape, pc))
     else:
-        raise ValueError(f"task_type {shape.task_type!r} is not one of {', '.join(TASK_TYPES)}")
+        raise _config_error(f"task_type {shape.task_type!r} is not one of {', '.join(TASK_TYPES)}")
     return {c.name: c for c in configs}
 
 

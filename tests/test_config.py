@@ -36,6 +36,8 @@ def test_overrides_are_typed():
         ("finetune.epocs=3", "unknown key finetune.epocs"),
         ("max_seq_len=4", "max_seq_len must be in"),
         ("model.scratch.hidden_size=100", "not divisible"),
+        ("gates=null", r"gates is a section: set its keys \(gates.<key>=<value>\)"),  # never a silent reset to no gate
+        ("model.scratch=null", "model.scratch is a section"),
     ],
 )
 def test_bad_overrides_name_the_key(override, fragment):

@@ -107,3 +107,30 @@ def test_default_shared_dir_missing_falls_back_to_online_path(tmp_path, monkeypa
     cfg = load_task_config("tnews", {"data.dir": "../shared/definitely-not-here/tnews"})
     with pytest.raises(DataError, match="offline"):
         load_task_data(cfg)
+
+
+@pytest.mark.parametrize("text", [
+    '{"label": "102"}\n{"label": "100"}\n{"label": "101"}\n',  # JSON lines (CLUE)
+    '["102", "100", "101"]',  # one-line array of strings
+    '[\n  {"index": 2, "label": "101", "label_desc": "c"},\n  {"index": 0, "label": "102"},\n  {"index": 1, "label": "100"}\n]\n',
+    '[102, 100, 101]',  # numbers, as people write label ids
+])
+def test_labels_json_in_the_shapes_people_write(tmp_path, text):
+    d = write_tiny_data(tmp_path / "d", n_train=30, n_dev=9)
+    (d / "labels.json").write_text(text)
+    assert load_task_data(_cfg(tmp_path, d)).labels == ("102", "100", "101")
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[{"index": 0, "label_desc": "news"}]', r"labels.json: item 0: field 'label' missing \(keys: index, label_desc\)"),
+    ('{"name": "100"}\n', r"labels.json:1: field 'label' missing"),
+    ('[["100"]]', r"labels.json: item 0: a label must be a string or a number"),
+    ('["100", "100"]', r"labels.json: duplicate labels \['100'\]"),
+    ('[{"label": "100"}, ', r"labels.json: malformed JSON array"),
+    ('', r"labels.json: no labels"),
+])
+def test_labels_json_that_cannot_be_read_is_one_line(tmp_path, text, says):
+    d = write_tiny_data(tmp_path / "d", n_train=30, n_dev=9)
+    (d / "labels.json").write_text(text)
+    with pytest.raises(DataError, match=says):
+        load_task_data(_cfg(tmp_path, d))

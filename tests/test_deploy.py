@@ -132,3 +132,7 @@ def test_dockerfile_lints_clean_and_pins_the_served_tokenizer():
     # every COPY source is what the package stage writes (model_repository/<task>)
     sources = re.findall(r"^COPY\s+(\S+)\s", docker, re.M)
     assert sources == ["model_repository/${TASK}"]
+    # the address Triton binds is a build argument, said in the usage notes, and every endpoint uses it
+    assert "ARG BIND_ADDRESS=0.0.0.0" in docker and "--build-arg BIND_ADDRESS=" in docker
+    for endpoint in ("http", "grpc", "metrics"):
+        assert f"--{endpoint}-address=${{BIND_ADDRESS}}" in docker

@@ -1,3 +1,4 @@
+import json
 import shutil
 
 import pytest
@@ -61,3 +62,29 @@ def test_encoder_without_head_needs_finetune(tiny_model_copy, tmp_path):
     assert check_head(info, ["100", "101", "102"], 32) is False
     model = load_classifier(dst, 3)  # loads with a fresh head
     assert tuple(model.classifier.weight.shape) == (32, 3)
+
+
+@pytest.mark.parametrize("labels_json, config_extra, expected", [
+    ('["100", "101", "102"]', {}, ("100", "101", "102")),
+    ('[{"index": 0, "label": "100", "label_desc": "a"}, {"index": 1, "label": "101"}, {"index": 2, "label": "102"}]', {},
+     ("100", "101", "102")),
+    (None, {"id2label": {"1": "101", "0": "100", "2": "102"}}, ("100", "101", "102")),
+    (None, {"id2label": {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"}}, None),  # unnamed: says nothing
+])
+def test_model_labels_in_common_shapes(tiny_model_copy, labels_json, config_extra, expected):
+    cfg_path = tiny_model_copy / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg_path.write_text(json.dumps({**cfg, **config_extra}))
+    if labels_json is None:
+        (tiny_model_copy / "labels.json").unlink()
+    else:
+        (tiny_model_copy / "labels.json").write_text(labels_json)
+    info = inspect_model(tiny_model_copy)
+    assert info.labels == expected
+    assert check_head(info, ["100", "101", "102"], 32) is True
+
+
+def test_model_labels_without_label_field_are_one_line(tiny_model_copy):
+    (tiny_model_copy / "labels.json").write_text('[{"index": 0, "label_desc": "news"}]')
+    with pytest.raises(ModelError, match=r"labels.json: item 0: field 'label' missing"):
+        inspect_model(tiny_model_copy)

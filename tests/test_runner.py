@@ -1,5 +1,6 @@
 """The stage graph runner: caching, selection, atomic outputs, resume, gates and exit codes."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -69,11 +70,32 @@ def test_unbuilt_stage_says_so_and_stops(tiny_task, tmp_path, capsys, monkeypatc
     monkeypatch.setattr(runner_mod, "STAGES", stages)
     rc = main(["run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--until", "export"])
     out = capsys.readouterr().out
-    assert rc == 0
+    assert rc == 1  # an incomplete bundle is not a success
     assert "[compress] NOT IMPLEMENTED yet (issue #99)" in out and "bundle INCOMPLETE" in out
     assert "export          NOT_RUN" in out
     assert read_record(tmp_path / "runs" / "tiny" / "compress") is None
     assert read_record(tmp_path / "runs" / "tiny" / "finetune-check").status.value == "OK"
+
+
+def test_unexpected_crash_leaves_a_fail_record_and_the_traceback_in_the_stage_log(tiny_task, tmp_path, capsys, monkeypatch):
+    """A crash no check anticipated: FAIL record with a one-line message, traceback in stage.log, exit 1, one line."""
+    import pipeline.runner as runner_mod
+
+    def boom(ctx):
+        raise RuntimeError("boom: the library fell over\nsecond line")
+
+    stages = tuple(dataclasses.replace(s, run=boom) if s.name == "finetune-check" else s for s in runner_mod.STAGES)
+    monkeypatch.setattr(runner_mod, "STAGES", stages)
+    rc, out = _run(tiny_task, tmp_path / "runs", capsys=capsys)
+    sdir = tmp_path / "runs" / "tiny" / "finetune-check"
+    assert rc == 1
+    assert out.err.strip().splitlines()[-1].startswith("error: stage finetune-check crashed: RuntimeError: boom: the library fell over (traceback in ")
+    assert "Traceback" not in out.err
+    rec = read_record(sdir)
+    assert rec.status.value == "FAIL" and rec.message == "RuntimeError: boom: the library fell over"
+    log = (sdir / "stage.log").read_text()
+    assert "Traceback (most recent call last)" in log and "second line" in log and "in boom" in log
+    assert not list(sdir.glob(".tmp-*")) and not (sdir / "out").exists()
 
 
 def test_gate_failure_exits_3_and_is_not_marked_done(tiny_task, tmp_path, capsys):
@@ -124,6 +146,16 @@ def test_unwritable_output_dir(tiny_task, tmp_path, capsys):
     assert rc == 2 and "is not writable" in out.err
 
 
+def test_unwritable_bundle_directory_is_refused_before_the_first_stage(tiny_task, tmp_path, capsys):
+    blocker = tmp_path / "file"  # a path under a file: not writable for root either
+    blocker.write_text("x")
+    runs = tmp_path / "runs"
+    rc = main(["run", *tiny_cli_args(tiny_task, runs), "--set", f"package.repository={blocker / 'bundles'}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"package.repository {blocker / 'bundles'} is not writable" in err
+    assert read_record(runs / "tiny" / "finetune") is None  # nothing ran
+
+
 def test_finetuned_model_passes_through_without_training(tiny_finetuned, tmp_path, capsys):
     rc = main(["run", "--task", str(tiny_finetuned["task_yaml"]), "--runs-dir", str(tmp_path / "r"),
                "--model", str(tiny_finetuned["model_dir"]), "--set", "max_seq_len=32", "--until", "finetune-check"])
@@ -143,9 +175,24 @@ def test_status_and_clean(tiny_task, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "finetune-check  OK" in out
     assert main(["status", *tiny_cli_args(tiny_task, runs), "--set", "gates.min_accuracy=0.3"]) == 0
-    assert "finetune-check  STALE" in capsys.readouterr().out
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert "STALE" in rows["finetune-check"] and "why: parameters changed: min_accuracy" in rows["finetune-check"]
+    assert "OK" in rows["finetune"]
+    assert main(["status", *tiny_cli_args(tiny_task, runs), "--set", "finetune.learning_rate=0.002"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert "why: parameters changed: finetune.learning_rate" in rows["finetune"]
+    assert "STALE" in rows["finetune-check"] and "why: upstream finetune will run again" in rows["finetune-check"]
     assert main(["clean", "--task", "tiny", "--runs-dir", str(runs), "--stage", "finetune"]) == 0
     assert not (runs / "tiny" / "finetune").exists()
+
+
+def test_package_key_covers_the_model_card_description(tiny_task):
+    from pipeline.stages import package
+
+    from pipeline.config import load_task_config
+
+    cfg = load_task_config(str(tiny_task))
+    assert package.params(cfg) != package.params(dataclasses.replace(cfg, description="another card"))
 
 
 def test_kill_9_mid_finetune_resumes(tiny_task, tmp_path):

@@ -112,7 +112,7 @@ def test_crude_quantized_candidate_fails_the_accuracy_gate(exported, tmp_path):
 
 def write_report(path: Path, task: str, accuracy: float, ratio: float) -> Path:
     path.write_text(json.dumps({"task": task, "chosen_backend": "onnxruntime-cpu-int8",
-                                "summary": {"accuracy": accuracy, "sentences_per_s": 500.0 * ratio, "throughput_ratio": ratio}}))
+                                "summary": {"accuracy": accuracy, "sentences_per_s": 1000.0, "throughput_ratio": ratio}}))
     return path
 
 
@@ -137,6 +137,14 @@ def test_release_gate_against_previous_report(exported, tmp_path, capsys):
     assert main(["--task", task, "--baseline", str(same), "--current", str(cur),
                  "--set", "validate.release_max_accuracy_drop=lots"]) == 2
     assert "must be a number" in capsys.readouterr().err
+    # Values no report can hold are bad input (exit 2), never a pass or a regression.
+    for name, acc, ratio, says in (("nan", 0.90, float("nan"), "got nan"),
+                                   ("zero", 0.90, 0.0, "summary.throughput_ratio must be a number > 0"),
+                                   ("negative", 0.90, -1.0, "summary.throughput_ratio must be a number > 0"),
+                                   ("percent", 99.0, 2.0, "summary.accuracy must be a fraction in [0, 1], got 99.0")):
+        bad = write_report(tmp_path / f"{name}.json", "tiny", acc, ratio)
+        assert main(["--task", task, "--baseline", str(bad), "--current", str(cur)]) == 2, name
+        assert says in capsys.readouterr().err
 
 
 def test_thresholds_that_are_not_numbers_are_config_errors(tiny_finetuned):
@@ -157,3 +165,31 @@ def test_thresholds_that_are_not_numbers_are_config_errors(tiny_finetuned):
     rc = main(["status", "--task", str(tiny_finetuned["task_yaml"]), "--runs-dir", str(tiny_finetuned["runs_dir"]),
                "--set", "gates.min_throughput_ratio=fast"])
     assert rc == 2
+
+
+def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_path):
+    """Three places that raised a bare ValueError (a traceback): a backend whose outputs do not match the FP32
+    reference, a QDQ build without calibration batches, a package layout the task kind cannot have."""
+    import dataclasses
+
+    from pipeline.errors import ConfigError, DataError, ModelError
+    from pipeline.backends.onnxruntime import quantize_int8_qdq
+    from pipeline.validation.parity import Reference, compare_outputs
+    from serving.config import PackageConfig
+    from serving.model_config import BundleShape, all_configs
+
+    class Ev:
+        metric, outputs = 0.5, []
+
+        @staticmethod
+        def flat():
+            return np.zeros((4, 3), np.float32)
+
+    ref = Reference(np.zeros((5, 3)), [], None, [])
+    with pytest.raises(ModelError, match="outputs shape .* != the FP32 reference's"):
+        compare_outputs("onnxruntime-cpu-int8", Ev, ref, None)
+    with pytest.raises(DataError, match="no calibration batch"):
+        quantize_int8_qdq(tmp_path / "absent.onnx", tmp_path / "q.onnx", [])
+    ner = BundleShape(task="ner", num_labels=5, max_seq_len=32, model_file="model.onnx", task_type="token_classification")
+    with pytest.raises(ConfigError, match="package.layout: fused is for classification bundles"):
+        all_configs(ner, dataclasses.replace(PackageConfig(), layout="fused"))

@@ -288,7 +288,9 @@ def quantize_int8_qdq(fp32_path: Path, out_path: Path, calibration: Sequence[dic
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     if not calibration:
-        raise ValueError("quantize_int8_qdq needs at least one calibration batch")
+        from pipeline.errors import DataError
+
+        raise DataError("QDQ INT8: no calibration batch (export.calibration_sentences is 0 or the training split is empty)")
     out_path = Path(out_path)
     with tempfile.TemporaryDirectory() as tmp:
         quant = Path(tmp) / "qdq.onnx"

@@ -17,12 +17,6 @@ from pathlib import Path
 
 from pipeline.config import PROJECT_ROOT, TaskConfig
 
-EXPORT_ROLES = {
-    "onnx_fp32": "onnx_fp32", "onnx_int8": "onnx_int8", "onnx_int8_qdq": "onnx_int8_qdq",
-    "paddle_fp32": "paddle_fp32", "paddle_int8": "paddle_int8",
-    "tokenizer_dir": "tokenizer_dir", "labels": "labels", "meta": "meta",
-}
-
 
 def repository_dir(cfg: TaskConfig) -> Path:
     p = Path(cfg.package.repository).expanduser()
@@ -33,12 +27,17 @@ def params(cfg: TaskConfig) -> dict:
     import dataclasses
 
     return {"package": dataclasses.asdict(cfg.package), "deploy": dataclasses.asdict(cfg.deploy),
+            "description": cfg.description,  # the model card says it
             "max_accuracy_drop": cfg.gates.max_accuracy_drop,
             "max_bundle_mb": cfg.gates.max_bundle_mb}
 
 
 def check(cfg: TaskConfig) -> None:
-    """The served ensemble takes one text per request; a sentence-pair task cannot be served yet."""
+    """Before the first stage runs: the bundle's directory can be written (not after five stages of work), and
+    the task can be served (the ensemble takes one text per request; a sentence-pair task cannot be yet)."""
+    from pipeline.records import check_writable
+
+    check_writable(repository_dir(cfg), "package.repository")
     if cfg.data.text_b:
         from pipeline.errors import ConfigError
 

@@ -32,7 +32,7 @@ def params(cfg: TaskConfig) -> dict:
     v, g = cfg.validate, cfg.gates
     return {"validate": {k: getattr(v, k) for k in v.__dataclass_fields__},
             "gates": {"max_accuracy_drop": g.max_accuracy_drop, "min_throughput_ratio": g.min_throughput_ratio,
-                      "max_p99_latency_ms": g.max_p99_latency_ms, "max_bundle_mb": g.max_bundle_mb},
+                      "max_p99_latency_ms": g.max_p99_latency_ms},
             "max_seq_len": cfg.max_seq_len}
 
 
@@ -175,15 +175,13 @@ def run(ctx):
     if gcfg.max_p99_latency_ms is not None:
         gate_list.append(G.check("max_p99_latency_ms", gcfg.max_p99_latency_ms, crow["batch1_p99_ms"], kind="max",
                                  unit=" ms", detail=f"{chosen}, batch 1"))
-    bundle_bytes = path_bytes(Path(next(s.model_path for s in cpu_backends(export_dir, threads) if s.name == chosen))) + \
+    # Reported, not gated: gates.max_bundle_mb is the whole served bundle, which only the package stage sees.
+    model_files_bytes = path_bytes(Path(next(s.model_path for s in cpu_backends(export_dir, threads) if s.name == chosen))) + \
         path_bytes(export_dir / "tokenizer") + path_bytes(export_dir / "labels.json") + path_bytes(export_dir / "meta.json")
-    if gcfg.max_bundle_mb is not None:
-        gate_list.append(G.check("max_bundle_mb", gcfg.max_bundle_mb, bundle_bytes / 2**20, kind="max", unit=" MB",
-                                 detail=f"{chosen} model + tokenizer + labels + meta"))
     summary = {"accuracy": crow["accuracy"], "fp32_accuracy": fp32_accuracy, "accuracy_drop_points": crow["accuracy_drop_points"],
                "sentences_per_s": crow["sentences_per_s"], "throughput_ratio": crow["throughput_ratio"],
                "batch_size": vcfg.throughput_batch_size, "batch1_p99_ms": crow["batch1_p99_ms"],
-               "bundle_mb": bundle_bytes / 2**20, "dev_examples": len(data.dev.examples), "dev_features": len(dev),
+               "model_files_mib": model_files_bytes / 2**20,  # chosen model + tokenizer + labels + meta "dev_examples": len(data.dev.examples), "dev_features": len(dev),
                "metric": kind.metric, "metric_label": kind.metric_label, "metrics": crow["metrics"],
                "dev_batch_size": vcfg.dev_batch_size,  # the smoke test batches requests the same way
                "fp32_metrics": fp32_score.metrics, "cpu": detect_cpu().as_dict(),

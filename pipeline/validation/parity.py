@@ -62,7 +62,9 @@ def compare_outputs(backend: str, ev, ref: Reference, fs) -> Parity:
     """Parity of an ``Evaluation`` over ``fs`` with the reference: metric, predictions, raw outputs."""
     flat = ev.flat()
     if flat.shape != ref.flat.shape:
-        raise ValueError(f"{backend}: outputs shape {flat.shape} != reference {ref.flat.shape}")
+        from pipeline.errors import ModelError
+
+        raise ModelError(f"{backend}: outputs shape {flat.shape} != the FP32 reference's {ref.flat.shape} (finetune-check)")
     pred = fs.predictions(ev.outputs)
     agree = float(np.mean([a == b for a, b in zip(pred, ref.predictions)])) if pred else 1.0
     diff = np.abs(flat.astype(np.float64) - ref.flat)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,10 +43,16 @@ def read_report(path: Path) -> ReportSummary:
     if not isinstance(obj, dict) or "task" not in obj or not isinstance(obj.get("summary"), dict):
         raise DataError(f"{path}: not an ernie-bundle gates.json/metrics.json (fields 'task' and 'summary' missing)")
     summary = obj["summary"]
-    for key in ("accuracy", "sentences_per_s", "throughput_ratio"):
+    # What each field can hold: the task metric is a fraction (every kind stores one; 99 is a percentage written by
+    # hand), the speed-up a positive ratio; NaN or 0 would otherwise pass every comparison.
+    allowed = {"accuracy": (0.0, 1.0, "a fraction in [0, 1]"), "sentences_per_s": (0.0, math.inf, "a number >= 0"),
+               "throughput_ratio": (0.0, math.inf, "a number > 0")}
+    for key, (lo, hi, what) in allowed.items():
         value = summary.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise DataError(f"{path}: summary.{key} must be a number, got {value!r}")
+        if not math.isfinite(value) or not lo <= value <= hi or (key == "throughput_ratio" and value <= 0):
+            raise DataError(f"{path}: summary.{key} must be {what}, got {value!r}")
     return ReportSummary(path, str(obj["task"]), str(obj.get("chosen_backend", "")), float(summary["accuracy"]),
                          float(summary["sentences_per_s"]), float(summary["throughput_ratio"]))
 
@@ -57,7 +64,7 @@ def compare_reports(current: ReportSummary, baseline: ReportSummary, *, max_accu
         raise DataError(f"{baseline.path}: baseline report is for task {baseline.task!r}, but the current bundle is "
                         f"task {current.task!r}; pass the previous report of the same task")
     acc_drop = 100.0 * (baseline.accuracy - current.accuracy)
-    tput_drop = 1.0 - current.throughput_ratio / baseline.throughput_ratio if baseline.throughput_ratio > 0 else 0.0
+    tput_drop = 1.0 - current.throughput_ratio / baseline.throughput_ratio  # both > 0 (read_report)
     backends = f"{current.chosen_backend} vs previous {baseline.chosen_backend}"
     return [
         check("release_accuracy_drop", max_accuracy_drop, acc_drop, kind="max", unit=" points",

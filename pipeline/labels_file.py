@@ -1,0 +1,85 @@
+"""Reading a ``labels.json`` in the shapes people actually write, or refusing it in one line.
+
+Accepted (the label is the ``label`` field of an object, or the value itself):
+
+* JSON lines, one label per line: ``{"label": "100", "label_desc": "news_story"}`` or ``"100"``;
+* one JSON array, on one line or many: ``["100", "101"]`` or ``[{"index": 0, "label": "100"}, ...]``
+  (objects that all carry an integer ``index`` are put in that order);
+* a model's ``config.json`` ``id2label`` map (``{"0": "100", ...}``), through :func:`labels_from_id2label`.
+
+Anything else raises the caller's error type naming the file and the line (JSON lines) or the item (array).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def read_labels(path: Path, error: type[Exception], text: str | None = None) -> list[str]:
+    """The labels in ``path`` in order (``text``: its content, when the caller already read it)."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8", errors="replace") if text is None else text
+    body = text.strip()
+    if not body:
+        raise error(f"{path}: no labels")
+    if body.startswith("["):
+        try:
+            items = json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise error(f"{path}: malformed JSON array (line {exc.lineno}: {exc.msg})") from None
+        labels = _from_array(path, items, error)
+    else:
+        labels = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise error(f"{path}:{lineno}: malformed JSON ({exc.msg}); expected one label per line or one JSON array") from None
+            labels.append(_label(obj, error, f"{path}:{lineno}"))
+    if not labels:
+        raise error(f"{path}: no labels")
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise error(f"{path}: duplicate labels {dup[:5]}")
+    return labels
+
+
+def labels_from_id2label(path: Path, id2label: Any, error: type[Exception]) -> list[str]:
+    """``config.json``'s ``id2label`` (keys are ids as strings) as a list ordered by id: 0..n-1, no gaps."""
+    if not isinstance(id2label, dict) or not id2label:
+        raise error(f"{path}: id2label must be a non-empty mapping of id to label")
+    try:
+        ids = sorted(int(k) for k in id2label)
+    except (TypeError, ValueError):
+        raise error(f"{path}: id2label keys must be integer ids, got {sorted(map(str, id2label))[:3]}") from None
+    if ids != list(range(len(ids))):
+        raise error(f"{path}: id2label ids must be 0..{len(ids) - 1} without gaps, got {ids[:5]}...")
+    by_id = {int(k): v for k, v in id2label.items()}
+    return [_label(by_id[i], error, f"{path}: id2label[{i}]") for i in ids]
+
+
+def placeholder_id2label(id2label: Any) -> bool:
+    """``{"0": "LABEL_0", ...}``: what transformers/PaddleNLP write when nobody named the labels (says nothing)."""
+    return isinstance(id2label, dict) and all(str(v) == f"LABEL_{k}" for k, v in id2label.items())
+
+
+def _from_array(path: Path, items: Any, error: type[Exception]) -> list[str]:
+    if not isinstance(items, list):
+        raise error(f"{path}: expected a JSON array of labels")
+    if items and all(isinstance(o, dict) and isinstance(o.get("index"), int) and not isinstance(o.get("index"), bool)
+                     for o in items):
+        items = sorted(items, key=lambda o: o["index"])
+    return [_label(obj, error, f"{path}: item {i}") for i, obj in enumerate(items)]
+
+
+def _label(obj: Any, error: type[Exception], where: str) -> str:
+    value = obj.get("label") if isinstance(obj, dict) else obj
+    if isinstance(obj, dict) and value is None:
+        raise error(f"{where}: field 'label' missing (keys: {', '.join(sorted(map(str, obj))) or 'none'})")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise error(f"{where}: a label must be a string or a number, got {value!r}")
+    return str(value)
