@@ -97,7 +97,7 @@ STAGES: tuple[Stage, ...] = (
         run=package.run,
         check=package.check,
         external_intact=package.external_intact,
-        version="2",  # 2: kubernetes.yaml and kserve.yaml in the bundle
+        version="3",  # 2: kubernetes.yaml and kserve.yaml in the bundle; 3: bundle.json lists directories
     ),
 )
 

@@ -6,7 +6,8 @@ Standard library only: this file is also copied next to each python model in the
 
 Checked: the manifest's own hash (``manifest_sha256`` over the rest of the manifest, so an
 edited bundle.json is caught, not only edited files), each listed file's hash, missing files, and
-files that are in the repository but not in the manifest (e.g. a model version dropped in by hand).
+files and directories that are in the repository but not in the manifest (a model version dropped in
+by hand, a hidden model directory, a ``.pyc`` that would run instead of its source).
 This catches corruption and accidental edits; it is not a signature against a deliberate attacker.
 """
 
@@ -17,8 +18,6 @@ import json
 from pathlib import Path
 
 MANIFEST = "bundle.json"
-# Written by Python or Triton while serving; never part of what was packaged.
-_IGNORED_PARTS = ("__pycache__",)
 
 
 class BundleIntegrityError(ValueError):
@@ -39,18 +38,59 @@ def manifest_sha256(manifest: dict) -> str:
 
 
 def bundle_files(root: Path) -> list[str]:
-    """Every file of the bundle except the manifest itself, as sorted posix paths relative to ``root``."""
+    """Every file of the bundle except the manifest itself, as sorted posix paths relative to ``root``.
+
+    Nothing is skipped: a hidden directory is loaded by Triton like any other model, and a ``__pycache__``
+    file is code Python may run instead of its source."""
     root = Path(root)
-    out = []
-    for p in root.rglob("*"):
-        rel = p.relative_to(root)
-        if p.is_file() and rel.as_posix() != MANIFEST and not any(part in _IGNORED_PARTS or part.startswith(".") for part in rel.parts):
-            out.append(rel.as_posix())
-    return sorted(out)
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.is_file() and p.relative_to(root).as_posix() != MANIFEST)
 
 
-def verify_bundle(root: Path) -> dict:
-    """Return the manifest when every check passes; raise ``BundleIntegrityError`` naming the problem."""
+def bundle_dirs(root: Path) -> list[str]:
+    root = Path(root)
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir())
+
+
+def _bytecode_of_listed_source(rel: str, listed) -> bool:
+    """``m/1/__pycache__/model.cpython-310.pyc`` for a listed ``m/1/model.py``: what Python writes when it imports
+    a listed module in an interpreter that writes bytecode (a Triton started without PYTHONDONTWRITEBYTECODE)."""
+    parts = rel.split("/")
+    if len(parts) < 2 or parts[-2] != "__pycache__" or not parts[-1].endswith(".pyc"):
+        return False
+    source = "/".join(parts[:-2] + [parts[-1].split(".", 1)[0] + ".py"])
+    return source in listed
+
+
+def clear_bytecode(root: Path) -> int:
+    """Remove the ``__pycache__`` directories that hold only bytecode of listed sources; returns how many.
+
+    Triton's python backend stub runs an isolated interpreter (PYTHONDONTWRITEBYTECODE does not reach it) that
+    caches every model.py it loads.  The launcher clears those caches before it serves, so the code that runs is
+    compiled from the listed sources, never from a cache entry someone may have put there."""
+    import shutil
+
+    root = Path(root)
+    try:
+        listed = json.loads((root / MANIFEST).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0  # verify_bundle says what is wrong with the manifest
+    count = 0
+    for cache in sorted(root.rglob("__pycache__")):
+        files = [p for p in cache.rglob("*")]
+        if cache.is_dir() and all(p.is_file() and _bytecode_of_listed_source(p.relative_to(root).as_posix(), listed) for p in files):
+            shutil.rmtree(cache)
+            count += 1
+    return count
+
+
+def verify_bundle(root: Path, *, allow_bytecode: bool = False) -> dict:
+    """Return the manifest when every check passes; raise ``BundleIntegrityError`` naming the problem.
+
+    Every file must be listed and match, and every directory must be listed.  ``allow_bytecode`` lets through
+    bytecode caches of listed sources, which Triton's python stubs write as they load the models (see
+    ``clear_bytecode``): for checks of a bundle that is or was served (the models' own check, the package stage's
+    "still intact", ``make manifests``, offline readers).  The launcher clears them and then checks strictly."""
     root = Path(root)
     path = root / MANIFEST
     hint = "the bundle was modified after packaging; re-run the package stage"
@@ -71,7 +111,21 @@ def verify_bundle(root: Path) -> dict:
             raise BundleIntegrityError(f"{f}: listed in {MANIFEST} but missing; {hint}")
         if file_sha256(f) != expected:
             raise BundleIntegrityError(f"{f}: SHA-256 differs from {MANIFEST}; {hint}")
-    extra = sorted(set(bundle_files(root)) - set(listed))
+    extra = [rel for rel in bundle_files(root) if rel not in listed
+             and not (allow_bytecode and _bytecode_of_listed_source(rel, listed))]
     if extra:
-        raise BundleIntegrityError(f"{root / extra[0]}: not listed in {MANIFEST} ({len(extra)} unlisted file(s)); {hint}")
+        tip = " (Python bytecode; the launcher, python -m serving.server, clears caches of listed sources only)" \
+            if "__pycache__" in extra[0] else ""
+        raise BundleIntegrityError(f"{root / extra[0]}: not listed in {MANIFEST} ({len(extra)} unlisted file(s)){tip}; {hint}")
+    dirs = manifest.get("directories")
+    if not isinstance(dirs, list):
+        raise BundleIntegrityError(f"{path}: no 'directories' list (packaged by an older version); {hint}")
+    for rel in dirs:
+        if not (root / rel).is_dir():
+            raise BundleIntegrityError(f"{root / rel}: directory listed in {MANIFEST} but missing; {hint}")
+    stray = [d for d in bundle_dirs(root) if d not in set(dirs)
+             and not (allow_bytecode and d.rsplit("/", 1)[-1] == "__pycache__")]
+    if stray:
+        raise BundleIntegrityError(f"{root / stray[0]}: directory not in {MANIFEST} ({len(stray)} unlisted); {hint}")
     return manifest
+

@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bundle_dir = Path(args.bundle)
     try:
-        manifest = verify_bundle(bundle_dir)  # a bundle that is not the one packaged gets no manifests
+        manifest = verify_bundle(bundle_dir, allow_bytecode=True)  # a bundle that is not the one packaged gets no manifests
         cfg = section_from_overrides(DeployConfig, "deploy", args.set)
         written = write(Path(args.out), manifest["task"], manifest, bundle_bytes(bundle_dir), cfg)
     except (BundleIntegrityError, ManifestError, ConfigError) as exc:

@@ -8,20 +8,28 @@ Standard library only: this file is copied next to each python model of a bundle
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
+import types
 from pathlib import Path
 
 
+# A served bundle is checked file by file (bundle.json): nothing may write into it while it serves.
+sys.dont_write_bytecode = True
+
+
 def sibling(folder: Path, name: str):
-    """Import ``folder/<name>.py`` (a file copied next to the model) under a name of its own."""
-    spec = importlib.util.spec_from_file_location(f"ernie_bundle_{name}", Path(folder) / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
+    """Import ``folder/<name>.py`` (a file copied next to the model) under a name of its own.
+
+    Compiled from the source file itself, never from a ``__pycache__`` entry, so the code that runs is the
+    code the bundle's manifest covers."""
+    path = Path(folder) / f"{name}.py"
+    module = types.ModuleType(f"ernie_bundle_{name}")
+    module.__file__ = str(path)
     # Registered before running it: dataclasses (bio.Entity, windows.Window, spans.Span) look their
     # module up in sys.modules while the class is being made.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    sys.modules[module.__name__] = module
+    exec(compile(path.read_bytes(), str(path), "exec"), module.__dict__)
     return module
 
 
@@ -34,5 +42,5 @@ def start(folder: Path, args: dict) -> dict[str, str]:
     """``initialize``'s first step for every model: refuse a bundle whose files were changed since packaging
     (``bundle_integrity.py``; the bundle root is two levels up), then return the model's parameters."""
     folder = Path(folder)
-    sibling(folder, "bundle_integrity").verify_bundle(folder.parent.parent)
+    sibling(folder, "bundle_integrity").verify_bundle(folder.parent.parent, allow_bytecode=True)
     return params(args)

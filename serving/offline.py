@@ -32,7 +32,7 @@ class BundleModel:
 
     @classmethod
     def open(cls, root: Path) -> "BundleModel":
-        return cls(Path(root), verify_bundle(root))
+        return cls(Path(root), verify_bundle(root, allow_bytecode=True))  # it may be serving meanwhile
 
     @property
     def names(self) -> ModelNames:

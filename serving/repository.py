@@ -367,6 +367,7 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "versions": {"pipeline": prov.versions, "serving": serving_versions()},
         **({"deploy": deployment} if deployment else {}),  # manifests beside the models, each object's check
         "files": {rel: integrity.file_sha256(tmp / rel) for rel in integrity.bundle_files(tmp)},
+        "directories": integrity.bundle_dirs(tmp),  # an ensemble's version directory is empty, and still the bundle's
     }
     m["manifest_sha256"] = integrity.manifest_sha256(m)
     return m

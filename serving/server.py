@@ -32,7 +32,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serving.integrity import BundleIntegrityError, verify_bundle
+from serving.integrity import BundleIntegrityError, clear_bytecode, verify_bundle
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
@@ -228,6 +228,7 @@ def start_server(
 ) -> TritonServer:
     repository = Path(repository).resolve()
     if verify:
+        clear_bytecode(repository)  # what an earlier serve cached; anything else unlisted is refused below
         manifest = verify_bundle(repository)
         for line in cpu_warnings(manifest):
             print(f"warning: {line}", file=sys.stderr)
@@ -253,7 +254,9 @@ def start_server(
     if install.cache_dir:
         cmd.append(f"--cache-directory={install.cache_dir}")
     cmd.extend(extra_args)
-    env = {**os.environ, **install.env}
+    # No bytecode written into the bundle by anything that honours it (the stubs' isolated interpreters do not:
+    # see integrity.clear_bytecode).
+    env = {**os.environ, **install.env, "PYTHONDONTWRITEBYTECODE": "1"}
     log = open(log_path, "wb")
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

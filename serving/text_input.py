@@ -68,12 +68,13 @@ def wordpiece(folder: Path, max_seq_len: int | None = None):
     """The bundle's WordPiece (vocab.txt, lowercase from tokenizer_config.json), built by the copy of
     ``pipeline/wordpiece.py`` in ``folder`` (PaddleNLP's tokenization); no padding.  With ``max_seq_len``,
     truncated as offline (``pipeline.tokenizer``): [CLS] + the first max_seq_len - 2 tokens + [SEP]."""
-    import importlib.util
+    import types as _types
 
     folder = Path(folder)
-    spec = importlib.util.spec_from_file_location("ernie_bundle_wordpiece", folder / "wordpiece.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _types.ModuleType("ernie_bundle_wordpiece")
+    source = folder / "wordpiece.py"
+    # From the source file itself, never a __pycache__ entry: the code that runs is the code bundle.json covers.
+    exec(compile(source.read_bytes(), str(source), "exec"), module.__dict__)
     lowercase = True
     cfg = folder / "tokenizer_config.json"
     if cfg.is_file():

@@ -173,6 +173,81 @@ def test_unlisted_and_missing_files_are_refused(tiny_bundle, tmp_path):
         verify_bundle(b)
 
 
+def test_every_file_and_directory_is_covered(tiny_bundle, tmp_path):
+    """A hidden model directory (Triton loads it), a forged .pyc (Python may run it instead of the source) and
+    an empty stray directory are all refused; the served models' own check lets through only bytecode caches
+    of listed sources, which a Triton without PYTHONDONTWRITEBYTECODE writes as it loads them."""
+    b = _copy(tiny_bundle, tmp_path)
+    (b / ".evil" / "1").mkdir(parents=True)
+    (b / ".evil" / "config.pbtxt").write_text('name: ".evil"\nbackend: "python"\n')
+    with pytest.raises(BundleIntegrityError, match=r"\.evil/config.pbtxt: not listed"):
+        verify_bundle(b)
+    with pytest.raises(BundleIntegrityError, match=r"\.evil/config.pbtxt: not listed"):
+        verify_bundle(b, allow_bytecode=True)
+    shutil.rmtree(b / ".evil")
+    cache = b / "tiny_tokenizer" / "1" / "__pycache__"
+    cache.mkdir()
+    (cache / "model.cpython-311.pyc").write_bytes(b"forged")
+    with pytest.raises(BundleIntegrityError, match=r"model.cpython-311.pyc: not listed .*Python bytecode"):
+        verify_bundle(b)
+    verify_bundle(b, allow_bytecode=True)  # the bytecode of a listed model.py
+    (cache / "evil.cpython-311.pyc").write_bytes(b"forged")  # no evil.py is listed
+    with pytest.raises(BundleIntegrityError, match="evil.cpython-311.pyc: not listed"):
+        verify_bundle(b, allow_bytecode=True)
+    from serving.integrity import clear_bytecode
+
+    assert clear_bytecode(b) == 0  # a cache with an unlisted module stays, for the strict check to refuse
+    (cache / "evil.cpython-311.pyc").unlink()
+    assert clear_bytecode(b) == 1 and not cache.exists()  # only caches of listed sources: removed before serving
+    verify_bundle(b)
+    (b / "tiny_model" / "3").mkdir()
+    with pytest.raises(BundleIntegrityError, match=r"tiny_model/3: directory not in bundle.json"):
+        verify_bundle(b)
+
+
+def test_a_served_bundle_is_still_the_packaged_one(tiny_bundle, tiny_finetuned, tmp_path):
+    """The package stage's "outputs still in place" check: the bytecode Triton's stubs cache while serving does
+    not make the stage STALE (it did: the whole tree was hashed); any other change does."""
+    from pipeline.config import load_task_config
+    from pipeline.hashing import file_sha256
+    from pipeline.stages.package import external_intact
+
+    b = _copy(tiny_bundle, tmp_path)
+    cfg = load_task_config(str(tiny_finetuned["task_yaml"]), {"package.repository": str(b.parent)})
+    recorded = {"bundle": file_sha256(b / "bundle.json")}
+    assert external_intact(cfg, recorded)
+    cache = b / "tiny_model" / "1" / "__pycache__"
+    cache.mkdir()
+    (cache / "model.cpython-311.pyc").write_bytes(b"cached by a stub")
+    assert external_intact(cfg, recorded)
+    (b / "tiny_model" / "1" / "notes.txt").write_text("edited by hand")
+    assert not external_intact(cfg, recorded)
+
+
+def test_sibling_modules_run_their_source_never_a_pyc(tmp_path):
+    """The served models import their copied helpers from source: a forged .pyc beside one (valid header, same
+    mtime and size as the source) is what Python's own import runs, and what ``model_support.sibling`` never reads."""
+    import importlib.util
+    import os
+    import py_compile
+    import sys
+
+    from serving import model_support
+
+    helper, other = tmp_path / "helper.py", tmp_path / "other.py"
+    helper.write_text("ANSWER = 'original'\n")
+    other.write_text("ANSWER = 'bytecode'\n")  # same length
+    for f in (helper, other):
+        os.utime(f, (1_000_000_000, 1_000_000_000))
+    py_compile.compile(str(other), cfile=importlib.util.cache_from_source(str(helper)))
+    spec = importlib.util.spec_from_file_location("plain_helper", helper)
+    plain = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plain)
+    assert plain.ANSWER == "bytecode"  # the attack, with Python's own loader
+    assert model_support.sibling(tmp_path, "helper").ANSWER == "original"
+    assert sys.dont_write_bytecode  # importing model_support turns bytecode writing off in the stub
+
+
 def test_failed_package_leaves_previous_bundle_untouched(tiny_export, tmp_path):
     exp = ExportArtifacts.from_dir(tiny_export)
     repo = tmp_path / "repo"

@@ -52,11 +52,19 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 
 
 def external_intact(cfg: TaskConfig, external: dict[str, str]) -> bool:
-    """The packaged bundle is still there, byte for byte the one this run wrote (one hash of the tree)."""
-    from pipeline.hashing import tree_sha256
+    """The packaged bundle is still there, the one this run wrote: the same bundle.json, and every file and
+    directory as it lists them (the bytecode Triton's stubs cache while serving does not count)."""
+    from pipeline.hashing import file_sha256
+    from serving.integrity import MANIFEST, BundleIntegrityError, verify_bundle
 
     target = repository_dir(cfg) / cfg.task
-    return target.is_dir() and external.get("bundle") == tree_sha256(target)
+    if not (target / MANIFEST).is_file() or external.get("bundle") != file_sha256(target / MANIFEST):
+        return False
+    try:
+        verify_bundle(target, allow_bytecode=True)
+    except BundleIntegrityError:
+        return False
+    return True
 
 
 def _artifacts(ctx) -> "object":
@@ -137,7 +145,7 @@ def run(ctx):
     from pipeline.errors import ModelError
     from pipeline.records import StageResult, read_record
     from pipeline.stages.finetune import data_inputs
-    from pipeline.hashing import json_sha256, tree_sha256
+    from pipeline.hashing import file_sha256, json_sha256
     from serving.repository import BundleTooLarge, PackageError, Provenance, write_repository
 
     cfg = ctx.cfg
@@ -174,6 +182,6 @@ def run(ctx):
         metrics={"bundle_mb": round(size_mb, 3), "runtime": cfg.package.runtime, "precision": info.choice.precision,
                  "files": len(info.manifest["files"])},
         artifacts={"bundle_dir": str(info.path), "manifest": "bundle.json", "model_card": "README.md"},
-        external_outputs={"bundle": tree_sha256(info.path)},
+        external_outputs={"bundle": file_sha256(info.path / "bundle.json")},  # it holds every file's hash
         message=f"{info.path} ({cfg.package.runtime}, {info.choice.precision}, {size_mb:.1f} MiB)",
     )
