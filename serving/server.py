@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import uuid
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,7 @@ class TritonServer:
     grpc_port: int
     metrics_port: int
     log_path: Path
+    shm_prefix: str = ""  # the python backend's shared-memory regions: /dev/shm/<shm_prefix>*
 
     @property
     def http_url(self) -> str:
@@ -158,7 +160,8 @@ class TritonServer:
             return False
 
     def stop(self, timeout: float = 30.0) -> int:
-        """SIGINT (Triton unloads models and exits cleanly), then SIGKILL after ``timeout``."""
+        """SIGINT (Triton unloads models and exits cleanly), then SIGKILL after ``timeout``; then whatever of its
+        process group is left (python backend stubs) and its shared-memory regions."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             try:
@@ -166,6 +169,7 @@ class TritonServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        reap_group(self.process.pid, self.shm_prefix)
         return self.process.returncode
 
     def __enter__(self) -> "TritonServer":
@@ -173,6 +177,51 @@ class TritonServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid, its identity
+    (a pid is reused; a pid and its start time are not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return None if fields[0] == "Z" else int(fields[19])  # a zombie has exited: only its parent's wait is missing
+
+
+def group_members(pgid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[2]) == pgid:
+                out.append(int(entry.name))
+    return out
+
+
+def reap_group(pgid: int, shm_prefix: str, timeout: float = 5.0) -> None:
+    """SIGKILL what is left of the server's process group (its python stubs outlive a killed server) and remove
+    its shared-memory regions, which nothing removes after a kill."""
+    deadline = time.monotonic() + timeout
+    while group_members(pgid) and time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    if shm_prefix:
+        for region in Path("/dev/shm").glob(f"{shm_prefix}*"):
+            region.unlink(missing_ok=True)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def resolve_repository(repository: Path | str, task: str | None) -> Path:
@@ -225,7 +274,12 @@ def start_server(
     log_path: Path | None = None,
     verify: bool = True,
     extra_args: tuple[str, ...] = (),
+    die_with_parent: bool = False,
 ) -> TritonServer:
+    """Start tritonserver on ``repository`` in a process group of its own and wait until it is ready.
+
+    ``die_with_parent``: the server gets SIGTERM when the calling process dies (a foreground launcher killed
+    with SIGKILL must not leave a server behind)."""
     repository = Path(repository).resolve()
     if verify:
         clear_bytecode(repository)  # what an earlier serve cached; anything else unlisted is refused below
@@ -249,6 +303,10 @@ def start_server(
         "--exit-timeout-secs=5",  # on Ctrl-C, wait at most this long for open client connections
         "--log-verbose=0",
     ]
+    # A prefix of its own for the python backend's /dev/shm regions, so that stopping this server removes
+    # exactly its regions (a killed server leaves them behind).
+    shm_prefix = f"ernie_bundle_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
+    cmd.append(f"--backend-config=python,shm-region-prefix-name={shm_prefix}")
     if install.backend_dir:
         cmd.append(f"--backend-directory={install.backend_dir}")
     if install.cache_dir:
@@ -259,10 +317,11 @@ def start_server(
     env = {**os.environ, **install.env, "PYTHONDONTWRITEBYTECODE": "1"}
     log = open(log_path, "wb")
     try:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent if die_with_parent else None)
     finally:
         log.close()
-    server = TritonServer(proc, repository, host, http_port, grpc_port, metrics_port, Path(log_path))
+    server = TritonServer(proc, repository, host, http_port, grpc_port, metrics_port, Path(log_path), shm_prefix)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not server.alive():
@@ -274,33 +333,73 @@ def start_server(
     raise ServerError(f"tritonserver not ready after {timeout:.0f}s on {repository}:\n{server.log_tail()}")
 
 
-def _state_file(repository: Path, task: str | None) -> Path:
-    # Beside the bundle, not in it: dotfiles are outside the manifest.
-    return repository / f".{task or 'bundle'}.server.json"
+def _bundle_dir(repository: Path | str, task: str | None) -> Path:
+    return (Path(repository) / task if task else Path(repository)).resolve()
 
 
-def _running(pid: int) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"tritonserver" in cmdline  # a reused pid of some other program is not ours to signal
+def state_file(bundle: Path) -> Path:
+    """Beside the bundle, never in it (bundle.json covers every file in it)."""
+    return bundle.parent / f".{bundle.name}.server.json"
 
 
-def stop_detached(state: Path, timeout: float = 30.0) -> int:
-    if not state.is_file():
-        print(f"no detached server recorded at {state}")
+@dataclass(frozen=True)
+class ServerState:
+    """What ``--detach`` (and a foreground launcher) records so that ``--stop`` finds exactly its server."""
+
+    pid: int
+    start_time: int  # /proc/<pid>/stat: with the pid, the process's identity
+    repository: str
+    shm_prefix: str
+    http: str = ""
+    grpc: str = ""
+    log: str = ""
+
+    @classmethod
+    def read(cls, path: Path) -> "ServerState":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(int(data["pid"]), int(data["start_time"]), str(data["repository"]), str(data["shm_prefix"]),
+                       str(data.get("http", "")), str(data.get("grpc", "")), str(data.get("log", "")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ServerError(f"{path}: unreadable server state ({type(exc).__name__}: {exc}); "
+                              "if no server runs for this bundle, remove the file") from None
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.__dict__), encoding="utf-8")
+        tmp.replace(path)
+
+    def is_running(self) -> bool:
+        """The recorded process is alive and is still the tritonserver serving this repository."""
+        if process_start_time(self.pid) != self.start_time:
+            return False  # gone, or the pid now belongs to another process
+        try:
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return f"--model-repository={self.repository}".encode() in cmdline
+
+
+def stop_detached(state_path: Path, timeout: float = 30.0) -> int:
+    if not state_path.is_file():
+        print(f"no server recorded at {state_path}")
         return 0
-    pid = int(json.loads(state.read_text())["pid"])
-    if _running(pid):
-        os.kill(pid, signal.SIGINT)
-        deadline = time.monotonic() + timeout
-        while _running(pid) and time.monotonic() < deadline:
-            time.sleep(0.25)
-        if _running(pid):
-            os.kill(pid, signal.SIGKILL)
-    state.unlink(missing_ok=True)
-    print(f"stopped tritonserver (pid {pid})")
+    state = ServerState.read(state_path)
+    if not state.is_running():
+        if process_start_time(state.pid) is None:
+            # The server died (a pid cannot be reused while its group lives): stubs left in its group and its
+            # shared memory are still ours to remove.
+            reap_group(state.pid, state.shm_prefix)
+        state_path.unlink(missing_ok=True)
+        print(f"the recorded server (pid {state.pid}) is no longer running; removed {state_path}")
+        return 0
+    os.killpg(state.pid, signal.SIGINT)  # the server leads its own group: its stubs get it too
+    deadline = time.monotonic() + timeout
+    while state.is_running() and time.monotonic() < deadline:
+        time.sleep(0.25)
+    reap_group(state.pid, state.shm_prefix)
+    state_path.unlink(missing_ok=True)
+    print(f"stopped tritonserver (pid {state.pid})")
     return 0
 
 
@@ -317,27 +416,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--detach", action="store_true", help="return once ready and leave the server running (stop it with --stop)")
     p.add_argument("--stop", action="store_true", help="stop a server started with --detach for this repository/task")
     args = p.parse_args(argv)
-    state = _state_file(Path(args.repository), args.task)
-    if args.stop:
-        return stop_detached(state)
+    state_path = state_file(_bundle_dir(args.repository, args.task))
     try:
-        if state.is_file() and _running(json.loads(state.read_text())["pid"]):
-            print(f"error: a server is already running for this bundle ({state}); stop it with --stop", file=sys.stderr)
+        if args.stop:
+            return stop_detached(state_path)
+        if state_path.is_file() and ServerState.read(state_path).is_running():
+            print(f"error: a server is already running for this bundle ({state_path}); stop it with --stop", file=sys.stderr)
             return 2
         repo = resolve_repository(args.repository, args.task)
         server = start_server(repo, args.host, args.http_port, args.grpc_port, args.metrics_port, args.timeout,
-                              Path(args.log) if args.log else None)
+                              Path(args.log) if args.log else None, die_with_parent=not args.detach)
     except (ServerError, BundleIntegrityError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # Recorded in both modes: --stop from another shell finds it, and only it.
+    ServerState(server.process.pid, process_start_time(server.process.pid) or 0, str(repo), server.shm_prefix,
+                server.http_url, server.grpc_url, str(server.log_path)).write(state_path)
     print(f"Triton is serving {repo}")
     print(f"  HTTP     http://{server.http_url}   (v2 API; e.g. curl http://{server.http_url}/v2/health/ready)")
     print(f"  gRPC     {server.grpc_url}")
     print(f"  metrics  http://{server.host}:{server.metrics_port}/metrics")
     print(f"  log      {server.log_path}")
     if args.detach:
-        state.write_text(json.dumps({"pid": server.process.pid, "repository": str(repo), "http": server.http_url,
-                                     "grpc": server.grpc_url, "metrics_port": server.metrics_port, "log": str(server.log_path)}))
         print(f"running in the background (pid {server.process.pid}); stop it with: python -m serving.server "
               f"--repository {args.repository}{' --task ' + args.task if args.task else ''} --stop", flush=True)
         return 0
@@ -349,14 +449,18 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
-    while not stop["now"] and server.alive():
-        time.sleep(0.5)
-    if not server.alive():
-        print(f"error: tritonserver exited with code {server.process.returncode}:\n{server.log_tail()}", file=sys.stderr)
-        return 1
-    rc = server.stop()
-    print(f"stopped (exit code {rc})")
-    return 0
+    try:
+        while not stop["now"] and server.alive():
+            time.sleep(0.5)
+        if not server.alive():
+            print(f"error: tritonserver exited with code {server.process.returncode}:\n{server.log_tail()}", file=sys.stderr)
+            return 1
+        rc = server.stop()
+        print(f"stopped (exit code {rc})")
+        return 0
+    finally:
+        server.stop(5)  # idempotent: also reaps the stubs and shared memory after a crash
+        state_path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

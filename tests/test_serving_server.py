@@ -6,8 +6,13 @@ The server starts once for the module (about 4 s) on free 127.0.0.1 ports and is
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +23,7 @@ from serving.client import ClassifierClient, RequestRejected
 from serving.server import ServerError, TritonServer, start_server
 
 SERVING = Path(__file__).resolve().parent.parent / "serving"
+ROOT = SERVING.parent
 
 
 def _serve(bundle, folder):
@@ -334,3 +340,88 @@ def test_wrong_input_name_or_dtype_is_refused_and_batch_mates_are_answered(layou
         t.join(60)
     assert [results[k] for k in range(8)] == expected and len(refused) == 4 and all("empty text" in m for m in refused)
     assert server.ready()
+
+
+def _launcher(repo: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "serving.server", "--repository", str(repo), "--task", "tiny",
+            "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--timeout", "120", *extra]
+
+
+def _wait_gone(pid: int, seconds: float = 30.0) -> bool:
+    from serving.server import process_start_time
+
+    deadline = time.time() + seconds
+    while process_start_time(pid) is not None and time.time() < deadline:
+        time.sleep(0.2)
+    return process_start_time(pid) is None
+
+
+def test_stop_after_a_killed_server_removes_its_stubs_and_shared_memory(tiny_bundle, tmp_path):
+    """--stop signals the server's process group, not only its pid: python stubs and /dev/shm regions that
+    outlive a SIGKILLed server are removed, and the state file with them."""
+    from serving.server import ServerState, group_members, state_file
+
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_bundle, repo / "tiny")
+    started = subprocess.run(_launcher(repo, "--detach", "--log", str(tmp_path / "s.log")), cwd=ROOT,
+                             capture_output=True, text=True, timeout=180)
+    assert started.returncode == 0, started.stderr
+    state = ServerState.read(state_file((repo / "tiny").resolve()))
+    try:
+        assert state.is_running() and len(group_members(state.pid)) > 1  # the server and its python stubs
+        assert list(Path("/dev/shm").glob(state.shm_prefix + "*"))
+        os.kill(state.pid, signal.SIGKILL)
+        assert _wait_gone(state.pid)
+        stopped = subprocess.run(_launcher(repo, "--stop"), cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert stopped.returncode == 0 and "no longer running" in stopped.stdout, stopped.stderr
+        assert group_members(state.pid) == [] and not list(Path("/dev/shm").glob(state.shm_prefix + "*"))
+        assert not state_file((repo / "tiny").resolve()).exists()
+    finally:
+        from serving.server import reap_group
+
+        reap_group(state.pid, state.shm_prefix)
+
+
+def test_stop_never_signals_a_process_that_is_not_its_server(tiny_bundle, tmp_path):
+    """A state file whose pid now belongs to another program (or was never a server for this bundle) is not
+    obeyed; an unreadable one is one line, exit 2."""
+    from serving.server import ServerState, process_start_time, state_file
+
+    bundle = (tmp_path / "repo" / "tiny")
+    shutil.copytree(tiny_bundle, bundle)
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        path = state_file(bundle.resolve())
+        ServerState(other.pid, process_start_time(other.pid), str(bundle.resolve()), "x_").write(path)
+        out = subprocess.run(_launcher(tmp_path / "repo", "--stop"), cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and other.poll() is None  # the other program lives
+        path.write_text("{not json")
+        out = subprocess.run(_launcher(tmp_path / "repo", "--stop"), cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "unreadable server state" in out.stderr and "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_killed_foreground_launcher_takes_its_server_with_it(tiny_bundle, tmp_path):
+    from serving.server import ServerState, group_members, reap_group, state_file
+
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_bundle, repo / "tiny")
+    launcher = subprocess.Popen(_launcher(repo, "--log", str(tmp_path / "s.log")), cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path = state_file((repo / "tiny").resolve())
+    deadline = time.time() + 180
+    while not path.is_file() and time.time() < deadline and launcher.poll() is None:
+        time.sleep(0.2)
+    state = ServerState.read(path)  # recorded in the foreground too
+    try:
+        launcher.kill()
+        launcher.wait()
+        assert _wait_gone(state.pid, 60), "the server outlived its launcher"
+        out = subprocess.run(_launcher(repo, "--stop"), cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and not path.exists()
+        assert group_members(state.pid) == []
+    finally:
+        reap_group(state.pid, state.shm_prefix)
