@@ -84,6 +84,7 @@ class BundleShape:
     max_seq_len: int
     model_file: str  # inside 1/ of <task>_model: model.onnx, or model.pdmodel (+ model.pdiparams)
     pad_id: int = 0  # the vocabulary's [PAD] id: the python runner re-pads merged requests with it
+    vocab_size: int = 0  # the python runner refuses ids outside it (0: not checked)
     task_type: str = CLASSIFICATION  # one of TASK_TYPES; num_labels = tags (NER) or 2 (MRC: start, end)
     # reading comprehension only (meta.json "reading")
     doc_stride: int = 0
@@ -159,6 +160,9 @@ def model_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
         _param(cfg, "model_file", shape.model_file)
         _param(cfg, "threads", pc.engine_threads)
         _param(cfg, "pad_id", shape.pad_id)
+        # each request is checked against these before it joins a batch (one bad request fails only itself)
+        _param(cfg, "max_seq_len", shape.max_seq_len)
+        _param(cfg, "vocab_size", shape.vocab_size)
     elif pc.backend == "onnxruntime":
         cfg.backend = "onnxruntime"
         cfg.platform = "onnxruntime_onnx"

@@ -44,3 +44,18 @@ def start(folder: Path, args: dict) -> dict[str, str]:
     folder = Path(folder)
     sibling(folder, "bundle_integrity").verify_bundle(folder.parent.parent, allow_bytecode=True)
     return params(args)
+
+
+def refused(pb_utils, message: str):
+    """A response for a request that is wrong as sent: INVALID_ARGUMENT over gRPC, HTTP 400."""
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
+
+
+def failed(pb_utils, what: str, exc: BaseException):
+    """A response for a failure on the server's side: the details (paths, library messages) go to the server
+    log, the client gets what failed and where to look."""
+    import traceback
+
+    pb_utils.Logger.log_error(f"{what} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{what} failed on the server (details in its log)",
+                                                                 pb_utils.TritonError.INTERNAL))

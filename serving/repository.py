@@ -285,6 +285,7 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     reading = meta.get("reading", {}) if task_type == READING_COMPREHENSION else {}
     shape = BundleShape(task=task, num_labels=num_labels, max_seq_len=int(meta["max_seq_len"]),
                         model_file=choice.model_file, pad_id=_pad_id(vocab), task_type=task_type,
+                        vocab_size=sum(1 for _ in open(vocab, encoding="utf-8")),
                         doc_stride=int(reading.get("doc_stride", 0)), max_query_len=int(reading.get("max_query_len", 0)),
                         max_answer_len=int(reading.get("max_answer_len", 0)))
     if names.fused and task_type != CLASSIFICATION:

@@ -425,3 +425,74 @@ def test_a_killed_foreground_launcher_takes_its_server_with_it(tiny_bundle, tmp_
         assert group_members(state.pid) == []
     finally:
         reap_group(state.pid, state.shm_prefix)
+
+
+def test_bad_requests_straight_to_the_model_fail_alone_with_invalid_argument(server):
+    """Requests sent straight to <task>_model are checked one by one before they join a batch: ids outside the
+    vocabulary, token types other than 0/1 and widths over max_seq_len get INVALID_ARGUMENT (HTTP 400) on their
+    own, with no server path in the message, while the requests batched beside them are answered."""
+    import tritonclient.grpc as tg
+    import tritonclient.http as th
+    from tritonclient.utils import InferenceServerException
+
+    vocab = sum(1 for _ in open(server.repository / "tiny_tokenizer" / "1" / "vocab.txt", encoding="utf-8"))
+    good = np.array([[2, 5, 6, 7, 3]], np.int64)
+    bad = {"vocabulary": (np.array([[2, vocab + 5, 3]], np.int64), np.zeros((1, 3), np.int64)),
+           "token types": (np.array([[2, 5, 3]], np.int64), np.full((1, 3), 2, np.int64)),
+           "max_seq_len": (np.full((1, 40), 5, np.int64), np.zeros((1, 40), np.int64))}
+
+    def infer_http(ids, types):
+        c = th.InferenceServerClient(server.http_url)
+        inputs = [th.InferInput("input_ids", list(ids.shape), "INT64"), th.InferInput("token_type_ids", list(types.shape), "INT64")]
+        inputs[0].set_data_from_numpy(ids)
+        inputs[1].set_data_from_numpy(types)
+        try:
+            return c.infer("tiny_model", inputs).as_numpy("logits")
+        finally:
+            c.close()
+
+    solo = infer_http(good, np.zeros_like(good))
+    answers, refusals, lock = [], [], threading.Lock()
+
+    def send_good():
+        for _ in range(6):
+            out = infer_http(good, np.zeros_like(good))
+            with lock:
+                answers.append(out)
+
+    def send_bad(ids, types):
+        for _ in range(6):
+            try:
+                infer_http(ids, types)
+            except InferenceServerException as exc:
+                with lock:
+                    refusals.append(exc)
+
+    threads = [threading.Thread(target=send_good) for _ in range(6)]
+    threads += [threading.Thread(target=send_bad, args=pair) for pair in bad.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(answers) == 36 and all(np.allclose(a, solo, atol=1e-4) for a in answers)
+    assert len(refusals) == 18 and all(e.status() == "400" for e in refusals)
+    messages = " ".join(e.message() for e in refusals)
+    for says in ("vocabulary ids in [0,", "token_type_ids must be 0 or 1", "over this model's max_seq_len"):
+        assert says in messages
+    assert str(server.repository) not in messages and "/tmp" not in messages
+    g = tg.InferenceServerClient(server.grpc_url)
+    inputs = [tg.InferInput("input_ids", [1, 3], "INT64"), tg.InferInput("token_type_ids", [1, 3], "INT64")]
+    inputs[0].set_data_from_numpy(bad["vocabulary"][0])
+    inputs[1].set_data_from_numpy(bad["vocabulary"][1])
+    with pytest.raises(InferenceServerException) as info:
+        g.infer("tiny_model", inputs)
+    assert "INVALID_ARGUMENT" in str(info.value.status())
+    g.close()
+    # A text the tokenizer refuses is the client's error through the ensemble too
+    c = th.InferenceServerClient(server.http_url)
+    text = th.InferInput("text", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[b""]], dtype=object))
+    with pytest.raises(InferenceServerException, match="empty text") as info:
+        c.infer("tiny", [text])
+    assert info.value.status() == "400"
+    c.close()

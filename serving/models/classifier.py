@@ -37,16 +37,16 @@ class TritonPythonModel:
         arrays = [pb_utils.get_input_tensor_by_name(r, "text").as_numpy().reshape(-1) for r in requests]
         texts, spans, errors = self.text_input.gather(arrays, "text", self.max_text_bytes)
         for i, message in errors.items():
-            responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+            responses[i] = model_support.refused(pb_utils, message)
         if not texts:
             return responses
         try:
             ids, types = self.text_input.pad_encodings(self.tok.encode_batch(texts), self.pad_id)
             logits = np.asarray(self.engine({"input_ids": ids, "token_type_ids": types}), dtype=np.float32)
             out = self.labels.outputs(logits, self.top_k)
-        except Exception as exc:  # never let one batch take the instance down
+        except Exception as exc:  # the texts were checked one by one: what fails here is the server's
             for i, _, _ in spans:
-                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"inference failed: {exc}"))
+                responses[i] = model_support.failed(pb_utils, "inference", exc)
             return responses
         for i, start, n in spans:
             responses[i] = pb_utils.InferenceResponse(

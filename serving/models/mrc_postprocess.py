@@ -64,5 +64,5 @@ class TritonPythonModel:
             try:
                 responses.append(self._one(request))
             except Exception as exc:  # one bad request must not fail the others
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"postprocessing failed: {exc}")))
+                responses.append(model_support.failed(pb_utils, "postprocessing", exc))
         return responses

@@ -66,7 +66,7 @@ class TritonPythonModel:
             try:
                 responses.append(self._one(request))
             except self.text_input.BadText as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+                responses.append(model_support.refused(pb_utils, str(exc)))
             except Exception as exc:  # never let one request take the instance down
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"windowing failed: {exc}")))
+                responses.append(model_support.failed(pb_utils, "windowing", exc))
         return responses

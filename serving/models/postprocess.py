@@ -26,8 +26,8 @@ class TritonPythonModel:
         for request in requests:
             logits = pb_utils.get_input_tensor_by_name(request, "logits").as_numpy()
             if logits.shape[-1] != len(self.labels):
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"logits have {logits.shape[-1]} classes, labels.json has {len(self.labels)}")))
+                responses.append(model_support.refused(
+                    pb_utils, f"logits have {logits.shape[-1]} classes, labels.json has {len(self.labels)}"))
                 continue
             out = self.labels.outputs(logits, self.top_k)
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in out.items()]))

@@ -73,14 +73,36 @@ class TritonPythonModel:
     def initialize(self, args):
         params = model_support.start(HERE, args)
         self.pad_id = int(params.get("pad_id", "0"))
+        self.max_seq_len = int(params.get("max_seq_len", "0") or 0)
+        self.vocab_size = int(params.get("vocab_size", "0") or 0)
         self.engine = make_engine(HERE, params, args.get("model_instance_kind") == "GPU")
 
+    def problem(self, ids: np.ndarray, types: np.ndarray) -> str | None:
+        """What is wrong with one request's arrays (None: nothing), checked before it may join a batch."""
+        if ids.ndim != 2 or types.shape != ids.shape or 0 in ids.shape:
+            return f"input_ids {list(ids.shape)} and token_type_ids {list(types.shape)} must be one non-empty [texts, tokens] shape"
+        if self.max_seq_len and ids.shape[1] > self.max_seq_len:
+            return f"{ids.shape[1]} tokens per text is over this model's max_seq_len {self.max_seq_len}"
+        if ids.min() < 0 or (self.vocab_size and ids.max() >= self.vocab_size):
+            return f"input_ids must be vocabulary ids in [0, {self.vocab_size}), got {ids.min()}..{ids.max()}"
+        if types.min() < 0 or types.max() > 1:
+            return f"token_type_ids must be 0 or 1, got {types.min()}..{types.max()}"
+        return None
+
     def execute(self, requests):
-        parts = []
-        for request in requests:
+        responses = [None] * len(requests)
+        parts, rows = [], []
+        for i, request in enumerate(requests):
             ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()
             types = pb_utils.get_input_tensor_by_name(request, "token_type_ids").as_numpy()
-            parts.append((ids, types))
+            problem = self.problem(ids, types)
+            if problem:  # answered alone; its batch mates still run
+                responses[i] = model_support.refused(pb_utils, problem)
+            else:
+                parts.append((ids, types))
+                rows.append(i)
+        if not parts:
+            return responses
         width = max(p[0].shape[1] for p in parts)
         total = sum(p[0].shape[0] for p in parts)
         ids = np.full((total, width), self.pad_id, dtype=np.int64)
@@ -92,13 +114,15 @@ class TritonPythonModel:
             row += len(a)
         try:
             logits = np.asarray(self.engine({"input_ids": ids, "token_type_ids": types}), dtype=np.float32)
-        except Exception as exc:
-            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(f"inference failed: {exc}")) for _ in requests]
-        responses, row = [], 0
-        for a, _ in parts:
+        except Exception as exc:  # every request was checked: what fails here is the server's
+            for i in rows:
+                responses[i] = model_support.failed(pb_utils, "inference", exc)
+            return responses
+        row = 0
+        for i, (a, _) in zip(rows, parts):
             part = logits[row : row + len(a)]
             if part.ndim == 3:  # per-token logits (token classification, reading comprehension): back to this request's width
                 part = np.ascontiguousarray(part[:, : a.shape[1]])
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("logits", part)]))
+            responses[i] = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("logits", part)])
             row += len(a)
         return responses

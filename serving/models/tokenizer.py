@@ -34,12 +34,12 @@ class TritonPythonModel:
         arrays = [pb_utils.get_input_tensor_by_name(r, "text").as_numpy().reshape(-1) for r in requests]
         texts, spans, errors = self.text_input.gather(arrays, "text", self.max_text_bytes)
         for i, message in errors.items():
-            responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+            responses[i] = model_support.refused(pb_utils, message)
         try:
             encodings = self.tok.encode_batch(texts) if texts else []
         except Exception as exc:  # never let one batch take the instance down
             for i, _, _ in spans:
-                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tokenization failed: {exc}"))
+                responses[i] = model_support.failed(pb_utils, "tokenization", exc)
             return responses
         for i, start, n in spans:  # each request padded to its own longest text
             ids, types = self.text_input.pad_encodings(encodings[start : start + n], self.pad_id)
