@@ -314,3 +314,41 @@ def test_bench_refuses_a_task_without_an_export(tmp_path, capsys):
     spec.loader.exec_module(bench)
     assert bench.main(["--task", "tnews", "--runs-dir", str(tmp_path)]) == 2
     assert "no finished export" in capsys.readouterr().err
+
+
+def test_qdq_form_keeps_the_searched_recipe_within_its_target_and_searches_otherwise(tiny_onnx, tmp_path, monkeypatch):
+    """The TensorRT form starts from the ONNX Runtime search's recipe; outside export.qdq_budget_points on the
+    held-out rows each SmoothQuant strength is tried for it, from the same cache (a target change rebuilds nothing)."""
+    import dataclasses
+    import types
+
+    import pipeline.int8.recipe as R
+    from pipeline.cpu import detect
+    from pipeline.int8.select import SearchRows, search_qdq, search_recipe
+    from pipeline.validation.config import ExportConfig
+
+    rows = SearchRows(tiny_onnx["feeds"], tiny_onnx["held"], tiny_onnx["tok"].pad_id)
+    ecfg = ExportConfig(int8_smooth_alphas=[0.5, 0.7], int8_reduce_range=False)
+    cache = tmp_path / "cache"
+    int8 = search_recipe(tiny_onnx["fp32"], tmp_path / "int8.onnx", rows, ecfg, 100.0, detect(), cache,
+                         ranges=tiny_onnx["ranges"], log=lambda m: None)
+    built: list[str] = []
+    real = R.build_qdq
+
+    def counting(*args, **kwargs):
+        built.append(args[3].name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(R, "build_qdq", counting)
+    easy = search_qdq(tiny_onnx["fp32"], tmp_path / "qdq.onnx", rows, ecfg, int8, cache, tiny_onnx["ranges"], log=lambda m: None)
+    assert easy.within_budget and len(easy.candidates) == 1 and built == [easy.chosen.recipe.name]
+    assert easy.chosen.recipe.smooth_alpha == int8.chosen.recipe.smooth_alpha and (tmp_path / "qdq.onnx").is_file()
+    built.clear()
+    unreachable = types.SimpleNamespace(**{**dataclasses.asdict(ecfg), "qdq_budget_points": -100.0})  # config refuses < 0
+    hard = search_qdq(tiny_onnx["fp32"], tmp_path / "qdq.onnx", rows, unreachable,
+                      int8, cache, tiny_onnx["ranges"], log=lambda m: None)
+    names = {c.recipe.name for c in hard.candidates}
+    assert not hard.within_budget and names == {"static-nosq", "static-sq0.5", "static-sq0.7"}
+    assert hard.chosen.drop_points == min(c.drop_points for c in hard.candidates)
+    assert easy.chosen.recipe.name not in built and len(built) == 2  # the first was cached
+    assert all("qdq-" in Path(c.path).name for c in hard.candidates)  # never confused with the ORT form's files

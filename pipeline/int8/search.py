@@ -47,6 +47,7 @@ class SearchResult:
     fp32_metric: float  # the unpruned FP32 baseline's held-out metric, which drops are counted from
     candidates: list[Scored] = field(default_factory=list)
     sensitivity: dict[str, float] = field(default_factory=dict)  # MatMul name -> error share removed when FP32
+    search: "Search | None" = field(default=None, repr=False, compare=False)  # what scored them (reusable)
 
     def as_dict(self) -> dict:
         return {"chosen": self.chosen.as_dict(), "within_budget": self.within_budget,
@@ -73,32 +74,44 @@ def _error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> fl
     return float(np.mean([np.mean((np.asarray(o) - np.asarray(r)) ** 2) for o, r in zip(outputs, reference)]))
 
 
+Build = Callable[..., Path]  # (fp32_path, out_path, ranges, recipe, *, embeddings) -> out_path
+
+
 class Search:
+    """``build`` and ``form`` name the INT8 form searched: ONNX Runtime's (``recipe.build``, form "") or another
+    (the QDQ form); ``reference`` and ``baseline_metric`` reuse another search's FP32 evaluation."""
+
     def __init__(self, fp32_path: Path, ranges: dict[str, ChannelRange], evaluate: Evaluate, work_dir: Path, *,
                  embeddings: bool = True, log: Callable[[str], None] = print, cache_key: str = "",
-                 baseline: Path | None = None, decide: Decide = _argmax):
+                 baseline: Path | None = None, decide: Decide = _argmax, build: Build | None = None, form: str = "",
+                 reference: tuple[float, list[np.ndarray]] | None = None, baseline_metric: float | None = None):
         import hashlib
 
         from pipeline.hashing import file_sha256
 
         self.fp32_path, self.ranges, self.evaluate = Path(fp32_path), ranges, evaluate
         self.work_dir, self.embeddings, self.log, self.decide = Path(work_dir), embeddings, log, decide
+        self.build, self.form = build, form  # build None: recipe.build, looked up when used
         self.work_dir.mkdir(parents=True, exist_ok=True)
         # The source model, the calibration and the held-out slice (cache_key) decide a candidate's score.
         self.key = hashlib.sha256(
-            f"{file_sha256(self.fp32_path)}|{cache_key}|{embeddings}|{FORM_VERSION}".encode()).hexdigest()[:12]
-        self.fp32_metric, self.reference = evaluate(self.fp32_path)
+            f"{file_sha256(self.fp32_path)}|{cache_key}|{embeddings}|{FORM_VERSION}{'|' + form if form else ''}".encode()
+        ).hexdigest()[:12]
+        self.fp32_metric, self.reference = reference if reference is not None else evaluate(self.fp32_path)
         # A pruned source already spent part of the budget: drops count from the unpruned baseline's metric,
         # agreement from the source's own outputs.
-        self.baseline_metric = evaluate(Path(baseline))[0] if baseline else self.fp32_metric
-        self.pruned = baseline is not None
+        if baseline_metric is not None:
+            self.baseline_metric = baseline_metric
+        else:
+            self.baseline_metric = evaluate(Path(baseline))[0] if baseline else self.fp32_metric
+        self.pruned = baseline is not None or (baseline_metric is not None and baseline_metric != self.fp32_metric)
 
     def _cache(self, recipe: Int8Recipe) -> tuple[Path, Path]:
         import hashlib
 
         tag = hashlib.sha256(json.dumps(recipe.as_dict(), sort_keys=True).encode()).hexdigest()[:10]
         # Names carry dots (static-sq0.5): never Path.with_suffix, which would cut them at "sq0".
-        stem = f"{recipe.name}-{tag}-{self.key}"
+        stem = f"{self.form + '-' if self.form else ''}{recipe.name}-{tag}-{self.key}"
         return self.work_dir / f"{stem}.onnx", self.work_dir / f"{stem}.json"
 
     @staticmethod
@@ -116,7 +129,7 @@ class Search:
             drop = 100.0 * (self.baseline_metric - cached["metric"])
             return Scored(recipe, cached["metric"], drop, _agreement(outputs, self.reference, self.decide), str(model)), outputs
         partial = model.with_suffix(".partial.onnx")
-        build(self.fp32_path, partial, self.ranges, recipe, embeddings=self.embeddings)
+        (self.build or build)(self.fp32_path, partial, self.ranges, recipe, embeddings=self.embeddings)
         partial.replace(model)
         metric, outputs = self.evaluate(model)
         scored = Scored(recipe, metric, 100.0 * (self.baseline_metric - metric), _agreement(outputs, self.reference, self.decide), str(model))

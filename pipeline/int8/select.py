@@ -97,4 +97,41 @@ def search_recipe(source: Path, out_path: Path, rows: SearchRows, ecfg, budget_p
         f"({'within' if result.within_budget else 'OUTSIDE'} the {result.budget_points:g} pt budget)")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(result.chosen.path, out_path)
+    result.search = search  # the QDQ search reuses its FP32 evaluation
     return result
+
+
+def search_qdq(source: Path, out_path: Path, rows: SearchRows, ecfg, int8: SearchResult, cache_dir: Path, ranges: dict,
+               log: Callable[[str], None] = print) -> SearchResult:
+    """The TensorRT (QDQ) form's recipe: the ONNX Runtime search's own (its SmoothQuant migration and FP32
+    MatMuls) when that is within ``export.qdq_budget_points`` of FP32 on the held-out slice; otherwise each
+    SmoothQuant strength is tried for it (QDQ has no 7-bit weights: the symmetric int8 activations are what
+    differ), and the best is kept: within the budget, the closest to FP32's decisions; else the smallest drop."""
+    from pipeline.int8.recipe import Int8Recipe, build_qdq
+    from pipeline.int8.search import Search
+
+    def build(src, out, rngs, recipe, *, embeddings=True):
+        return build_qdq(src, out, rngs, recipe, rows.feeds, embeddings=embeddings)
+
+    first = Int8Recipe(int8.chosen.recipe.smooth_alpha, False, int8.chosen.recipe.fp32_matmuls)
+    prior = int8.search
+    search = Search(source, ranges, prior.evaluate, cache_dir, embeddings=ecfg.int8_embeddings, log=log,
+                    cache_key=rows.content_key(), decide=prior.decide, build=build, form="qdq",
+                    reference=(prior.fp32_metric, prior.reference), baseline_metric=prior.baseline_metric)
+    budget = ecfg.qdq_budget_points
+    scored = [search.score(first)[0]]
+    log(f"[int8] QDQ {first.name}: held-out drop {scored[0].drop_points:+.2f} pts, agreement {scored[0].agreement:.4f}")
+    if scored[0].drop_points > budget:
+        for alpha in [None, *ecfg.int8_smooth_alphas]:
+            recipe = Int8Recipe(alpha, False, first.fp32_matmuls)
+            if recipe != first:
+                s = search.score(recipe)[0]
+                scored.append(s)
+                log(f"[int8] QDQ {recipe.name}: held-out drop {s.drop_points:+.2f} pts, agreement {s.agreement:.4f}")
+    ok = [s for s in scored if s.drop_points <= budget]
+    chosen = max(ok, key=lambda s: (s.agreement, -s.drop_points)) if ok else min(scored, key=lambda s: s.drop_points)
+    log(f"[int8] QDQ form: recipe {chosen.recipe.name}, held-out drop {chosen.drop_points:+.2f} pts "
+        f"({'within' if ok else 'OUTSIDE'} the {budget:g} pt target)")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(chosen.path, out_path)
+    return SearchResult(chosen, bool(ok), budget, search.baseline_metric, scored)

@@ -39,7 +39,7 @@ def params(cfg: TaskConfig) -> dict:
             "calibration_batch_size": e.calibration_batch_size, "int8_embeddings": e.int8_embeddings,
             "ort_transformer_optimize": e.ort_transformer_optimize, "max_int8_size_ratio": e.max_int8_size_ratio,
             "batch_independent_int8": e.batch_independent_int8,
-            "int8_search": search_params(cfg),
+            "int8_search": search_params(cfg), "qdq_budget_points": e.qdq_budget_points,
             "max_seq_len": cfg.max_seq_len, "labels": list(cfg.labels), "label_names": list(cfg.label_names),
             **kind_params(cfg)}
 
@@ -166,19 +166,21 @@ def run(ctx):
         int8_search = search_recipe(source, int8, rows, ecfg, cfg.gates.max_accuracy_drop, cpu,
                                     ctx.runs_dir / CACHE_DIR, baseline=fp32_onnx if pruned else None, ranges=ranges,
                                     log=ctx.log)
-        (out / "int8_search.json").write_text(json.dumps({"cpu": cpu.as_dict(), **int8_search.as_dict()}, indent=2))
     else:
         ctx.log(f"[export] INT8 ONNX (dynamic per-channel, per-batch scales) from {'the pruned' if pruned else 'the'} FP32 ONNX")
         int8 = ortb.quantize_int8_dynamic(source, out / "onnx" / "int8.onnx", optimize=ecfg.ort_transformer_optimize,
                                           embeddings=ecfg.int8_embeddings)
     n_calib = sum(len(f["input_ids"]) for f in feeds)
     if int8_search:  # the searched recipe's migration and FP32 MatMuls carry over to the TensorRT form
-        from pipeline.int8.recipe import build_qdq
+        from pipeline.int8.select import search_qdq
 
-        recipe = int8_search.chosen.recipe
-        ctx.log(f"[export] INT8 QDQ ONNX (recipe {recipe.name}, static per-channel, {n_calib} calibration sequences)")
-        qdq = build_qdq(source, out / "onnx" / "int8_qdq.onnx", ranges, recipe,
-                        feeds, embeddings=ecfg.int8_embeddings)
+        ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences): from recipe "
+                f"{int8_search.chosen.recipe.name}, scored on the same held-out rows")
+        qdq_search = search_qdq(source, out / "onnx" / "int8_qdq.onnx", rows, ecfg, int8_search, ctx.runs_dir / CACHE_DIR,
+                                ranges, log=ctx.log)
+        qdq = out / "onnx" / "int8_qdq.onnx"
+        (out / "int8_search.json").write_text(json.dumps({"cpu": cpu.as_dict(), **int8_search.as_dict(),
+                                                          "qdq": qdq_search.as_dict()}, indent=2))
     else:
         ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences)")
         qdq = ortb.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
@@ -216,6 +218,7 @@ def run(ctx):
         "opset": ecfg.opset,
         "cpu": cpu.as_dict(),
         "int8": int8_search.as_dict() if int8_search else {"recipe": "dynamic-per-batch", "batch_independent": False},
+        "int8_qdq": qdq_search.as_dict() if int8_search else {"recipe": "static-minmax"},
     }
     if cfg.type == "reading_comprehension":
         meta["reading"] = {"doc_stride": cfg.reading.doc_stride, "max_query_len": cfg.reading.max_query_len,
@@ -231,7 +234,8 @@ def run(ctx):
                "int8_initializers": stats["int8"].int8_initializers, "selected": selected.get("name"), "pruned": pruned,
                "int8_recipe": int8_search.chosen.recipe.name if int8_search else "dynamic-per-batch"}
     if int8_search:
-        metrics.update(int8_heldout_drop_points=int8_search.chosen.drop_points, int8_within_budget=int8_search.within_budget)
+        metrics.update(int8_heldout_drop_points=int8_search.chosen.drop_points, int8_within_budget=int8_search.within_budget,
+                       qdq_recipe=qdq_search.chosen.recipe.name, qdq_heldout_drop_points=qdq_search.chosen.drop_points)
     gate = None
     if ratio > ecfg.max_int8_size_ratio:
         gate = (f"onnx/int8.onnx is {100 * ratio:.1f}% of onnx/fp32.onnx, above export.max_int8_size_ratio "

@@ -49,6 +49,10 @@ class ExportConfig:
     int8_reduce_range: str | bool = "auto"  # auto: 7-bit weights are also tried on CPUs without VNNI; true | false
     int8_search_sentences: int = 2000
     int8_max_fp32_matmuls: int = 8  # mixed precision: at most this many MatMuls kept in FP32
+    # The TensorRT (QDQ) form starts from the searched recipe; when it is further than this from FP32 on the
+    # held-out slice, the other SmoothQuant strengths are tried for it (a target for that form, not a gate:
+    # it does not ship on CPU).
+    qdq_budget_points: float = 1.0
 
     def __post_init__(self) -> None:
         _number("export.opset", self.opset, minimum=13, integer=True)
@@ -57,6 +61,7 @@ class ExportConfig:
         _number("export.max_int8_size_ratio", self.max_int8_size_ratio, minimum=0.0)
         _number("export.int8_search_sentences", self.int8_search_sentences, minimum=1, integer=True)
         _number("export.int8_max_fp32_matmuls", self.int8_max_fp32_matmuls, minimum=0, integer=True)
+        _number("export.qdq_budget_points", self.qdq_budget_points, minimum=0.0)
         if not isinstance(self.int8_smooth_alphas, list):
             raise ConfigError(f"export.int8_smooth_alphas must be a list of numbers in (0, 1), got {self.int8_smooth_alphas!r}")
         for i, a in enumerate(self.int8_smooth_alphas):
