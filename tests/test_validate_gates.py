@@ -59,6 +59,8 @@ def test_validate_writes_gates_report_and_passes(exported, tmp_path):
     for g in gates["gates"]:
         assert set(g) >= {"threshold", "measured", "passed"}
     metrics = json.loads((out / "metrics.json").read_text())
+    summary = metrics["summary"]
+    assert summary["dev_examples"] > 0 and summary["dev_features"] >= summary["dev_examples"] and summary["model_files_mib"] > 0
     rows = {r["backend"]: r for r in metrics["backends"]}
     assert set(rows) == {"paddle-cpu-fp32", "paddle-cpu-int8", "onnxruntime-cpu-fp32", "onnxruntime-cpu-int8",
                          "onnxruntime-cpu-int8-qdq"}

@@ -181,7 +181,8 @@ def run(ctx):
     summary = {"accuracy": crow["accuracy"], "fp32_accuracy": fp32_accuracy, "accuracy_drop_points": crow["accuracy_drop_points"],
                "sentences_per_s": crow["sentences_per_s"], "throughput_ratio": crow["throughput_ratio"],
                "batch_size": vcfg.throughput_batch_size, "batch1_p99_ms": crow["batch1_p99_ms"],
-               "model_files_mib": model_files_bytes / 2**20,  # chosen model + tokenizer + labels + meta "dev_examples": len(data.dev.examples), "dev_features": len(dev),
+               "model_files_mib": model_files_bytes / 2**20,  # chosen model + tokenizer + labels + meta
+               "dev_examples": len(data.dev.examples), "dev_features": len(dev),
                "metric": kind.metric, "metric_label": kind.metric_label, "metrics": crow["metrics"],
                "dev_batch_size": vcfg.dev_batch_size,  # the smoke test batches requests the same way
                "fp32_metrics": fp32_score.metrics, "cpu": detect_cpu().as_dict(),
