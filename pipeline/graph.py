@@ -91,7 +91,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         name="package",
         description="Triton / FastDeploy model repository with pre- and post-processing, bundle manifest",
-        requires=("export", "validate"),
+        requires=("finetune", "export", "validate"),  # finetune: the source model's hash in bundle.json
         params=package.params,
         inputs=package.inputs,
         run=package.run,

@@ -17,13 +17,14 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 if TYPE_CHECKING:  # annotations only: the graph imports the stages, which import this module
     from pipeline.config import TaskConfig
     from pipeline.graph import Stage
 
 FORMAT_VERSION = 1
+T = TypeVar("T")
 
 
 class StageStatus(str, Enum):
@@ -135,3 +136,7 @@ class StageContext:
         value = rec.artifacts[role]
         p = Path(value)
         return p if p.is_absolute() else self.runs_dir / stage / "out" / p
+
+    def handoff(self, stage: str, record: type[T]) -> T:
+        """What ``stage`` handed on, as its typed record (``pipeline.handoffs``): ``ctx.handoff("export", ExportManifest)``."""
+        return record.read(self.artifact(stage, record.ROLE))

@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.config import load_task_config
     from pipeline.cpu import detect
     from pipeline.data import load_task_data
-    from pipeline.errors import ConfigError
+    from pipeline.errors import ConfigError, ModelError
     from pipeline.evaluation import evaluate_session
+    from pipeline.handoffs import ExportManifest
     from pipeline.int8.recipe import Int8Recipe
     from pipeline.kinds import get_kind
     from pipeline.tokenizer import Tokenizer
@@ -114,23 +115,28 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    meta = json.loads((export_dir / "meta.json").read_text(encoding="utf-8"))
+    try:
+        meta = ExportManifest.read(export_dir / ExportManifest.FILE)
+    except ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     data, kind = load_task_data(cfg), get_kind(cfg)
     tok = Tokenizer.from_model_dir(export_dir / "tokenizer", cfg.max_seq_len)
     dev = kind.featurize(tok, data.dev.examples, cfg)
     cpu = detect()
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     fp32 = export_dir / "onnx" / "fp32.onnx"
-    chosen = (meta.get("int8") or {}).get("chosen") or {}
+    chosen = meta.int8.get("chosen") or {}
     recipe = Int8Recipe(chosen.get("smooth_alpha"), bool(chosen.get("reduce_range", False)))
-    shipped_name = chosen.get("name", (meta.get("int8") or {}).get("recipe", "?"))
-    width = (meta.get("selected_candidate") or {}).get("width_mult", 1.0)
+    shipped_name = chosen.get("name", meta.int8.get("recipe", "?"))
+    qdq_name = (meta.int8_qdq.get("chosen") or {}).get("name")
+    width = meta.selected_candidate.get("width_mult", 1.0)
     models = {"ort-fp32": fp32, "anchor": build_anchor(fp32, work / "anchor.onnx"),
               "anchor-reduce_range": build_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
-              "int8-qdq (TensorRT form)": export_dir / "onnx" / "int8_qdq.onnx",
+              f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": export_dir / "onnx" / "int8_qdq.onnx",
               f"shipped-int8 ({f'w{width:g}, ' if width < 1.0 else ''}{shipped_name})": export_dir / "onnx" / "int8.onnx"}
     models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind,
-                               shipped=(meta.get("selected_candidate") or {}).get("name")))
+                               shipped=meta.selected_candidate.get("name")))
 
     print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
     sessions = {name: ortb.session(path) for name, path in models.items()}
@@ -156,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else runs / "bench.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"task": args.task, "cpu": cpu.as_dict(), "dev_rows": len(dev), "batch_size": args.batch_size,
-                               "rounds": args.rounds, "int8_recipe": meta.get("int8"), "rows": rows,
+                               "rounds": args.rounds, "int8_recipe": meta.int8, "qdq_recipe": meta.int8_qdq, "rows": rows,
                                "rates": timing.rates}, indent=2))
     out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out} and {out.with_suffix('.md')}")

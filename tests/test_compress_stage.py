@@ -195,7 +195,7 @@ def test_selection_rule_and_gate(tmp_path):
     assert select(cands, 0.5, clear).selected.name == "ok"  # the rounds agree: the faster one, even if larger
     none = select(cands[1:2], 0.5)
     assert none.selected is None and "fast-bad" in none.message and "no candidate is within 0.5" in none.message
-    write_table(tmp_path, cands[1:2], none, {"accuracy": 0.9}, 0.5)
+    write_table(tmp_path, cands[1:2], none, 0.9, 0.5)
     assert "no candidate is within" in (tmp_path / "candidates.md").read_text()
     assert json.loads((tmp_path / "candidates.json").read_text())["selected"] is None
 

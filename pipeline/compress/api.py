@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pipeline.compress.arguments import CompressConfig
-from pipeline.compress.candidates import Candidate, Selection, select, selected_json, write_table
+from pipeline.compress.candidates import Candidate, Selection, select, selected_candidate, write_table
 from pipeline.data import Example
 from pipeline.errors import ConfigError, DataError
 from pipeline.tokenizer import Tokenizer
@@ -141,9 +141,9 @@ def compress(
     work = out / ".work"
     cands, timing = build_and_evaluate(args, inp, out, work, log=log, accuracy_fn=accuracy_fn)
     selection = select(cands, args.max_accuracy_drop, timing)
-    write_table(out, cands, selection, {"accuracy": cands[0].accuracy}, args.max_accuracy_drop)
+    write_table(out, cands, selection, cands[0].accuracy, args.max_accuracy_drop)
     if selection.selected is not None:
-        (out / "selected.json").write_text(json.dumps(selected_json(selection.selected), indent=2), encoding="utf-8")
+        (out / "selected.json").write_text(selected_candidate(selection.selected).to_json(), encoding="utf-8")
     shutil.rmtree(work, ignore_errors=True)
     log(f"[compress] {selection.message}")
     return CompressResult(cands, selection, out)

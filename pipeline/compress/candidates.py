@@ -159,11 +159,13 @@ def select(cands: Sequence[Candidate], max_accuracy_drop: float, timing=None) ->
     )
 
 
-def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection, baseline: dict, max_accuracy_drop: float) -> None:
+def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection, baseline_value: float | None,
+                max_accuracy_drop: float, metric: str = "accuracy") -> None:
+    """candidates.json and candidates.md; ``baseline_value`` is finetune-check's ``metric`` (its label: entity F1...)."""
     out_dir = Path(out_dir)
     fp32 = next((c for c in cands if c.name == "fp32"), None)
     payload = {
-        "baseline_accuracy": baseline.get("accuracy"),
+        "baseline_accuracy": baseline_value,
         "max_accuracy_drop_points": max_accuracy_drop,
         "selected": selection.selected.name if selection.selected else None,
         "message": selection.message,
@@ -172,14 +174,13 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
     (out_dir / "candidates.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False), encoding="utf-8")
     base_tp = fp32.throughput if fp32 and fp32.throughput else None
     base_size = fp32.size_bytes if fp32 and fp32.size_bytes else None
-    metric = baseline.get("metric_label", "accuracy")  # entity F1 / F1 for the span kinds
     runtimes = sorted({c.runtime for c in cands})
     where = {"onnxruntime": "ONNX Runtime on CPU (FP32 ONNX per width, INT8 from the recipe search)",
              "paddle": "Paddle Inference on CPU (oneDNN; int8 where quantized)"}
     lines = [
         "# Compression candidates",
         "",
-        f"FP32 baseline (finetune-check): {metric} {baseline.get('accuracy', float('nan')):.4f}; budget: "
+        f"FP32 baseline (finetune-check): {metric} {baseline_value if baseline_value is not None else float('nan'):.4f}; budget: "
         f"at most {max_accuracy_drop:g} points below.  {'; '.join(where[r] for r in runtimes)}.  Throughput: median "
         "of interleaved rounds, dev lengths; x FP32 gives the median and [min-max] of the per-round ratios.",
         "",
@@ -202,19 +203,12 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
     (out_dir / "candidates.md").write_text("\n".join(lines), encoding="utf-8")
 
 
-def selected_json(c: Candidate) -> dict:
-    return {
-        "name": c.name,
-        "width_mult": c.width_mult,
-        "quantization": c.quantization,
-        "embeddings_int8": c.embeddings_int8,
-        "accuracy": c.accuracy,
-        "accuracy_drop_points": c.accuracy_drop_points,
-        "throughput": c.throughput,
-        "size_bytes": c.size_bytes,
-        "settings": c.settings,
-        "runtime": c.runtime,
-    }
+def selected_candidate(c: Candidate) -> "SelectedCandidate":
+    """The hand-off to export (``selected.json``)."""
+    from pipeline.handoffs import SelectedCandidate
+
+    return SelectedCandidate(c.name, c.width_mult, c.quantization, c.embeddings_int8, c.accuracy, c.accuracy_drop_points,
+                             c.throughput, c.size_bytes, c.settings, c.runtime)
 
 
 def _relative(row: dict, root: Path) -> dict:

@@ -56,7 +56,8 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 
 def run(ctx):
     from pipeline.compress.build import CompressInputs, build_and_evaluate, preflight
-    from pipeline.compress.candidates import select, selected_json, write_table
+    from pipeline.compress.candidates import select, selected_candidate, write_table
+    from pipeline.handoffs import Baseline
     from pipeline.cpu import detect as detect_cpu
     from pipeline.int8.select import CACHE_DIR, search_recipe, search_rows
     from pipeline.kinds import get_kind
@@ -67,7 +68,7 @@ def run(ctx):
     kind = get_kind(cfg)
     ccfg = cfg.compress
     model_dir = ctx.artifact("finetune", "model_dir")
-    baseline = json.loads(ctx.artifact("finetune-check", "baseline").read_text(encoding="utf-8"))
+    baseline = ctx.handoff("finetune-check", Baseline)
     data = load_task_data(cfg)
     static = Path(ccfg.input_infer_model_path).expanduser() if ccfg.input_infer_model_path else None
     vocab_dir = static if static is not None and (static / "vocab.txt").is_file() else model_dir
@@ -91,7 +92,7 @@ def run(ctx):
                                ecfg.calibration_sentences, ecfg.int8_search_sentences], sort_keys=True, default=str),
         num_labels=len(data.labels),
         max_seq_len=cfg.max_seq_len,
-        baseline_accuracy=float(baseline["accuracy"]),
+        baseline_accuracy=baseline.value,
     )
     ctx.log(f"[compress] strategy {ccfg.strategy} in {ccfg.runtime}: FP32 baseline {kind.metric_label} {inp.baseline_accuracy:.4f}, "
             f"budget {cfg.gates.max_accuracy_drop:g} points, {len(data.dev.examples)} dev examples ({len(inp.dev)} model inputs)")
@@ -115,7 +116,7 @@ def run(ctx):
                 if not any(c.infer_dir.parent.iterdir()):
                     c.infer_dir.parent.rmdir()
                 c.kept = False
-    write_table(ctx.out_dir, cands, selection, baseline, cfg.gates.max_accuracy_drop)
+    write_table(ctx.out_dir, cands, selection, baseline.value, cfg.gates.max_accuracy_drop, baseline.metric_label)
     ctx.log(f"[compress] {selection.message}")
     fp32 = cands[0]
     metrics = {"candidates": len(cands), "fp32_accuracy": fp32.accuracy, "fp32_throughput": fp32.throughput}
@@ -124,7 +125,7 @@ def run(ctx):
         artifacts["fp32_onnx"] = str(fp32.model_path.relative_to(ctx.out_dir))
     if chosen is None:
         return StageResult(metrics=metrics, artifacts=artifacts, gate_error=selection.message, message=selection.message)
-    (ctx.out_dir / "selected.json").write_text(json.dumps(selected_json(chosen), indent=2, ensure_ascii=False), encoding="utf-8")
+    (ctx.out_dir / "selected.json").write_text(selected_candidate(chosen).to_json(), encoding="utf-8")
     artifacts.update({"selected": "selected.json", "selected_infer_dir": str(chosen.infer_dir.relative_to(ctx.out_dir))})
     if chosen.model_path is not None:  # the FP32 ONNX of the selected width: export builds its INT8 from it
         width_fp32 = next(c for c in cands if c.quantization == "none" and c.width_mult == chosen.width_mult)

@@ -26,6 +26,7 @@ import numpy as np
 
 from pipeline.config import TaskConfig
 from pipeline.errors import ModelError
+from pipeline.handoffs import ExportManifest, SelectedCandidate
 from pipeline.stages.finetune import kind_params
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -48,16 +49,6 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
     from pipeline.stages.finetune import data_inputs
 
     return data_inputs(cfg)  # calibration sentences come from the training split
-
-
-def read_selected(path: Path) -> dict:
-    try:
-        selected = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{path}: cannot read the selected candidate ({exc})") from None
-    if not isinstance(selected, dict) or "name" not in selected:
-        raise ModelError(f"{path}: selected candidate has no 'name'")
-    return selected
 
 
 def copy_static(src: Path, dst: Path) -> Path:
@@ -86,7 +77,7 @@ def write_tokenizer(src_dir: Path, dst: Path) -> bool:
     return bool(cfg.get("do_lower_case", True))
 
 
-def fp32_onnx_files(ctx, selected: dict, fp32_path: Path, opset: int) -> tuple[Path, Path, bool]:
+def fp32_onnx_files(ctx, selected: SelectedCandidate, fp32_path: Path, opset: int) -> tuple[Path, Path, bool]:
     """(the FP32 baseline ONNX, the FP32 ONNX the INT8 forms are built from, whether that one is pruned).
 
     When compress selected in ONNX Runtime it already converted both: they are copied, so the INT8 search
@@ -94,7 +85,7 @@ def fp32_onnx_files(ctx, selected: dict, fp32_path: Path, opset: int) -> tuple[P
     converted here (the pruned one from its dygraph directory)."""
     from pipeline.backends.onnxruntime import export_onnx
 
-    pruned = float(selected.get("width_mult", 1.0)) < 1.0
+    pruned = selected.pruned
     arts = ctx.upstream["compress"].artifacts
     if "fp32_onnx" in arts:
         fp32_path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,8 +132,8 @@ def run(ctx):
     cfg, out = ctx.cfg, ctx.out_dir
     ecfg = cfg.export
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    selected = read_selected(ctx.artifact("compress", "selected"))
-    quantized = selected.get("quantization") in ("ptq", "qat")  # a Paddle int8 program ("ort": ONNX only)
+    selected = ctx.handoff("compress", SelectedCandidate)
+    quantized = selected.paddle_int8
     data = load_task_data(cfg)
     kind = get_kind(cfg)
 
@@ -213,7 +204,7 @@ def run(ctx):
         "num_labels": len(data.labels),
         "labels": list(data.labels),
         "label_names": list(data.label_names),
-        "selected_candidate": selected,
+        "selected_candidate": selected.as_dict(),
         "onnx": {name: s.as_dict() for name, s in stats.items()},
         "opset": ecfg.opset,
         "cpu": cpu.as_dict(),
@@ -225,13 +216,13 @@ def run(ctx):
                            "max_answer_len": cfg.reading.max_answer_len}
     if cfg.type == "token_classification":
         meta["entity_types"] = list(cfg.labels)
-    (out / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
+    (out / ExportManifest.FILE).write_text(ExportManifest.from_dict(meta).to_json(), encoding="utf-8")  # checked as written
     artifacts.update({"onnx_fp32": "onnx/fp32.onnx", "onnx_int8": "onnx/int8.onnx", "onnx_int8_qdq": "onnx/int8_qdq.onnx",
                       "tokenizer_dir": "tokenizer", "labels": "labels.json", "meta": "meta.json"})
     ratio = stats["int8"].file_bytes / stats["fp32"].file_bytes
     metrics = {"onnx_fp32_mb": stats["fp32"].file_bytes / 2**20, "onnx_int8_mb": stats["int8"].file_bytes / 2**20,
                "onnx_int8_qdq_mb": stats["int8_qdq"].file_bytes / 2**20, "int8_size_ratio": ratio,
-               "int8_initializers": stats["int8"].int8_initializers, "selected": selected.get("name"), "pruned": pruned,
+               "int8_initializers": stats["int8"].int8_initializers, "selected": selected.name, "pruned": pruned,
                "int8_recipe": int8_search.chosen.recipe.name if int8_search else "dynamic-per-batch"}
     if int8_search:
         metrics.update(int8_heldout_drop_points=int8_search.chosen.drop_points, int8_within_budget=int8_search.within_budget,

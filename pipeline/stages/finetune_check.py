@@ -7,15 +7,15 @@ wrong or an un-fine-tuned model is caught here, before hours are spent on it.
 
 from __future__ import annotations
 
-import json
 
 from pipeline.config import TaskConfig
 from pipeline.data import load_task_data
+from pipeline.handoffs import Baseline
 from pipeline.modeling import check_head, inspect_model, load_classifier
 from pipeline.stages.finetune import data_inputs, kind_params
 from pipeline.tokenizer import Tokenizer
 
-BASELINE_FILE = "baseline.json"
+BASELINE_FILE = Baseline.FILE
 
 
 def params(cfg: TaskConfig) -> dict:
@@ -52,35 +52,25 @@ def run(ctx):
     model = load_classifier(model_dir, len(data.labels), kind.model_class())
     dev = kind.featurize(tokenizer, data.dev.examples, cfg)
     ev = evaluate_dygraph(model, dev, cfg.finetune.eval_batch_size, desc="finetune-check (FP32 dev)")
-    # "accuracy" holds the task's primary metric (accuracy, entity F1 or reading F1; see "metric") in
-    # every record the later stages and gates read.
-    baseline = {
-        "task": cfg.task,
-        "type": cfg.type,
-        "metric": kind.metric,
-        "metric_label": kind.metric_label,
-        "accuracy": ev.metric,
-        "metrics": ev.score.metrics,
-        "dev_examples": len(data.dev.examples),
-        "dev_features": len(dev),
+    baseline = Baseline(
+        task=cfg.task, type=cfg.type, metric=kind.metric, metric_label=kind.metric_label,
+        value=ev.metric,  # the task's primary metric (accuracy, entity F1 or reading F1; named by metric)
+        metrics=ev.score.metrics, dev_examples=len(data.dev.examples), dev_features=len(dev),
         # rows dropped on purpose while reading (bad spans, overlaps, answers not in the passage, ...)
-        "skipped": {split.name: {"count": split.skipped, **split.skip_reasons} for split in (data.train, data.dev) if split.skipped},
-        "labels": list(data.labels),
-        "model_dir": str(model_dir),
-        "max_seq_len": cfg.max_seq_len,
-    }
+        skipped={split.name: {"count": split.skipped, **split.skip_reasons} for split in (data.train, data.dev) if split.skipped},
+        labels=list(data.labels), model_dir=str(model_dir), max_seq_len=cfg.max_seq_len)
     detail = ""
     if cfg.type == "classification":
         labels = np.array([f.target for f in dev.features], dtype=np.int64)
         pred = ev.flat().argmax(-1)
         majority = float(max((labels == c).mean() for c in range(len(data.labels))))
         recall = [float((pred[labels == c] == c).mean()) if (labels == c).any() else None for c in range(len(data.labels))]
-        baseline.update({"macro_f1": ev.score.metrics["macro_f1"], "majority_class_accuracy": majority,
-                         "per_class_recall": dict(zip(data.labels, recall))})
-        detail = f" (macro-F1 {baseline['macro_f1']:.4f}, majority class {majority:.4f})"
+        baseline.classification = {"macro_f1": ev.score.metrics["macro_f1"], "majority_class_accuracy": majority,
+                                   "per_class_recall": dict(zip(data.labels, recall))}
+        detail = f" (macro-F1 {ev.score.metrics['macro_f1']:.4f}, majority class {majority:.4f})"
     else:
         detail = " (" + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in ev.score.metrics.items()) + ")"
-    (ctx.out_dir / BASELINE_FILE).write_text(json.dumps(baseline, indent=2, ensure_ascii=False), encoding="utf-8")
+    (ctx.out_dir / BASELINE_FILE).write_text(baseline.to_json(), encoding="utf-8")
     np.save(ctx.out_dir / "dev_logits.npy", ev.flat())  # the FP32 reference for later parity checks
     ctx.log(f"[finetune-check] FP32 dev {kind.metric_label} {ev.metric:.4f} on {len(data.dev.examples)} examples{detail}")
     metrics = {"accuracy": ev.metric, "metric": kind.metric, **{k: v for k, v in ev.score.metrics.items()},

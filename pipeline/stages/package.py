@@ -91,80 +91,44 @@ def _artifacts(ctx) -> "object":
                            paddle_fp32=path("paddle_fp32"), paddle_int8=path("paddle_int8"))
 
 
-def _validate_results(ctx) -> tuple[dict, dict]:
-    rec = ctx.upstream.get("validate")
-    out = []
-    for role in ("metrics", "gates"):
-        data = {}
-        if rec is not None and role in rec.artifacts:
-            p = Path(rec.artifacts[role])
-            p = p if p.is_absolute() else ctx.runs_dir / "validate" / "out" / p
-            if p.is_file():
-                data = json.loads(p.read_text(encoding="utf-8"))
-        if not data and rec is not None and role == "metrics":
-            data = dict(rec.metrics)
-        out.append(data)
-    return out[0], out[1]
+def _gates(ctx) -> dict:
+    """validate's gates.json as written (the bundle manifest carries it whole)."""
+    path = ctx.artifact("validate", "gates")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        from pipeline.errors import ModelError
 
-
-# validate's backend names for the exported forms (pipeline/stages/validate.py cpu_backends)
-VALIDATE_BACKENDS = {"onnx_fp32": "onnxruntime-cpu-fp32", "onnx_int8": "onnxruntime-cpu-int8",
-                     "onnx_int8_qdq": "onnxruntime-cpu-int8-qdq", "paddle_fp32": "paddle-cpu-fp32", "paddle_int8": "paddle-cpu-int8"}
-
-
-def preferred_precision(metrics: dict) -> str | None:
-    """int8 / int8_qdq / fp32 from validate's ``chosen_backend`` (e.g. ``onnxruntime-cpu-int8``); None when it did not say."""
-    chosen = str(metrics.get("chosen_backend", "")).lower()
-    if chosen.endswith("int8-qdq"):
-        return "int8_qdq"
-    if "int8" in chosen:
-        return "int8"
-    if "fp32" in chosen:
-        return "fp32"
-    return None
-
-
-def validated_by_form(metrics: dict) -> dict[str, dict]:
-    """form -> {"backend", "metric", "value", "accuracy", <every metric>} from validate's per-backend rows.
-
-    ``value`` (and, for older readers, ``accuracy``) is the task's primary metric named by ``metric``.
-    """
-    rows = {r.get("backend"): r for r in metrics.get("backends", []) if isinstance(r, dict)}
-    out = {}
-    for form, name in VALIDATE_BACKENDS.items():
-        r = rows.get(name)
-        if r is None or not isinstance(r.get("accuracy"), (int, float)):
-            continue
-        out[form] = {**(r.get("metrics") or {}), "backend": name, "metric": r.get("metric", "accuracy"),
-                     "value": r["accuracy"], "accuracy": r["accuracy"]}
-    return out
+        raise ModelError(f"{path}: cannot read validate's gates ({exc}); re-run the validate stage") from None
+    return data if isinstance(data, dict) else {}
 
 
 def run(ctx):
     from pipeline.env import versions
     from pipeline.errors import ModelError
-    from pipeline.records import StageResult, read_record
+    from pipeline.handoffs import ExportManifest, Validation
+    from pipeline.records import StageResult
     from pipeline.stages.finetune import data_inputs
     from pipeline.hashing import file_sha256, json_sha256
     from serving.repository import BundleTooLarge, PackageError, Provenance, write_repository
 
     cfg = ctx.cfg
     exported = _artifacts(ctx)
-    metrics, gates = _validate_results(ctx)
-    finetune = read_record(ctx.runs_dir / "finetune")
+    validation = ctx.handoff("validate", Validation)
+    finetune = ctx.upstream.get("finetune")
     prov = Provenance(
         source_model_sha256=json_sha256(finetune.outputs) if finetune else "",
         data_fingerprint=json_sha256(data_inputs(cfg)),
-        selected_candidate=json.loads(exported.meta.read_text(encoding="utf-8")).get("selected_candidate", {}),
-        metrics=metrics,
-        gates=gates,
+        selected_candidate=ctx.handoff("export", ExportManifest).selected_candidate,
+        metrics=validation.data,
+        gates=_gates(ctx),
         versions=versions(),
         description=cfg.description,
-        validated=validated_by_form(metrics),
+        validated=validation.by_form(),
     )
     repo = repository_dir(cfg)
     try:
-        info = write_repository(repo, cfg.task, exported, cfg.package, prov, preferred_precision(metrics), cfg.gates.max_bundle_mb,
+        info = write_repository(repo, cfg.task, exported, cfg.package, prov, validation.chosen_precision, cfg.gates.max_bundle_mb,
                                 deploy=cfg.deploy)
     except BundleTooLarge as exc:  # checked before the swap: the previous bundle stays in place
         return StageResult(gate_error=f"{exc} (gates.max_bundle_mb)", message=str(exc))

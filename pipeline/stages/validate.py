@@ -15,7 +15,7 @@ from typing import Callable
 
 from pipeline.config import TaskConfig
 
-METRICS_FILE = "metrics.json"
+METRICS_FILE = "metrics.json"  # pipeline.handoffs.Validation reads it
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,7 @@ def choose_backend(rows: list[dict], requested: str, max_drop: float) -> str:
 def run(ctx):
     from pipeline.data import load_task_data
     from pipeline.evaluation import evaluate_session
+    from pipeline.handoffs import ExportManifest
     from pipeline.kinds import get_kind
     from pipeline.records import StageResult
     from pipeline.tokenizer import Tokenizer
@@ -112,7 +113,7 @@ def run(ctx):
     for name in ("max_accuracy_drop", "min_throughput_ratio"):
         G.threshold(name, getattr(gcfg, name))
     export_dir = ctx.artifact("export", "meta").parent
-    meta = json.loads((export_dir / "meta.json").read_text(encoding="utf-8"))
+    meta = ctx.handoff("export", ExportManifest)
     data = load_task_data(cfg)
     kind = get_kind(cfg)
     tokenizer = Tokenizer.from_model_dir(export_dir / "tokenizer", cfg.max_seq_len)
@@ -187,7 +188,7 @@ def run(ctx):
                "dev_batch_size": vcfg.dev_batch_size,  # the smoke test batches requests the same way
                "fp32_metrics": fp32_score.metrics, "cpu": detect_cpu().as_dict(),
                "throughput_ratio_range": crow.get("throughput_ratio_range"),
-               "int8_recipe": (meta.get("int8") or {}).get("chosen", meta.get("int8"))}
+               "int8_recipe": meta.int8_recipe}
     report = G.GateReport(cfg.task, chosen, gate_list, summary)
     report.write(out)
     sizes = {p.relative_to(export_dir).as_posix(): path_bytes(p) for p in
@@ -196,11 +197,11 @@ def run(ctx):
     metrics_doc = {"format_version": G.FORMAT_VERSION, "kind": "ernie-bundle-metrics", "task": cfg.task,
                    "chosen_backend": chosen, "summary": summary, "backends": rows, "skipped": skipped,
                    "benchmarks": {k: b.as_dict() for k, b in benches.items()}, "sizes": sizes,
-                   "selected_candidate": meta.get("selected_candidate", {})}
+                   "selected_candidate": meta.selected_candidate}
     (out / METRICS_FILE).write_text(json.dumps(metrics_doc, indent=2, ensure_ascii=False), encoding="utf-8")
     plot_accuracy_vs_throughput(rows, out / PLOT_FILE, fp32_accuracy, vcfg.throughput_batch_size, kind.metric_label)
     write_report(out, task=cfg.task, gates=gate_list, rows=rows, skipped=skipped, grid=grids, sizes=sizes,
-                 selected=meta.get("selected_candidate", {}), chosen=chosen, fp32_accuracy=fp32_accuracy,
+                 selected=meta.selected_candidate, chosen=chosen, fp32_accuracy=fp32_accuracy,
                  batch_size=vcfg.throughput_batch_size, metric_label=kind.metric_label)
     for name, reason in skipped.items():
         ctx.log(f"[validate] {name}: skipped: {reason}")
