@@ -186,13 +186,6 @@ class MeasuredForm:
     throughput_ratio: float | None
 
 
-# validate's backend names for the exported forms: the one place both stages take them from
-BACKEND_FORMS = {"onnxruntime-cpu-fp32": "onnx_fp32", "onnxruntime-cpu-int8": "onnx_int8",
-                 "onnxruntime-cpu-int8-qdq": "onnx_int8_qdq", "paddle-cpu-fp32": "paddle_fp32", "paddle-cpu-int8": "paddle_int8"}
-FORM_PRECISIONS = {"onnx_fp32": "fp32", "paddle_fp32": "fp32", "onnx_int8": "int8", "paddle_int8": "int8",
-                   "onnx_int8_qdq": "int8_qdq"}
-
-
 @dataclass
 class Validation:
     """validate's ``metrics.json``: every backend's dev metric and speed, the chosen one, the gate summary."""
@@ -207,11 +200,16 @@ class Validation:
 
     @property
     def chosen_form(self) -> str | None:
-        return BACKEND_FORMS.get(self.chosen_backend)
+        from pipeline.backends.registry import by_name
+
+        runtime = by_name(self.chosen_backend)
+        return runtime.form if runtime else None
 
     @property
     def chosen_precision(self) -> str | None:
         """int8 / int8_qdq / fp32: the form validate chose (None when it chose none we export)."""
+        from pipeline.backends.registry import FORM_PRECISIONS
+
         return FORM_PRECISIONS.get(self.chosen_form) if self.chosen_form else None
 
     def by_form(self) -> dict[str, dict]:
@@ -221,13 +219,17 @@ class Validation:
 
     @classmethod
     def from_dict(cls, d: dict, path: Path | str = "metrics.json") -> "Validation":
+        """``forms``: the CPU measurement of each exported model (what a CPU bundle serves; GPU rows stay in ``data``)."""
+        from pipeline.backends.registry import by_name
+
         forms = {}
         for r in d.get("backends") or []:
-            if not isinstance(r, dict) or r.get("backend") not in BACKEND_FORMS:
+            runtime = by_name(r.get("backend")) if isinstance(r, dict) else None
+            if runtime is None or runtime.device != "cpu":
                 continue
             if isinstance(r.get("accuracy"), bool) or not isinstance(r.get("accuracy"), (int, float)):
                 continue  # a backend that could not run has no dev metric
-            form = BACKEND_FORMS[r["backend"]]
+            form = runtime.form
             forms[form] = MeasuredForm(r["backend"], form, str(r.get("runtime", "")), str(r.get("precision", "")),
                                        str(r.get("metric", "accuracy")), float(r["accuracy"]), dict(r.get("metrics") or {}),
                                        r.get("throughput_ratio"))

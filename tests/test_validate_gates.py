@@ -195,3 +195,57 @@ def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_pa
     ner = BundleShape(task="ner", num_labels=5, max_seq_len=32, model_file="model.onnx", task_type="token_classification")
     with pytest.raises(ConfigError, match="package.layout: fused is for classification bundles"):
         all_configs(ner, dataclasses.replace(PackageConfig(), layout="fused"))
+
+
+def test_a_gpu_runtime_that_can_run_is_measured_not_skipped(exported, tmp_path, monkeypatch):
+    """validate measures every registry runtime that can run here; a GPU one (simulated: ONNX Runtime on the CPU
+    under a GPU runtime's entry) gets its parity, throughput and ratio rows, is never listed as skipped, and is not
+    chosen for a CPU bundle."""
+    import dataclasses
+
+    from pipeline.backends import registry
+    from pipeline.backends.onnxruntime import session
+
+    opened = []
+
+    def open_fake(path, opts):
+        opened.append((Path(path).name, opts.max_seq_len, len(opts.seq_lens)))
+        s = session(path, precision="fp32", threads=1)
+        s.name = "ort-tensorrt"
+        return s
+
+    real = registry.by_name("ort-tensorrt")
+    fake = dataclasses.replace(real, open=open_fake, available=lambda: None)
+    monkeypatch.setattr(registry, "RUNTIMES", tuple(fake if r.name == "ort-tensorrt" else r for r in registry.RUNTIMES))
+    out = tmp_path / "out"
+    result = run_validate(exported, out)
+    metrics = json.loads((out / "metrics.json").read_text())
+    rows = {r["backend"]: r for r in metrics["backends"]}
+    gpu = rows["ort-tensorrt"]
+    assert gpu["device"] == "gpu" and gpu["form"] == "onnx_int8_qdq" and gpu["precision"] == "int8"
+    assert gpu["argmax_agreement"] >= 0.9 and gpu["sentences_per_s"] > 0 and gpu["throughput_ratio"] > 0
+    assert opened and all(name == "int8_qdq.onnx" and max_len == exported["cfg"].max_seq_len and n > 0
+                          for name, max_len, n in opened)  # the QDQ model, with the dev lengths for TRT's profile
+    assert "ort-tensorrt" not in metrics["skipped"] and set(metrics["skipped"]) == {"paddle-trt-fp16", "paddle-trt-int8", "ort-cuda"}
+    assert rows[result.metrics["chosen_backend"]]["device"] == "cpu"  # a CPU bundle ships a CPU measurement
+    # The package stage reads the same table: the measured GPU row never stands in for a CPU form.
+    from pipeline.handoffs import Validation
+
+    v = Validation.read(out / "metrics.json")
+    assert v.forms["onnx_int8_qdq"].backend == "onnxruntime-cpu-int8-qdq"
+
+
+def test_registry_plan_says_why_a_runtime_is_not_measured(tmp_path, monkeypatch):
+    import dataclasses
+
+    from pipeline.backends import registry
+
+    (tmp_path / "onnx").mkdir()
+    (tmp_path / "onnx" / "fp32.onnx").write_bytes(b"x")
+    (tmp_path / "paddle_fp32").mkdir()
+    runtimes = tuple(dataclasses.replace(r, available=lambda: None) if r.name == "paddle-trt-int8" else r for r in registry.RUNTIMES)
+    monkeypatch.setattr(registry, "RUNTIMES", runtimes)
+    run, skipped = registry.plan(tmp_path)
+    assert [r.name for r in run] == ["onnxruntime-cpu-fp32", "paddle-cpu-fp32"]  # what was exported and can run
+    assert skipped["paddle-trt-int8"] == "the export has no paddle_int8 model"
+    assert "no CUDAExecutionProvider" in skipped["ort-cuda"] and "onnxruntime-cpu-int8" not in skipped

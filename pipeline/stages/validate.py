@@ -1,31 +1,19 @@
 """Stage ``validate``: parity against the FP32 dygraph reference, benchmarks per backend, gates.
 
-Every backend runs the full dev set (accuracy, argmax agreement, logit differences vs finetune-check's
+Every runtime of ``pipeline.backends.registry`` that can run here (GPU ones whenever a GPU with their libraries
+is present) runs the full dev set (accuracy, argmax agreement, logit differences vs finetune-check's
 ``dev_logits.npy``) and the benchmark grid; the FP32 model of each runtime is measured in the same run,
-so throughput is also a ratio.  GPU backends that cannot run here are recorded ``skipped: <reason>``.
+so throughput is also a ratio.  Runtimes that cannot run here are recorded ``skipped: <reason>``.
 Writes gates.json, metrics.json, report.md and accuracy_vs_throughput.png.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
 
 from pipeline.config import TaskConfig
 
 METRICS_FILE = "metrics.json"  # pipeline.handoffs.Validation reads it
-
-
-@dataclass(frozen=True)
-class BackendSpec:
-    name: str
-    runtime: str  # "paddle" or "onnxruntime": the FP32 of the same runtime is the ratio's base
-    precision: str
-    model_path: Path
-    make: Callable[[], object]
-    quantized: bool
 
 
 def params(cfg: TaskConfig) -> dict:
@@ -33,51 +21,15 @@ def params(cfg: TaskConfig) -> dict:
     return {"validate": {k: getattr(v, k) for k in v.__dataclass_fields__},
             "gates": {"max_accuracy_drop": g.max_accuracy_drop, "min_throughput_ratio": g.min_throughput_ratio,
                       "max_p99_latency_ms": g.max_p99_latency_ms},
-            "max_seq_len": cfg.max_seq_len}
+            "max_seq_len": cfg.max_seq_len,
+            # the backend is chosen among those on the bundle's device (named only for GPU: CPU keys stay as they were)
+            **({"package_kind": cfg.package.kind} if cfg.package.kind != "CPU" else {})}
 
 
 def inputs(cfg: TaskConfig) -> dict[str, str]:
     from pipeline.stages.finetune import data_inputs
 
     return data_inputs(cfg)
-
-
-def cpu_backends(export_dir: Path, threads: int | None) -> list[BackendSpec]:
-    from pipeline.backends import onnxruntime as ortb
-    from pipeline.backends import paddle_inference as pib
-
-    # ONNX Runtime first: once Paddle (MKL/oneDNN, Intel OpenMP) has run in the process, its spin-waiting
-    # OpenMP threads slowed the ORT int8 session measured after it from 2.7x to 1.7x FP32 (measured);
-    # ORT's own thread pool leaves nothing behind that slows Paddle.
-    specs = []
-    for name, file, prec, q in (("onnxruntime-cpu-fp32", "fp32.onnx", "fp32", False),
-                                ("onnxruntime-cpu-int8", "int8.onnx", "int8", True),
-                                ("onnxruntime-cpu-int8-qdq", "int8_qdq.onnx", "int8", True)):
-        path = export_dir / "onnx" / file
-        specs.append(BackendSpec(name, "onnxruntime", prec, path,
-                                 lambda path=path, prec=prec, name=name: _named(ortb.session(path, precision=prec, threads=threads), name), q))
-    specs.append(BackendSpec("paddle-cpu-fp32", "paddle", "fp32", export_dir / "paddle_fp32",
-                             lambda: pib.session(export_dir / "paddle_fp32", precision="fp32", threads=threads), False))
-    if (export_dir / "paddle_int8").is_dir():
-        specs.append(BackendSpec("paddle-cpu-int8", "paddle", "int8", export_dir / "paddle_int8",
-                                 lambda: pib.session(export_dir / "paddle_int8", precision="int8", threads=threads), True))
-    return specs
-
-
-def _named(session, name: str):
-    session.name = name
-    return session
-
-
-def gpu_skips() -> dict[str, str]:
-    from pipeline.backends.tensorrt import GPU_BACKENDS, availability
-
-    out = {}
-    for kind in GPU_BACKENDS:
-        reason = availability(kind)
-        if reason:
-            out[kind] = reason
-    return out
 
 
 def choose_backend(rows: list[dict], requested: str, max_drop: float) -> str:
@@ -95,6 +47,7 @@ def choose_backend(rows: list[dict], requested: str, max_drop: float) -> str:
 
 
 def run(ctx):
+    from pipeline.backends.registry import RunOptions, by_name, plan
     from pipeline.data import load_task_data
     from pipeline.evaluation import evaluate_session
     from pipeline.handoffs import ExportManifest
@@ -125,26 +78,30 @@ def run(ctx):
     settings = BenchmarkSettings(list(vcfg.batch_sizes), list(vcfg.seq_lens), vcfg.warmup, vcfg.repeats,
                                  vcfg.throughput_batch_size, vcfg.dev_benchmark_limit)
 
-    # ONNX Runtime's forms are also timed in interleaved rounds (paired ratios to ORT FP32; median and spread):
+    # Every runtime of the registry that can run here is measured, GPU ones included; the rest are skipped with why.
+    runtimes, skipped = plan(export_dir)
+    opts = RunOptions(threads, dev.lengths(), cfg.max_seq_len)
+    make = {rt.name: (lambda rt=rt: rt.open(rt.artifact(export_dir), opts)) for rt in runtimes}
+    # ONNX Runtime's CPU forms are also timed in interleaved rounds (paired ratios to ORT FP32; median and spread):
     # one sample per backend decided selections before, and the same form measured 0.95x and 1.31x in two runs.
-    # Before any Paddle backend runs (its OpenMP threads slow ORT down).
-    ort_specs = [s for s in cpu_backends(export_dir, threads) if s.runtime == "onnxruntime"]
+    # Before any Paddle backend runs (its OpenMP threads slow ORT down; the registry lists ORT first).
     timed = dev.subset(range(min(vcfg.dev_benchmark_limit or len(dev), len(dev))))
-    paired = interleaved_throughput({s.name: s.make() for s in ort_specs}, timed, vcfg.throughput_batch_size,
-                                    rounds=vcfg.repeats, max_batches=32, warmup=vcfg.warmup)
+    paired = interleaved_throughput({rt.name: make[rt.name]() for rt in runtimes if rt.runtime == "onnxruntime" and rt.device == "cpu"},
+                                    timed, vcfg.throughput_batch_size, rounds=vcfg.repeats, max_batches=32, warmup=vcfg.warmup)
     rows, grids, benches = [], {}, {}
-    for spec in cpu_backends(export_dir, threads):
-        ctx.log(f"[validate] {spec.name}: parity on {len(data.dev.examples)} dev examples, then benchmark")
-        bench = benchmark_backend(spec.name, spec.make, tokenizer.vocab_size, dev, settings, spec.model_path)
-        session = spec.make()
-        ev = evaluate_session(session, dev, vcfg.dev_batch_size, desc=f"parity {spec.name}")
+    for rt in runtimes:
+        ctx.log(f"[validate] {rt.name} ({rt.device}): parity on {len(data.dev.examples)} dev examples, then benchmark")
+        bench = benchmark_backend(rt.name, make[rt.name], tokenizer.vocab_size, dev, settings, rt.artifact(export_dir))
+        session = make[rt.name]()
+        ev = evaluate_session(session, dev, vcfg.dev_batch_size, desc=f"parity {rt.name}")
         del session
-        par = compare_outputs(spec.name, ev, reference, dev)
-        benches[spec.name] = bench
-        grids[spec.name] = [c.__dict__ for c in bench.grid]
+        par = compare_outputs(rt.name, ev, reference, dev)
+        benches[rt.name] = bench
+        grids[rt.name] = [c.__dict__ for c in bench.grid]
         b1 = [c for c in bench.grid if c.batch_size == 1 and c.seq_len <= cfg.max_seq_len] or \
              [c for c in bench.grid if c.batch_size == 1]
-        rows.append({**par.as_dict(), "metric": kind.metric, "metrics": ev.score.metrics, "runtime": spec.runtime, "precision": spec.precision, "quantized": spec.quantized,
+        rows.append({**par.as_dict(), "metric": kind.metric, "metrics": ev.score.metrics, "runtime": rt.runtime,
+                     "device": rt.device, "form": rt.form, "precision": rt.precision, "quantized": rt.quantized,
                      "sentences_per_s": bench.dev.sentences_per_s if bench.dev else None,
                      "latency_ms_p50": bench.dev.latency_ms_p50 if bench.dev else None,
                      "latency_ms_p95": bench.dev.latency_ms_p95 if bench.dev else None,
@@ -152,9 +109,11 @@ def run(ctx):
                      "batch1_p99_ms": max(b1, key=lambda c: c.seq_len).latency_ms_p99 if b1 else None,
                      "dev_batch1_p99_ms": bench.dev_batch1.latency_ms_p99 if bench.dev_batch1 else None,
                      "peak_rss_mb": bench.peak_rss_mb, "model_mb": bench.model_bytes / 2**20})
-    base = {r["runtime"]: r for r in rows if r["precision"] == "fp32"}
+    # The ratio's base: FP32 of the same runtime on the same device, else on the CPU (a GPU runtime's speed-up
+    # over what the CPU bundle would serve).
+    base = {(r["runtime"], r["device"]): r for r in rows if r["precision"] == "fp32"}
     for r in rows:
-        b = base.get(r["runtime"])
+        b = base.get((r["runtime"], r["device"])) or base.get((r["runtime"], "cpu"))
         r["throughput_ratio"] = ratio(r["sentences_per_s"], b["sentences_per_s"] if b else None)
         if r["backend"] in paired.rates and b and b["backend"] in paired.rates:
             med, lo, hi = paired.ratio(r["backend"], b["backend"])
@@ -163,8 +122,8 @@ def run(ctx):
         bb = benches.get(b["backend"]) if b else None
         r["grid_ratios"] = {f"b{c.batch_size}_s{c.seq_len}": ratio(c.sentences_per_s, bb.cell(c.batch_size, c.seq_len).sentences_per_s)
                             for c in benches[r["backend"]].grid if bb and bb.cell(c.batch_size, c.seq_len)}
-    skipped = gpu_skips()
-    chosen = choose_backend(rows, vcfg.chosen_backend, gcfg.max_accuracy_drop)
+    device = "gpu" if cfg.package.kind == "GPU" else "cpu"  # chosen among what the bundle will run on
+    chosen = choose_backend([r for r in rows if r["device"] == device] or rows, vcfg.chosen_backend, gcfg.max_accuracy_drop)
     crow = next(r for r in rows if r["backend"] == chosen)
 
     gate_list = [
@@ -177,7 +136,7 @@ def run(ctx):
         gate_list.append(G.check("max_p99_latency_ms", gcfg.max_p99_latency_ms, crow["batch1_p99_ms"], kind="max",
                                  unit=" ms", detail=f"{chosen}, batch 1"))
     # Reported, not gated: gates.max_bundle_mb is the whole served bundle, which only the package stage sees.
-    model_files_bytes = path_bytes(Path(next(s.model_path for s in cpu_backends(export_dir, threads) if s.name == chosen))) + \
+    model_files_bytes = path_bytes(by_name(chosen).artifact(export_dir)) + \
         path_bytes(export_dir / "tokenizer") + path_bytes(export_dir / "labels.json") + path_bytes(export_dir / "meta.json")
     summary = {"accuracy": crow["accuracy"], "fp32_accuracy": fp32_accuracy, "accuracy_drop_points": crow["accuracy_drop_points"],
                "sentences_per_s": crow["sentences_per_s"], "throughput_ratio": crow["throughput_ratio"],

@@ -1,0 +1,145 @@
+"""Every runtime the pipeline can measure and a bundle can ship, in one table: validate measures each one that
+can run here (GPU runtimes included, whenever a GPU with their libraries is present) and records the others as
+``skipped: <why>``; the package stage reads which exported model a measured name ran from the same table.
+
+One module per runtime holds its sessions (``onnxruntime``, ``paddle_inference``, ``tensorrt``); this module only
+names them.  Every session has the shape of :class:`Session`.  Tests add a runtime to ``RUNTIMES`` to exercise
+the GPU path where there is no GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+# The export stage's model files by artifact role (what a runtime runs).
+EXPORT_FILES = {"onnx_fp32": "onnx/fp32.onnx", "onnx_int8": "onnx/int8.onnx", "onnx_int8_qdq": "onnx/int8_qdq.onnx",
+                "paddle_fp32": "paddle_fp32", "paddle_int8": "paddle_int8"}
+# What the package stage ships for a form (serving.repository.choose_model's precision names).
+FORM_PRECISIONS = {"onnx_fp32": "fp32", "paddle_fp32": "fp32", "onnx_int8": "int8", "paddle_int8": "int8",
+                   "onnx_int8_qdq": "int8_qdq"}
+
+
+class Session(Protocol):
+    """What every runtime's session offers: a name, and logits for a padded batch."""
+
+    name: str
+
+    def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    threads: int | None = None  # CPU threads (None: the runtime's default)
+    seq_lens: np.ndarray | None = None  # dev token lengths: TensorRT's dynamic-shape profile
+    max_seq_len: int = 512
+
+
+@dataclass(frozen=True)
+class Runtime:
+    name: str  # validate's backend name (report rows, bundle.json)
+    runtime: str  # onnxruntime | paddle: ratios are to the FP32 of the same runtime (and device, when measured)
+    device: str  # cpu | gpu
+    precision: str  # fp32 | fp16 | int8: how it computes
+    form: str  # the exported model it runs (EXPORT_FILES key)
+    open: Callable[[Path, RunOptions], Session]
+    available: Callable[[], str | None] = lambda: None  # None: can run here; otherwise why not
+
+    @property
+    def quantized(self) -> bool:
+        return self.precision == "int8"
+
+    def artifact(self, export_dir: Path) -> Path:
+        return Path(export_dir) / EXPORT_FILES[self.form]
+
+
+def _named(session, name: str):
+    session.name = name
+    return session
+
+
+def _ort_cpu(precision: str, name: str):
+    def open_(path: Path, opts: RunOptions):
+        from pipeline.backends import onnxruntime as ortb
+
+        return _named(ortb.session(path, precision=precision, threads=opts.threads), name)
+    return open_
+
+
+def _paddle_cpu(precision: str):
+    def open_(path: Path, opts: RunOptions):
+        from pipeline.backends import paddle_inference as pib
+
+        return pib.session(path, precision=precision, threads=opts.threads)
+    return open_
+
+
+def _shapes(opts: RunOptions):
+    from pipeline.backends.tensorrt import ShapeRange
+
+    return ShapeRange.from_lengths(opts.seq_lens if opts.seq_lens is not None else np.array([]), opts.max_seq_len)
+
+
+def _paddle_trt(precision: str):
+    def open_(path: Path, opts: RunOptions):
+        from pipeline.backends.tensorrt import PaddleTRTSession
+
+        return PaddleTRTSession(path, precision, _shapes(opts))
+    return open_
+
+
+def _ort_gpu(provider: str, int8: bool):
+    def open_(path: Path, opts: RunOptions):
+        from pipeline.backends.tensorrt import ort_gpu_session
+
+        return ort_gpu_session(path, provider, _shapes(opts), fp16=provider == "tensorrt", int8=int8)
+    return open_
+
+
+def _gpu_reason(kind: str) -> Callable[[], str | None]:
+    def reason():
+        from pipeline.backends.tensorrt import availability
+
+        return availability(kind)
+    return reason
+
+
+# ONNX Runtime first: once Paddle (MKL/oneDNN, Intel OpenMP) has run in the process, its spin-waiting OpenMP
+# threads slowed the ORT int8 session measured after it from 2.7x to 1.7x FP32 (measured).
+RUNTIMES: tuple[Runtime, ...] = (
+    Runtime("onnxruntime-cpu-fp32", "onnxruntime", "cpu", "fp32", "onnx_fp32", _ort_cpu("fp32", "onnxruntime-cpu-fp32")),
+    Runtime("onnxruntime-cpu-int8", "onnxruntime", "cpu", "int8", "onnx_int8", _ort_cpu("int8", "onnxruntime-cpu-int8")),
+    Runtime("onnxruntime-cpu-int8-qdq", "onnxruntime", "cpu", "int8", "onnx_int8_qdq",
+            _ort_cpu("int8", "onnxruntime-cpu-int8-qdq")),
+    Runtime("paddle-cpu-fp32", "paddle", "cpu", "fp32", "paddle_fp32", _paddle_cpu("fp32")),
+    Runtime("paddle-cpu-int8", "paddle", "cpu", "int8", "paddle_int8", _paddle_cpu("int8")),
+    Runtime("ort-cuda", "onnxruntime", "gpu", "fp32", "onnx_fp32", _ort_gpu("cuda", False), _gpu_reason("ort-cuda")),
+    Runtime("ort-tensorrt", "onnxruntime", "gpu", "int8", "onnx_int8_qdq", _ort_gpu("tensorrt", True),
+            _gpu_reason("ort-tensorrt")),
+    Runtime("paddle-trt-fp16", "paddle", "gpu", "fp16", "paddle_fp32", _paddle_trt("fp16"), _gpu_reason("paddle-trt-fp16")),
+    Runtime("paddle-trt-int8", "paddle", "gpu", "int8", "paddle_int8", _paddle_trt("int8"), _gpu_reason("paddle-trt-int8")),
+)
+
+
+def by_name(name: str) -> Runtime | None:
+    return next((r for r in RUNTIMES if r.name == name), None)
+
+
+def plan(export_dir: Path) -> tuple[list[Runtime], dict[str, str]]:
+    """(the runtimes to measure on this export here, {name: why not} for the others whose model was exported or
+    whose device is missing).  A CPU runtime whose optional model was not exported (paddle_int8 without PTQ) is
+    simply not part of this bundle."""
+    run, skipped = [], {}
+    for rt in RUNTIMES:
+        reason = rt.available()
+        if reason:
+            skipped[rt.name] = reason
+        elif not rt.artifact(export_dir).exists():
+            if rt.device != "cpu":
+                skipped[rt.name] = f"the export has no {rt.form} model"
+        else:
+            run.append(rt)
+    return run, skipped
