@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from pipeline.compress.arguments import CompressConfig
+from pipeline.config_checks import number, one_of
 from pipeline.errors import ConfigError
 from pipeline.validation.config import ExportConfig, ValidateConfig
 from serving.config import DeployConfig, PackageConfig
@@ -47,8 +48,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         if not self.text_a:
             raise ConfigError("data.text_a: a text field is required")
-        if self.format not in DATA_FORMATS:
-            raise ConfigError(f"data.format: {self.format!r} is not one of {', '.join(DATA_FORMATS)}")
+        one_of("data.format", self.format, DATA_FORMATS)
 
 
 DATA_FORMATS = ("clue", "cluener", "msra_bio", "squad")
@@ -73,14 +73,12 @@ class ReadingConfig:
 
     def __post_init__(self) -> None:
         for name in ("doc_stride", "max_query_len", "max_answer_len"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"reading.{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.negative_window_ratio <= 1:
-            raise ConfigError(f"reading.negative_window_ratio must be in [0, 1], got {self.negative_window_ratio}")
-        if self.max_eval_questions < 0:
-            raise ConfigError(f"reading.max_eval_questions must be >= 0, got {self.max_eval_questions}")
-        if not 0 < self.dev_for_training < 1:
-            raise ConfigError(f"reading.dev_for_training must be in (0, 1), got {self.dev_for_training}")
+            number(f"reading.{name}", getattr(self, name), minimum=1, integer=True)
+        number("reading.negative_window_ratio", self.negative_window_ratio, minimum=0.0, maximum=1.0)
+        number("reading.max_eval_questions", self.max_eval_questions, minimum=0, integer=True)
+        number("reading.dev_for_training", self.dev_for_training, above=0.0)
+        if self.dev_for_training >= 1:
+            raise ConfigError(f"reading.dev_for_training must be < 1 (the rest is the evaluation set), got {self.dev_for_training}")
 
 
 @dataclass
@@ -112,8 +110,7 @@ class ModelConfig:
     scratch: ScratchModelConfig = field(default_factory=ScratchModelConfig)
 
     def __post_init__(self) -> None:
-        if self.if_missing not in ("error", "scratch"):
-            raise ConfigError(f"model.if_missing must be error or scratch, got {self.if_missing!r}")
+        one_of("model.if_missing", self.if_missing, ("error", "scratch"))
 
     def missing_directory(self) -> bool:
         """A configured local directory (a path, not a hub name) that does not exist."""
@@ -137,12 +134,12 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "checkpoint_steps", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"finetune.{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate is not None and self.learning_rate <= 0:
-            raise ConfigError(f"finetune.learning_rate must be > 0, got {self.learning_rate}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ConfigError(f"finetune.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+            number(f"finetune.{name}", getattr(self, name), minimum=1, integer=True)
+        if self.learning_rate is not None:
+            number("finetune.learning_rate", self.learning_rate, above=0.0)
+        number("finetune.warmup_ratio", self.warmup_ratio, minimum=0.0)
+        if self.warmup_ratio >= 1:
+            raise ConfigError(f"finetune.warmup_ratio must be < 1, got {self.warmup_ratio}")
 
 
 SCRATCH_LEARNING_RATE = 5e-4
@@ -151,19 +148,30 @@ PRETRAINED_LEARNING_RATE = 1e-4
 
 @dataclass
 class GateConfig:
-    """Thresholds the stages check.  Accuracy values are fractions; drops are in points (0-100 scale)."""
+    """Every threshold a stage or the release gate checks, in one section.  Accuracy values are fractions; drops
+    are in points (0-100 scale)."""
 
     min_accuracy: float = 0.0  # finetune-check: below this the model is wrong or not fine-tuned
     max_accuracy_drop: float = 0.5  # compress/validate: points below the FP32 baseline
     min_throughput_ratio: float = 2.0  # validate: compressed vs FP32 on the chosen backend
     max_p99_latency_ms: float | None = None  # validate: batch-1 p99, optional
     max_bundle_mb: float | None = None  # package: the whole served bundle (every file), MiB; optional
+    max_int8_size_ratio: float = 0.35  # export: the INT8 ONNX at most this fraction of the FP32 file
+    # release gate (make gate BASELINE=...): against the previous bundle's report
+    release_max_accuracy_drop: float = 0.2  # points
+    release_max_throughput_drop: float = 0.15  # fraction of the previous speed-up over FP32
 
     def __post_init__(self) -> None:
-        if not 0 <= self.min_accuracy <= 1:
-            raise ConfigError(f"gates.min_accuracy must be a fraction in [0, 1], got {self.min_accuracy}")
-        if self.max_accuracy_drop < 0:
-            raise ConfigError(f"gates.max_accuracy_drop must be >= 0, got {self.max_accuracy_drop}")
+        number("gates.min_accuracy", self.min_accuracy, minimum=0.0, maximum=1.0)
+        number("gates.max_accuracy_drop", self.max_accuracy_drop, minimum=0.0)
+        number("gates.min_throughput_ratio", self.min_throughput_ratio, minimum=0.0)
+        if self.max_p99_latency_ms is not None:
+            number("gates.max_p99_latency_ms", self.max_p99_latency_ms, minimum=0.0)
+        if self.max_bundle_mb is not None:
+            number("gates.max_bundle_mb", self.max_bundle_mb, minimum=0.0)
+        number("gates.max_int8_size_ratio", self.max_int8_size_ratio, minimum=0.0, maximum=1.0)
+        number("gates.release_max_accuracy_drop", self.release_max_accuracy_drop, minimum=0.0)
+        number("gates.release_max_throughput_drop", self.release_max_throughput_drop, minimum=0.0, maximum=1.0)
 
 
 @dataclass
@@ -272,6 +280,12 @@ def _set_dotted(raw: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+# Keys that moved between sections: a config using the old place is told the new one.
+MOVED = {"export.max_int8_size_ratio": "gates.max_int8_size_ratio",
+         "validate.release_max_accuracy_drop": "gates.release_max_accuracy_drop",
+         "validate.release_max_throughput_drop": "gates.release_max_throughput_drop"}
+
+
 def _build(cls: type, raw: Any, where: str, prefix: str = "") -> Any:
     """Build dataclass ``cls`` from a dict, checking every key and value type."""
     if not isinstance(raw, dict):
@@ -279,6 +293,10 @@ def _build(cls: type, raw: Any, where: str, prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - names)
+    moved = [MOVED[prefix + k] for k in unknown if prefix + k in MOVED]
+    if moved:
+        old = next(prefix + k for k in unknown if prefix + k in MOVED)
+        raise ConfigError(f"{where}: {old} moved to {moved[0]} (every threshold lives in gates:)")
     if unknown:
         raise ConfigError(
             f"{where}: unknown key {prefix}{unknown[0]} (valid: {', '.join(sorted(prefix + n for n in names))})"

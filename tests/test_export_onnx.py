@@ -55,7 +55,7 @@ def exported(tiny_finetuned, tmp_path_factory) -> dict:
 
     root = tmp_path_factory.mktemp("export")
     # The tiny model is mostly LayerNorm/bias/scale overhead: 35% is a target for real models (make bench).
-    cfg = tiny_cfg(tiny_finetuned, **{"export.calibration_sentences": 32, "export.max_int8_size_ratio": 0.5})
+    cfg = tiny_cfg(tiny_finetuned, **{"export.calibration_sentences": 32, "gates.max_int8_size_ratio": 0.5})
     upstream = {"compress": standin_compress(tiny_finetuned, root / "compress"),
                 "finetune-check": read_record(tiny_finetuned["runs_dir"] / "tiny" / "finetune-check")}
     ctx = make_ctx("export", cfg, root / "out", root / "work", upstream, tiny_finetuned["runs_dir"] / "tiny")

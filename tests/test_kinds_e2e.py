@@ -78,7 +78,7 @@ FAST_STAGES = {
     "validate.batch_sizes": [1], "validate.seq_lens": [16], "validate.repeats": 1, "validate.warmup": 1,
     "validate.dev_benchmark_limit": 32, "gates.min_throughput_ratio": 0.0, "gates.max_accuracy_drop": 100.0,
     "package.threads": 1, "package.max_batch_size": 8, "package.preferred_batch_size": 4,
-    "export.max_int8_size_ratio": 1.0,  # tiny models are mostly (unquantized) position embeddings
+    "gates.max_int8_size_ratio": 1.0,  # tiny models are mostly (unquantized) position embeddings
 }
 
 

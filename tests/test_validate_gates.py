@@ -17,7 +17,7 @@ from tests.test_export_onnx import make_ctx, standin_compress, tiny_cfg
 FAST_VALIDATE = {"validate.batch_sizes": [1, 4], "validate.seq_lens": [8, 16], "validate.warmup": 0,
                  "validate.repeats": 1, "validate.dev_benchmark_limit": 32, "validate.throughput_batch_size": 8,
                  "gates.min_throughput_ratio": 0.0, "export.calibration_sentences": 32,
-                 "export.max_int8_size_ratio": 0.5}
+                 "gates.max_int8_size_ratio": 0.5}
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_release_gate_against_previous_report(exported, tmp_path, capsys):
     junk.write_text("[1, 2")
     assert main(["--task", task, "--baseline", str(junk), "--current", str(cur)]) == 2
     assert main(["--task", task, "--baseline", str(same), "--current", str(cur),
-                 "--set", "validate.release_max_accuracy_drop=lots"]) == 2
+                 "--set", "gates.release_max_accuracy_drop=lots"]) == 2
     assert "must be a number" in capsys.readouterr().err
     # Values no report can hold are bad input (exit 2), never a pass or a regression.
     for name, acc, ratio, says in (("nan", 0.90, float("nan"), "got nan"),

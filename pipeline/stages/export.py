@@ -38,7 +38,7 @@ def params(cfg: TaskConfig) -> dict:
     e = cfg.export
     return {"opset": e.opset, "calibration_sentences": e.calibration_sentences,
             "calibration_batch_size": e.calibration_batch_size, "int8_embeddings": e.int8_embeddings,
-            "ort_transformer_optimize": e.ort_transformer_optimize, "max_int8_size_ratio": e.max_int8_size_ratio,
+            "ort_transformer_optimize": e.ort_transformer_optimize, "max_int8_size_ratio": cfg.gates.max_int8_size_ratio,
             "batch_independent_int8": e.batch_independent_int8,
             "int8_search": search_params(cfg), "qdq_budget_points": e.qdq_budget_points,
             "max_seq_len": cfg.max_seq_len, "labels": list(cfg.labels), "label_names": list(cfg.label_names),
@@ -228,9 +228,10 @@ def run(ctx):
         metrics.update(int8_heldout_drop_points=int8_search.chosen.drop_points, int8_within_budget=int8_search.within_budget,
                        qdq_recipe=qdq_search.chosen.recipe.name, qdq_heldout_drop_points=qdq_search.chosen.drop_points)
     gate = None
-    if ratio > ecfg.max_int8_size_ratio:
-        gate = (f"onnx/int8.onnx is {100 * ratio:.1f}% of onnx/fp32.onnx, above export.max_int8_size_ratio "
-                f"{100 * ecfg.max_int8_size_ratio:.0f}% by {100 * (ratio - ecfg.max_int8_size_ratio):.1f} points")
+    limit = cfg.gates.max_int8_size_ratio
+    if ratio > limit:
+        gate = (f"onnx/int8.onnx is {100 * ratio:.1f}% of onnx/fp32.onnx, above gates.max_int8_size_ratio "
+                f"{100 * limit:.0f}% by {100 * (ratio - limit):.1f} points")
     ctx.log(f"[export] ONNX FP32 {metrics['onnx_fp32_mb']:.1f} MB, INT8 {metrics['onnx_int8_mb']:.1f} MB ({100 * ratio:.0f}%), "
             f"QDQ {metrics['onnx_int8_qdq_mb']:.1f} MB")
     return StageResult(metrics=metrics, artifacts=artifacts, gate_error=gate,

@@ -7,22 +7,12 @@ stage reads the same ones.  Values are checked in ``__post_init__`` and a bad on
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+from pipeline.config_checks import number as _number
 from pipeline.errors import ConfigError
 
 ONNX_INT8_FORMS = ("dynamic", "qdq")
-
-
-def _number(key: str, value, *, minimum: float | None = None, integer: bool = False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
-        raise ConfigError(f"{key} must be a number, got {value!r}")
-    if integer and not float(value).is_integer():
-        raise ConfigError(f"{key} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{key} must be >= {minimum}, got {value!r}")
-    return value
 
 
 def _int_list(key: str, values, minimum: int = 1) -> None:
@@ -39,7 +29,6 @@ class ExportConfig:
     calibration_batch_size: int = 16
     int8_embeddings: bool = True  # store the word-embedding table int8 in both INT8 ONNX forms
     ort_transformer_optimize: bool = False  # ORT BERT fusions before quantize_dynamic (slower here; see backend)
-    max_int8_size_ratio: float = 0.35  # the INT8 ONNX must be at most this fraction of the FP32 file
     # Calibrated activation scales in onnx/int8.onnx: a sentence's answer does not depend on its batch
     # mates (served == offline).  false keeps ORT's per-batch dynamic scales: ~8% faster, not reproducible.
     batch_independent_int8: bool = True
@@ -58,7 +47,6 @@ class ExportConfig:
         _number("export.opset", self.opset, minimum=13, integer=True)
         _number("export.calibration_sentences", self.calibration_sentences, minimum=1, integer=True)
         _number("export.calibration_batch_size", self.calibration_batch_size, minimum=1, integer=True)
-        _number("export.max_int8_size_ratio", self.max_int8_size_ratio, minimum=0.0)
         _number("export.int8_search_sentences", self.int8_search_sentences, minimum=1, integer=True)
         _number("export.int8_max_fp32_matmuls", self.int8_max_fp32_matmuls, minimum=0, integer=True)
         _number("export.qdq_budget_points", self.qdq_budget_points, minimum=0.0)
@@ -91,9 +79,6 @@ class ValidateConfig:
     threads: int = 0  # 0: OMP_NUM_THREADS
     chosen_backend: str = "auto"  # "auto": the fastest CPU backend that passes the accuracy gate
     throughput_batch_size: int = 32  # batch size of the throughput-ratio gate
-    # Release gating against a previous bundle's report (make gate BASELINE=...)
-    release_max_accuracy_drop: float = 0.2  # points
-    release_max_throughput_drop: float = 0.15  # fraction of the previous throughput
 
     def __post_init__(self) -> None:
         _int_list("validate.batch_sizes", self.batch_sizes)
@@ -104,7 +89,5 @@ class ValidateConfig:
         _number("validate.dev_benchmark_limit", self.dev_benchmark_limit, minimum=0, integer=True)
         _number("validate.threads", self.threads, minimum=0, integer=True)
         _number("validate.throughput_batch_size", self.throughput_batch_size, minimum=1, integer=True)
-        _number("validate.release_max_accuracy_drop", self.release_max_accuracy_drop, minimum=0.0)
-        _number("validate.release_max_throughput_drop", self.release_max_throughput_drop, minimum=0.0)
         if not isinstance(self.chosen_backend, str) or not self.chosen_backend:
             raise ConfigError(f"validate.chosen_backend must be a backend name or 'auto', got {self.chosen_backend!r}")

@@ -2,8 +2,8 @@
 
 Compares the current validate results (``runs/<task>/validate/out/gates.json`` unless ``--current``
 names another) with a previous bundle's ``gates.json`` or ``metrics.json``: it fails (exit 3) when
-accuracy dropped by more than ``validate.release_max_accuracy_drop`` points or the speed-up over FP32 by
-more than ``validate.release_max_throughput_drop`` (a fraction) on the chosen backend.  The speed-up is
+accuracy dropped by more than ``gates.release_max_accuracy_drop`` points or the speed-up over FP32 by
+more than ``gates.release_max_throughput_drop`` (a fraction) on the chosen backend.  The speed-up is
 compared, not sentences/s: each report measures its FP32 baseline in the same run, so the ratio holds
 across runs and machines where absolute times on shared, noisy machines do not.  A report of another task,
 or a file that is not a report, is bad input (exit 2).
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--current", help="the current gates.json (default: <runs-dir>/<task>/validate/out/gates.json)")
     p.add_argument("--runs-dir", default=None, help="where stage outputs are (default: ./runs)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. validate.release_max_accuracy_drop=0.3")
+                   help="override a config value, e.g. gates.release_max_accuracy_drop=0.3")
     args = p.parse_args(argv)
     try:
         from pipeline.config import PROJECT_ROOT, load_task_config, parse_override
@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             raise DataError(f"no current report at {current_path}: run the validate stage first (make bundle TASK={cfg.task})")
         current = read_report(current_path)
         baseline = read_report(Path(args.baseline))
-        gates = compare_reports(current, baseline, max_accuracy_drop=cfg.validate.release_max_accuracy_drop,
-                                max_throughput_drop=cfg.validate.release_max_throughput_drop)
+        gates = compare_reports(current, baseline, max_accuracy_drop=cfg.gates.release_max_accuracy_drop,
+                                max_throughput_drop=cfg.gates.release_max_throughput_drop)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
