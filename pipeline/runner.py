@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import shutil
 import time
 import traceback
@@ -19,8 +18,7 @@ from pipeline.errors import GateFailed, PipelineError, StageCrashed, StageNotRea
 from pipeline.graph import STAGE_NAMES, STAGES, Stage, get_stage
 from pipeline.hashing import stage_key, tree_hashes
 from pipeline.progress import log as _log
-from pipeline.records import (StageContext, StageRecord, StageResult, StageStatus, atomic_write_text, check_writable,
-                              read_record)
+from pipeline.records import StageContext, StageRecord, StageStatus, atomic_write_text, check_writable, read_record
 
 
 STAGE_LOG = "stage.log"  # beside record.json: the traceback of the last crash

@@ -54,7 +54,7 @@ def bundle_dirs(root: Path) -> list[str]:
 
 def _bytecode_of_listed_source(rel: str, listed) -> bool:
     """``m/1/__pycache__/model.cpython-310.pyc`` for a listed ``m/1/model.py``: what Python writes when it imports
-    a listed module in an interpreter that writes bytecode (a Triton started without PYTHONDONTWRITEBYTECODE)."""
+    a listed module in an interpreter that writes bytecode (Triton's python stubs do, whatever the environment)."""
     parts = rel.split("/")
     if len(parts) < 2 or parts[-2] != "__pycache__" or not parts[-1].endswith(".pyc"):
         return False
@@ -123,7 +123,8 @@ def verify_bundle(root: Path, *, allow_bytecode: bool = False) -> dict:
     for rel in dirs:
         if not (root / rel).is_dir():
             raise BundleIntegrityError(f"{root / rel}: directory listed in {MANIFEST} but missing; {hint}")
-    stray = [d for d in bundle_dirs(root) if d not in set(dirs)
+    listed_dirs = set(dirs)
+    stray = [d for d in bundle_dirs(root) if d not in listed_dirs
              and not (allow_bytecode and d.rsplit("/", 1)[-1] == "__pycache__")]
     if stray:
         raise BundleIntegrityError(f"{root / stray[0]}: directory not in {MANIFEST} ({len(stray)} unlisted); {hint}")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import shutil
 import typing
 from dataclasses import dataclass

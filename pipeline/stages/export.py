@@ -22,8 +22,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from pipeline.config import TaskConfig
 from pipeline.errors import ModelError
 from pipeline.handoffs import ExportManifest, SelectedCandidate
