@@ -1,4 +1,5 @@
-"""Fine-tuning loop: AdamW, linear warmup then linear decay, dev evaluation each epoch, best kept.
+"""The one training loop (fine-tune, DynaBERT distillation, QAT): AdamW, linear warmup then linear decay,
+evaluation each epoch, best kept.
 
 Resumable: every ``checkpoint_steps`` steps and at each epoch end the model, optimizer, scheduler,
 step counter and best-so-far are saved into ``work_dir`` (written to a temp name, then renamed).
@@ -9,6 +10,7 @@ pure function of (seed, epoch), skips exactly the batches it had already trained
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -51,6 +53,121 @@ def _subset(fs: FeatureSet, n: int, seed: int) -> FeatureSet:
     return fs.subset(np.sort(np.random.RandomState(seed).choice(len(fs), n, replace=False)))
 
 
+# ------------------------------------------------------------------------------------------------
+# step budget and optimizer (PaddleNLP TrainingArguments semantics)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    epochs: int
+    total_steps: int
+
+
+def plan_steps(num_examples: int, batch_size: int, epochs: int, max_steps: int) -> StepPlan:
+    """``max_steps > 0`` sets the number of optimizer steps and overrides ``epochs`` (epochs become
+    ``ceil(max_steps / steps_per_epoch)``), as PaddleNLP's ``TrainingArguments`` do (DynaBERT, QAT)."""
+    per_epoch = max(1, math.ceil(num_examples / batch_size))
+    if max_steps > 0:
+        return StepPlan(math.ceil(max_steps / per_epoch), max_steps)
+    epochs = max(1, epochs)
+    return StepPlan(epochs, per_epoch * epochs)
+
+
+def make_optimizer(model, learning_rate: float, total_steps: int, warmup_ratio: float = 0.0, weight_decay: float = 0.0):
+    """(optimizer, scheduler): AdamW, linear warmup then linear decay to 0, no weight decay on biases and
+    LayerNorm weights (as BERT/ERNIE fine-tuning recipes do), global-norm clipping at 1.0."""
+    import paddle
+
+    warmup = int(warmup_ratio * total_steps)
+    sched = paddle.optimizer.lr.PolynomialDecay(learning_rate, decay_steps=max(1, total_steps - warmup), end_lr=0.0)
+    if warmup > 0:
+        sched = paddle.optimizer.lr.LinearWarmup(sched, warmup_steps=warmup, start_lr=0.0, end_lr=learning_rate)
+    no_decay = {p.name for n, p in model.named_parameters() if "bias" in n or "norm" in n}
+    opt = paddle.optimizer.AdamW(
+        learning_rate=sched,
+        parameters=model.parameters(),
+        weight_decay=weight_decay,
+        apply_decay_param_fun=lambda name: name not in no_decay,
+        grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0),
+    )
+    return opt, sched
+
+
+# ------------------------------------------------------------------------------------------------
+# the one training loop (fine-tune, DynaBERT distillation, QAT)
+
+
+def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Callable, opt, sched, *, epochs: int,
+               total_steps: int, batch_size: int, seed: int, eval_batch_size: int, desc: str, loss_name: str = "train loss",
+               eval_name: str = "dev", on_best: Callable[[object], None] | None = None, state: TrainState | None = None,
+               checkpoint: "CheckpointDir | None" = None, checkpoint_steps: int = 0,
+               log: Callable[[str], None] = _log) -> TrainState:
+    """Train ``model`` on ``train`` with ``step_loss(batch) -> loss``, evaluating on ``evaluate_on`` after each epoch.
+
+    Batch order is a pure function of (seed, epoch), so a run resumed from ``state`` skips exactly the batches it
+    trained on.  The best epoch is kept: ``on_best(model)`` is called when the metric improves; without it the best
+    weights are kept in memory and put back at the end.  ``checkpoint``: saved every ``checkpoint_steps`` steps,
+    every 5 minutes and at each epoch end (resumable)."""
+    state = state or TrainState()
+    best_weights = None
+    kind = train.kind
+    last_ckpt = time.time()
+    model.train()
+    bar = progress(total=total_steps, initial=state.step, desc=desc, unit="step")
+    try:
+        while state.epoch < epochs and state.step < total_steps:
+            order = train_batch_order(train, batch_size, seed, state.epoch)
+            running, n = 0.0, 0
+            for idx in order[state.step_in_epoch :]:
+                if state.step >= total_steps:
+                    break
+                loss = step_loss(train.batch(idx))
+                loss.backward()
+                opt.step()
+                opt.clear_grad()
+                sched.step()
+                state.step += 1
+                state.step_in_epoch += 1
+                running += float(loss)
+                n += 1
+                bar.update(1)
+                if n % 20 == 0:
+                    bar.set_postfix(loss=f"{running / n:.3f}", lr=f"{sched.get_lr():.2e}")
+                if checkpoint is not None and (state.step % max(checkpoint_steps, 1) == 0 or time.time() - last_ckpt > 300):
+                    checkpoint.save(model, opt, sched, state)
+                    last_ckpt = time.time()
+            epoch_done = state.step_in_epoch >= len(order)
+            ev: Evaluation = evaluate_dygraph(model, evaluate_on, eval_batch_size, desc=f"{eval_name} eval ({desc} epoch {state.epoch + 1})")
+            key = eval_name.replace("-", "")  # history keys: dev_accuracy, heldout_f1, ...
+            entry = {"epoch": state.epoch + 1, "step": state.step, "train_loss": running / max(n, 1),
+                     f"{key}_{kind.metric}": ev.metric, **{f"{key}_{k}": v for k, v in ev.score.metrics.items()}}
+            state.history.append(entry)
+            improved = ev.metric > state.best_accuracy
+            log(f"{desc} epoch {state.epoch + 1}/{epochs}: step {state.step}, {loss_name} {entry['train_loss']:.4f}, "
+                f"{eval_name} {kind.describe(ev.score)}" + ("  (best so far, kept)" if improved else ""))
+            if improved:
+                state.best_accuracy, state.best_epoch = ev.metric, state.epoch + 1
+                if on_best is not None:
+                    on_best(model)
+                else:
+                    best_weights = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+            model.train()
+            if epoch_done:
+                state.epoch += 1
+                state.step_in_epoch = 0
+            if checkpoint is not None:
+                checkpoint.save(model, opt, sched, state)
+                last_ckpt = time.time()
+            if not epoch_done:
+                break  # the step budget ended mid-epoch
+    finally:
+        bar.close()
+    if best_weights is not None:
+        model.set_state_dict(best_weights)
+    model.eval()
+    return state
+
+
 def finetune(
     model,
     train: FeatureSet,
@@ -65,78 +182,23 @@ def finetune(
     train = _subset(train, cfg.max_train_samples, cfg.seed)
     steps_per_epoch = (len(train) + cfg.batch_size - 1) // cfg.batch_size
     total_steps = steps_per_epoch * cfg.epochs
-    if cfg.max_steps > 0:
+    if cfg.max_steps > 0:  # fine-tune: max_steps only shortens the configured epochs
         total_steps = min(total_steps, cfg.max_steps)
-    warmup = int(cfg.warmup_ratio * total_steps)
-    decay = paddle.optimizer.lr.PolynomialDecay(cfg.learning_rate, decay_steps=max(1, total_steps - warmup), end_lr=0.0)
-    sched = paddle.optimizer.lr.LinearWarmup(decay, warmup_steps=max(warmup, 0), start_lr=0.0, end_lr=cfg.learning_rate) if warmup > 0 else decay
-    # No weight decay on biases and LayerNorm weights, as BERT/ERNIE fine-tuning recipes do.
-    no_decay = {p.name for n, p in model.named_parameters() if "bias" in n or "norm" in n}
-    opt = paddle.optimizer.AdamW(
-        learning_rate=sched,
-        parameters=model.parameters(),
-        weight_decay=cfg.weight_decay,
-        apply_decay_param_fun=lambda name: name not in no_decay,
-        grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0),
-    )
-
+    opt, sched = make_optimizer(model, cfg.learning_rate, total_steps, cfg.warmup_ratio, cfg.weight_decay)
     ckpt = CheckpointDir(Path(work_dir))
     state = ckpt.load(model, opt, sched) or TrainState()
     resumed_from = state.step
     if resumed_from:
         log(f"resuming fine-tune from step {state.step}/{total_steps} (epoch {state.epoch + 1}, best dev acc {state.best_accuracy:.4f})")
-
-    model.train()
     kind = train.kind
-    last_ckpt = time.time()
-    bar = progress(total=total_steps, initial=state.step, desc="fine-tune", unit="step")
-    try:
-        while state.epoch < cfg.epochs and state.step < total_steps:
-            order = train_batch_order(train, cfg.batch_size, cfg.seed, state.epoch)
-            running, n = 0.0, 0
-            for idx in order[state.step_in_epoch :]:
-                if state.step >= total_steps:
-                    break
-                b = train.batch(idx)
-                logits = model(paddle.to_tensor(b.input_ids), token_type_ids=paddle.to_tensor(b.token_type_ids))
-                loss = kind.loss(logits, b, train.pad_id)
-                loss.backward()
-                opt.step()
-                opt.clear_grad()
-                sched.step()
-                state.step += 1
-                state.step_in_epoch += 1
-                running += float(loss)
-                n += 1
-                bar.update(1)
-                if n % 20 == 0:
-                    bar.set_postfix(loss=f"{running / n:.3f}", lr=f"{sched.get_lr():.2e}")
-                if state.step % cfg.checkpoint_steps == 0 or time.time() - last_ckpt > 300:
-                    ckpt.save(model, opt, sched, state)
-                    last_ckpt = time.time()
-            epoch_done = state.step_in_epoch >= len(order)
-            ev: Evaluation = evaluate_dygraph(model, dev, cfg.eval_batch_size, desc=f"dev eval (epoch {state.epoch + 1})")
-            entry = {"epoch": state.epoch + 1, "step": state.step, "train_loss": running / max(n, 1),
-                     f"dev_{kind.metric}": ev.metric, **{f"dev_{k}": v for k, v in ev.score.metrics.items()}}
-            state.history.append(entry)
-            improved = ev.metric > state.best_accuracy
-            log(
-                f"epoch {state.epoch + 1}/{cfg.epochs}: step {state.step}, train loss {entry['train_loss']:.4f}, "
-                f"dev {kind.describe(ev.score)}" + ("  (best so far, kept)" if improved else "")
-            )
-            if improved:
-                state.best_accuracy, state.best_epoch = ev.metric, state.epoch + 1
-                save_best(model)
-            model.train()
-            if epoch_done:
-                state.epoch += 1
-                state.step_in_epoch = 0
-            ckpt.save(model, opt, sched, state)
-            last_ckpt = time.time()
-            if not epoch_done:
-                break  # stopped by max_steps mid-epoch
-    finally:
-        bar.close()
+
+    def step_loss(b):
+        logits = model(paddle.to_tensor(b.input_ids), token_type_ids=paddle.to_tensor(b.token_type_ids))
+        return kind.loss(logits, b, train.pad_id)
+
+    state = train_loop(model, train, dev, step_loss, opt, sched, epochs=cfg.epochs, total_steps=total_steps,
+                       batch_size=cfg.batch_size, seed=cfg.seed, eval_batch_size=cfg.eval_batch_size, desc="fine-tune",
+                       on_best=save_best, state=state, checkpoint=ckpt, checkpoint_steps=cfg.checkpoint_steps, log=log)
     return TrainResult(state.best_accuracy, state.best_epoch, state.step, state.history, resumed_from)
 
 

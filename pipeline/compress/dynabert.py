@@ -37,13 +37,12 @@ from typing import Callable
 
 import numpy as np
 
-from pipeline.batching import eval_batch_order, iter_batches, train_batch_order
+from pipeline.batching import eval_batch_order, iter_batches
 from pipeline.compress.pruned_ernie import narrow_attention, narrow_ffn, prune_config
 from pipeline.modeling import load_classifier
-from pipeline.compress.schedule import make_optimizer, plan_steps
+from pipeline.training import make_optimizer, plan_steps, train_loop
 from pipeline.kinds.base import FeatureSet
 from pipeline.errors import ConfigError, ModelError
-from pipeline.evaluation import evaluate_dygraph
 from pipeline.modeling import LABELS_FILE, VOCAB_FILE, inspect_model
 from pipeline.progress import progress
 
@@ -158,49 +157,21 @@ def distill(
     import paddle.nn.functional as F
 
     plan = plan_steps(len(train), batch_size, epochs, max_steps)
-    total = plan.total_steps
-    opt, sched = make_optimizer(student, learning_rate, total)
+    opt, sched = make_optimizer(student, learning_rate, plan.total_steps)
     teacher.eval()
-    student.train()
-    best_acc, best_state, step = -1.0, None, 0
-    bar = progress(total=total, desc=desc, unit="step")
-    try:
-        for epoch in range(plan.epochs):
-            running, n = 0.0, 0
-            for idx in train_batch_order(train, batch_size, seed, epoch):
-                if step >= total:
-                    break
-                b = train.batch(idx)
-                ids, types = paddle.to_tensor(b.input_ids), paddle.to_tensor(b.token_type_ids)
-                with paddle.no_grad():
-                    t_out = teacher(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
-                s_out = student(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
-                rep = sum(F.mse_loss(s, t) for s, t in zip(s_out.hidden_states, t_out.hidden_states))
-                loss = train.kind.distill_loss(s_out.logits, t_out.logits, ids, train.pad_id) + LAMBDA_DISTILL * rep
-                loss.backward()
-                opt.step()
-                opt.clear_grad()
-                sched.step()
-                step += 1
-                running += float(loss)
-                n += 1
-                bar.update(1)
-            acc = evaluate_dygraph(student, heldout, EVAL_BATCH, desc=f"held-out eval (epoch {epoch + 1})").metric
-            improved = acc > best_acc
-            log(
-                f"{desc} epoch {epoch + 1}/{plan.epochs}: step {step}, distill loss {running / max(n, 1):.4f}, "
-                f"held-out {heldout.kind.metric_label} {acc:.4f}" + ("  (best so far, kept)" if improved else "")
-            )
-            if improved:
-                best_acc = acc
-                best_state = {k: v.numpy().copy() for k, v in student.state_dict().items()}
-            student.train()
-    finally:
-        bar.close()
-    if best_state is not None:
-        student.set_state_dict(best_state)
-    student.eval()
-    return best_acc
+
+    def step_loss(b):
+        ids, types = paddle.to_tensor(b.input_ids), paddle.to_tensor(b.token_type_ids)
+        with paddle.no_grad():
+            t_out = teacher(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
+        s_out = student(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
+        rep = sum(F.mse_loss(s, t) for s, t in zip(s_out.hidden_states, t_out.hidden_states))
+        return train.kind.distill_loss(s_out.logits, t_out.logits, ids, train.pad_id) + LAMBDA_DISTILL * rep
+
+    state = train_loop(student, train, heldout, step_loss, opt, sched, epochs=plan.epochs, total_steps=plan.total_steps,
+                       batch_size=batch_size, seed=seed, eval_batch_size=EVAL_BATCH, desc=desc, loss_name="distill loss",
+                       eval_name="held-out", log=log)
+    return state.best_accuracy
 
 
 def prune_width(

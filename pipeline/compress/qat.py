@@ -23,14 +23,12 @@ from typing import Callable
 import numpy as np
 
 from pipeline.backends import paddle_inference
-from pipeline.batching import train_batch_order
 from pipeline.modeling import load_classifier
-from pipeline.compress.schedule import make_optimizer, plan_steps
+from pipeline.training import make_optimizer, plan_steps, train_loop
 from pipeline.kinds.base import FeatureSet
 from pipeline.errors import ConfigError, ModelError
 from pipeline.evaluation import evaluate_dygraph
 from pipeline.modeling import inspect_model
-from pipeline.progress import progress
 
 MODEL_PREFIX = "model"  # out_dir/model.pdmodel + model.pdiparams, as pipeline.backends.paddle_inference reads
 WEIGHT_TYPES = ("abs_max", "channel_wise_abs_max")
@@ -175,45 +173,15 @@ def train_quant_aware(
     quanter.quantize(model)  # in place: Linear layers now fake-quantize weights and inputs
 
     plan = plan_steps(len(train), batch_size, epochs, max_steps)
-    total = plan.total_steps
-    opt, sched = make_optimizer(model, learning_rate, total, warmup_ratio, weight_decay)
-    best_acc, best_epoch, best_state, step, history = -1.0, 0, None, 0, []
-    model.train()
-    bar = progress(total=total, desc="qat", unit="step")
-    try:
-        for epoch in range(plan.epochs):
-            running, n = 0.0, 0
-            for idx in train_batch_order(train, batch_size, seed, epoch):
-                if step >= total:
-                    break
-                b = train.batch(idx)
-                logits = model(paddle.to_tensor(b.input_ids), paddle.to_tensor(b.token_type_ids))
-                loss = train.kind.loss(logits, b, train.pad_id)
-                loss.backward()
-                opt.step()
-                opt.clear_grad()
-                sched.step()
-                step += 1
-                running += float(loss)
-                n += 1
-                bar.update(1)
-            acc = evaluate_dygraph(model, dev, EVAL_BATCH, desc=f"dev eval (qat epoch {epoch + 1})").metric
-            history.append({"epoch": epoch + 1, "step": step, "train_loss": running / max(n, 1), "dev_accuracy": acc})
-            improved = acc > best_acc
-            log(
-                f"qat epoch {epoch + 1}/{plan.epochs}: step {step}, train loss {running / max(n, 1):.4f}, "
-                f"dev {dev.kind.metric_label} {acc:.4f}" + ("  (best so far, kept)" if improved else "")
-            )
-            if improved:
-                best_acc, best_epoch = acc, epoch + 1
-                best_state = {k: v.numpy().copy() for k, v in model.state_dict().items()}
-            model.train()
-    finally:
-        bar.close()
-    if best_state is not None:
-        model.set_state_dict(best_state)
-    model.eval()
-    return QatRun(model, quanter, fp32_acc, best_acc, best_epoch, step, history)
+    opt, sched = make_optimizer(model, learning_rate, plan.total_steps, warmup_ratio, weight_decay)
+
+    def step_loss(b):
+        logits = model(paddle.to_tensor(b.input_ids), paddle.to_tensor(b.token_type_ids))
+        return train.kind.loss(logits, b, train.pad_id)
+
+    state = train_loop(model, train, dev, step_loss, opt, sched, epochs=plan.epochs, total_steps=plan.total_steps,
+                       batch_size=batch_size, seed=seed, eval_batch_size=EVAL_BATCH, desc="qat", log=log)
+    return QatRun(model, quanter, fp32_acc, state.best_accuracy, state.best_epoch, state.step, state.history)
 
 
 def save_quantized(run: QatRun, out_dir: Path, input_dtype: str = "int64") -> Path:
