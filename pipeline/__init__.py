@@ -10,4 +10,4 @@ from pipeline import env as _env
 
 _env.prepare_process()
 
-__version__ = "0.1.0"
+__version__ = _env.VERSION

@@ -55,13 +55,6 @@ def heldout_examples(train: Sequence, skip: int, n: int) -> list:
     return list(train[start:]) or list(train[:n])
 
 
-def load_task_data(cfg: TaskConfig) -> TaskDataset:
-    """The task's train and dev splits, read the way its kind reads them (see ``pipeline.kinds``)."""
-    from pipeline.kinds import get_kind
-
-    return get_kind(cfg).load(cfg)
-
-
 def resolve_local_dir(cfg: TaskConfig) -> Path:
     """The local data directory of a task whose format has no online fallback."""
     data_dir = cfg.data_dir()

@@ -17,6 +17,8 @@ import socket
 import sys
 from importlib import metadata
 
+VERSION = "0.1.0"  # the source tree's version (pipeline.__version__), used when the package is not installed
+
 _PREPARED = False
 
 
@@ -58,9 +60,7 @@ def versions() -> dict[str, str]:
     try:
         out["ernie-bundle"] = metadata.version("ernie-bundle")
     except metadata.PackageNotFoundError:
-        from pipeline import __version__
-
-        out["ernie-bundle"] = __version__
+        out["ernie-bundle"] = VERSION
     for name in TRACKED_PACKAGES:
         try:
             out[name] = metadata.version(name)

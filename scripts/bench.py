@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.backends import onnxruntime as ortb
     from pipeline.config import load_task_config
     from pipeline.cpu import detect
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
     from pipeline.errors import ConfigError, ModelError
     from pipeline.evaluation import evaluate_session
     from pipeline.handoffs import ExportManifest

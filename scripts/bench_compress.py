@@ -29,7 +29,7 @@ from pipeline.compress.arguments import parse_width  # noqa: E402
 from pipeline.compress.embeddings import quantize_embeddings  # noqa: E402
 from pipeline.compress.ptq import PTQSettings, calibration_examples, check_calibration, quantize_static  # noqa: E402
 from pipeline.config import load_task_config  # noqa: E402
-from pipeline.data import load_task_data  # noqa: E402
+from pipeline.kinds import load_task_data  # noqa: E402
 from pipeline.evaluation import evaluate_session, measure_throughput  # noqa: E402
 from pipeline.kinds import featurize  # noqa: E402
 from pipeline.tokenizer import Tokenizer  # noqa: E402

@@ -278,7 +278,7 @@ def _dev_examples(task: str, data_dir: str | Path | None, task_type: str, sets: 
     the served metric is comparable with the validated one.
     """
     from pipeline.config import load_task_config
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
 
     cfg = load_task_config(task, _overrides(data_dir, sets))
     if cfg.type != task_type:
@@ -306,7 +306,7 @@ def _print_mrc(task: str, protocol: str, r: QaSmokeResult, backend: str | None) 
 
 def _dev_set(task: str, data_dir: str | None, sets: list[str] | None = None) -> tuple[list[str], list[int], tuple[str, ...]]:
     from pipeline.config import load_task_config
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
 
     cfg = load_task_config(task, _overrides(data_dir, sets))
     data = load_task_data(cfg)

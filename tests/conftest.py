@@ -134,7 +134,7 @@ def tiny_model_copy(tiny_finetuned, tmp_path: Path) -> Path:
 def tiny_splits(tiny_finetuned) -> tuple:
     """(train, dev) examples of the tiny task, read by the pipeline's own data loader."""
     from pipeline.config import load_task_config
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
 
     data = load_task_data(load_task_config(str(tiny_finetuned["task_yaml"])))
     return list(data.train.examples), list(data.dev.examples)

@@ -14,7 +14,7 @@ from pipeline.errors import ConfigError, DataError
 @pytest.fixture(scope="module")
 def data(tiny_finetuned):
     from pipeline.config import load_task_config
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
 
     d = load_task_data(load_task_config(str(tiny_finetuned["task_yaml"]), {"max_seq_len": 32}))
     return list(d.train.examples), list(d.dev.examples)

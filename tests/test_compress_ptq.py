@@ -19,7 +19,7 @@ FAST_ALGOS = ["mse", "avg", "hist", "abs_max", "min_max", "emd"]
 @pytest.fixture(scope="module")
 def tiny(tiny_finetuned, tmp_path_factory):
     from pipeline.config import load_task_config
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
     from pipeline.modeling import load_classifier
     from pipeline.tokenizer import Tokenizer
 

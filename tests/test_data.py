@@ -3,7 +3,7 @@ import json
 import pytest
 
 from pipeline.config import load_task_config
-from pipeline.data import load_task_data
+from pipeline.kinds import load_task_data
 from pipeline.errors import DataError
 from tests.conftest import write_tiny_data, write_tiny_task_yaml
 

@@ -127,7 +127,7 @@ def test_int8_onnx_really_stores_int8_weights_and_is_small(exported):
 
 def test_ort_int8_predictions_agree_with_fp32_on_dev(exported, tiny_finetuned):
     from pipeline.backends.onnxruntime import session
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
     from pipeline.evaluation import evaluate_session
     from pipeline.tokenizer import Tokenizer
 
@@ -220,7 +220,7 @@ def test_int8_answers_do_not_depend_on_batch_mates(exported, tiny_finetuned, tmp
     import onnx
 
     from pipeline.backends.onnxruntime import quantize_int8_dynamic
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
     from pipeline.tokenizer import Tokenizer
 
     cfg = exported["cfg"]

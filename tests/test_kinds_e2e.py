@@ -109,7 +109,7 @@ def _assert_batch_independent(runs: Path, cfg) -> None:
     import numpy as np
 
     from pipeline.backends import onnxruntime as ortb
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
     from pipeline.kinds import get_kind
     from pipeline.tokenizer import Tokenizer
 

@@ -25,6 +25,11 @@ def get_kind(cfg) -> TaskKind:
     raise ConfigError(f"type: {cfg.type!r} is not one of {', '.join(KIND_NAMES)}")
 
 
+def load_task_data(cfg):
+    """The task's train and dev splits (``pipeline.data.TaskDataset``), read the way its kind reads them."""
+    return get_kind(cfg).load(cfg)
+
+
 def featurize(cfg, tokenizer, examples) -> FeatureSet:
     return get_kind(cfg).featurize(tokenizer, examples, cfg)
 

@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 
 from pipeline.config import TaskConfig
-from pipeline.data import load_task_data
+from pipeline.kinds import load_task_data
 from pipeline.stages.finetune import data_inputs, kind_params
 
 SELECTED_MODEL_DIR = "selected_model"

@@ -119,7 +119,7 @@ def _num_labels(model_dir: Path) -> int:
 def run(ctx):
     from pipeline.backends import onnxruntime as ortb
     from pipeline.cpu import detect as detect_cpu
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
     from pipeline.int8.select import CACHE_DIR, search_recipe, search_rows
     from pipeline.int8.stats import activation_ranges
     from pipeline.kinds import get_kind

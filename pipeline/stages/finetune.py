@@ -13,7 +13,7 @@ import dataclasses
 import shutil
 
 from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, TaskConfig
-from pipeline.data import load_task_data
+from pipeline.kinds import load_task_data
 from pipeline.hashing import tree_sha256
 from pipeline.kinds import get_kind
 from pipeline.modeling import (

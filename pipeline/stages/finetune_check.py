@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 from pipeline.config import TaskConfig
-from pipeline.data import load_task_data
+from pipeline.kinds import load_task_data
 from pipeline.handoffs import Baseline
 from pipeline.modeling import check_head, inspect_model, load_classifier
 from pipeline.stages.finetune import data_inputs, kind_params

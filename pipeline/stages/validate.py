@@ -48,7 +48,7 @@ def choose_backend(rows: list[dict], requested: str, max_drop: float) -> str:
 
 def run(ctx):
     from pipeline.backends.registry import RunOptions, by_name, plan
-    from pipeline.data import load_task_data
+    from pipeline.kinds import load_task_data
     from pipeline.evaluation import evaluate_session
     from pipeline.handoffs import ExportManifest
     from pipeline.kinds import get_kind
