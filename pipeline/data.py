@@ -8,7 +8,6 @@ one (CLUE ships it for TNEWS and IFLYTEK), otherwise through the task config's `
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -16,7 +15,7 @@ from typing import Any, Sequence
 from pipeline.config import TaskConfig
 from pipeline.env import is_online
 from pipeline.errors import DataError
-from pipeline.labels_file import read_labels
+from pipeline.labels_file import json_lines, read_labels
 
 
 @dataclass(frozen=True)
@@ -171,13 +170,7 @@ def read_jsonl_split(cfg: TaskConfig, path: Path, split_name: str, labels: tuple
         lineno = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"{path}:{lineno}: not valid UTF-8") from None
     examples, skipped = [], 0
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+    for lineno, row in json_lines(text, path, DataError):
         if not isinstance(row, dict):
             raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         if cfg.data.label_field not in row:

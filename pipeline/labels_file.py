@@ -31,21 +31,26 @@ def read_labels(path: Path, error: type[Exception], text: str | None = None) -> 
             raise error(f"{path}: malformed JSON array (line {exc.lineno}: {exc.msg})") from None
         labels = _from_array(path, items, error)
     else:
-        labels = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise error(f"{path}:{lineno}: malformed JSON ({exc.msg}); expected one label per line or one JSON array") from None
-            labels.append(_label(obj, error, f"{path}:{lineno}"))
+        labels = [_label(obj, error, f"{path}:{lineno}") for lineno, obj in
+                  json_lines(text, path, error, "; expected one label per line or one JSON array")]
     if not labels:
         raise error(f"{path}: no labels")
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
         raise error(f"{path}: duplicate labels {dup[:5]}")
     return labels
+
+
+def json_lines(text: str, path: Path, error: type[Exception], hint: str = ""):
+    """(line number, parsed value) for each non-blank line of a JSON-lines text; a malformed line raises ``error``
+    naming the file, line and column."""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno}){hint}") from None
 
 
 def labels_from_id2label(path: Path, id2label: Any, error: type[Exception]) -> list[str]:

@@ -160,7 +160,7 @@ class Search:
             chosen = min(ok, key=lambda s: (len(s.recipe.fp32_matmuls), -s.agreement, s.drop_points))
         else:
             chosen = min(scored, key=lambda s: s.drop_points)
-        return SearchResult(chosen, bool(ok), budget_points, self.baseline_metric, scored, sensitivity)
+        return SearchResult(chosen, bool(ok), budget_points, self.baseline_metric, scored, sensitivity, search=self)
 
     def _mixed_precision(self, base: Int8Recipe, budget_points: float, max_fp32: int):
         import onnx

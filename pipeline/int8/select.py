@@ -97,7 +97,6 @@ def search_recipe(source: Path, out_path: Path, rows: SearchRows, ecfg, budget_p
         f"({'within' if result.within_budget else 'OUTSIDE'} the {result.budget_points:g} pt budget)")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(result.chosen.path, out_path)
-    result.search = search  # the QDQ search reuses its FP32 evaluation
     return result
 
 

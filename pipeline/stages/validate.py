@@ -63,8 +63,6 @@ def run(ctx):
 
     cfg, out = ctx.cfg, ctx.out_dir
     vcfg, gcfg = cfg.validate, cfg.gates
-    for name in ("max_accuracy_drop", "min_throughput_ratio"):
-        G.threshold(name, getattr(gcfg, name))
     export_dir = ctx.artifact("export", "meta").parent
     meta = ctx.handoff("export", ExportManifest)
     data = load_task_data(cfg)
