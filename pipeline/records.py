@@ -19,9 +19,9 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-if TYPE_CHECKING:  # annotations only: the graph imports the stages, which import this module
+if TYPE_CHECKING:  # annotations only
     from pipeline.config import TaskConfig
-    from pipeline.graph import Stage
+    from pipeline.stage import Stage
 
 FORMAT_VERSION = 1
 T = TypeVar("T")

@@ -15,7 +15,8 @@ from typing import Any, Callable
 from pipeline.config import TaskConfig
 from pipeline.env import versions
 from pipeline.errors import GateFailed, PipelineError, StageCrashed, StageNotReady, UserInputError
-from pipeline.graph import STAGE_NAMES, STAGES, Stage, get_stage
+from pipeline.graph import STAGE_NAMES, STAGES, get_stage
+from pipeline.stage import Stage
 from pipeline.hashing import stage_key, tree_hashes
 from pipeline.progress import log as _log
 from pipeline.records import StageContext, StageRecord, StageStatus, atomic_write_text, check_writable, read_record

@@ -92,3 +92,30 @@ def test_stages_never_import_the_runner():
     for name, path in mods.items():
         if name.startswith("pipeline.stages"):
             assert "pipeline.runner" not in _imports(path, set(mods), top_level_only=False), name
+
+
+def test_every_stage_declares_itself_beside_its_code():
+    """graph.py composes the STAGE each stage module declares; it declares none itself."""
+    import importlib
+
+    from pipeline import graph
+
+    for s in graph.STAGES:
+        module = importlib.import_module(f"pipeline.stages.{s.name.replace('-', '_')}")
+        assert module.STAGE is s and s.run.__module__ == module.__name__
+    assert "Stage(" not in Path(graph.__file__).read_text()
+
+
+def test_graph_refuses_a_stage_that_requires_a_later_or_unknown_one():
+    import dataclasses
+
+    import pytest
+
+    from pipeline import graph
+
+    stages = graph.STAGES
+    graph.check_order(stages)
+    with pytest.raises(ValueError, match="stage 'finetune-check' requires compress"):
+        graph.check_order((stages[0], dataclasses.replace(stages[1], requires=("compress",)), *stages[2:]))
+    with pytest.raises(ValueError, match="declared twice"):
+        graph.check_order((stages[0], stages[0]))

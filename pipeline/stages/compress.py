@@ -21,6 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
+from pipeline.stage import Stage
 from pipeline.config import TaskConfig
 from pipeline.kinds import load_task_data
 from pipeline.stages.finetune import data_inputs, kind_params
@@ -146,3 +147,14 @@ def run(ctx):
         **metrics,
     }
     return StageResult(metrics=metrics, artifacts=artifacts, message=selection.message)
+
+
+STAGE = Stage(
+    name="compress",
+    description="DynaBERT width pruning, then INT8; every candidate scored and timed in the runtime that ships",
+    requires=("finetune", "finetune-check"),  # the model from finetune, the baseline from finetune-check
+    params=params,
+    inputs=inputs,
+    run=run,
+    version="2",  # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.int8.fusion)
+)

@@ -22,6 +22,7 @@ import json
 import shutil
 from pathlib import Path
 
+from pipeline.stage import Stage
 from pipeline.config import TaskConfig
 from pipeline.errors import ModelError
 from pipeline.handoffs import ExportManifest, SelectedCandidate
@@ -234,3 +235,16 @@ def run(ctx):
             f"QDQ {metrics['onnx_int8_qdq_mb']:.1f} MB")
     return StageResult(metrics=metrics, artifacts=artifacts, gate_error=gate,
                        message=f"ONNX INT8 {metrics['onnx_int8_mb']:.1f} MB ({100 * ratio:.0f}% of FP32)")
+
+
+STAGE = Stage(
+    name="export",
+    description="Paddle inference model and INT8 ONNX of the selected candidate and the FP32 baseline",
+    requires=("compress", "finetune-check"),
+    params=params,
+    inputs=inputs,
+    run=run,
+    # 2: calibrated activation scales in onnx/int8.onnx; 3: fused MatMulIntegerToFloat; 4: QDQ on MatMul
+    # inputs only; 5: QDQ activation scales from real tokens
+    version="5",
+)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 
+from pipeline.stage import Stage
 from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, TaskConfig
 from pipeline.kinds import load_task_data
 from pipeline.hashing import tree_sha256
@@ -171,3 +172,14 @@ def _report_data(ctx, data) -> None:
         reasons = ", ".join(f"{k}: {v}" for k, v in split.skip_reasons.items() if v)
         skipped = f", {split.skipped} skipped ({reasons})" if split.skipped else ""
         ctx.log(f"[data] {split.name}: {len(split.examples)} examples from {split.source}{skipped}")
+
+
+STAGE = Stage(
+    name="finetune",
+    description="train the task's head (classifier, BIO tagger or span extractor; and the scratch model) when the model has none",
+    requires=(),
+    params=params,
+    inputs=inputs,
+    run=run,
+    version="1",
+)

@@ -8,6 +8,7 @@ wrong or an un-fine-tuned model is caught here, before hours are spent on it.
 from __future__ import annotations
 
 
+from pipeline.stage import Stage
 from pipeline.config import TaskConfig
 from pipeline.kinds import load_task_data
 from pipeline.handoffs import Baseline
@@ -83,3 +84,14 @@ def run(ctx):
         )
     return StageResult(metrics=metrics, artifacts={"baseline": BASELINE_FILE, "dev_logits": "dev_logits.npy"}, gate_error=gate,
                        message=f"FP32 dev {kind.metric_label} {ev.metric:.4f}")
+
+
+STAGE = Stage(
+    name="finetune-check",
+    description="evaluate the FP32 model on the full dev set (accuracy, entity F1 or EM/F1); baseline for every later gate",
+    requires=("finetune",),
+    params=params,
+    inputs=inputs,
+    run=run,
+    version="1",
+)

@@ -15,6 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
+from pipeline.stage import Stage
 from pipeline.config import PROJECT_ROOT, TaskConfig
 
 
@@ -149,3 +150,16 @@ def run(ctx):
         external_outputs={"bundle": file_sha256(info.path / "bundle.json")},  # it holds every file's hash
         message=f"{info.path} ({cfg.package.runtime}, {info.choice.precision}, {size_mb:.1f} MiB)",
     )
+
+
+STAGE = Stage(
+    name="package",
+    description="Triton / FastDeploy model repository with pre- and post-processing, bundle manifest",
+    requires=("finetune", "export", "validate"),  # finetune: the source model's hash in bundle.json
+    params=params,
+    inputs=inputs,
+    run=run,
+    check=check,
+    external_intact=external_intact,
+    version="3",  # 2: kubernetes.yaml and kserve.yaml in the bundle; 3: bundle.json lists directories
+)

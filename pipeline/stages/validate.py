@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from pipeline.stage import Stage
 from pipeline.config import TaskConfig
 
 METRICS_FILE = "metrics.json"  # pipeline.handoffs.Validation reads it
@@ -169,3 +170,14 @@ def run(ctx):
                        artifacts={"gates": G.GATES_FILE, "report": "report.md", "metrics": METRICS_FILE, "plot": PLOT_FILE},
                        message=f"{chosen}: {kind.metric_label} {crow['accuracy']:.4f} (drop {crow['accuracy_drop_points']:+.2f} pts vs FP32), "
                                f"{(crow['throughput_ratio'] or 0):.2f}x FP32")
+
+
+STAGE = Stage(
+    name="validate",
+    description="parity and benchmarks per backend; regression gates",
+    requires=("export", "finetune-check"),
+    params=params,
+    inputs=inputs,
+    run=run,
+    version="2",  # 2: 2048 timed dev examples; ONNX Runtime measured before Paddle
+)
