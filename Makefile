@@ -9,16 +9,19 @@ ARGS   ?=
 REPO   ?= model_repository
 
 STRATEGY ?=
+# A PaddleSlim auto-compression (ACT) YAML, e.g. pipeline/tasks/act/uie.yaml; STRATEGY and ARGS' --set win over it.
+ACT_CONFIG ?=
 
 # MODEL=dir picks a model; MODEL= (empty, on the command line) the small scratch model; unset, the task's default.
 RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command line,$(origin MODEL)),--model '')) \
             $(if $(DATA_DIR),--data-dir $(DATA_DIR)) \
-            $(if $(STRATEGY),--set compress.strategy=$(STRATEGY))
+            $(if $(STRATEGY),--set compress.strategy=$(STRATEGY)) \
+            $(if $(ACT_CONFIG),--act-config $(ACT_CONFIG))
 
 .PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf perf-tools manifests lb-tools replicas
 
 help:
-	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ARGS='--set finetune.epochs=1']"
+	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ACT_CONFIG=act.yaml] [ARGS='--set finetune.epochs=1']"
 	@echo "make test            run the test suite"
 	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
 	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again (ARGS='--set deploy.key=value')"

@@ -26,6 +26,8 @@ examples:
       check a fine-tuned PaddleNLP model directory against the dev set
   ernie-bundle run --task tnews --set finetune.epochs=1 --set gates.min_accuracy=0.4
       override any value of pipeline/tasks/tnews.yaml
+  ernie-bundle run --task tnews --act-config pipeline/tasks/act/tnews-prune-quant.yaml
+      take the settings of a PaddleSlim auto-compression (ACT) YAML (--set still wins)
   ernie-bundle status --task tnews       what has run, what is stale
   ernie-bundle clean --task tnews --stage finetune
 
@@ -55,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--data-dir", help="directory with CLUE JSON lines (train.json, dev.json[, labels.json])")
         sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a task config value, e.g. finetune.epochs=1 (repeatable)")
+        sp.add_argument("--act-config", metavar="PATH",
+                        help="a PaddleSlim auto-compression (ACT) YAML, translated into overrides applied before --set "
+                             "(a key with no counterpart here is refused by name)")
 
     r = sub.add_parser("run", help="run the stage graph", formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Run the stages in order, skipping those whose inputs and parameters are unchanged.")
@@ -80,7 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace):
-    overrides = dict(parse_override(o) for o in args.overrides)
+    overrides = {}
+    if args.act_config:  # first, so --set and the flags below win
+        from pipeline.act_config import translate
+
+        overrides.update(translate(args.act_config, task=args.task))
+    overrides.update(parse_override(o) for o in args.overrides)
     if args.model is not None:
         overrides["model.name_or_path"] = args.model or None
     if args.data_dir is not None:

@@ -51,8 +51,10 @@ class DataConfig:
         one_of("data.format", self.format, DATA_FORMATS)
 
 
-DATA_FORMATS = ("clue", "cluener", "msra_bio", "squad")
-FORMATS_BY_TYPE = {"classification": ("clue",), "token_classification": ("cluener", "msra_bio"), "reading_comprehension": ("squad",)}
+DATA_FORMATS = ("clue", "cluener", "msra_bio", "squad", "uie")
+FORMATS_BY_TYPE = {"classification": ("clue",), "token_classification": ("cluener", "msra_bio"), "reading_comprehension": ("squad",),
+                   # uie: PaddleNLP's UIE JSON lines, or CLUENER converted (one prompt per entity type, uie.prompts)
+                   "uie": ("uie", "cluener")}
 
 
 @dataclass
@@ -79,6 +81,41 @@ class ReadingConfig:
         number("reading.dev_for_training", self.dev_for_training, above=0.0)
         if self.dev_for_training >= 1:
             raise ConfigError(f"reading.dev_for_training must be < 1 (the rest is the evaluation set), got {self.dev_for_training}")
+
+
+# CLUENER's entity types as UIE prompts (PaddleNLP's UIE examples name them in Chinese).
+CLUENER_PROMPTS = {"address": "地址", "book": "书名", "company": "公司", "game": "游戏", "government": "政府",
+                   "movie": "电影", "name": "姓名", "organization": "组织机构", "position": "职位", "scene": "景点"}
+
+
+@dataclass
+class UIEConfig:
+    """UIE (schema-prompted extraction) only: windows, span decoding and how CLUENER becomes prompts."""
+
+    doc_stride: int = 128  # long contents are cut into windows this many tokens apart (reading's windowing)
+    max_prompt_len: int = 16  # prompt tokens; a longer prompt is refused, never cut (a cut prompt asks another question)
+    position_prob: float = 0.5  # a token starts/ends a span when its sigmoid probability reaches this (UIE's default)
+    max_span_len: int = 64  # tokens; longer start-end pairs are not spans
+    # Training sees every prompt with a result and this fraction of the prompts without one (negatives:
+    # the model must learn to answer nothing); evaluation and serving ask every prompt of the schema.
+    negative_ratio: float = 0.3
+    max_eval_texts: int = 0  # > 0: evaluate on the first N dev contents only (every prompt each; reported)
+    # data.format cluener: entity type -> prompt; the task's `labels` pick which types become prompts
+    prompts: dict[str, str] = field(default_factory=lambda: dict(CLUENER_PROMPTS))
+
+    def __post_init__(self) -> None:
+        for name in ("doc_stride", "max_prompt_len", "max_span_len"):
+            number(f"uie.{name}", getattr(self, name), minimum=1, integer=True)
+        number("uie.position_prob", self.position_prob, above=0.0)
+        if self.position_prob >= 1:
+            raise ConfigError(f"uie.position_prob must be below 1, got {self.position_prob}")
+        number("uie.negative_ratio", self.negative_ratio, minimum=0.0, maximum=1.0)
+        number("uie.max_eval_texts", self.max_eval_texts, minimum=0, integer=True)
+        # Setting one prompt keeps the others (the task's `labels` choose which are asked anyway).
+        self.prompts = {**CLUENER_PROMPTS, **self.prompts}
+        for key, prompt in self.prompts.items():
+            if not str(prompt).strip():
+                raise ConfigError(f"uie.prompts.{key}: empty prompt")
 
 
 @dataclass
@@ -160,9 +197,16 @@ class GateConfig:
     # release gate (make gate BASELINE=...): against the previous bundle's report
     release_max_accuracy_drop: float = 0.2  # points
     release_max_throughput_drop: float = 0.15  # fraction of the previous speed-up over FP32
+    # finetune-check: the FP32 metric the user expects (PaddleSlim ACT's TrainConfig.origin_metric, a fraction);
+    # measured further than origin_metric_tolerance points from it means another model, data or evaluation.
+    origin_metric: float | None = None
+    origin_metric_tolerance: float = 1.0  # points
 
     def __post_init__(self) -> None:
         number("gates.min_accuracy", self.min_accuracy, minimum=0.0, maximum=1.0)
+        if self.origin_metric is not None:
+            number("gates.origin_metric", self.origin_metric, minimum=0.0, maximum=1.0)
+        number("gates.origin_metric_tolerance", self.origin_metric_tolerance, minimum=0.0)
         number("gates.max_accuracy_drop", self.max_accuracy_drop, minimum=0.0)
         number("gates.min_throughput_ratio", self.min_throughput_ratio, minimum=0.0)
         if self.max_p99_latency_ms is not None:
@@ -192,6 +236,7 @@ class TaskConfig:
     package: PackageConfig = field(default_factory=PackageConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
     reading: ReadingConfig = field(default_factory=ReadingConfig)
+    uie: UIEConfig = field(default_factory=UIEConfig)
 
     def __post_init__(self) -> None:
         if self.type not in FORMATS_BY_TYPE:
@@ -201,6 +246,9 @@ class TaskConfig:
                               f"(use {' or '.join(FORMATS_BY_TYPE[self.type])})")
         if self.type == "reading_comprehension" and self.reading.max_query_len + 3 >= self.max_seq_len:
             raise ConfigError(f"reading.max_query_len {self.reading.max_query_len} leaves no room for the passage "
+                              f"in max_seq_len {self.max_seq_len}")
+        if self.type == "uie" and self.uie.max_prompt_len + 3 >= self.max_seq_len:
+            raise ConfigError(f"uie.max_prompt_len {self.uie.max_prompt_len} leaves no room for the content "
                               f"in max_seq_len {self.max_seq_len}")
         if self.label_names and len(self.label_names) != len(self.labels):
             raise ConfigError(
@@ -329,6 +377,11 @@ def _coerce(tp: Any, value: Any, where: str, key: str) -> Any:
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[-1] if errors else f"{where}: {key}: invalid value {value!r}")
+    if origin is dict:
+        key_type, value_type = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {key} must be a mapping, got {value!r}")
+        return {_coerce(key_type, k, where, f"{key}.{k}"): _coerce(value_type, v, where, f"{key}.{k}") for k, v in value.items()}
     if origin is list:
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):

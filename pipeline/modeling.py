@@ -179,7 +179,7 @@ def load_classifier(model_dir: Path, num_labels: int, model_class=None):
     # The subclasses load stock ERNIE directories unchanged and also DynaBERT-pruned ones (fewer heads
     # than hidden_size / head_dim), which paddlenlp's own classes cannot express.
     cls = model_class or model_class_of(model_dir)
-    kwargs = {} if cls.__name__ == "ErnieForQuestionAnswering" else {"num_labels": num_labels}
+    kwargs = {} if cls.__name__ in ("ErnieForQuestionAnswering", "ErnieForUIE") else {"num_labels": num_labels}
     try:
         model = cls.from_pretrained(str(model_dir), **kwargs)
     except Exception as exc:

@@ -27,6 +27,7 @@ import numpy as np
 OUTPUTS = ("label", "label_desc", "confidence", "probs", "topk_label", "topk_prob")
 NER_OUTPUTS = ("entities",)
 MRC_OUTPUTS = ("answer", "start", "end", "score")
+UIE_OUTPUTS = ("results",)
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 
 
@@ -63,6 +64,16 @@ class ServedAnswer:
     start: int  # char offset into the context; -1 when no span
     end: int  # exclusive
     score: float  # start + end logit
+
+
+@dataclass(frozen=True)
+class ServedSpan:
+    """One span a UIE prompt found in a text."""
+
+    text: str
+    start: int  # char offset into the text
+    end: int  # exclusive
+    probability: float  # p(start) * p(end)
 
 
 def _as_bytes(t: str | bytes) -> bytes:
@@ -122,7 +133,7 @@ class ClassifierClient:
 
     # -- inference ------------------------------------------------------------------------
     def task_type(self) -> str:
-        """The served ensemble's kind, from its outputs: classification | token_classification | reading_comprehension."""
+        """The served ensemble's kind, from its outputs: classification | token_classification | reading_comprehension | uie."""
         try:
             meta = self._client.get_model_metadata(self.model)
         except Exception as exc:  # noqa: BLE001 - any failure: the model is not there
@@ -133,6 +144,8 @@ class ClassifierClient:
             return "token_classification"
         if "answer" in names:
             return "reading_comprehension"
+        if "results" in names:
+            return "uie"
         return "classification"
 
     def infer_raw(self, texts: Sequence[str | bytes]) -> dict[str, np.ndarray]:
@@ -221,6 +234,20 @@ class ClassifierClient:
             out.extend(self.answer_batch(list(questions[start : start + batch_size]), list(contexts[start : start + batch_size])))
         return out
 
+    def extract_schema_batch(self, texts: Sequence[str | bytes], schema: Sequence[str]) -> list[dict[str, list[ServedSpan]]]:
+        """One request to a UIE bundle: every text asked every prompt of ``schema``; per text, prompt -> spans."""
+        t = np.array([_as_bytes(x) for x in texts], dtype=np.object_)
+        s = np.array([_as_bytes(x) for x in schema], dtype=np.object_)
+        results = self._infer({"text": t, "schema": s}, UIE_OUTPUTS)["results"].reshape(len(texts), len(schema))
+        return [{prompt: [ServedSpan(**d) for d in json.loads(_as_str(results[i, j]))] for j, prompt in enumerate(schema)}
+                for i in range(len(texts))]
+
+    def extract_schema(self, texts: Sequence[str | bytes], schema: Sequence[str], batch_size: int = 32) -> list[dict[str, list[ServedSpan]]]:
+        out: list[dict[str, list[ServedSpan]]] = []
+        for start in range(0, len(texts), batch_size):
+            out.extend(self.extract_schema_batch(list(texts[start : start + batch_size]), schema))
+        return out
+
     def close(self) -> None:
         self._client.close()
 
@@ -282,6 +309,16 @@ def _print_entities(texts: list[str], found: list[list[ServedEntity]], as_json: 
             print(f"{spans}\t{text}")
 
 
+def _print_extractions(texts: list[str], found: list[dict], as_json: bool) -> None:
+    for text, by_prompt in zip(texts, found):
+        if as_json:
+            print(json.dumps({"text": text, "results": {p: [asdict(s) for s in spans] for p, spans in by_prompt.items()}},
+                             ensure_ascii=False))
+        else:
+            cells = " ".join(f"{p}:{s.text}[{s.start},{s.end})" for p, spans in by_prompt.items() for s in spans) or "-"
+            print(f"{cells}\t{text}")
+
+
 def _print_answers(answers: list[ServedAnswer], as_json: bool) -> None:
     for a in answers:
         if as_json:
@@ -295,8 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     helps = {"classify": "classify texts (classification bundle)", "extract": "named entities of texts (token classification bundle)",
              "answer": "answer questions about contexts (reading comprehension bundle)",
+             "ie": "spans each schema prompt finds in texts (UIE bundle)",
              "predict": "whatever the served ensemble does: classify, extract or answer", "health": "server and model readiness"}
-    for name in ("classify", "extract", "answer", "predict", "health"):
+    for name in ("classify", "extract", "answer", "ie", "predict", "health"):
         sp = sub.add_parser(name, help=helps[name])
         sp.add_argument("--model", default="tnews", help="the ensemble (= task) name")
         sp.add_argument("--protocol", choices=("http", "grpc"), default="http")
@@ -306,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if name != "answer":
             sp.add_argument("texts", nargs="*", help="texts (classify / extract)")
+        if name in ("ie", "predict"):
+            sp.add_argument("--schema", action="append", help="a prompt (e.g. 姓名); repeat for several (UIE bundle)")
         if name in ("answer", "predict"):
             sp.add_argument("--question", action="append", help="a question; repeat, paired with --context")
             sp.add_argument("--context", action="append", help="the passage for the question at the same position")
@@ -331,7 +371,8 @@ def _run_command(args, client: ClassifierClient) -> int:
             h = client.health()
             print(json.dumps({"url": client.url, "protocol": args.protocol, "model": args.model, **h}))
             return 0 if h["model_ready"] else 1
-        kind = {"classify": "classification", "extract": "token_classification", "answer": "reading_comprehension"}.get(args.command)
+        kind = {"classify": "classification", "extract": "token_classification", "answer": "reading_comprehension",
+                "ie": "uie"}.get(args.command)
         if kind is None:
             kind = client.task_type()
         if kind == "reading_comprehension":
@@ -340,6 +381,11 @@ def _run_command(args, client: ClassifierClient) -> int:
         elif kind == "token_classification":
             texts = _read_texts(args)
             _print_entities(texts, client.extract_entities(texts, args.batch_size), args.json)
+        elif kind == "uie":
+            if not args.schema:
+                raise ValueError("--schema: give at least one prompt, e.g. --schema 姓名")
+            texts = _read_texts(args)
+            _print_extractions(texts, client.extract_schema(texts, args.schema, args.batch_size), args.json)
         else:
             _print_classified(client.classify(_read_texts(args), args.batch_size), args.json)
     except (ClientError, ValueError) as exc:

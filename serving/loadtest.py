@@ -52,6 +52,8 @@ def send(client: ClassifierClient, batch: Sequence, task_type: str) -> None:
     """One request of ``batch`` items the way the bundle's kind takes them."""
     if task_type == "reading_comprehension":
         client.answer_batch([q for q, _ in batch], [c for _, c in batch])
+    elif task_type == "uie":  # items (text, schema); a request asks the first item's schema of every text
+        client.extract_schema_batch([t for t, _ in batch], list(batch[0][1]))
     elif task_type == "token_classification":
         client.extract_entities_batch(batch)
     else:
@@ -123,6 +125,10 @@ def _texts(args, task_type: str = "classification") -> list:
         examples = _dev_examples(args.task, args.data_dir, task_type)
         if task_type == "reading_comprehension":
             return [(e.question, e.context) for e in examples]
+        if task_type == "uie":
+            from serving.smoke import uie_requests
+
+            return [(t, tuple(schema)) for texts, schema, _ in uie_requests(examples, 1) for t in texts]
         return [e.text for e in examples]
     if args.task:
         try:
@@ -163,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         probe.wait_ready(30)
         task_type = probe.task_type()
         probe.close()
-        if task_type == "reading_comprehension" and args.file:
-            p.error("--file holds single texts; a reading-comprehension bundle is load-tested with its dev set (--task)")
+        if task_type in ("reading_comprehension", "uie") and args.file:
+            p.error(f"--file holds single texts; a {task_type} bundle is load-tested with its dev set (--task)")
         texts = _texts(args, task_type)
         rows = [run_level(url, args.protocol, model, texts, c, args.seconds, args.batch_size, args.max_requests, task_type)
                 for c in args.concurrency]
@@ -175,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows))
     report = {"model": model, "protocol": args.protocol, "batch_size": args.batch_size, "levels": [asdict(r) for r in rows]}
     repo = Path(args.repository) / model
-    if task_type == "reading_comprehension" and not args.no_offline:
-        print("offline model-only comparison: not available for reading comprehension (windows per question vary)")
+    if task_type in ("reading_comprehension", "uie") and not args.no_offline:
+        print(f"offline model-only comparison: not available for {task_type} (windows per request vary)")
     elif not args.no_offline and (repo / "bundle.json").is_file():
         from serving.offline import BundleModel, model_only_throughput
 

@@ -22,6 +22,12 @@ model names, with other tensors:
       <task>_tokenizer    -> input_ids, token_type_ids [W, T], offsets [W, T, 2], window_example [W]
       <task>_model        -> logits [W, T, 2]
       <task>_postprocess  logits + offsets + window_example + context -> answer, start, end, score  (spans.best_spans)
+
+    uie (schema-prompted extraction), max_batch_size 0 like MRC (N texts x P prompts become W windows):
+      <task>              text [N], schema [P] -> results [N, P] (JSON list of {text, start, end, probability})
+      <task>_tokenizer    -> input_ids, token_type_ids [W, T], offsets [W, T, 2], window_example [W]  (pair n * P + p)
+      <task>_model        -> logits [W, T, 2]
+      <task>_postprocess  logits + offsets + window_example + text + schema -> results  (spans.decode_spans)
 """
 
 from __future__ import annotations
@@ -43,8 +49,11 @@ OFFSETS, ENTITIES = "offsets", "entities"
 # reading comprehension
 QUESTION, CONTEXT, WINDOW_EXAMPLE = "question", "context", "window_example"
 ANSWER, START, END, SCORE = "answer", "start", "end", "score"
+# uie
+SCHEMA, RESULTS = "schema", "results"
 CLASSIFICATION, TOKEN_CLASSIFICATION, READING_COMPREHENSION = "classification", "token_classification", "reading_comprehension"
-TASK_TYPES = (CLASSIFICATION, TOKEN_CLASSIFICATION, READING_COMPREHENSION)
+UIE = "uie"
+TASK_TYPES = (CLASSIFICATION, TOKEN_CLASSIFICATION, READING_COMPREHENSION, UIE)
 # Ensemble outputs, in the order clients see them.
 LABEL, LABEL_DESC, CONFIDENCE, PROBS, TOPK_LABEL, TOPK_PROB = "label", "label_desc", "confidence", "probs", "topk_label", "topk_prob"
 VERSION = "1"
@@ -91,6 +100,10 @@ class BundleShape:
     max_query_len: int = 0
     max_answer_len: int = 0
     n_best: int = 20
+    # uie only (meta.json "uie"; doc_stride above is shared)
+    max_prompt_len: int = 0
+    position_prob: float = 0.5
+    max_span_len: int = 0
 
 
 def _tensor(cls, name: str, dtype: int, dims: list[int], max_batch_size: int):
@@ -374,6 +387,56 @@ def mrc_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
     return cfg
 
 
+# -- uie ----------------------------------------------------------------------------------------
+
+
+def uie_tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    pc0 = _mrc_package(pc)  # texts x prompts -> a varying number of windows: no Triton batching (see _mrc_package)
+    cfg = mc.ModelConfig(name=names.tokenizer, backend="python")
+    cfg.input.extend([_inp(TEXT, mc.TYPE_STRING, [], pc0), _inp(SCHEMA, mc.TYPE_STRING, [], pc0)])
+    cfg.output.extend([
+        _out(INPUT_IDS, mc.TYPE_INT64, [-1], pc0), _out(TOKEN_TYPE_IDS, mc.TYPE_INT64, [-1], pc0),
+        _out(OFFSETS, mc.TYPE_INT64, [-1, 2], pc0), _out(WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0),
+    ])
+    _common(cfg, pc0)
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    _param(cfg, "max_seq_len", shape.max_seq_len)
+    _param(cfg, "doc_stride", shape.doc_stride)
+    _param(cfg, "max_prompt_len", shape.max_prompt_len)
+    _param(cfg, "max_text_bytes", pc.max_text_bytes)
+    _param(cfg, "max_items", pc.max_batch_size)  # texts per request; 0: no limit
+    return cfg
+
+
+def uie_postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    pc0 = _mrc_package(pc)
+    cfg = mc.ModelConfig(name=names.postprocess, backend="python")
+    cfg.input.extend([
+        _inp(LOGITS, mc.TYPE_FP32, [-1, 2], pc0), _inp(OFFSETS, mc.TYPE_INT64, [-1, 2], pc0),
+        _inp(WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0), _inp(TEXT, mc.TYPE_STRING, [], pc0),
+        _inp(SCHEMA, mc.TYPE_STRING, [], pc0),
+    ])
+    cfg.output.append(_out(RESULTS, mc.TYPE_STRING, [-1], pc0))
+    _common(cfg, pc0)
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    _param(cfg, "position_prob", shape.position_prob)
+    _param(cfg, "max_span_len", shape.max_span_len)
+    return cfg
+
+
+def uie_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = ModelNames(shape.task)
+    pc0 = _mrc_package(pc)
+    cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
+    cfg.input.extend([_inp(TEXT, mc.TYPE_STRING, [], pc0), _inp(SCHEMA, mc.TYPE_STRING, [], pc0)])
+    cfg.output.append(_out(RESULTS, mc.TYPE_STRING, [-1], pc0))
+    _common(cfg, pc0, scheduled=False)
+    _chain(cfg, names, (TEXT, SCHEMA), (OFFSETS, WINDOW_EXAMPLE), (TEXT, SCHEMA), (RESULTS,))
+    return cfg
+
+
 def all_configs(shape: BundleShape, pc: PackageConfig) -> dict[str, mc.ModelConfig]:
     if pc.layout_for(shape.task_type) == "fused":
         if shape.task_type != CLASSIFICATION:
@@ -385,6 +448,9 @@ def all_configs(shape: BundleShape, pc: PackageConfig) -> dict[str, mc.ModelConf
     elif shape.task_type == READING_COMPREHENSION:
         configs = (mrc_ensemble_config(shape, pc), mrc_tokenizer_config(shape, pc), model_config(shape, _mrc_package(pc)),
                    mrc_postprocess_config(shape, pc))
+    elif shape.task_type == UIE:
+        configs = (uie_ensemble_config(shape, pc), uie_tokenizer_config(shape, pc), model_config(shape, _mrc_package(pc)),
+                   uie_postprocess_config(shape, pc))
     elif shape.task_type == CLASSIFICATION:
         configs = (ensemble_config(shape, pc), tokenizer_config(shape, pc), model_config(shape, pc), postprocess_config(shape, pc))
     else:

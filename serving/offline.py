@@ -199,3 +199,29 @@ def offline_answers(bundle: BundleModel, questions: Sequence[str], contexts: Seq
         logits = np.asarray(run(ids, types), dtype=np.float32)
         out.extend(spans.best_spans(list(logits), wins, cs, max_answer_len=int(reading["max_answer_len"])))
     return out
+
+
+def offline_extractions(bundle: BundleModel, requests: Sequence[tuple[Sequence[str], Sequence[str]]], threads: int = 0) -> list:
+    """UIE: for each request (texts, schema), per text and prompt the spans (``pipeline.extraction.spans.ExtractedSpan``),
+    ``[text][prompt]``: every text x prompt windowed with make_windows as the served pre-processing does (pair
+    n * P + p), the model on all windows of the request at once, decode_spans."""
+    from pipeline.extraction import spans
+    from pipeline.progress import progress
+    from pipeline.reading import windows
+
+    u = bundle.manifest["uie"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    run = bundle.session(threads)
+    out: list = []
+    for texts, schema in progress(requests, desc="offline model", unit="request"):
+        prompts = [p for _ in texts for p in schema]
+        contents = [t for t in texts for _ in schema]
+        wins = windows.make_windows(tok, prompts, contents, max_seq_len=bundle.max_seq_len, doc_stride=int(u["doc_stride"]),
+                                    max_query_len=int(u["max_prompt_len"]))
+        ids, types = windows.pad_windows(wins, pad_id)
+        logits = np.asarray(run(ids, types), dtype=np.float32)
+        found = spans.decode_spans(list(logits), wins, contents, position_prob=float(u["position_prob"]),
+                                   max_span_len=int(u["max_span_len"]))
+        out.extend([found[n * len(schema) : (n + 1) * len(schema)] for n in range(len(texts))])
+    return out

@@ -203,6 +203,8 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
     pa = find_perf_analyzer()
     bundle = BundleModel.open(repository)
     task_type = bundle.task_type
+    if task_type == "uie":  # its requests carry a schema next to the texts; perf_analyzer input for it is not built yet
+        raise ValueError(f"{repository}: perf does not measure UIE bundles yet; `make loadtest TASK={task}` does")
     items = list(items) if items is not None else _items(task, data_dir, task_type)
     names = bundle.names
     report = {"model": names.ensemble, "task_type": task_type, "repository": str(repository), "seconds": seconds,

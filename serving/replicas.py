@@ -225,6 +225,8 @@ def _load(url: str, model: str, task_type: str, items: Sequence, concurrency: in
             try:
                 if task_type == "token_classification":
                     answer = client.extract_entities_batch([item])[0]
+                elif task_type == "uie":
+                    answer = client.extract_schema_batch([item[0]], list(item[1]))[0]
                 elif task_type == "reading_comprehension":
                     answer = client.answer_batch([item[0]], [item[1]])[0]
                 else:

@@ -40,6 +40,7 @@ from serving.model_config import (
     CLASSIFICATION,
     READING_COMPREHENSION,
     TASK_TYPES,
+    UIE,
     TOKEN_CLASSIFICATION,
     VERSION,
     BundleShape,
@@ -55,6 +56,7 @@ MODEL_SOURCES = {
     CLASSIFICATION: ("tokenizer.py", "postprocess.py"),
     TOKEN_CLASSIFICATION: ("ner_tokenizer.py", "ner_postprocess.py"),
     READING_COMPREHENSION: ("mrc_tokenizer.py", "mrc_postprocess.py"),
+    UIE: ("uie_tokenizer.py", "uie_postprocess.py"),
 }
 # task type -> pipeline modules (stdlib + numpy [+ tokenizers] only) copied verbatim next to the
 # (tokenizer, postprocess) models; the python models load them with model_support.sibling().
@@ -62,6 +64,7 @@ PURE_MODULES = {
     CLASSIFICATION: (("wordpiece.py",), ()),
     TOKEN_CLASSIFICATION: (("wordpiece.py", "labeling/bio.py"), ("labeling/bio.py",)),
     READING_COMPREHENSION: (("wordpiece.py", "reading/windows.py"), ("reading/spans.py",)),
+    UIE: (("wordpiece.py", "reading/windows.py"), ("extraction/spans.py",)),
 }
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 SERVING_PACKAGES = ("numpy", "onnxruntime", "tokenizers", "paddlepaddle", "tritonclient", "nvidia-pytriton", "protobuf")
@@ -130,6 +133,15 @@ class ExportArtifacts:
             if reading["max_query_len"] + 3 >= int(meta["max_seq_len"]):
                 raise PackageError(f"{self.meta}: reading.max_query_len {reading['max_query_len']} leaves no room for "
                                    f"context in max_seq_len {meta['max_seq_len']}")
+        if task_type == UIE:
+            uie = meta.get("uie")
+            if not isinstance(uie, dict):
+                raise PackageError(f"{self.meta}: field 'uie' (doc_stride, max_prompt_len, position_prob, max_span_len) missing")
+            for key in ("doc_stride", "max_prompt_len", "max_span_len"):
+                if not isinstance(uie.get(key), int) or uie[key] < 1:
+                    raise PackageError(f"{self.meta}: uie.{key} must be a positive integer, got {uie.get(key)!r}")
+            if not isinstance(uie.get("position_prob"), (int, float)) or not 0 < uie["position_prob"] < 1:
+                raise PackageError(f"{self.meta}: uie.position_prob must be in (0, 1), got {uie.get('position_prob')!r}")
         return meta
 
 
@@ -260,8 +272,8 @@ def _check_labels(exp: ExportArtifacts, task_type: str, names: list[str]) -> Non
         bad = [n for n in names if n != "O" and not (n[:2] in ("B-", "I-") and len(n) > 2)]
         if not names or names[0] != "O" or bad:
             raise PackageError(f"{exp.labels}: token classification needs BIO tags with 'O' first, got {names[:5]}")
-    elif task_type == READING_COMPREHENSION and names != ["start", "end"]:
-        raise PackageError(f"{exp.labels}: reading comprehension needs the two rows 'start', 'end', got {names[:5]}")
+    elif task_type in (READING_COMPREHENSION, UIE) and names != ["start", "end"]:
+        raise PackageError(f"{exp.labels}: {task_type} needs the two rows 'start', 'end', got {names[:5]}")
 
 
 def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: dict, choice: ModelChoice) -> BundleShape:
@@ -282,12 +294,15 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
         except (json.JSONDecodeError, KeyError, TypeError):
             raise PackageError(f"{exp.labels}: rows must be JSON objects with a 'label'") from None
         _check_labels(exp, task_type, label_names)
-    reading = meta.get("reading", {}) if task_type == READING_COMPREHENSION else {}
+    reading = meta.get("reading", {}) if task_type == READING_COMPREHENSION else meta.get("uie", {}) if task_type == UIE else {}
+    uie = meta.get("uie", {}) if task_type == UIE else {}
     shape = BundleShape(task=task, num_labels=num_labels, max_seq_len=int(meta["max_seq_len"]),
                         model_file=choice.model_file, pad_id=_pad_id(vocab), task_type=task_type,
                         vocab_size=sum(1 for _ in open(vocab, encoding="utf-8")),
                         doc_stride=int(reading.get("doc_stride", 0)), max_query_len=int(reading.get("max_query_len", 0)),
-                        max_answer_len=int(reading.get("max_answer_len", 0)))
+                        max_answer_len=int(reading.get("max_answer_len", 0)),
+                        max_prompt_len=int(uie.get("max_prompt_len", 0)), position_prob=float(uie.get("position_prob", 0.5)),
+                        max_span_len=int(uie.get("max_span_len", 0)))
     if names.fused and task_type != CLASSIFICATION:
         raise PackageError(f"package.layout: fused is for classification bundles; {task} is {task_type}")
     tok_source, post_source = MODEL_SOURCES[task_type]
@@ -354,6 +369,7 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "labels": meta.get("labels", []),
         "label_names": meta.get("label_names", []),
         **({"reading": meta["reading"]} if _task_type(meta) == READING_COMPREHENSION else {}),
+        **({"uie": meta["uie"]} if _task_type(meta) == UIE else {}),
         # as configured, plus what 0 ("auto") resolved to on the packaging machine
         "package": {**dataclasses.asdict(pc), "instances": pc.instances, "engine_threads": pc.engine_threads},
         "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint},
@@ -408,6 +424,20 @@ def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) 
             f"- Batching: none by Triton (max_batch_size 0: windows per question vary); up to {pc.max_batch_size or 'any number of'} "
             f"questions per request, {pc.instances} {pc.kind} instance(s) per model.",
         ]
+    if task_type == UIE:
+        u = meta["uie"]
+        return [
+            f"- Ensemble `{names.ensemble}`: inputs `text` [N] and `schema` [P] (TYPE_STRING: texts, and prompts such as "
+            f"{'、'.join(u.get('schema', [])[:3]) or '姓名'}) -> output `results` [N, P] (TYPE_STRING: per text and prompt a JSON "
+            "list of {\"text\", \"start\", \"end\", \"probability\"}, char offsets, end exclusive).",
+            f"- `{names.tokenizer}` (python): every text x every prompt, windows.make_windows, max_seq_len {meta['max_seq_len']}, "
+            f"doc_stride {u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens.",
+            model_line,
+            f"- `{names.postprocess}` (python): spans.decode_spans (start/end sigmoid >= {u['position_prob']}, UIE's pairing, "
+            f"spans of at most {u['max_span_len']} tokens) over all windows of a pair.",
+            f"- Batching: none by Triton (max_batch_size 0: windows per request vary); up to {pc.max_batch_size or 'any number of'} "
+            f"texts per request, {pc.instances} {pc.kind} instance(s) per model.",
+        ]
     k = min(pc.top_k, int(meta['num_labels']))
     io = ("input `text` (TYPE_STRING, a batch of UTF-8 texts) -> outputs `label` (label id), `label_desc`, `confidence` "
           "(FP32), `probs` (all classes), `topk_label`/`topk_prob`.")
@@ -429,10 +459,12 @@ def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) 
 
 
 _KIND_WORDS = {CLASSIFICATION: "text classifier", TOKEN_CLASSIFICATION: "named entity recognizer",
-               READING_COMPREHENSION: "extractive reading comprehension model"}
+               READING_COMPREHENSION: "extractive reading comprehension model",
+               UIE: "schema-prompted information extractor (UIE)"}
 _CLIENT_EXAMPLE = {CLASSIFICATION: "classify --model {task} '今天股市大涨'",
                    TOKEN_CLASSIFICATION: "extract --model {task} '浙商银行企业信贷部叶老桂博士'",
-                   READING_COMPREHENSION: "answer --model {task} --question '谁发明了造纸术？' --context '蔡伦改进了造纸术。'"}
+                   READING_COMPREHENSION: "answer --model {task} --question '谁发明了造纸术？' --context '蔡伦改进了造纸术。'",
+                   UIE: "ie --model {task} --schema 姓名 --schema 公司 '浙商银行企业信贷部叶老桂博士'"}
 
 
 def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> str:

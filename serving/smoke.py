@@ -29,7 +29,7 @@ import numpy as np
 
 from serving.client import ClassifierClient, ClientError
 from serving.integrity import BundleIntegrityError
-from serving.offline import BundleModel, offline_answers, offline_entities, offline_logits
+from serving.offline import BundleModel, offline_answers, offline_entities, offline_extractions, offline_logits
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,97 @@ def run_mrc_smoke(bundle: BundleModel, client: ClassifierClient, examples: Seque
 
 
 @dataclass(frozen=True)
+class UieSmokeResult:
+    examples: int  # (text, prompt) pairs
+    texts: int
+    requests: int
+    served_f1: float  # span F1 (fraction) of the served spans against the gold ones
+    served_precision: float
+    served_recall: float
+    offline_f1: float
+    mismatches: int  # pairs whose served spans (start, end, text) differ from the offline ones
+    max_prob_diff: float  # largest |served - offline probability| over spans found by both
+    validated_metric: str | None
+    validated_value: float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatches == 0 and self.served_f1 == self.offline_f1 and _same(self.served_f1, self.validated_value)
+
+
+def uie_requests(examples: Sequence, batch_size: int) -> list[tuple[list[str], list[str], list[list[int]]]]:
+    """Dev pairs as UIE requests: (texts, schema, example index of each [text][prompt]).
+
+    A text item is a run of consecutive pairs with the same content (CLUENER converted: one text, every
+    prompt); consecutive items asking the same prompts share a request, up to ``batch_size`` texts."""
+    items: list[tuple[str, list[str], list[int]]] = []
+    for i, e in enumerate(examples):
+        if items and items[-1][0] == e.content and e.prompt not in items[-1][1]:
+            items[-1][1].append(e.prompt)
+            items[-1][2].append(i)
+        else:
+            items.append((e.content, [e.prompt], [i]))
+    requests: list[tuple[list[str], list[str], list[list[int]]]] = []
+    for content, schema, idx in items:
+        last = requests[-1] if requests else None
+        if last and last[1] == schema and len(last[0]) < batch_size:
+            last[0].append(content)
+            last[2].append(idx)
+        else:
+            requests.append(([content], list(schema), [idx]))
+    return requests
+
+
+def run_uie_smoke(bundle: BundleModel, client: ClassifierClient, examples: Sequence, batch_size: int = 32) -> UieSmokeResult:
+    """``examples``: ``pipeline.extraction.examples.ExtractionExample`` (content, prompt, gold spans)."""
+    from pipeline.extraction.metric import span_scores
+    from pipeline.progress import progress
+
+    requests = uie_requests(examples, batch_size)
+    served: list = [None] * len(examples)
+    for texts, schema, idx in progress(requests, desc="served", unit="request"):
+        for n, by_prompt in enumerate(client.extract_schema_batch(texts, schema)):
+            for p, prompt in enumerate(schema):
+                served[idx[n][p]] = [(s.start, s.end, s.text, s.probability) for s in by_prompt[prompt]]
+    offline: list = [None] * len(examples)
+    for (texts, schema, idx), found in zip(requests, _per_request(offline_extractions(bundle, [(t, s) for t, s, _ in requests]), requests)):
+        for n, row in enumerate(found):
+            for p, spans in enumerate(row):
+                offline[idx[n][p]] = [(s.start, s.end, s.text, s.probability) for s in spans]
+    gold = [e.spans for e in examples]
+    s = span_scores([[(a, b) for a, b, _, _ in x] for x in served], gold)
+    o = span_scores([[(a, b) for a, b, _, _ in x] for x in offline], gold)
+    mismatches, diff = 0, 0.0
+    for a, b in zip(served, offline):
+        if [x[:3] for x in a] != [x[:3] for x in b]:
+            mismatches += 1
+        else:
+            diff = max([diff, *(abs(x[3] - y[3]) for x, y in zip(a, b))])
+    metric, value = _validated(bundle.manifest)
+    return UieSmokeResult(examples=len(examples), texts=sum(len(t) for t, _, _ in requests), requests=len(requests),
+                          served_f1=s.f1, served_precision=s.precision, served_recall=s.recall, offline_f1=o.f1,
+                          mismatches=mismatches, max_prob_diff=diff, validated_metric=metric, validated_value=value)
+
+
+def _per_request(flat: list, requests: Sequence) -> list:
+    """offline_extractions' flat [text] list cut back into one list per request."""
+    out, k = [], 0
+    for texts, _, _ in requests:
+        out.append(flat[k : k + len(texts)])
+        k += len(texts)
+    return out
+
+
+def _print_uie(task: str, protocol: str, r: UieSmokeResult, backend: str | None) -> None:
+    print(f"smoke {task}: {r.examples} dev (text, prompt) pairs ({r.texts} texts, {r.requests} requests) via {protocol}")
+    print(f"  served span F1   {r.served_f1:.4f}  (P {r.served_precision:.4f}, R {r.served_recall:.4f})")
+    print(f"  offline span F1  {r.offline_f1:.4f}  (same model file, pipeline windows.py + extraction/spans.py)")
+    if r.validated_value is not None:
+        print(f"  validated {r.validated_metric} {r.validated_value:.4f}  (validate stage, {backend})")
+    print(f"  pairs whose spans differ: {r.mismatches}; max |probability diff| {r.max_prob_diff:.2e}")
+
+
+@dataclass(frozen=True)
 class ConcurrentResult:
     """Every item sent alone, from ``concurrency`` clients at once, so Triton's dynamic batcher merges it with
     whatever else is in flight; held to the offline answer of the same item run alone (batch of one)."""
@@ -187,6 +278,8 @@ def _answer_key(task_type: str, served) -> tuple:
         return tuple(sorted((e.type, e.start, e.end, e.text) for e in served))
     if task_type == "reading_comprehension":
         return (served.text, served.start, served.end)
+    if task_type == "uie":
+        return tuple((p, s.start, s.end, s.text) for p, spans in served.items() for s in spans)
     return (served.label,)
 
 
@@ -195,6 +288,9 @@ def _offline_key(task_type: str, offline, labels: Sequence[str] | None = None) -
         return tuple(sorted((e.type, e.start, e.end, e.text) for e in offline))
     if task_type == "reading_comprehension":
         return (offline.text, offline.start, offline.end) if offline else ("", -1, -1)
+    if task_type == "uie":  # offline: (schema, [spans per prompt])
+        schema, found = offline
+        return tuple((p, s.start, s.end, s.text) for p, spans in zip(schema, found) for s in spans)
     return (labels[int(offline)],)
 
 
@@ -206,6 +302,9 @@ def offline_keys(bundle: BundleModel, items: Sequence) -> list[tuple]:
     if task_type == "reading_comprehension":
         qs, cs = [q for q, _ in items], [c for _, c in items]
         return [_offline_key(task_type, o) for o in offline_answers(bundle, qs, cs, batch_size=1)]
+    if task_type == "uie":  # items: (text, schema)
+        found = offline_extractions(bundle, [([t], list(schema)) for t, schema in items])
+        return [_offline_key(task_type, (schema, f)) for (_, schema), f in zip(items, found)]
     labels = bundle.labels()
     return [_offline_key(task_type, i, labels) for i in offline_logits(bundle, list(items), batch_size=1).argmax(-1)]
 
@@ -218,11 +317,13 @@ def dev_items(task: str, bundle_dir: Path, data_dir: str | None = None) -> list:
     examples = _dev_examples(task, data_dir, task_type)
     if task_type == "token_classification":
         return [e.text for e in examples]
+    if task_type == "uie":
+        return [(t, tuple(schema)) for texts, schema, _ in uie_requests(examples, 1) for t in texts]
     return [(e.question, e.context) for e in examples]
 
 
 def run_concurrent(bundle: BundleModel, url: str | None, protocol: str, items: Sequence, concurrency: int) -> ConcurrentResult:
-    """``items``: texts, or (question, context) pairs for reading comprehension."""
+    """``items``: texts, (question, context) pairs for reading comprehension, (text, schema) for UIE."""
     from concurrent.futures import ThreadPoolExecutor
     import threading
 
@@ -237,6 +338,8 @@ def run_concurrent(bundle: BundleModel, url: str | None, protocol: str, items: S
             return c.extract_entities_batch([item])[0]
         if task_type == "reading_comprehension":
             return c.answer_batch([item[0]], [item[1]])[0]
+        if task_type == "uie":
+            return c.extract_schema_batch([item[0]], list(item[1]))[0]
         return c.classify_batch([item])[0]
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -389,15 +492,22 @@ def _main_span_kinds(args, bundle: BundleModel) -> int:
             client.wait_ready(30)
             if bundle.task_type == "token_classification":
                 result = run_ner_smoke(bundle, client, examples, _batch_size(bundle, args.batch_size))
+            elif bundle.task_type == "uie":
+                result = run_uie_smoke(bundle, client, examples, _batch_size(bundle, args.batch_size))
             else:
                 result = run_mrc_smoke(bundle, client, examples, _batch_size(bundle, args.batch_size))
     except (ClientError, UserInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     backend = (bundle.manifest.get("validated") or {}).get("backend")
-    (_print_ner if bundle.task_type == "token_classification" else _print_mrc)(args.task, args.protocol, result, backend)
-    items = ([e.text for e in examples] if bundle.task_type == "token_classification"
-             else [(e.question, e.context) for e in examples])
+    printer = {"token_classification": _print_ner, "uie": _print_uie}.get(bundle.task_type, _print_mrc)
+    printer(args.task, args.protocol, result, backend)
+    if bundle.task_type == "token_classification":
+        items = [e.text for e in examples]
+    elif bundle.task_type == "uie":
+        items = [(t, tuple(schema)) for texts, schema, _ in uie_requests(examples, 1) for t in texts]
+    else:
+        items = [(e.question, e.context) for e in examples]
     concurrent = _concurrent(args, bundle, items)
     _write(args, result, concurrent)
     print("PASS" if result.ok else "FAIL: served predictions or scores differ from the offline/validated model's")

@@ -1,4 +1,4 @@
-"""NER and reading comprehension through every stage on tiny synthetic data, then served by the real Triton.
+"""NER, reading comprehension and UIE through every stage on tiny synthetic data, then served by the real Triton.
 
 The same path as ``make bundle TASK=cluener`` / ``TASK=cmrc2018`` then ``make serve`` and ``make smoke``:
 finetune (scratch model) -> finetune-check -> compress -> export -> validate -> package, a real
@@ -212,6 +212,74 @@ def test_reading_bundle_end_to_end(tmp_path, capsys):
     assert "answers differing: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)
+
+
+@pytest.mark.slow
+def test_uie_bundle_end_to_end(tmp_path, capsys):
+    """UIE from CLUENER (one prompt per entity type) through every stage, DynaBERT included, then served: a
+    text x schema request gives the spans the offline pipeline finds, alone or concurrently batched."""
+    data = write_tiny_cluener(tmp_path / "data")
+    task = {"task": "tinyuie", "type": "uie", "max_seq_len": 32, "labels": ["name", "company"],
+            "data": {"dir": str(data), "format": "cluener", "labels_file": None},
+            "uie": {"doc_stride": 8, "max_prompt_len": 6},
+            "compress": {"strategy": "dynabert+ptq", "width_mult_list": ["1/2"]}}
+    task_yaml, runs, cfg = _run_bundle(tmp_path, task, {"finetune.epochs": 8, "gates.min_accuracy": 0.5,
+                                                        "validate.dev_batch_size": 8})
+    baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
+    assert baseline["metric"] == "f1" and {"precision", "recall"} <= set(baseline["metrics"]), baseline
+    assert baseline["dev_examples"] == 2 * 60  # every dev text asked both prompts
+    cands = {c["name"] for c in json.loads((runs / "compress" / "out" / "candidates.json").read_text())["candidates"]}
+    assert cands == {"fp32", "int8", "w0.5", "w0.5-int8"}
+    _assert_batch_independent(runs, cfg)
+    meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
+    assert meta["task_type"] == "uie" and meta["uie"]["schema"] == ["姓名", "公司"] and meta["uie"]["doc_stride"] == 8
+
+    bundle = tmp_path / "repo" / "tinyuie"
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    assert manifest["validated"]["metric"] == "f1" and manifest["uie"]["max_prompt_len"] == 6
+    out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys)
+    assert "pairs whose spans differ: 0" in out
+    result = json.loads((tmp_path / "smoke.json").read_text())
+    assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)
+
+
+@pytest.mark.slow
+def test_uie_with_a_paddleslim_act_config(tmp_path, capsys):
+    """PaddleSlim auto-compression's YAML shape drives the run: Prune -> DynaBERT, Quantization -> the INT8
+    search, TrainConfig -> distillation steps; a wrong TrainConfig.origin_metric stops finetune-check."""
+    from pipeline.cli import main
+
+    task = {"task": "tinyuie", "type": "uie", "max_seq_len": 32, "labels": ["name", "company"],
+            "data": {"dir": str(write_tiny_cluener(tmp_path / "data", 160, 40)), "format": "cluener", "labels_file": None},
+            "uie": {"doc_stride": 8, "max_prompt_len": 6}}
+    task_yaml = tmp_path / "task.yaml"
+    task_yaml.write_text(yaml.safe_dump(task, allow_unicode=True), encoding="utf-8")
+    act = {"Global": {"batch_size": 16}, "Distillation": {"alpha": 1.0, "loss": "l2"},
+           "Prune": {"prune_algo": "transformer_pruner", "pruned_ratio": 0.5},
+           "Quantization": {"weight_bits": 8, "activation_bits": 8, "quantize_op_types": ["matmul", "matmul_v2"]},
+           "TrainConfig": {"epochs": 1, "train_iter": 10, "learning_rate": 1e-4, "origin_metric": 0.999,
+                           "optimizer_builder": {"optimizer": {"type": "AdamW"}}}}
+    act_yaml = tmp_path / "act.yaml"
+    act_yaml.write_text(yaml.safe_dump(act), encoding="utf-8")
+    overrides = {**TINY_MODEL_OVERRIDES, **FAST_STAGES, "finetune.epochs": 2, "gates.min_accuracy": 0.0}
+    overrides.pop("compress.max_steps")  # the ACT file's train_iter sets it
+    args = ["run", "--task", str(task_yaml), "--runs-dir", str(tmp_path / "runs"), "--act-config", str(act_yaml),
+            "--until", "compress"]
+    for k, v in overrides.items():
+        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) else v}"]
+    capsys.readouterr()
+    assert main(args) != 0
+    captured = capsys.readouterr()
+    assert "gates.origin_metric 0.9990" in captured.out + captured.err
+    act["TrainConfig"].pop("origin_metric")
+    act_yaml.write_text(yaml.safe_dump(act), encoding="utf-8")
+    assert main(args) == 0
+    runs = tmp_path / "runs" / "tinyuie"
+    table = json.loads((runs / "compress" / "out" / "candidates.json").read_text())
+    assert {c["name"] for c in table["candidates"]} == {"fp32", "int8", "w0.5", "w0.5-int8"}
+    record = json.loads((runs / "compress" / "record.json").read_text())
+    c = record["params"]["compress"]
+    assert (c["strategy"], c["width_mult_list"], c["max_steps"], c["per_device_train_batch_size"]) == ("dynabert+ptq", ["0.5"], 10, 16)
 
 
 @pytest.mark.slow

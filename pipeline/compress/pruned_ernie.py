@@ -127,10 +127,18 @@ class ErnieForQuestionAnswering(_StockErnieForQuestionAnswering):
         return logits
 
 
+class ErnieForUIE(ErnieForQuestionAnswering):
+    """UIE's span extractor, ``logits`` [B, T, 2] (start, end) BEFORE the sigmoid: the network of PaddleNLP's
+    ``UIE`` (two ``Linear(hidden, 1)`` heads are one ``Linear(hidden, 2)``; ``pipeline.extraction.checkpoint``
+    converts its checkpoints), with the sigmoid applied where spans are decoded.  Its own name so a
+    reading-comprehension model (softmax over positions) is never taken for it, or the reverse."""
+
+
 ARCHITECTURES = {
     "ErnieForSequenceClassification": ErnieForSequenceClassification,
     "ErnieForTokenClassification": ErnieForTokenClassification,
     "ErnieForQuestionAnswering": ErnieForQuestionAnswering,
+    "ErnieForUIE": ErnieForUIE,
 }
 
 

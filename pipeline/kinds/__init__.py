@@ -1,11 +1,11 @@
-"""Task kinds: classification, token classification (NER), reading comprehension (MRC)."""
+"""Task kinds: classification, token classification (NER), reading comprehension (MRC), UIE extraction."""
 
 from __future__ import annotations
 
 from pipeline.errors import ConfigError
 from pipeline.kinds.base import Batch, Feature, FeatureSet, Score, TaskKind, trim_outputs
 
-KIND_NAMES = ("classification", "token_classification", "reading_comprehension")
+KIND_NAMES = ("classification", "token_classification", "reading_comprehension", "uie")
 
 
 def get_kind(cfg) -> TaskKind:
@@ -22,6 +22,10 @@ def get_kind(cfg) -> TaskKind:
         from pipeline.kinds.reading_comprehension import ReadingComprehension
 
         return ReadingComprehension(cfg)
+    if cfg.type == "uie":
+        from pipeline.kinds.extraction import UniversalExtraction
+
+        return UniversalExtraction(cfg)
     raise ConfigError(f"type: {cfg.type!r} is not one of {', '.join(KIND_NAMES)}")
 
 

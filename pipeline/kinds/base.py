@@ -6,7 +6,8 @@ or one window of a long passage), and its model maps ``input_ids``/``token_type_
 
 * classification           ``[B, C]``
 * token_classification     ``[B, T, num_tags]``
-* reading_comprehension    ``[B, T, 2]`` (start, end)
+* reading_comprehension    ``[B, T, 2]`` (start, end; softmax over positions)
+* uie                      ``[B, T, 2]`` (start, end; a sigmoid per token)
 
 So training loops, PTQ calibration, export, every backend session and the benchmarks are the same
 code for all kinds; only :class:`TaskKind` knows how to read the data, what the targets are, which
@@ -25,7 +26,8 @@ import numpy as np
 class Feature:
     input_ids: np.ndarray  # int64 [L], no padding
     token_type_ids: np.ndarray  # int64 [L]
-    target: np.ndarray  # classification: int64 [] (label); tokens: int64 [L] (-100 = ignored); reading: int64 [2]
+    target: np.ndarray  # classification: int64 [] (label); tokens: int64 [L] (-100 = ignored); reading: int64 [2];
+    # uie: int64 [L, 2] (1 where a span starts / ends)
     example_index: int  # the example this row belongs to (several windows share one for long passages)
 
 
@@ -71,7 +73,9 @@ class FeatureSet:
             ids[j, : len(f.input_ids)] = f.input_ids
             types[j, : len(f.token_type_ids)] = f.token_type_ids
         if self.kind.token_level_targets:
-            targets = np.full((len(chosen), width), -100, dtype=np.int64)
+            # [L] per feature (a tag per token) or [L, k] (UIE: start/end flags per token)
+            extra = tuple(chosen[0].target.shape[1:]) if chosen else ()
+            targets = np.full((len(chosen), width, *extra), -100, dtype=np.int64)
             for j, f in enumerate(chosen):
                 targets[j, : len(f.target)] = f.target
         else:

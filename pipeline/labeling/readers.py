@@ -55,10 +55,11 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 # ---------------------------------------------------------------------------------------------- CLUENER
 
 
-def read_cluener(path: Path, require_labels: bool = True) -> LabelingSplit:
+def read_cluener(path: Path, require_labels: bool = True, keep_overlapping: bool = False) -> LabelingSplit:
     """CLUENER2020 JSON lines: {"text": ..., "label": {type: {entity_text: [[start, end_inclusive], ...]}}}.
 
     ``require_labels=False`` reads unlabeled rows (test.json) as examples without entities.
+    ``keep_overlapping``: keep every span (UIE asks one prompt per type, so spans of other types may overlap).
     Overlapping spans: the first by start (then the longer) is kept, the rest counted as skipped.
     """
     examples: list[LabelingExample] = []
@@ -82,7 +83,7 @@ def read_cluener(path: Path, require_labels: bool = True) -> LabelingSplit:
             examples.append(LabelingExample(text, ()))
             continue
         entities = _cluener_entities(row["label"], text, where)
-        kept = _drop_overlaps(entities)
+        kept = sorted(entities, key=lambda e: (e.start, e.end, e.type)) if keep_overlapping else _drop_overlaps(entities)
         overlapping += len(entities) - len(kept)
         examples.append(LabelingExample(text, tuple(kept)))
     return LabelingSplit(tuple(examples), str(path), {OVERLAPPING: overlapping})

@@ -215,6 +215,10 @@ def run(ctx):
                            "max_answer_len": cfg.reading.max_answer_len}
     if cfg.type == "token_classification":
         meta["entity_types"] = list(cfg.labels)
+    if cfg.type == "uie":  # what the served pre/post-processing need to window and decode as evaluated
+        meta["uie"] = {"doc_stride": cfg.uie.doc_stride, "max_prompt_len": cfg.uie.max_prompt_len,
+                       "position_prob": cfg.uie.position_prob, "max_span_len": cfg.uie.max_span_len,
+                       "schema": [cfg.uie.prompts[t] for t in cfg.labels if t in cfg.uie.prompts]}
     (out / ExportManifest.FILE).write_text(ExportManifest.from_dict(meta).to_json(), encoding="utf-8")  # checked as written
     artifacts.update({"onnx_fp32": "onnx/fp32.onnx", "onnx_int8": "onnx/int8.onnx", "onnx_int8_qdq": "onnx/int8_qdq.onnx",
                       "tokenizer_dir": "tokenizer", "labels": "labels.json", "meta": "meta.json"})

@@ -13,6 +13,7 @@ import dataclasses
 import shutil
 
 from pipeline.stage import Stage
+from pipeline.extraction.checkpoint import convert_uie_checkpoint, is_paddlenlp_uie
 from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, TaskConfig
 from pipeline.kinds import load_task_data
 from pipeline.hashing import tree_sha256
@@ -56,6 +57,9 @@ def kind_params(cfg: TaskConfig) -> dict:
     out = {"type": cfg.type, "format": cfg.data.format, "files": [cfg.data.train_file, cfg.data.dev_file]}
     if cfg.type == "reading_comprehension":
         out["reading"] = dataclasses.asdict(cfg.reading)
+    if cfg.type == "uie":
+        out["uie"] = dataclasses.asdict(cfg.uie)
+        out["labels"] = list(cfg.labels)
     return out
 
 
@@ -91,6 +95,11 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
     cfg = ctx.cfg
     kind = get_kind(cfg)
     model_dir = resolve_model_dir(cfg.model)
+    if model_dir is not None and cfg.type == "uie" and is_paddlenlp_uie(model_dir):
+        convert_uie_checkpoint(model_dir, ctx.out_dir / "model")
+        ctx.log(f"[finetune] {model_dir} is a PaddleNLP UIE checkpoint: converted (heads merged), no training needed")
+        return StageResult(artifacts={"model_dir": "model"}, message="converted a PaddleNLP UIE checkpoint",
+                           metrics={"trained": 0, "converted": 1})
     if model_dir is not None:
         info = inspect_model(model_dir)
         data = load_task_data(cfg)

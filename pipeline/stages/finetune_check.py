@@ -1,8 +1,10 @@
 """Stage ``finetune-check``: the FP32 baseline every later gate compares against.
 
 Evaluates the model from ``finetune`` on the full dev set and fails the run when accuracy is below
-the task's ``gates.min_accuracy`` or the head does not match the task's labels: compressing the
-wrong or an un-fine-tuned model is caught here, before hours are spent on it.
+the task's ``gates.min_accuracy``, when it is further than ``gates.origin_metric_tolerance`` points from
+the ``gates.origin_metric`` the user expects (PaddleSlim ACT's ``TrainConfig.origin_metric``), or when the head
+does not match the task's labels: compressing the wrong or an un-fine-tuned model is caught here, before hours
+are spent on it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ BASELINE_FILE = Baseline.FILE
 def params(cfg: TaskConfig) -> dict:
     return {
         "min_accuracy": cfg.gates.min_accuracy,
+        # only when set, so configs without it keep their cached results
+        **({"origin_metric": cfg.gates.origin_metric, "origin_metric_tolerance": cfg.gates.origin_metric_tolerance}
+           if cfg.gates.origin_metric is not None else {}),
         "max_seq_len": cfg.max_seq_len,
         "labels": list(cfg.labels),
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
@@ -76,14 +81,22 @@ def run(ctx):
     ctx.log(f"[finetune-check] FP32 dev {kind.metric_label} {ev.metric:.4f} on {len(data.dev.examples)} examples{detail}")
     metrics = {"accuracy": ev.metric, "metric": kind.metric, **{k: v for k, v in ev.score.metrics.items()},
                "dev_examples": len(data.dev.examples)}
-    gate = None
-    if ev.metric < cfg.gates.min_accuracy:
-        gate = (
-            f"FP32 dev {kind.metric_label} {ev.metric:.4f} is below gates.min_accuracy {cfg.gates.min_accuracy:.4f} "
-            f"(by {100 * (cfg.gates.min_accuracy - ev.metric):.2f} points): wrong model, or not fine-tuned for {cfg.task}?"
-        )
+    gate = gate_error(ev.metric, kind.metric_label, cfg.gates, cfg.task)
     return StageResult(metrics=metrics, artifacts={"baseline": BASELINE_FILE, "dev_logits": "dev_logits.npy"}, gate_error=gate,
                        message=f"FP32 dev {kind.metric_label} {ev.metric:.4f}")
+
+
+def gate_error(value: float, metric_label: str, gates, task: str) -> str | None:
+    """Why the measured FP32 dev metric ``value`` fails this stage's gates (``GateConfig``), or None."""
+    if value < gates.min_accuracy:
+        return (f"FP32 dev {metric_label} {value:.4f} is below gates.min_accuracy {gates.min_accuracy:.4f} "
+                f"(by {100 * (gates.min_accuracy - value):.2f} points): wrong model, or not fine-tuned for {task}?")
+    # rounded: 0.7573 vs 0.7473 is 1.0000000000000009 points in floats, and a tolerance of 1 means 1.00 passes
+    if gates.origin_metric is not None and round(abs(value - gates.origin_metric) * 100, 6) > gates.origin_metric_tolerance:
+        return (f"FP32 dev {metric_label} {value:.4f} is {100 * abs(value - gates.origin_metric):.2f} points from "
+                f"gates.origin_metric {gates.origin_metric:.4f} (tolerance gates.origin_metric_tolerance "
+                f"{gates.origin_metric_tolerance:g} points): another model, other data or another evaluation than expected?")
+    return None
 
 
 STAGE = Stage(

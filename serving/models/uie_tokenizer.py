@@ -1,0 +1,81 @@
+"""``<task>_tokenizer`` of a UIE bundle: texts x schema prompts -> model windows.
+
+One request carries N texts and a schema of P prompts (e.g. 姓名, 公司); every text is asked every prompt,
+pair ``n * P + p``, and each pair is windowed ``[CLS] prompt [SEP] text_slice [SEP]`` by
+``windows.make_windows`` (a verbatim copy of ``pipeline/reading/windows.py``, the code the pipeline
+evaluated with).  Outputs, W windows (W >= N * P): ``input_ids``/``token_type_ids`` [W, T], ``offsets``
+[W, T, 2] (char offsets into the text, (-1, -1) outside it and on padding), ``window_example`` [W] (the
+pair each window belongs to).  Hence max_batch_size 0, as for reading comprehension.
+
+Bad input is refused per request: no text or no prompt, more than ``max_items`` texts, non-UTF-8, an empty
+text or prompt, a text over ``max_text_bytes``, a prompt over ``max_prompt_len`` tokens (cutting it would
+ask another question), a repeated prompt.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import model_support  # noqa: E402  (copied next to this file: sibling loading, bundle check, parameters)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = model_support.start(HERE, args)
+        self.windows = model_support.sibling(HERE, "windows")
+        self.text_input = model_support.sibling(HERE, "text_input")
+        self.max_seq_len = int(params["max_seq_len"])
+        self.doc_stride = int(params["doc_stride"])
+        self.max_prompt_len = int(params["max_prompt_len"])
+        self.max_text_bytes = int(params["max_text_bytes"])
+        self.max_items = int(params.get("max_items", "0") or 0)  # 0: no limit
+        self.tok = self.text_input.wordpiece(HERE)  # no truncation, no padding: make_windows does both
+        self.pad_id = self.tok.token_to_id("[PAD]")
+
+    def _one(self, request):
+        raw_texts = pb_utils.get_input_tensor_by_name(request, "text").as_numpy().reshape(-1)
+        raw_schema = pb_utils.get_input_tensor_by_name(request, "schema").as_numpy().reshape(-1)
+        bad = self.text_input.BadText
+        if not len(raw_texts):
+            raise bad("no texts in the request")
+        if not len(raw_schema):
+            raise bad("no prompts in the schema: send one or more, e.g. 姓名")
+        if self.max_items and len(raw_texts) > self.max_items:
+            raise bad(f"{len(raw_texts)} texts in one request, over the limit of {self.max_items} (max_batch_size)")
+        texts = [self.text_input.decode_item(x, "text", j, self.max_text_bytes) for j, x in enumerate(raw_texts)]
+        schema = [self.text_input.decode_item(x, "schema", j, self.max_text_bytes).strip() for j, x in enumerate(raw_schema)]
+        if len(set(schema)) != len(schema):
+            raise bad("schema: a prompt is repeated")
+        for j, prompt in enumerate(schema):
+            n = len(self.tok.encode(prompt, add_special_tokens=False).ids)
+            if not n:
+                raise bad(f"schema item {j} is empty")
+            if n > self.max_prompt_len:
+                raise bad(f"schema item {j} is {n} tokens, over the bundle's max_prompt_len {self.max_prompt_len}")
+        prompts = [p for _ in texts for p in schema]
+        contents = [t for t in texts for _ in schema]
+        wins = self.windows.make_windows(self.tok, prompts, contents, max_seq_len=self.max_seq_len,
+                                         doc_stride=self.doc_stride, max_query_len=self.max_prompt_len)
+        ids, types = self.windows.pad_windows(wins, self.pad_id)
+        offsets = np.full((len(wins), ids.shape[1], 2), -1, dtype=np.int64)
+        for k, w in enumerate(wins):
+            offsets[k, : len(w.offsets)] = w.offsets
+        example = np.array([w.example_index for w in wins], dtype=np.int64)
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("token_type_ids", types),
+            pb_utils.Tensor("offsets", offsets), pb_utils.Tensor("window_example", example)])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                responses.append(self._one(request))
+            except self.text_input.BadText as exc:
+                responses.append(model_support.refused(pb_utils, str(exc)))
+            except Exception as exc:  # never let one request take the instance down
+                responses.append(model_support.failed(pb_utils, "windowing", exc))
+        return responses
