@@ -13,12 +13,12 @@ Every problem is a ``DataError`` naming ``<path>:<line>`` and the field.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from pipeline.errors import DataError
+from pipeline.labels_file import json_lines
 
 
 @dataclass(frozen=True)
@@ -34,19 +34,13 @@ def read_uie_lines(path: Path) -> list[ExtractionExample]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    out = []
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    out = []
+    for lineno, row in json_lines(text, path, DataError):
         where = f"{path}:{lineno}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: malformed JSON ({exc.msg})") from None
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
         content, prompt = row.get("content"), row.get("prompt")

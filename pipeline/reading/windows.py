@@ -106,6 +106,16 @@ def pad_windows(windows: Sequence[Window], pad_id: int) -> tuple[np.ndarray, np.
     return input_ids, token_type_ids
 
 
+def window_arrays(windows: Sequence[Window], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What a served pre-processing model emits for its windows: ``pad_windows``' (input_ids, token_type_ids), plus
+    offsets int64 [W, T, 2] ((-1, -1) outside the context and on padding) and the example of each window [W]."""
+    ids, types = pad_windows(windows, pad_id)
+    offsets = np.full((len(windows), ids.shape[1], 2), -1, dtype=np.int64)
+    for k, w in enumerate(windows):
+        offsets[k, : len(w.offsets)] = w.offsets
+    return ids, types, offsets, np.array([w.example_index for w in windows], dtype=np.int64)
+
+
 def _answer_tokens(offsets: np.ndarray, answer: tuple[int, int] | None) -> tuple[int, int] | None:
     """Context token indices (first, last) covering the answer chars, or None.
 

@@ -15,7 +15,6 @@ non-UTF-8, empty question or context, an item over ``max_text_bytes``.
 import sys
 from pathlib import Path
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 HERE = Path(__file__).resolve().parent
@@ -51,11 +50,7 @@ class TritonPythonModel:
         cs = [self.text_input.decode_item(x, "context", j, self.max_text_bytes) for j, x in enumerate(contexts)]
         wins = self.windows.make_windows(self.tok, qs, cs, max_seq_len=self.max_seq_len, doc_stride=self.doc_stride,
                                          max_query_len=self.max_query_len)
-        ids, types = self.windows.pad_windows(wins, self.pad_id)
-        offsets = np.full((len(wins), ids.shape[1], 2), -1, dtype=np.int64)
-        for k, w in enumerate(wins):
-            offsets[k, : len(w.offsets)] = w.offsets
-        example = np.array([w.example_index for w in wins], dtype=np.int64)
+        ids, types, offsets, example = self.windows.window_arrays(wins, self.pad_id)
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("token_type_ids", types),
             pb_utils.Tensor("offsets", offsets), pb_utils.Tensor("window_example", example)])
