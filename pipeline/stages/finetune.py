@@ -155,7 +155,7 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
     dev_fs = kind.featurize(tokenizer, data.dev.examples, cfg)
     if len(train_fs) != len(data.train.examples):
         ctx.log(f"[finetune] {len(data.train.examples)} training examples -> {len(all_train)} windows, "
-                f"{len(train_fs)} trained on (all with their answer, reading.negative_window_ratio of the rest)")
+                f"{len(train_fs)} trained on (all with a target, the configured fraction of the rest: reading.negative_window_ratio / uie.negative_ratio)")
     result = train_loop(model, train_fs, dev_fs, train_cfg, ctx.work_dir, save_best, ctx.log)
     if not (best_dir / "model_state.pdparams").is_file():
         save_best(model)
