@@ -336,23 +336,28 @@ def _mrc_package(pc: PackageConfig) -> PackageConfig:
     return dataclasses.replace(pc, max_batch_size=0)
 
 
-def mrc_tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+def _windowing_tokenizer_config(shape: BundleShape, pc: PackageConfig, inputs: tuple[str, ...], params: dict) -> mc.ModelConfig:
+    """The pre-processing model of a windowed kind (MRC, UIE): string ``inputs`` [N] -> windows [W, T] + offsets +
+    window_example, max_batch_size 0 (see _mrc_package)."""
     names = ModelNames(shape.task)
     pc0 = _mrc_package(pc)
     cfg = mc.ModelConfig(name=names.tokenizer, backend="python")
-    cfg.input.extend([_inp(QUESTION, mc.TYPE_STRING, [], pc0), _inp(CONTEXT, mc.TYPE_STRING, [], pc0)])
+    cfg.input.extend([_inp(name, mc.TYPE_STRING, [], pc0) for name in inputs])
     cfg.output.extend([
         _out(INPUT_IDS, mc.TYPE_INT64, [-1], pc0), _out(TOKEN_TYPE_IDS, mc.TYPE_INT64, [-1], pc0),
         _out(OFFSETS, mc.TYPE_INT64, [-1, 2], pc0), _out(WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0),
     ])
     _common(cfg, pc0)
     cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
-    _param(cfg, "max_seq_len", shape.max_seq_len)
-    _param(cfg, "doc_stride", shape.doc_stride)
-    _param(cfg, "max_query_len", shape.max_query_len)
-    _param(cfg, "max_text_bytes", pc.max_text_bytes)
-    _param(cfg, "max_items", pc.max_batch_size)  # questions per request; 0: no limit
+    for key, value in {"max_seq_len": shape.max_seq_len, "doc_stride": shape.doc_stride, **params,
+                       "max_text_bytes": pc.max_text_bytes,
+                       "max_items": pc.max_batch_size}.items():  # max_items: pairs / texts per request; 0: no limit
+        _param(cfg, key, value)
     return cfg
+
+
+def mrc_tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    return _windowing_tokenizer_config(shape, pc, (QUESTION, CONTEXT), {"max_query_len": shape.max_query_len})
 
 
 def mrc_postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
@@ -391,22 +396,8 @@ def mrc_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
 
 
 def uie_tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    names = ModelNames(shape.task)
-    pc0 = _mrc_package(pc)  # texts x prompts -> a varying number of windows: no Triton batching (see _mrc_package)
-    cfg = mc.ModelConfig(name=names.tokenizer, backend="python")
-    cfg.input.extend([_inp(TEXT, mc.TYPE_STRING, [], pc0), _inp(SCHEMA, mc.TYPE_STRING, [], pc0)])
-    cfg.output.extend([
-        _out(INPUT_IDS, mc.TYPE_INT64, [-1], pc0), _out(TOKEN_TYPE_IDS, mc.TYPE_INT64, [-1], pc0),
-        _out(OFFSETS, mc.TYPE_INT64, [-1, 2], pc0), _out(WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0),
-    ])
-    _common(cfg, pc0)
-    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
-    _param(cfg, "max_seq_len", shape.max_seq_len)
-    _param(cfg, "doc_stride", shape.doc_stride)
-    _param(cfg, "max_prompt_len", shape.max_prompt_len)
-    _param(cfg, "max_text_bytes", pc.max_text_bytes)
-    _param(cfg, "max_items", pc.max_batch_size)  # texts per request; 0: no limit
-    return cfg
+    # texts x prompts -> a varying number of windows: no Triton batching (see _mrc_package)
+    return _windowing_tokenizer_config(shape, pc, (TEXT, SCHEMA), {"max_prompt_len": shape.max_prompt_len})
 
 
 def uie_postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:

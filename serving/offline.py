@@ -203,7 +203,7 @@ def offline_answers(bundle: BundleModel, questions: Sequence[str], contexts: Seq
 
 def offline_extractions(bundle: BundleModel, requests: Sequence[tuple[Sequence[str], Sequence[str]]], threads: int = 0) -> list:
     """UIE: for each request (texts, schema), per text and prompt the spans (``pipeline.extraction.spans.ExtractedSpan``),
-    ``[text][prompt]``: every text x prompt windowed with make_windows as the served pre-processing does (pair
+    ``[request][text][prompt]``: every text x prompt windowed with make_windows as the served pre-processing does (pair
     n * P + p), the model on all windows of the request at once, decode_spans."""
     from pipeline.extraction import spans
     from pipeline.progress import progress
@@ -223,5 +223,5 @@ def offline_extractions(bundle: BundleModel, requests: Sequence[tuple[Sequence[s
         logits = np.asarray(run(ids, types), dtype=np.float32)
         found = spans.decode_spans(list(logits), wins, contents, position_prob=float(u["position_prob"]),
                                    max_span_len=int(u["max_span_len"]))
-        out.extend([found[n * len(schema) : (n + 1) * len(schema)] for n in range(len(texts))])
+        out.append([found[n * len(schema) : (n + 1) * len(schema)] for n in range(len(texts))])
     return out

@@ -221,7 +221,7 @@ def run_uie_smoke(bundle: BundleModel, client: ClassifierClient, examples: Seque
             for p, prompt in enumerate(schema):
                 served[idx[n][p]] = [(s.start, s.end, s.text, s.probability) for s in by_prompt[prompt]]
     offline: list = [None] * len(examples)
-    for (texts, schema, idx), found in zip(requests, _per_request(offline_extractions(bundle, [(t, s) for t, s, _ in requests]), requests)):
+    for (texts, schema, idx), found in zip(requests, offline_extractions(bundle, [(t, s) for t, s, _ in requests])):
         for n, row in enumerate(found):
             for p, spans in enumerate(row):
                 offline[idx[n][p]] = [(s.start, s.end, s.text, s.probability) for s in spans]
@@ -238,15 +238,6 @@ def run_uie_smoke(bundle: BundleModel, client: ClassifierClient, examples: Seque
     return UieSmokeResult(examples=len(examples), texts=sum(len(t) for t, _, _ in requests), requests=len(requests),
                           served_f1=s.f1, served_precision=s.precision, served_recall=s.recall, offline_f1=o.f1,
                           mismatches=mismatches, max_prob_diff=diff, validated_metric=metric, validated_value=value)
-
-
-def _per_request(flat: list, requests: Sequence) -> list:
-    """offline_extractions' flat [text] list cut back into one list per request."""
-    out, k = [], 0
-    for texts, _, _ in requests:
-        out.append(flat[k : k + len(texts)])
-        k += len(texts)
-    return out
 
 
 def _print_uie(task: str, protocol: str, r: UieSmokeResult, backend: str | None) -> None:
@@ -304,7 +295,7 @@ def offline_keys(bundle: BundleModel, items: Sequence) -> list[tuple]:
         return [_offline_key(task_type, o) for o in offline_answers(bundle, qs, cs, batch_size=1)]
     if task_type == "uie":  # items: (text, schema)
         found = offline_extractions(bundle, [([t], list(schema)) for t, schema in items])
-        return [_offline_key(task_type, (schema, f)) for (_, schema), f in zip(items, found)]
+        return [_offline_key(task_type, (schema, f[0])) for (_, schema), f in zip(items, found)]
     labels = bundle.labels()
     return [_offline_key(task_type, i, labels) for i in offline_logits(bundle, list(items), batch_size=1).argmax(-1)]
 
