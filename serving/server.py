@@ -65,13 +65,26 @@ def _cache_root() -> Path:
     return Path(base) / "ernie-bundle"
 
 
-def prepare_pytriton_server(dist: Path, cache_root: Path | None = None) -> Path:
-    """A runnable copy of the wheel's server with this Python's backend stub; made once, atomically."""
+def _pytriton_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("nvidia-pytriton")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def prepare_pytriton_server(dist: Path, cache_root: Path | None = None, wheel_version: str | None = None) -> Path:
+    """A runnable copy of the wheel's server with this Python's backend stub; made once, atomically.
+
+    The copy is named by what it holds (wheel version, server and stub sizes, Python version), not by when the
+    wheel was unpacked: every fresh virtual environment (each CI clone) would otherwise leave another ~22 MB copy."""
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
     if not stub.is_file():
         raise ServerError(f"nvidia-pytriton ships no python backend stub for Python {version} ({stub})")
-    stamp = f"{dist.stat().st_mtime_ns}-{stub.stat().st_size}-py{version}"
+    server = dist / "bin" / "tritonserver"
+    stamp = f"{wheel_version or _pytriton_version()}-{server.stat().st_size}-{stub.stat().st_size}-py{version}"
     home = (cache_root or _cache_root()) / f"tritonserver-{stamp}"
     if (home / ".complete").is_file():
         return home

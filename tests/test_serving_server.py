@@ -496,3 +496,30 @@ def test_bad_requests_straight_to_the_model_fail_alone_with_invalid_argument(ser
         c.infer("tiny", [text])
     assert info.value.status() == "400"
     c.close()
+
+
+def test_the_server_copy_is_reused_across_fresh_installs_of_the_same_wheel(tmp_path):
+    """A fresh virtual environment unpacks the same wheel with new mtimes: it must reuse the cached server copy
+    (one per wheel version and content), not add another one per clone."""
+    from serving.server import prepare_pytriton_server
+
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+    def unpack(root: Path, stub: bytes) -> Path:
+        for part, name, data in (("bin", "tritonserver", b"server"), ("backends/python", "libtriton_python.so", b"lib"),
+                                 ("caches", "README", b"c"), (f"python_backend_stubs/{py}", "triton_python_backend_stub", stub)):
+            (root / part).mkdir(parents=True, exist_ok=True)
+            (root / part / name).write_bytes(data)
+        return root
+
+    cache = tmp_path / "cache"
+    first = prepare_pytriton_server(unpack(tmp_path / "venv1", b"stub"), cache, wheel_version="0.7.0")
+    time.sleep(0.01)
+    again = prepare_pytriton_server(unpack(tmp_path / "venv2", b"stub"), cache, wheel_version="0.7.0")
+    assert again == first and (first / "backends" / "python" / "triton_python_backend_stub").read_bytes() == b"stub"
+    other = prepare_pytriton_server(unpack(tmp_path / "venv3", b"stub-2"), cache, wheel_version="0.7.0")
+    newer = prepare_pytriton_server(unpack(tmp_path / "venv4", b"stub"), cache, wheel_version="0.8.0")
+    assert len({first, other, newer}) == 3 and sorted(p.name for p in cache.iterdir()) == sorted(
+        p.name for p in (first, other, newer))
+    with pytest.raises(ServerError, match="no python backend stub for Python"):
+        prepare_pytriton_server(tmp_path / "venv1" / "bin", cache)
