@@ -140,12 +140,32 @@ def model_only_question_rate(bundle: BundleModel, pairs: Sequence[tuple[str, str
     reading = bundle.manifest["reading"]
     tok = bundle.wordpiece()
     pad_id = tok.token_to_id("[PAD]")
-    run = bundle.session(threads)
     batches = [windows.pad_windows(windows.make_windows(tok, [q], [c], max_seq_len=bundle.max_seq_len,
                                                         doc_stride=int(reading["doc_stride"]),
                                                         max_query_len=int(reading["max_query_len"])), pad_id)
                for q, c in pairs[:200]]
-    run(*batches[0])  # warm-up
+    return _request_rate(bundle.session(threads), batches, seconds)
+
+
+def model_only_schema_rate(bundle: BundleModel, items: Sequence[tuple[str, Sequence[str]]], seconds: float = 5.0,
+                           threads: int = 0) -> float:
+    """UIE: texts/s of the model file alone, each text asked its whole schema, every (text, prompt) window of it run
+    as one batch: what the served model executes for a one-text request (``max_batch_size`` 0, no Triton batching)."""
+    from pipeline.reading import windows
+
+    u = bundle.manifest["uie"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    batches = [windows.pad_windows(windows.make_windows(tok, list(schema), [text] * len(schema), max_seq_len=bundle.max_seq_len,
+                                                        doc_stride=int(u["doc_stride"]), max_query_len=int(u["max_prompt_len"])),
+                                   pad_id)
+               for text, schema in items[:200]]
+    return _request_rate(bundle.session(threads), batches, seconds)
+
+
+def _request_rate(run, batches: Sequence[tuple[np.ndarray, np.ndarray]], seconds: float) -> float:
+    """Requests/s running each prepared batch once in turn for ``seconds`` (after one warm-up call)."""
+    run(*batches[0])
     done, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         for ids, types in batches:

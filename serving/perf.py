@@ -4,7 +4,8 @@
                            [--seconds 5] [--json-out runs/tnews/perf.json]
 
 Starts tritonserver on the bundle (or uses ``--url``), feeds perf_analyzer requests drawn from the task's dev
-set (titles, NER texts, question + context pairs; one item per request, as a client sends them), and for each
+set (titles, NER texts, question + context pairs, UIE texts each with the whole schema; one item per request, as a
+client sends them), and for each
 concurrency level reports throughput and p50/p90/p95/p99 latency as perf_analyzer measured them, plus the
 per-model breakdown from Triton's own statistics over the same window (requests, executions, mean batch,
 queue and compute time of the tokenizer, the model and the post-processing).  The offline model-only rate
@@ -89,6 +90,9 @@ def input_data(task_type: str, items: Sequence, path: Path, limit: int = 2000) -
         if task_type == "reading_comprehension":
             q, c = item
             rows.append({"question": {"content": [q], "shape": [1]}, "context": {"content": [c], "shape": [1]}})
+        elif task_type == "uie":
+            text, schema = item
+            rows.append({"text": {"content": [text], "shape": [1]}, "schema": {"content": list(schema), "shape": [len(schema)]}})
         else:
             rows.append({"text": {"content": [item], "shape": [1]}})
     path.write_text(json.dumps({"data": rows}, ensure_ascii=False), encoding="utf-8")
@@ -152,7 +156,8 @@ def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: i
 
 def format_markdown(report: dict) -> str:
     lines = [f"# perf: {report['model']} ({report['task_type']})", "",
-             f"perf_analyzer {report['perf_analyzer']} over gRPC, one dev item per request, "
+             f"perf_analyzer {report['perf_analyzer']} over gRPC, one dev item per request"
+             f"{_item_note(report)}, "
              f"{report['seconds']:.0f} s windows; CPU {report['cpu']['model']} ({', '.join(report['cpu']['flags']) or 'no int8 flags'}, "
              f"{report['cpu']['cores']} cores); {report['package'].get('instances', '?')} instance(s) per model, "
              f"{report['package'].get('engine_threads', '?')} engine thread(s) each, layout "
@@ -180,6 +185,12 @@ def format_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _item_note(report: dict) -> str:
+    if report["task_type"] == "uie":
+        return f" (a text asked its whole schema, {report.get('schema_size', '?')} prompts: req/s are texts/s)"
+    return ""
+
+
 def _items(task: str, data_dir: str | None, task_type: str) -> list:
     from serving.smoke import _dev_examples, _dev_set
 
@@ -189,22 +200,24 @@ def _items(task: str, data_dir: str | None, task_type: str) -> list:
     examples = _dev_examples(task, data_dir, task_type)
     if task_type == "reading_comprehension":
         return [(e.question, e.context) for e in examples]
+    if task_type == "uie":  # one text with every prompt the dev set asks it (CLUENER converted: the whole schema)
+        from serving.smoke import uie_requests
+
+        return [(texts[0], schema) for texts, schema, _ in uie_requests(examples, batch_size=1)]
     return [e.text for e in examples]
 
 
 def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequence[int], seconds: float,
             url: str | None = None, offline_seconds: float = 10.0, items: Sequence | None = None) -> dict:
-    """The report ``main`` writes; ``items`` (texts, or (question, context) pairs) replace the dev set."""
+    """The report ``main`` writes; ``items`` (texts, (question, context) pairs, or (text, schema) pairs) replace the dev set."""
     import pipeline  # noqa: F401  (numpy before paddle, for the offline measurement)
     from pipeline.cpu import detect
-    from serving.offline import BundleModel, model_only_question_rate, model_only_throughput
+    from serving.offline import BundleModel, model_only_question_rate, model_only_schema_rate, model_only_throughput
     from serving.server import start_server
 
     pa = find_perf_analyzer()
     bundle = BundleModel.open(repository)
     task_type = bundle.task_type
-    if task_type == "uie":  # its requests carry a schema next to the texts; perf_analyzer input for it is not built yet
-        raise ValueError(f"{repository}: perf does not measure UIE bundles yet; `make loadtest TASK={task}` does")
     items = list(items) if items is not None else _items(task, data_dir, task_type)
     names = bundle.names
     report = {"model": names.ensemble, "task_type": task_type, "repository": str(repository), "seconds": seconds,
@@ -215,6 +228,11 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
         rounds = sorted(model_only_question_rate(bundle, items, seconds=offline_seconds / 3) for _ in range(3))
         report.update({"offline_batch_size": "one question's windows", "offline_model_only_items_per_s": rounds[1],
                        "offline_rounds": rounds})
+    elif task_type == "uie":
+        # One request is one text with its schema: every (text, prompt) window runs as one batch, as served.
+        rounds = sorted(model_only_schema_rate(bundle, items, seconds=offline_seconds / 3) for _ in range(3))
+        report.update({"offline_batch_size": "one text's windows, every prompt", "offline_model_only_items_per_s": rounds[1],
+                       "offline_rounds": rounds, "schema_size": len(items[0][1]) if items else 0})
     else:
         # Before the server starts, on an idle machine: three rounds, the median is the yardstick.
         bs = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))

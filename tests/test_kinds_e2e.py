@@ -132,7 +132,8 @@ def _assert_batch_independent(runs: Path, cfg) -> None:
             assert np.array_equal(np.argmax(row, -1), np.argmax(ref, -1))
 
 
-def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys) -> str:
+def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys, while_served=None) -> str:
+    """smoke + loadtest against a real tritonserver; ``while_served(server)`` runs last, before it stops."""
     from serving import smoke
     from serving.server import start_server
 
@@ -151,6 +152,8 @@ def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys) -> s
                             "--json-out", str(tmp_path / "loadtest.json")])
         report = json.loads((tmp_path / "loadtest.json").read_text())
         assert rc == 0 and all(level["requests"] > 0 and level["errors"] == 0 for level in report["levels"]), report
+        if while_served is not None:
+            while_served(server)
     finally:
         assert server.stop() == 0, server.log_tail()
     return out
@@ -237,10 +240,31 @@ def test_uie_bundle_end_to_end(tmp_path, capsys):
     bundle = tmp_path / "repo" / "tinyuie"
     manifest = json.loads((bundle / "bundle.json").read_text())
     assert manifest["validated"]["metric"] == "f1" and manifest["uie"]["max_prompt_len"] == 6
-    out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys)
+    perf = {}
+
+    def perf_analyzer_run(server):
+        """`make perf` on UIE: each perf_analyzer request is one dev text with the whole schema."""
+        from serving.perf import PerfError, find_perf_analyzer, format_markdown, measure
+        from serving_fixtures import tool_or_skip
+
+        tool_or_skip(find_perf_analyzer, PerfError, "ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER")
+        texts = [json.loads(line)["text"] for line in (data / "dev.json").read_text(encoding="utf-8").splitlines()]
+        items = [(t, ["姓名", "公司"]) for t in texts[:30]]
+        perf.update(measure(bundle, str(task_yaml), None, [1, 2], seconds=1.0, url=server.grpc_url,
+                            offline_seconds=1.5, items=items))
+        perf["md"] = format_markdown(perf)
+
+    out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys, while_served=perf_analyzer_run)
     assert "pairs whose spans differ: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)
+    assert [lv["concurrency"] for lv in perf["levels"]] == [1, 2] and perf["schema_size"] == 2
+    for lv in perf["levels"]:
+        shares = {m["model"]: m for m in lv["models"]}
+        assert lv["requests_per_s"] > 0 and set(shares) == {"tinyuie_tokenizer", "tinyuie_model", "tinyuie_postprocess"}
+        # one text x 2 prompts per request: the model gets each request's windows as one call (max_batch_size 0)
+        assert shares["tinyuie_model"]["requests"] == shares["tinyuie_tokenizer"]["requests"] > 0
+    assert perf["offline_model_only_items_per_s"] > 0 and "2 prompts: req/s are texts/s" in perf["md"]
 
 
 @pytest.mark.slow
