@@ -166,6 +166,38 @@ def test_uie_config_checks():
         load_task_config("uie", {"data.format": "squad"})
 
 
+def test_positive_weight_scales_only_the_span_edges_and_one_is_paddlenlps_loss():
+    """uie.positive_weight: 1.0 is PaddleNLP's UIE loss (mean BCE over the real tokens' start/end columns); w > 1
+    multiplies the terms of gold starts/ends only; padding rows (-100) never count."""
+    import paddle
+    import paddle.nn.functional as F
+
+    from pipeline.config import load_task_config
+    from pipeline.kinds import get_kind
+    from pipeline.kinds.base import Batch
+
+    rng = np.random.RandomState(0)
+    logits = rng.randn(2, 4, 2).astype("float32")
+    targets = np.array([[[1, 0], [0, 0], [0, 1], [-100, -100]], [[0, 0], [1, 1], [0, 0], [0, 0]]], dtype=np.int64)
+    batch = Batch(np.arange(2), np.zeros((2, 4), np.int64), np.zeros((2, 4), np.int64), targets)
+    real = targets[..., 0] >= 0
+    bce = F.binary_cross_entropy_with_logits(paddle.to_tensor(logits[real]), paddle.to_tensor(targets[real].astype("float32")),
+                                             reduction="none").numpy()
+    gold = targets[real] == 1
+    for w in (1.0, 2.5):
+        kind = get_kind(load_task_config("uie", {"uie.positive_weight": w}))
+        got = float(kind.loss(paddle.to_tensor(logits), batch, pad_id=0))
+        assert got == pytest.approx((bce * np.where(gold, w, 1.0)).sum() / bce.size, rel=1e-6)
+    assert float(get_kind(load_task_config("uie")).loss(paddle.to_tensor(logits), batch, 0)) > \
+        float(get_kind(load_task_config("uie", {"uie.positive_weight": 1.0})).loss(paddle.to_tensor(logits), batch, 0))
+    paddlenlp_mean = F.binary_cross_entropy_with_logits(paddle.to_tensor(logits[real]),
+                                                        paddle.to_tensor(targets[real].astype("float32"))).numpy()
+    assert float(get_kind(load_task_config("uie", {"uie.positive_weight": 1.0})).loss(paddle.to_tensor(logits), batch, 0)) == \
+        pytest.approx(float(paddlenlp_mean), rel=1e-6)
+    with pytest.raises(ConfigError, match="uie.positive_weight"):
+        load_task_config("uie", {"uie.positive_weight": 0})
+
+
 def test_paddlenlp_uie_checkpoint_converts_to_the_same_network(tmp_path, vocab_dir):
     """A PaddleNLP ``UIE`` directory (linear_start/linear_end) becomes ErnieForUIE with identical numbers."""
     import paddle

@@ -114,8 +114,10 @@ class UniversalExtraction(TaskKind):
 
         targets = paddle.to_tensor(batch.targets)
         real = (targets >= 0).astype("float32")  # padding rows are -100
-        per_token = F.binary_cross_entropy_with_logits(logits, targets.clip(min=0).astype("float32"), reduction="none")
-        return (per_token * real).sum() / real.sum().clip(min=1.0)
+        gold = targets.clip(min=0).astype("float32")
+        per_token = F.binary_cross_entropy_with_logits(logits, gold, reduction="none")
+        weight = real * (1.0 + (self.uc.positive_weight - 1.0) * gold)  # uie.positive_weight on span starts/ends
+        return (per_token * weight).sum() / real.sum().clip(min=1.0)
 
     def decisions(self, output: np.ndarray) -> np.ndarray:
         """Which tokens start and end spans ([T, 2] booleans at probability 0.5, i.e. logit 0)."""
