@@ -168,7 +168,7 @@ def test_uie_config_checks():
 
 def test_positive_weight_scales_only_the_span_edges_and_one_is_paddlenlps_loss():
     """uie.positive_weight: 1.0 is PaddleNLP's UIE loss (mean BCE over the real tokens' start/end columns); w > 1
-    multiplies the terms of gold starts/ends only; padding rows (-100) never count."""
+    multiplies the terms of gold starts/ends only, on logits shifted by ln w; padding rows (-100) never count."""
     import paddle
     import paddle.nn.functional as F
 
@@ -181,10 +181,10 @@ def test_positive_weight_scales_only_the_span_edges_and_one_is_paddlenlps_loss()
     targets = np.array([[[1, 0], [0, 0], [0, 1], [-100, -100]], [[0, 0], [1, 1], [0, 0], [0, 0]]], dtype=np.int64)
     batch = Batch(np.arange(2), np.zeros((2, 4), np.int64), np.zeros((2, 4), np.int64), targets)
     real = targets[..., 0] >= 0
-    bce = F.binary_cross_entropy_with_logits(paddle.to_tensor(logits[real]), paddle.to_tensor(targets[real].astype("float32")),
-                                             reduction="none").numpy()
     gold = targets[real] == 1
     for w in (1.0, 2.5):
+        bce = F.binary_cross_entropy_with_logits(paddle.to_tensor(logits[real] + np.log(w)),
+                                                 paddle.to_tensor(targets[real].astype("float32")), reduction="none").numpy()
         kind = get_kind(load_task_config("uie", {"uie.positive_weight": w}))
         got = float(kind.loss(paddle.to_tensor(logits), batch, pad_id=0))
         assert got == pytest.approx((bce * np.where(gold, w, 1.0)).sum() / bce.size, rel=1e-6)
@@ -196,6 +196,27 @@ def test_positive_weight_scales_only_the_span_edges_and_one_is_paddlenlps_loss()
         pytest.approx(float(paddlenlp_mean), rel=1e-6)
     with pytest.raises(ConfigError, match="uie.positive_weight"):
         load_task_config("uie", {"uie.positive_weight": 0})
+
+
+@pytest.mark.parametrize("w", [1.0, 2.5, 6.0])
+def test_positive_weight_keeps_the_pointer_probabilities_calibrated(w):
+    """The loss is lowest where the model's own sigmoid equals the true positive rate, whatever uie.positive_weight:
+    a plain weighted BCE would put that minimum at odds w times the true ones (then position_prob 0.5 decides at a
+    true 1/(1+w); measured in tasks/uie.yaml)."""
+    import paddle
+
+    from pipeline.config import load_task_config
+    from pipeline.kinds import get_kind
+    from pipeline.kinds.base import Batch
+
+    targets = np.zeros((1, 100, 2), dtype=np.int64)
+    targets[0, :8] = 1  # 8% of the pointer targets are span edges
+    batch = Batch(np.arange(1), np.zeros((1, 100), np.int64), np.zeros((1, 100), np.int64), targets)
+    kind = get_kind(load_task_config("uie", {"uie.positive_weight": w}))
+    zs = np.linspace(-4.0, 0.0, 401)
+    losses = [float(kind.loss(paddle.to_tensor(np.full((1, 100, 2), z, np.float32)), batch, pad_id=0)) for z in zs]
+    best = 1.0 / (1.0 + np.exp(-zs[int(np.argmin(losses))]))
+    assert best == pytest.approx(0.08, abs=0.002)
 
 
 def test_paddlenlp_uie_checkpoint_converts_to_the_same_network(tmp_path, vocab_dir):
