@@ -101,7 +101,8 @@ class UIEConfig:
     negative_ratio: float = 0.3
     # Fine-tune loss weight of the tokens that do start/end a span (about 1 in 25 of the pointer targets).  1.0 is
     # PaddleNLP's UIE loss (plain mean BCE), made for uie-base, a checkpoint that already extracts; from a plain
-    # encoder the pointers then stay below position_prob for a long time (measured: see tasks/uie.yaml).
+    # encoder the pointers then stay below position_prob for a long time (measured: see tasks/uie.yaml).  The loss
+    # shifts the logits by ln(positive_weight), so the weight does not bias the learned probabilities.
     positive_weight: float = 1.0
     max_eval_texts: int = 0  # > 0: evaluate on the first N dev contents only (every prompt each; reported)
     # data.format cluener: entity type -> prompt; the task's `labels` pick which types become prompts
