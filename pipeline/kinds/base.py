@@ -102,6 +102,9 @@ class TaskKind:
     metric_label: str = ""  # how reports name it
     token_level_outputs: bool = False  # outputs are per token ([T, C]) rather than per row ([C])
     token_level_targets: bool = False
+    # Names a change to ``loss`` that makes earlier fine-tunes stale; non-empty, it joins the finetune stage's key
+    # (a stage version bump would re-train every kind's models).
+    loss_version: str = ""
 
     # -- data ---------------------------------------------------------------------------------------
     def load(self, cfg) -> "Any":  # -> pipeline.data.TaskDataset

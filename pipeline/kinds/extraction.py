@@ -28,6 +28,7 @@ class UniversalExtraction(TaskKind):
     metric_label = "span F1"
     token_level_outputs = True
     token_level_targets = True
+    loss_version = "logit-adjusted"  # uie.positive_weight shifts the logits by its log (see loss)
 
     def __init__(self, cfg):
         self.uc = cfg.uie

@@ -47,10 +47,9 @@ def params(cfg: TaskConfig) -> dict:
     }
     if not cfg.model.name_or_path:
         p["scratch"] = dataclasses.asdict(cfg.model.scratch)
-    if cfg.type == "uie":
-        # UIE's loss became logit-adjusted (kinds/extraction.py): a model trained under the old loss is stale.  A
-        # key of its own rather than a stage version bump, which would re-train every task's model.
-        p["uie_loss"] = "logit-adjusted"
+    loss_version = get_kind(cfg).loss_version
+    if loss_version:
+        p["loss"] = loss_version
     return p
 
 
