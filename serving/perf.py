@@ -81,6 +81,7 @@ class Level:
     p95_ms: float
     p99_ms: float
     models: list[ModelShare] = field(default_factory=list)
+    window_s: float = 0.0  # the perf_analyzer window these numbers came from (longer than asked when unstable)
 
 
 def input_data(task_type: str, items: Sequence, path: Path, limit: int = 2000) -> Path:
@@ -134,24 +135,43 @@ def model_shares(before: dict[str, dict], after: dict[str, dict], names: Sequenc
     return shares
 
 
+UNSTABLE = "Failed to obtain stable measurement"
+WINDOW_RETRIES = 2  # 1 -> 2 -> 4 windows' length: what perf_analyzer's message and Model Analyzer both do
+
+
 def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: int, seconds: float,
-              composing: Sequence[str], workdir: Path) -> Level:
+              composing: Sequence[str], workdir: Path, log=lambda msg: print(msg, file=sys.stderr)) -> Level:
+    """One concurrency level.  On a shared or loaded machine perf_analyzer may not see 6 windows within 25% of
+    each other and exits without numbers; the level is then measured again with windows twice as long (up to
+    ``WINDOW_RETRIES`` times), and the window that gave the numbers is reported with them."""
     out_csv = workdir / f"c{concurrency}.csv"
-    cmd = [str(pa.binary), "-m", model, "-u", url, "-i", "grpc", "--input-data", str(data),
-           "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "time_windows",
-           "--measurement-interval", str(int(seconds * 1000)), "--stability-percentage", "25",
-           "--max-trials", "6", "-f", str(out_csv)]
-    before = _model_stats(url)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=pa.env, timeout=max(120, seconds * 12 + 60))
-    after = _model_stats(url)
-    if proc.returncode != 0 or not out_csv.is_file():
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-        raise PerfError(f"perf_analyzer failed at concurrency {concurrency} (exit {proc.returncode}): {' | '.join(tail)}")
+    for attempt in range(WINDOW_RETRIES + 1):
+        window = seconds * 2 ** attempt
+        cmd = [str(pa.binary), "-m", model, "-u", url, "-i", "grpc", "--input-data", str(data),
+               "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "time_windows",
+               "--measurement-interval", str(int(window * 1000)), "--stability-percentage", "25",
+               "--max-trials", "6", "-f", str(out_csv)]
+        out_csv.unlink(missing_ok=True)
+        before = _model_stats(url)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=pa.env, timeout=max(120, window * 12 + 60))
+        after = _model_stats(url)
+        if proc.returncode == 0 and out_csv.is_file():
+            break
+        output = proc.stdout + proc.stderr
+        tail = output.strip().splitlines()[-3:]
+        if UNSTABLE not in output:
+            raise PerfError(f"perf_analyzer failed at concurrency {concurrency} (exit {proc.returncode}): {' | '.join(tail)}")
+        if attempt == WINDOW_RETRIES:
+            raise PerfError(f"perf_analyzer found no stable measurement at concurrency {concurrency} with windows of "
+                            f"{seconds:g} to {window:g} s: the machine is too busy to measure (stop other work, or "
+                            "pass a longer --seconds)")
+        log(f"perf_analyzer: concurrency {concurrency} not stable over {window:g} s windows (another process "
+            f"on these cores?): measuring again with {2 * window:g} s windows")
     with out_csv.open(newline="") as fh:
         row = next(csv.DictReader(fh))
     rps = float(row["Inferences/Second"])
     return Level(concurrency, rps, *(float(row[f"p{p} latency"]) / 1000 for p in (50, 90, 95, 99)),
-                 models=model_shares(before, after, composing))
+                 models=model_shares(before, after, composing), window_s=window)
 
 
 def format_markdown(report: dict) -> str:
@@ -169,6 +189,10 @@ def format_markdown(report: dict) -> str:
         ratio = f"{lv['requests_per_s'] / offline:.2f}x" if offline else "n/a"
         lines.append(f"| {lv['concurrency']} | {lv['requests_per_s']:.1f} | {lv['p50_ms']:.1f} | {lv['p90_ms']:.1f} | "
                      f"{lv['p95_ms']:.1f} | {lv['p99_ms']:.1f} | {ratio} |")
+    longer = [lv for lv in report["levels"] if lv.get("window_s", 0) > report["seconds"]]
+    if longer:
+        lines += ["", "Not stable over the asked windows, measured with longer ones: " + ", ".join(
+            f"concurrency {lv['concurrency']} ({lv['window_s']:g} s)" for lv in longer) + "."]
     if offline:
         lo, hi = report["offline_rounds"][0], report["offline_rounds"][-1]
         lines += ["", f"Offline model-only (the bundle's model file, batch {report['offline_batch_size']}, same run, "
