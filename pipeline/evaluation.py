@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -127,9 +127,18 @@ class Interleaved:
 
     rates: dict[str, list[float]]  # sequences/s per round
     base: str
+    latencies_ms: dict[str, list[float]] = field(default_factory=dict)  # every timed batch of every round
+    batch_size: int = 0
+    batches: int = 0  # distinct batches per round
 
     def median(self, name: str) -> float:
         return float(np.median(self.rates[name]))
+
+    def result(self, name: str) -> ThroughputResult:
+        """``name``'s rounds as one ThroughputResult (median rate, per-batch latency percentiles): what
+        ``measure_throughput`` would report, without timing the session a second time."""
+        p50, p95, p99 = np.percentile(self.latencies_ms[name], [50, 95, 99])
+        return ThroughputResult(self.batch_size, self.median(name), float(p50), float(p95), float(p99), self.batches)
 
     def ratios(self, name: str, base: str | None = None) -> list[float]:
         """Per-round ratios to ``base``: paired, so a slow round for both cancels out."""
@@ -157,11 +166,16 @@ def interleaved_throughput(sessions: dict[str, object], fs: FeatureSet, batch_si
         for b in encoded[:warmup]:
             s.run(b.input_ids, b.token_type_ids)
     rates: dict[str, list[float]] = {name: [] for name in sessions}
+    lat: dict[str, list[float]] = {name: [] for name in sessions}
     n = sum(len(b.indices) for b in encoded)
     for _ in progress(range(rounds), total=rounds, desc="interleaved timing", unit="round"):
         for name, s in sessions.items():
-            t0 = time.perf_counter()
+            t_round = 0.0
             for b in encoded:
+                t0 = time.perf_counter()
                 s.run(b.input_ids, b.token_type_ids)
-            rates[name].append(n / (time.perf_counter() - t0))
-    return Interleaved(rates, next(iter(sessions)))
+                dt = time.perf_counter() - t0
+                lat[name].append(dt * 1000)
+                t_round += dt
+            rates[name].append(n / t_round if t_round > 0 else 0.0)
+    return Interleaved(rates, next(iter(sessions)), lat, batch_size, len(encoded))

@@ -71,6 +71,11 @@ def test_validate_writes_gates_report_and_passes(exported, tmp_path):
     bench = metrics["benchmarks"]["onnxruntime-cpu-int8"]
     assert {(c["batch_size"], c["seq_len"]) for c in bench["grid"]} == {(1, 8), (1, 16), (4, 8), (4, 16)}
     assert bench["dev"]["sentences_per_s"] > 0 and bench["model_bytes"] > 0
+    # ONNX Runtime's CPU forms are timed on dev lengths once, in the interleaved rounds: the row's rate and the
+    # benchmark's dev figure are the same measurement, not two that disagree.
+    for name in ("onnxruntime-cpu-fp32", "onnxruntime-cpu-int8", "onnxruntime-cpu-int8-qdq"):
+        assert metrics["benchmarks"][name]["dev"]["sentences_per_s"] == rows[name]["sentences_per_s"], name
+        assert rows[name]["throughput_rounds"] == FAST_VALIDATE["validate.repeats"]
     # No GPU here: every GPU backend is skipped with a reason, never counted as passed.
     assert set(metrics["skipped"]) == {"paddle-trt-fp16", "paddle-trt-int8", "ort-cuda", "ort-tensorrt"}
     assert all(v.startswith("skipped: ") for v in result.metrics["skipped"].values())
@@ -249,3 +254,38 @@ def test_registry_plan_says_why_a_runtime_is_not_measured(tmp_path, monkeypatch)
     assert [r.name for r in run] == ["onnxruntime-cpu-fp32", "paddle-cpu-fp32"]  # what was exported and can run
     assert skipped["paddle-trt-int8"] == "the export has no paddle_int8 model"
     assert "no CUDAExecutionProvider" in skipped["ort-cuda"] and "onnxruntime-cpu-int8" not in skipped
+
+
+def test_a_backend_timed_in_the_interleaved_rounds_is_not_timed_again():
+    """benchmark_backend takes the dev-length timing it is given: the session then runs only the grid and the
+    batch-1 latency batches.  Interleaved.result turns the rounds into that timing: median rate, batch latencies."""
+    from pipeline.evaluation import Interleaved, ThroughputResult
+    from pipeline.kinds.base import Feature, FeatureSet
+    from pipeline.kinds.classification import Classification
+    from pipeline.validation.benchmark import BenchmarkSettings, benchmark_backend
+
+    class Counting:
+        def __init__(self):
+            self.rows = 0
+
+        def run(self, ids, types):
+            self.rows += len(ids)
+            return np.zeros((len(ids), 2), np.float32)
+
+    fs = FeatureSet(Classification(), [Feature(np.arange(1, 6, dtype=np.int64), np.zeros(5, np.int64), np.int64(0), i)
+                                       for i in range(16)], [None] * 16, 0)
+    settings = BenchmarkSettings([1], [4], warmup=0, repeats=2, dev_batch_size=4)
+    runs = {}
+    for given in (None, ThroughputResult(4, 123.0, 1.0, 2.0, 3.0, 4)):
+        session = Counting()
+        bench = benchmark_backend("x", lambda: session, 10, fs, settings, dev_timing=given)
+        runs[given is None] = session.rows
+        if given is not None:
+            assert bench.dev is given
+    grid, batch1 = 1 * 2, 16  # one 1x4 cell twice; batch-1 latency: 16 rows once (repeats // 2)
+    assert runs[False] == grid + batch1 and runs[True] == grid + batch1 + 2 * 16
+
+    rounds = Interleaved({"a": [10.0, 30.0, 20.0]}, "a", {"a": [1.0, 2.0, 3.0, 4.0]}, batch_size=4, batches=2)
+    r = rounds.result("a")
+    assert (r.sentences_per_s, r.batch_size, r.batches) == (20.0, 4, 2)
+    assert r.latency_ms_p50 == 2.5 and 3.9 < r.latency_ms_p99 <= 4.0

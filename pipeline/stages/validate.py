@@ -90,7 +90,8 @@ def run(ctx):
     rows, grids, benches = [], {}, {}
     for rt in runtimes:
         ctx.log(f"[validate] {rt.name} ({rt.device}): parity on {len(data.dev.examples)} dev examples, then benchmark")
-        bench = benchmark_backend(rt.name, make[rt.name], tokenizer.vocab_size, dev, settings, rt.artifact(export_dir))
+        bench = benchmark_backend(rt.name, make[rt.name], tokenizer.vocab_size, dev, settings, rt.artifact(export_dir),
+                                  dev_timing=paired.result(rt.name) if rt.name in paired.rates else None)
         session = make[rt.name]()
         ev = evaluate_session(session, dev, vcfg.dev_batch_size, desc=f"parity {rt.name}")
         del session
@@ -179,5 +180,5 @@ STAGE = Stage(
     params=params,
     inputs=inputs,
     run=run,
-    version="2",  # 2: 2048 timed dev examples; ONNX Runtime measured before Paddle
+    version="3",  # 2: 2048 timed dev examples; ONNX Runtime measured before Paddle. 3: ORT CPU dev-length timing once (interleaved)
 )

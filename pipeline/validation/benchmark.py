@@ -99,8 +99,13 @@ def time_fixed_shape(session, batch_size: int, seq_len: int, vocab_size: int, *,
 
 
 def benchmark_backend(name: str, make_session: Callable[[], object], vocab_size: int, examples: FeatureSet,
-                      settings: BenchmarkSettings, model_path: Path | None = None) -> BackendBenchmark:
-    """Create the session (memory counted from before its creation) and time it on the grid and the dev set."""
+                      settings: BenchmarkSettings, model_path: Path | None = None,
+                      dev_timing: ThroughputResult | None = None) -> BackendBenchmark:
+    """Create the session (memory counted from before its creation) and time it on the grid and the dev set.
+
+    ``dev_timing``: the backend's dev-length throughput already measured (validate's interleaved rounds), used
+    as is: timing the same batches again cost TNEWS validate about 3 of its 7.7 minutes and gave a second,
+    unpaired figure that the paired one then replaced."""
     before = resident_mb()
     session = make_session()
     peak = resident_mb()
@@ -112,8 +117,8 @@ def benchmark_backend(name: str, make_session: Callable[[], object], vocab_size:
         peak = max(peak, resident_mb())
     dev = examples.subset(range(min(settings.dev_limit, len(examples)))) if settings.dev_limit else examples
     if len(dev):
-        result.dev = measure_throughput(session, dev, settings.dev_batch_size, warmup=settings.warmup,
-                                        repeats=settings.repeats)
+        result.dev = dev_timing or measure_throughput(session, dev, settings.dev_batch_size, warmup=settings.warmup,
+                                                      repeats=settings.repeats)
         peak = max(peak, resident_mb())
         # Batch-1 latency on real lengths: at most 64 sentences keeps it cheap on the full dev set.
         result.dev_batch1 = measure_throughput(session, dev, 1, warmup=settings.warmup,
