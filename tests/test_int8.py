@@ -352,3 +352,25 @@ def test_qdq_form_keeps_the_searched_recipe_within_its_target_and_searches_other
     assert hard.chosen.drop_points == min(c.drop_points for c in hard.candidates)
     assert easy.chosen.recipe.name not in built and len(built) == 2  # the first was cached
     assert all("qdq-" in Path(c.path).name for c in hard.candidates)  # never confused with the ORT form's files
+
+
+def test_a_pruned_sources_verdict_says_what_the_pruning_itself_cost(tiny_onnx, tmp_path):
+    """Drops of a pruned width's recipes count from the unpruned baseline, so the verdict line also gives the
+    pruned FP32 source's own drop: CLUENER w3/4 read "+1.39, OUTSIDE the budget" while its FP32 alone was +1.44."""
+    import shutil
+
+    from pipeline.cpu import detect
+    from pipeline.int8.select import SearchRows, search_recipe
+    from pipeline.validation.config import ExportConfig
+
+    rows = SearchRows(tiny_onnx["feeds"], tiny_onnx["held"], tiny_onnx["tok"].pad_id)
+    ecfg = ExportConfig(int8_smooth_alphas=[], int8_reduce_range=False)
+    unpruned = shutil.copyfile(tiny_onnx["fp32"], tmp_path / "unpruned.onnx")  # same model: the source loses 0.00
+    verdicts = {}
+    for name, baseline in (("plain", None), ("pruned", unpruned)):
+        lines: list[str] = []
+        search_recipe(tiny_onnx["fp32"], tmp_path / f"{name}.onnx", rows, ecfg, 100.0, detect(), tmp_path / "cache",
+                      baseline=baseline, ranges=tiny_onnx["ranges"], log=lines.append)
+        verdicts[name] = lines[-1]
+    assert "pt budget; the pruned FP32 source alone +0.00)" in verdicts["pruned"]
+    assert "pruned" not in verdicts["plain"] and verdicts["plain"].endswith("pt budget)")

@@ -93,8 +93,12 @@ def search_recipe(source: Path, out_path: Path, rows: SearchRows, ecfg, budget_p
              for alpha in [None, *ecfg.int8_smooth_alphas]]
     log(f"[int8] CPU {cpu.summary()}; {len(bases)} recipes on {len(rows.held)} held-out training rows")
     result = search.run(bases, budget_points, ecfg.int8_max_fp32_matmuls)
+    # A pruned source's drops count from the unpruned baseline: say how much of that the pruning itself cost, or
+    # "OUTSIDE the budget" reads as an INT8 failure when the FP32 width alone is as far off on this slice.
+    pruned = (f"; the pruned FP32 source alone {100.0 * (search.baseline_metric - search.fp32_metric):+.2f}"
+              if search.pruned else "")
     log(f"[int8] {Path(source).stem}: recipe {result.chosen.recipe.name}, held-out drop {result.chosen.drop_points:+.2f} pts "
-        f"({'within' if result.within_budget else 'OUTSIDE'} the {result.budget_points:g} pt budget)")
+        f"({'within' if result.within_budget else 'OUTSIDE'} the {result.budget_points:g} pt budget{pruned})")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(result.chosen.path, out_path)
     return result
