@@ -5,7 +5,7 @@ training sentences (``QuantizeLinear``), never with ORT's ``DynamicQuantizeLinea
 over the whole batch, so that a text's answer would change with the texts that share its batch (44 of
 10,000 TNEWS predictions did).  Weights are int8 per output channel; each integer MatMul, its rescale and
 its bias are written as one ``MatMulIntegerToFloat`` (``pipeline.int8.fusion``: ORT does not fuse them
-itself once the scales are constants).
+itself once the scales are constants), and the attention-score GEMM reads K untransposed (``fold_key_transpose``).
 
 A recipe varies three things, all searched by ``pipeline.int8.search``:
 
@@ -27,8 +27,8 @@ from pipeline.int8.stats import ChannelRange
 
 
 # Bumped whenever ``build`` writes a different graph for the same recipe: cached candidates of an older
-# form are rebuilt, never reused (2: fused MatMulIntegerToFloat).
-FORM_VERSION = 2
+# form are rebuilt, never reused (2: fused MatMulIntegerToFloat; 3: K^T read by the score GEMM, not transposed).
+FORM_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def build(fp32_path: Path, out_path: Path, ranges: dict[str, ChannelRange], reci
 
     from pipeline.backends.onnxruntime import _quant_extra_options, quantize_embedding_tables
     from pipeline.errors import ModelError
-    from pipeline.int8.fusion import fuse_integer_matmuls
+    from pipeline.int8.fusion import fold_key_transpose, fuse_integer_matmuls
     from pipeline.int8.smoothing import smooth
 
     ranges = dict(ranges)  # smoothing adds the smoothed tensors' ranges
@@ -118,6 +118,7 @@ def build(fp32_path: Path, out_path: Path, ranges: dict[str, ChannelRange], reci
     if left:  # a per-batch scale would make answers depend on batch mates: never ship that silently
         raise ModelError(f"INT8 recipe {recipe.name}: no calibrated range for {', '.join(left[:3])}")
     fuse_integer_matmuls(model)
+    fold_key_transpose(model)
     if embeddings:
         quantize_embedding_tables(model)
     out_path.parent.mkdir(parents=True, exist_ok=True)

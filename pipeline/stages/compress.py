@@ -156,5 +156,7 @@ STAGE = Stage(
     params=params,
     inputs=inputs,
     run=run,
-    version="2",  # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.int8.fusion)
+    # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.int8.fusion); 3: and with K^T folded into the
+    # attention-score GEMM (fold_key_transpose)
+    version="3",
 )

@@ -249,6 +249,6 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     # 2: calibrated activation scales in onnx/int8.onnx; 3: fused MatMulIntegerToFloat; 4: QDQ on MatMul
-    # inputs only; 5: QDQ activation scales from real tokens
-    version="5",
+    # inputs only; 5: QDQ activation scales from real tokens; 6: K^T folded into the score GEMM (int8.onnx)
+    version="6",
 )
