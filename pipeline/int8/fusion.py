@@ -18,17 +18,30 @@ from __future__ import annotations
 MS_DOMAIN = "com.microsoft"
 
 
+def _wiring(graph) -> tuple[dict, dict[str, list]]:
+    """{tensor: the node writing it} and {tensor: the nodes reading it}."""
+    producer = {out: n for n in graph.node for out in n.output}
+    consumers: dict[str, list] = {}
+    for n in graph.node:
+        for name in n.input:
+            consumers.setdefault(name, []).append(n)
+    return producer, consumers
+
+
+def _use_ms_domain(model) -> None:
+    from onnx import helper
+
+    if not any(o.domain == MS_DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+
+
 def fuse_integer_matmuls(model) -> int:
     """Rewrite every ``MatMulInteger -> Cast -> Mul(scale product) [-> Add(bias initializer)]`` chain of
     ``model`` into one ``com.microsoft.MatMulIntegerToFloat``; returns how many were fused."""
     from onnx import helper
 
     graph = model.graph
-    producer = {out: n for n in graph.node for out in n.output}
-    consumers: dict[str, list] = {}
-    for n in graph.node:
-        for name in n.input:
-            consumers.setdefault(name, []).append(n)
+    producer, consumers = _wiring(graph)
     initializers = {i.name for i in graph.initializer}
 
     def constant(name: str) -> str | None:
@@ -79,8 +92,7 @@ def fuse_integer_matmuls(model) -> int:
     nodes = [n for n in nodes if not (n.op_type == "Identity" and n.output[0] not in used)]
     del graph.node[:]
     graph.node.extend(nodes)
-    if not any(o.domain == MS_DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    _use_ms_domain(model)
     return len(replaced)
 
 
@@ -97,11 +109,7 @@ def fold_key_transpose(model) -> int:
     from onnx import helper, numpy_helper
 
     graph = model.graph
-    producer = {out: n for n in graph.node for out in n.output}
-    consumers: dict[str, list] = {}
-    for n in graph.node:
-        for name in n.input:
-            consumers.setdefault(name, []).append(n)
+    producer, consumers = _wiring(graph)
     initializers = {i.name: i for i in graph.initializer}
 
     def perm_of(node) -> list[int] | None:
@@ -138,6 +146,5 @@ def fold_key_transpose(model) -> int:
     nodes = [replaced.get(id(n), n) for n in graph.node if id(n) not in dropped]
     del graph.node[:]
     graph.node.extend(nodes)
-    if not any(o.domain == MS_DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    _use_ms_domain(model)
     return len(replaced)
