@@ -436,7 +436,9 @@ def main(argv: list[str] | None = None) -> int:
         if state_path.is_file() and ServerState.read(state_path).is_running():
             print(f"error: a server is already running for this bundle ({state_path}); stop it with --stop", file=sys.stderr)
             return 2
-        repo = resolve_repository(args.repository, args.task)
+        # Absolute, as tritonserver's command line has it: --stop recognises its server by that line, and
+        # `make serve` / `make stop` pass a relative --repository.
+        repo = resolve_repository(args.repository, args.task).resolve()
         server = start_server(repo, args.host, args.http_port, args.grpc_port, args.metrics_port, args.timeout,
                               Path(args.log) if args.log else None, die_with_parent=not args.detach)
     except (ServerError, BundleIntegrityError) as exc:

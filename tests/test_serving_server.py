@@ -382,6 +382,30 @@ def test_stop_after_a_killed_server_removes_its_stubs_and_shared_memory(tiny_bun
         reap_group(state.pid, state.shm_prefix)
 
 
+def test_stop_stops_a_server_started_with_a_relative_repository(tiny_bundle, tmp_path):
+    """`make serve` and `make stop` pass `--repository model_repository`, a relative path.  --stop must stop that
+    server; it used to call it gone and leave it running (the state recorded the relative path, the server's
+    command line the absolute one)."""
+    from serving.server import ServerState, reap_group, state_file
+
+    shutil.copytree(tiny_bundle, tmp_path / "repo" / "tiny")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = subprocess.run(_launcher(Path("repo"), "--detach", "--log", str(tmp_path / "s.log")), cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=180)
+    assert started.returncode == 0, started.stderr
+    state = ServerState.read(state_file((tmp_path / "repo" / "tiny").resolve()))
+    try:
+        assert state.is_running()
+        stopped = subprocess.run(_launcher(Path("repo"), "--stop"), cwd=tmp_path, env=env, capture_output=True,
+                                 text=True, timeout=60)
+        assert stopped.returncode == 0 and "stopped tritonserver" in stopped.stdout, stopped.stdout + stopped.stderr
+        assert _wait_gone(state.pid)
+    finally:
+        if state.is_running():
+            os.killpg(state.pid, signal.SIGKILL)
+        reap_group(state.pid, state.shm_prefix)
+
+
 def test_stop_never_signals_a_process_that_is_not_its_server(tiny_bundle, tmp_path):
     """A state file whose pid now belongs to another program (or was never a server for this bundle) is not
     obeyed; an unreadable one is one line, exit 2."""
