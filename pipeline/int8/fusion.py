@@ -115,7 +115,7 @@ def fold_key_transpose(model) -> int:
     def perm_of(node) -> list[int] | None:
         return next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
 
-    replaced, dropped, retyped = {}, set(), set()
+    replaced, dropped, retyped, folded = {}, set(), set(), set()
     for mm in graph.node:
         if mm.op_type != "MatMul" or len(mm.input) != 2:
             continue
@@ -130,6 +130,7 @@ def fold_key_transpose(model) -> int:
             if c.size == 1:  # the 1/sqrt(d) scale rides in the GEMM's alpha
                 a, alpha = scaled.input[0], float(c.reshape(()))
                 dropped.add(id(scaled))
+                folded.add(scaled.input[1])
         for attr in tr.attribute:
             if attr.name == "perm":
                 del attr.ints[:]
@@ -146,5 +147,9 @@ def fold_key_transpose(model) -> int:
     nodes = [replaced.get(id(n), n) for n in graph.node if id(n) not in dropped]
     del graph.node[:]
     graph.node.extend(nodes)
+    used = {i for n in nodes for i in n.input}
+    unused = [i for i in graph.initializer if i.name in folded and i.name not in used]  # the scales now in alpha
+    for init in unused:
+        graph.initializer.remove(init)
     _use_ms_domain(model)
     return len(replaced)
