@@ -436,17 +436,17 @@ def main(argv: list[str] | None = None) -> int:
         if state_path.is_file() and ServerState.read(state_path).is_running():
             print(f"error: a server is already running for this bundle ({state_path}); stop it with --stop", file=sys.stderr)
             return 2
-        # Absolute, as tritonserver's command line has it: --stop recognises its server by that line, and
-        # `make serve` / `make stop` pass a relative --repository.
-        repo = resolve_repository(args.repository, args.task).resolve()
+        repo = resolve_repository(args.repository, args.task)
         server = start_server(repo, args.host, args.http_port, args.grpc_port, args.metrics_port, args.timeout,
                               Path(args.log) if args.log else None, die_with_parent=not args.detach)
     except (ServerError, BundleIntegrityError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # Recorded in both modes: --stop from another shell finds it, and only it.
-    ServerState(server.process.pid, process_start_time(server.process.pid) or 0, str(repo), server.shm_prefix,
-                server.http_url, server.grpc_url, str(server.log_path)).write(state_path)
+    # The repository as tritonserver was given it (absolute): --stop recognises its server by that command line,
+    # and `make serve` / `make stop` pass a relative --repository.
+    ServerState(server.process.pid, process_start_time(server.process.pid) or 0, str(server.repository),
+                server.shm_prefix, server.http_url, server.grpc_url, str(server.log_path)).write(state_path)
     print(f"Triton is serving {repo}")
     print(f"  HTTP     http://{server.http_url}   (v2 API; e.g. curl http://{server.http_url}/v2/health/ready)")
     print(f"  gRPC     {server.grpc_url}")
