@@ -49,8 +49,9 @@ bundle: setup
 status: setup
 	$(BIN)/ernie-bundle status $(RUN_FLAGS)
 
+# Quoted: TASK is one name (the CLI refuses anything but a plain task name or a task YAML), never more flags.
 clean: setup
-	$(BIN)/ernie-bundle clean --task $(TASK)
+	$(BIN)/ernie-bundle clean --task '$(TASK)'
 
 # Serving: a real Triton server on the bundle (started in the background; `make stop` ends it).
 serve: setup

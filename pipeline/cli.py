@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="show what has run for a task and what is stale")
     task_args(s)
     c = sub.add_parser("clean", help="delete a task's run outputs (all stages, or one)")
-    c.add_argument("--task", required=True)
+    c.add_argument("--task", required=True, help="task name, or a task YAML (its task: name); removes <runs-dir>/<task>")
     c.add_argument("--runs-dir", default=str(PROJECT_ROOT / "runs"))
     c.add_argument("--stage", choices=STAGE_NAMES, help="only this stage (and its resumable state)")
     sub.add_parser("tasks", help="list the task configs")
@@ -132,25 +132,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     from pipeline.runner import Runner, format_table, select_stages
 
     if args.command == "tasks":
-        from pipeline.config import load_task_config as load
-
-        for name in known_tasks():
-            print(f"{name:<13} {load(name).description}")
-        return 0
+        return _tasks()
     if args.command == "clean":
-        target = Path(args.runs_dir) / args.task
-        if args.stage:
-            target = target / args.stage
-        if target.exists():
-            shutil.rmtree(target)
-            print(f"removed {target}")
-        else:
-            print(f"nothing to remove at {target}")
-        return 0
+        return _clean(args)
     cfg = _config(args)
     runner = Runner(cfg, Path(args.runs_dir))
     if args.command == "status":
+        from pipeline.run_lock import lock_holder
+
         print(f"task {cfg.task}: {runner.runs_dir}")
+        holder = lock_holder(runner.runs_dir)  # status only reads: it never waits for a run
+        if holder is not None:
+            print(f"a run is in progress (pid {holder or 'unknown'}): these records may change while you read them")
         print(format_table(runner.status_rows()))
         return 0
     selected = select_stages(args.from_, args.until, args.only)
@@ -165,3 +158,50 @@ def _dispatch(args: argparse.Namespace) -> int:
     if summary.incomplete_reason:
         print(f"\nbundle INCOMPLETE: {summary.incomplete_reason}; stopped after the last implemented stage.")
     return summary.exit_code
+
+
+def _tasks() -> int:
+    """List the task configs; a broken one is named with its error (exit 2), the others still listed."""
+    broken = 0
+    for name in known_tasks():
+        try:
+            print(f"{name:<13} {load_task_config(name).description}")
+        except PipelineError as exc:
+            broken += 1
+            print(f"{name:<13} error: pipeline/tasks/{name}.yaml: {exc}")
+    return 2 if broken else 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    """Remove ``<runs-dir>/<task>`` (or one stage of it).  Only a plain task name's directory that looks like a
+    runs directory, never through a symbolic link and never while a run holds it: `--task ..`, `--task /` or a
+    mistyped --runs-dir must not delete a project."""
+    from pipeline.config import check_task_name
+    from pipeline.errors import UserInputError
+    from pipeline.run_lock import LOCK_NAME, run_lock
+
+    task = args.task
+    if Path(task).suffix in (".yaml", ".yml"):  # as run and status read --task: the YAML's task name
+        task = load_task_config(task).task
+    check_task_name(task, "--task")
+    task_dir = Path(args.runs_dir).expanduser() / task
+    victim = task_dir / args.stage if args.stage else task_dir
+    for p in (task_dir, victim):
+        if p.is_symlink():
+            raise UserInputError(f"{p} is a symbolic link: clean neither follows nor removes it")
+        if not p.exists():
+            print(f"nothing to remove at {victim}")
+            return 0
+        if not p.is_dir():
+            raise UserInputError(f"{p} is not a directory: clean removes only a task's runs directory")
+    names = {p.name for p in task_dir.iterdir()}
+    if names and not names & {*STAGE_NAMES, LOCK_NAME}:
+        raise UserInputError(f"{task_dir} does not look like a task's runs directory (no stage directory in it): "
+                             "not removing it; check --runs-dir")
+    with run_lock(task_dir, doing=f"clean {victim}"):
+        try:
+            shutil.rmtree(victim)
+        except OSError as exc:
+            raise UserInputError(f"cannot remove {victim}: {exc.strerror or exc}") from None
+    print(f"removed {victim}")
+    return 0

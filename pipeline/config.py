@@ -9,6 +9,7 @@ value fails before any work starts, naming the key.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -197,6 +198,10 @@ class GateConfig:
     min_accuracy: float = 0.0  # finetune-check: below this the model is wrong or not fine-tuned
     max_accuracy_drop: float = 0.5  # compress/validate: points below the FP32 baseline
     min_throughput_ratio: float = 2.0  # validate: compressed vs FP32 on the chosen backend
+    # validate: the shipped model vs ONNX Runtime's quantize_dynamic(per_channel=True) of the same FP32 ONNX (the
+    # one-liner any user can run), timed in the same interleaved rounds: never ship slower than it.  A ratio to
+    # something every CPU also runs, so it means the same on every CPU (the ratio to FP32 does not).
+    min_anchor_ratio: float = 1.0
     max_p99_latency_ms: float | None = None  # validate: batch-1 p99, optional
     max_bundle_mb: float | None = None  # package: the whole served bundle (every file), MiB; optional
     max_int8_size_ratio: float = 0.35  # export: the INT8 ONNX at most this fraction of the FP32 file
@@ -215,6 +220,7 @@ class GateConfig:
         number("gates.origin_metric_tolerance", self.origin_metric_tolerance, minimum=0.0)
         number("gates.max_accuracy_drop", self.max_accuracy_drop, minimum=0.0)
         number("gates.min_throughput_ratio", self.min_throughput_ratio, minimum=0.0)
+        number("gates.min_anchor_ratio", self.min_anchor_ratio, minimum=0.0)
         if self.max_p99_latency_ms is not None:
             number("gates.max_p99_latency_ms", self.max_p99_latency_ms, minimum=0.0)
         if self.max_bundle_mb is not None:
@@ -222,6 +228,19 @@ class GateConfig:
         number("gates.max_int8_size_ratio", self.max_int8_size_ratio, minimum=0.0, maximum=1.0)
         number("gates.release_max_accuracy_drop", self.release_max_accuracy_drop, minimum=0.0)
         number("gates.release_max_throughput_drop", self.release_max_throughput_drop, minimum=0.0, maximum=1.0)
+
+
+# A task name becomes a directory (runs/<task>/, <package.repository>/<task>/) and Triton model names: a plain
+# name, so that no task can write (or `clean` delete) outside those directories.
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_task_name(name: Any, key: str = "task") -> str:
+    """``name`` when it is a plain task name; otherwise ConfigError naming ``key`` (exit 2)."""
+    if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
+        raise ConfigError(f"{key}: {name!r} is not a plain task name (letters, digits, '.', '_', '-', at most 64, "
+                          "starting with a letter or digit): it names the task's directory under runs/ and the bundle's")
+    return name
 
 
 @dataclass
@@ -245,6 +264,7 @@ class TaskConfig:
     uie: UIEConfig = field(default_factory=UIEConfig)
 
     def __post_init__(self) -> None:
+        check_task_name(self.task)
         if self.type not in FORMATS_BY_TYPE:
             raise ConfigError(f"type: {self.type!r} is not one of {', '.join(FORMATS_BY_TYPE)}")
         if self.data.format not in FORMATS_BY_TYPE[self.type]:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from pipeline import safe_weights
 from pipeline.config import ModelConfig, ScratchModelConfig
 from pipeline.errors import ModelError
 from pipeline.labels_file import labels_from_id2label, placeholder_id2label, read_labels
@@ -24,6 +26,12 @@ WEIGHTS_FILE = "model_state.pdparams"
 VOCAB_FILE = "vocab.txt"
 LABELS_FILE = "labels.json"
 HEAD_KEYS = ("classifier.weight",)
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+REQUIRED_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]")  # pipeline.wordpiece.build needs them
+OPTIONAL_INT_FIELDS = ("num_attention_heads", "intermediate_size", "type_vocab_size")  # positive when present
+# Far above any real file (a 250k-token vocab.txt is ~3 MB): a bigger one is a mistake, refused before it is read.
+MAX_JSON_BYTES = 16 << 20
+MAX_VOCAB_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -47,51 +55,182 @@ def quiet_paddlenlp() -> None:
     logging.getLogger("paddlenlp").setLevel(logging.WARNING)
 
 
-def inspect_model(path: Path) -> ModelInfo:
+def inspect_model(path: Path, *, weights: bool = True) -> ModelInfo:
+    """What ``path`` holds, every file a user hands us checked (config fields, vocabulary, tokenizer config, labels).
+
+    ``weights``: read the weights (through :mod:`pipeline.safe_weights`: a pickle that would run code is refused)
+    for the head size and check them against the config and the vocabulary.  ``False`` (``status``, cache keys):
+    the weights file is not unpickled (only its first bytes are looked at) and ``head_classes`` is None.
+    """
     path = Path(path)
     if not path.exists():
         raise ModelError(f"model dir not found: {path}")
     if not path.is_dir():
         raise ModelError(f"model path is not a directory: {path}")
-    config_path = next((path / n for n in CONFIG_FILES if (path / n).is_file()), None)
+    config_path = next((path / n for n in CONFIG_FILES if _regular_file(path / n, "the model config")), None)
     if config_path is None:
         raise ModelError(f"model dir {path}: missing config ({' or '.join(CONFIG_FILES)})")
-    if not (path / WEIGHTS_FILE).is_file():
+    if not _regular_file(path / WEIGHTS_FILE, "the weights file"):
         raise ModelError(f"model dir {path}: missing weights ({WEIGHTS_FILE})")
-    if not (path / VOCAB_FILE).is_file():
+    if not _regular_file(path / VOCAB_FILE, "the tokenizer vocabulary"):
         raise ModelError(f"model dir {path}: missing tokenizer vocabulary ({VOCAB_FILE})")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelError(f"{config_path}: malformed JSON ({exc})") from None
-    for key in ("hidden_size", "num_hidden_layers"):
-        if key not in config:
-            raise ModelError(f"{config_path}: field {key!r} missing")
+    config = read_json_object(config_path)
+    hidden_size = _config_int(config_path, config, "hidden_size")
+    num_layers = _config_int(config_path, config, "num_hidden_layers")
+    max_positions = _config_int(config_path, config, "max_position_embeddings", 512)
+    config_vocab = _config_int(config_path, config, "vocab_size", None)
+    for key in OPTIONAL_INT_FIELDS:
+        _config_int(config_path, config, key, None)
+    architectures = config.get("architectures")
+    if architectures is not None and (not isinstance(architectures, list)
+                                      or not all(isinstance(a, str) and a for a in architectures)):
+        raise ModelError(f"{config_path}: field 'architectures' must be a list of class names, got {_short(architectures)}")
+    for key in ("id2label", "label2id"):
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise ModelError(f"{config_path}: field {key!r} must be a mapping, got {_short(config[key])}")
+    vocab_ids = _check_vocab(path / VOCAB_FILE)
+    if config_vocab is not None and vocab_ids > config_vocab:
+        raise ModelError(f"{path / VOCAB_FILE}: {vocab_ids} token ids but {config_path.name} has vocab_size {config_vocab} "
+                         "(ids past the embedding table)")
+    _check_tokenizer_config(path / TOKENIZER_CONFIG_FILE)
 
-    import paddle
-
-    try:
-        state = paddle.load(str(path / WEIGHTS_FILE), return_numpy=True)
-    except Exception as exc:  # paddle raises several types for truncated/corrupt pickles
-        raise ModelError(f"{path / WEIGHTS_FILE}: cannot read weights ({type(exc).__name__}: {exc})") from None
     head_classes = None
-    for key, value in state.items():
-        if any(key == k or key.endswith("." + k) for k in HEAD_KEYS):
-            head_classes = int(value.shape[-1])
+    if weights:
+        state = safe_weights.load_state_dict(path / WEIGHTS_FILE)
+        _check_weights(path / WEIGHTS_FILE, state, config_path, hidden_size, num_layers, max_positions, vocab_ids)
+        for key, value in state.items():
+            if any(key == k or key.endswith("." + k) for k in HEAD_KEYS):
+                if value.ndim != 2:
+                    raise ModelError(f"{path / WEIGHTS_FILE}: {key} has shape {list(value.shape)}, expected [hidden, classes]")
+                head_classes = int(value.shape[-1])
+    else:
+        _check_pickle_header(path / WEIGHTS_FILE)
     labels = None
-    if (path / LABELS_FILE).is_file():
-        labels = tuple(read_labels(path / LABELS_FILE, ModelError))
+    if _regular_file(path / LABELS_FILE, "the label file"):
+        labels = tuple(read_labels(path / LABELS_FILE, ModelError, _read_text(path / LABELS_FILE, MAX_JSON_BYTES)))
     elif config.get("id2label") and not placeholder_id2label(config["id2label"]):
         labels = tuple(labels_from_id2label(config_path, config["id2label"], ModelError))
     return ModelInfo(
         path=path,
-        hidden_size=int(config["hidden_size"]),
-        num_hidden_layers=int(config["num_hidden_layers"]),
-        max_position_embeddings=int(config.get("max_position_embeddings", 512)),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        max_position_embeddings=max_positions,
         head_classes=head_classes,
         labels=labels,
-        architecture=(config.get("architectures") or [None])[0],
+        architecture=(architectures or [None])[0],
     )
+
+
+def _short(value) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _regular_file(p: Path, what: str) -> bool:
+    """True for a regular file (or a link to one), False when nothing is there; a directory, a device (a link to
+    /dev/zero), a pipe or a broken link where a file should be is refused."""
+    if p.is_file():
+        return True
+    if p.is_dir():
+        raise ModelError(f"{p}: {what} is a directory, expected a file")
+    if p.is_symlink() and not p.exists():
+        raise ModelError(f"{p}: {what} is a broken symbolic link")
+    if p.exists():
+        raise ModelError(f"{p}: {what} is not a regular file (a device, pipe or socket)")
+    return False
+
+
+def _read_text(p: Path, limit: int) -> str:
+    try:
+        size = p.stat().st_size
+        if size > limit:
+            raise ModelError(f"{p}: {size} bytes, over the {limit >> 20} MiB limit for this file")
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ModelError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ModelError(f"{p}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})") from None
+
+
+def read_json_object(p: Path) -> dict:
+    try:
+        value = json.loads(_read_text(p, MAX_JSON_BYTES))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit integer, nesting too deep
+        raise ModelError(f"{p}: malformed JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ModelError(f"{p}: expected a JSON object, got a {type(value).__name__}")
+    return value
+
+
+def _config_int(config_path: Path, config: dict, key: str, default: int | None = ...) -> int | None:
+    """A positive integer field of config.json (a bool, a string, 0 or a negative number is refused)."""
+    if key not in config:
+        if default is ...:
+            raise ModelError(f"{config_path}: field {key!r} missing")
+        return default
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ModelError(f"{config_path}: field {key!r} must be a positive integer, got {_short(value)}")
+    return value
+
+
+def _check_vocab(p: Path) -> int:
+    """The number of token ids in ``vocab.txt`` (a token a line, its id the line number, as the tokenizer reads it);
+    refuse a vocabulary the tokenizer cannot use."""
+    lines = _read_text(p, MAX_VOCAB_BYTES).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    used = [i for i, t in enumerate(lines) if t]
+    if not used:
+        raise ModelError(f"{p}: empty vocabulary")
+    tokens = {lines[i] for i in used}
+    missing = [t for t in REQUIRED_TOKENS if t not in tokens]
+    if missing:
+        raise ModelError(f"{p}: vocabulary has no {', '.join(missing)} token ({len(used)} tokens)")
+    return used[-1] + 1
+
+
+def _check_tokenizer_config(p: Path) -> None:
+    if not _regular_file(p, "the tokenizer config"):
+        return
+    cfg = read_json_object(p)
+    if "do_lower_case" in cfg and not isinstance(cfg["do_lower_case"], bool):
+        raise ModelError(f"{p}: field 'do_lower_case' must be true or false, got {_short(cfg['do_lower_case'])}")
+
+
+def _check_pickle_header(p: Path) -> None:
+    """Without reading the weights (status): a Paddle weights file is a pickle of protocol 2 or later."""
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(2)
+    except OSError as exc:
+        raise ModelError(f"{p}: cannot read weights ({exc.strerror or exc})") from None
+    if len(head) < 2 or head[0] != 0x80:
+        raise ModelError(f"{p}: cannot read weights (not a pickled Paddle state dict)")
+
+
+def _check_weights(p: Path, state: dict, config_path: Path, hidden_size: int, num_layers: int, max_positions: int,
+                   vocab_ids: int) -> None:
+    """The weights against config.json and vocab.txt, before a network of the config's size is built."""
+    def find(suffix: str):
+        return next((v for k, v in state.items() if k == suffix or k.endswith("." + suffix)), None)
+
+    words = find("embeddings.word_embeddings.weight")
+    if words is None or words.ndim != 2:
+        raise ModelError(f"{p}: no ERNIE word embeddings (embeddings.word_embeddings.weight): not an ERNIE checkpoint")
+    if words.shape[1] != hidden_size:
+        raise ModelError(f"{config_path}: hidden_size {hidden_size} but the weights' embeddings are {words.shape[1]} wide")
+    if vocab_ids > words.shape[0]:
+        raise ModelError(f"{config_path.parent / VOCAB_FILE}: {vocab_ids} token ids but the weights embed only "
+                         f"{words.shape[0]} (ids past the embedding table)")
+    positions = find("embeddings.position_embeddings.weight")
+    if positions is not None and positions.ndim == 2 and positions.shape[0] < max_positions:
+        raise ModelError(f"{config_path}: max_position_embeddings {max_positions} but the weights embed only "
+                         f"{positions.shape[0]} positions")
+    layers = {int(m.group(1)) for k in state for m in [re.search(r"(?:^|\.)encoder\.layers\.(\d+)\.", k)] if m}
+    if len(layers) != num_layers or (layers and max(layers) != num_layers - 1):
+        raise ModelError(f"{config_path}: num_hidden_layers {num_layers} but the weights hold {len(layers)} encoder layers")
 
 
 def check_head(info: ModelInfo, labels: Sequence[str], max_seq_len: int, architecture: str | None = None) -> bool:
@@ -161,10 +300,10 @@ def model_class_of(model_dir: Path):
     config_path = next((Path(model_dir) / n for n in CONFIG_FILES if (Path(model_dir) / n).is_file()), None)
     if config_path is not None:
         try:
-            arch = (json.loads(config_path.read_text(encoding="utf-8")).get("architectures") or [None])[0]
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            arch = (read_json_object(config_path).get("architectures") or [None])[0]
+        except (ModelError, KeyError, IndexError, TypeError):  # load_classifier names what is wrong with the file
             arch = None
-        if arch in ARCHITECTURES:
+        if isinstance(arch, str) and arch in ARCHITECTURES:
             return ARCHITECTURES[arch]
     return ErnieForSequenceClassification
 
@@ -180,8 +319,14 @@ def load_classifier(model_dir: Path, num_labels: int, model_class=None):
     # than hidden_size / head_dim), which paddlenlp's own classes cannot express.
     cls = model_class or model_class_of(model_dir)
     kwargs = {} if cls.__name__ in ("ErnieForQuestionAnswering", "ErnieForUIE") else {"num_labels": num_labels}
+    # paddlenlp would unpickle the weights with paddle.load (and follow a *.index.json to more pickles): the state dict
+    # is read here through the allow-list instead and handed over, with the weights file (not the directory) as the
+    # model's path, so paddlenlp resolves no other weights file.
+    state = safe_weights.load_state_dict(Path(model_dir) / WEIGHTS_FILE)
     try:
-        model = cls.from_pretrained(str(model_dir), **kwargs)
+        config, model_kwargs = cls.config_class.from_pretrained(str(model_dir), return_unused_kwargs=True, **kwargs)
+        model = cls.from_pretrained(str(Path(model_dir) / WEIGHTS_FILE), config=config, state_dict=state,
+                                    convert_from_torch=False, **model_kwargs)
     except Exception as exc:
         raise ModelError(f"model dir {model_dir}: cannot be loaded as {cls.__name__} ({type(exc).__name__}: {exc})") from None
     model.eval()

@@ -60,9 +60,16 @@ class StageRecord:
     @classmethod
     def from_json(cls, text: str) -> "StageRecord":
         d = json.loads(text)
+        if not isinstance(d, dict):  # a hand-edited record: read as "not run", like any unreadable one
+            raise ValueError("record is not a JSON object")
         if d.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"record format_version {d.get('format_version')} != {FORMAT_VERSION}")
         d["status"] = StageStatus(d["status"])
+        for name in ("params", "inputs", "outputs", "artifacts", "metrics", "versions"):
+            if not isinstance(d.get(name, {}), dict):
+                raise ValueError(f"record field {name!r} is not a JSON object")
+        if not isinstance(d.get("duration_s", 0.0), (int, float)) or not isinstance(d.get("key", ""), str):
+            raise ValueError("record fields duration_s/key have the wrong type")
         return cls(**d)
 
     @property

@@ -20,6 +20,7 @@ from pipeline.stage import Stage
 from pipeline.hashing import stage_key, tree_hashes
 from pipeline.progress import log as _log
 from pipeline.records import StageContext, StageRecord, StageStatus, atomic_write_text, check_writable, read_record
+from pipeline.run_lock import run_lock
 
 
 STAGE_LOG = "stage.log"  # beside record.json: the traceback of the last crash
@@ -112,16 +113,27 @@ class Runner:
     # -- run ----------------------------------------------------------------------------------
     def run(self, selected: list[str], force: bool = False) -> RunSummary:
         check_writable(self.runs_dir)
+        with run_lock(self.runs_dir):  # a second run on this directory would delete this one's attempts
+            return self._run(selected, force)
+
+    def _run(self, selected: list[str], force: bool) -> RunSummary:
         for stage in STAGES:
             if stage.name in selected and stage.check is not None:
                 stage.check(self.cfg)
+        for name in selected:  # said now, not as a traceback when that stage's turn comes
+            sdir = self.stage_dir(name)
+            if sdir.exists() and not sdir.is_dir():
+                raise UserInputError(f"{sdir} is a file, not a stage directory: move it away and run again")
         done: dict[str, StageRecord] = {}
         rows: list[tuple[str, StageStatus, float, str]] = []
         first = STAGE_NAMES.index(selected[0])
-        # Stages before the selection must already be complete; their records feed the selection.
+        # Stages before the selection must already be complete; their records feed the selection.  A record whose
+        # own upstream is not complete does not count (status shows it STALE): its inputs are gone.
         for stage in STAGES[:first]:
             rec = read_record(self.stage_dir(stage.name))
             if stage.run is None or rec is None or rec.status != StageStatus.OK:
+                continue
+            if any(d not in done for d in stage.requires):
                 continue
             done[stage.name] = rec
         incomplete = ""
@@ -227,8 +239,12 @@ class Runner:
                 continue
             state, why = rec.status.value, None
             stale_up = [d for d in stage.requires if d in stale]
+            # An upstream with no OK record runs first, and this stage after it on what it produces: not OK now.
+            not_done = [d for d in stage.requires if d not in done and d not in stale]
             if rec.status == StageStatus.OK and stale_up:
                 why = f"upstream {', '.join(stale_up)} will run again"
+            elif rec.status == StageStatus.OK and not_done:
+                why = f"upstream {', '.join(not_done)} has no OK record (it runs first)"
             elif rec.status == StageStatus.OK and all(d in done for d in stage.requires):
                 try:
                     key, params, inputs = self.current_key(stage, {d: done[d] for d in stage.requires})

@@ -227,15 +227,19 @@ class CheckpointDir:
         shutil.rmtree(old, ignore_errors=True)
 
     def load(self, model, opt, sched) -> TrainState | None:
-        import paddle
+        from pipeline.safe_weights import UnsafeWeights, load
 
         if not (self.current / "state.json").is_file():
             return None
         try:
             state = TrainState(**json.loads((self.current / "state.json").read_text(encoding="utf-8")))
-            model.set_state_dict(paddle.load(str(self.current / "model.pdparams")))
-            opt.set_state_dict(paddle.load(str(self.current / "optimizer.pdopt")))
-            sched.set_state_dict(paddle.load(str(self.current / "scheduler.pdparams")))
+            # Our own files, but a runs dir can be handed over: read through the allow-list, not paddle.load (a
+            # pickle is code).  set_state_dict takes the numpy arrays as it takes paddle.load's tensors.
+            model.set_state_dict(load(self.current / "model.pdparams"))
+            opt.set_state_dict(load(self.current / "optimizer.pdopt"))
+            sched.set_state_dict(load(self.current / "scheduler.pdparams"))
+        except UnsafeWeights as exc:  # not an incompatible run: a file that would run code; say so, delete nothing
+            raise UnsafeWeights(f"{exc}; remove {self.current} to train from the start") from None
         except Exception:  # a checkpoint from an incompatible run: start over rather than crash
             return None
         return state

@@ -11,7 +11,9 @@ Reads a finished export (``runs/<task>/export/out``) and measures, side by side:
 * ``shipped-int8``            ``onnx/int8.onnx`` (its recipe named), and ``int8-qdq`` (TensorRT form);
 * ``pruned-w*``               each DynaBERT-pruned candidate compress measured in ONNX Runtime (FP32, and INT8
                               with its own searched recipe); after a Paddle-runtime compress, each pruned model
-                              compress kept, in FP32 and with the shipped recipe.
+                              compress kept, in FP32 and with the shipped recipe;
+* ``openvino-*``              OpenVINO: the FP32 ONNX (f32), its NNCF INT8 form unpruned, and each pruned width's
+                              (``openvino/int8.xml`` of the export and compress's OpenVINO candidates).
 
 Full-dev task metric for each; throughput at batch 32 on real dev lengths, timed in interleaved rounds
 (median and min-max of the per-round ratios); file size; the CPU's int8 flags.  Prints a table, writes
@@ -29,16 +31,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pipeline  # noqa: F401,E402  (before paddle)
-
-
-def build_anchor(fp32: Path, out: Path, reduce_range: bool = False) -> Path:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from pipeline.backends.onnxruntime import _quant_extra_options
-
-    quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True, reduce_range=reduce_range,
-                     extra_options=_quant_extra_options())
-    return out
 
 
 def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: Path, cfg, tok, data, kind,
@@ -78,6 +70,43 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
         forms[f"{tag}-int8 ({recipe.name})"] = build(fp32, work / tag / "int8.onnx", ranges, recipe,
                                                        embeddings=cfg.export.int8_embeddings)
     return forms
+
+
+OPENVINO_FP32 = "openvino-fp32"
+
+
+def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, width: float) -> dict[str, Path]:
+    """OpenVINO's rows: the FP32 ONNX itself (run by OpenVINO, f32), the export's NNCF INT8 IR, and compress's
+    OpenVINO candidates of the other widths (unpruned included).  Empty when OpenVINO is not installed."""
+    from pipeline.backends.openvino import missing
+
+    if missing():
+        return {}
+    forms = {OPENVINO_FP32: fp32}
+    shipped = export_dir / "openvino" / "int8.xml"
+    recipe = ((meta.data.get("openvino") or {}).get("chosen") or {}).get("name", "?")
+    if shipped.is_file():
+        forms[f"openvino-int8 ({f'w{width:g}, ' if width < 1.0 else 'unpruned, '}{recipe})"] = shipped
+    table = compress_out / "candidates.json"
+    rows = json.loads(table.read_text(encoding="utf-8"))["candidates"] if table.is_file() else []
+    for r in rows:
+        path = compress_out / r["model_path"] if r.get("model_path") else None
+        if r.get("runtime") != "openvino" or path is None or not path.is_file() or r["width_mult"] == width:
+            continue
+        name, w = (r["settings"].get("int8_recipe") or {}).get("name", "?"), r["width_mult"]
+        forms[f"openvino-int8 ({f'w{w:g}, ' if w < 1.0 else 'unpruned, '}{name})"] = path
+    return forms
+
+
+def _session(name: str, path: Path):
+    """OpenVINO for its rows (the IR forms, and the FP32 ONNX under its openvino name), ONNX Runtime otherwise."""
+    if name == OPENVINO_FP32 or Path(path).suffix == ".xml":
+        from pipeline.backends.openvino.session import session
+
+        return session(path, precision="int8" if Path(path).suffix == ".xml" else "fp32")
+    from pipeline.backends import onnxruntime as ortb
+
+    return ortb.session(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,15 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     shipped_name = chosen.get("name", meta.int8.get("recipe", "?"))
     qdq_name = (meta.int8_qdq.get("chosen") or {}).get("name")
     width = meta.selected_candidate.get("width_mult", 1.0)
-    models = {"ort-fp32": fp32, "anchor": build_anchor(fp32, work / "anchor.onnx"),
-              "anchor-reduce_range": build_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
+    models = {"ort-fp32": fp32, "anchor": ortb.quantize_anchor(fp32, work / "anchor.onnx"),
+              "anchor-reduce_range": ortb.quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
               f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": export_dir / "onnx" / "int8_qdq.onnx",
               f"shipped-int8 ({f'w{width:g}, ' if width < 1.0 else ''}{shipped_name})": export_dir / "onnx" / "int8.onnx"}
     models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind,
                                shipped=meta.selected_candidate.get("name")))
+    models.update(openvino_forms(runs / "compress" / "out", export_dir, meta, fp32, width))
 
     print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
-    sessions = {name: ortb.session(path) for name, path in models.items()}
+    sessions = {name: _session(name, path) for name, path in models.items()}
     scores = {name: evaluate_session(s, dev, 64, desc=f"dev {name}").score.value for name, s in sessions.items()}
     timing = interleaved_throughput(sessions, dev, args.batch_size, rounds=args.rounds, max_batches=args.max_batches)
     rows = []

@@ -84,6 +84,10 @@ def _as_str(t: str | bytes) -> str:
     return t if isinstance(t, str) else t.decode("utf-8", errors="replace")
 
 
+COMMANDS = {"classify": "classification", "extract": "token_classification", "answer": "reading_comprehension",
+            "ie": "uie"}
+
+
 def _transient(exc: Exception) -> bool:
     from tritonclient.utils import InferenceServerException
 
@@ -94,13 +98,27 @@ def _transient(exc: Exception) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError, OSError))
 
 
+def check_url(url: str) -> str:
+    """``host:port`` as tritonclient takes it (no scheme, a port 1-65535); ClientError saying what is wrong."""
+    if "://" in url:
+        raise ClientError(f"url {url!r}: give host:port without the scheme (e.g. 127.0.0.1:8000)")
+    host, sep, port = url.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ClientError(f"url {url!r}: expected host:port with a port 1-65535 (e.g. 127.0.0.1:8000)")
+    return url
+
+
 class ClassifierClient:
     def __init__(self, url: str | None = None, protocol: str = "http", model: str = "tnews", timeout: float = 60.0,
                  retries: int = 3, backoff: float = 0.5):
         if protocol not in ("http", "grpc"):
             raise ValueError(f"protocol must be http or grpc, got {protocol!r}")
+        if not timeout > 0:  # NaN too
+            raise ClientError(f"timeout {timeout}: seconds, must be > 0")
+        if retries < 0:
+            raise ClientError(f"retries {retries}: must be >= 0")
         self.protocol, self.model, self.timeout, self.retries, self.backoff = protocol, model, timeout, retries, backoff
-        self.url = url or DEFAULT_URLS[protocol]
+        self.url = check_url(url or DEFAULT_URLS[protocol])
         if protocol == "http":
             import tritonclient.http as tc
 
@@ -258,13 +276,24 @@ class ClassifierClient:
         self.close()
 
 
+def _read_file(name: str) -> str:
+    path = Path(name)
+    if not path.exists():
+        raise ClientError(f"--file {path}: not found")
+    if not path.is_file():
+        raise ClientError(f"--file {path}: not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ClientError(f"--file {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ClientError(f"--file {path}: cannot read it ({exc.strerror})") from None
+
+
 def _read_texts(args) -> list[str]:
     texts = list(args.texts)
     if args.file:
-        path = Path(args.file)
-        if not path.is_file():
-            raise ClientError(f"--file {path}: not found")
-        texts += [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        texts += [line.rstrip("\n") for line in _read_file(args.file).splitlines() if line.strip()]
     if not texts:
         raise ClientError("no texts: give them as arguments or with --file")
     return texts
@@ -276,9 +305,7 @@ def _read_pairs(args) -> tuple[list[str], list[str]]:
         raise ClientError(f"{len(questions)} --question but {len(contexts)} --context: give them in pairs")
     if args.file:
         path = Path(args.file)
-        if not path.is_file():
-            raise ClientError(f"--file {path}: not found")
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for n, line in enumerate(_read_file(args.file).splitlines(), start=1):
             if not line.strip():
                 continue
             try:
@@ -371,27 +398,38 @@ def _run_command(args, client: ClassifierClient) -> int:
             h = client.health()
             print(json.dumps({"url": client.url, "protocol": args.protocol, "model": args.model, **h}))
             return 0 if h["model_ready"] else 1
-        kind = {"classify": "classification", "extract": "token_classification", "answer": "reading_comprehension",
-                "ie": "uie"}.get(args.command)
-        if kind is None:
-            kind = client.task_type()
-        if kind == "reading_comprehension":
-            questions, contexts = _read_pairs(args)
-            _print_answers(client.answer(questions, contexts, args.batch_size), args.json)
-        elif kind == "token_classification":
-            texts = _read_texts(args)
-            _print_entities(texts, client.extract_entities(texts, args.batch_size), args.json)
-        elif kind == "uie":
-            if not args.schema:
-                raise ValueError("--schema: give at least one prompt, e.g. --schema 姓名")
-            texts = _read_texts(args)
-            _print_extractions(texts, client.extract_schema(texts, args.schema, args.batch_size), args.json)
-        else:
-            _print_classified(client.classify(_read_texts(args), args.batch_size), args.json)
+        if args.batch_size < 1:
+            raise ClientError(f"--batch-size {args.batch_size}: items per request, must be >= 1")
+        kind = COMMANDS.get(args.command) or client.task_type()
+        try:
+            _predict(args, client, kind)
+        except RequestRejected:
+            served = client.task_type() if args.command in COMMANDS else kind
+            if served != kind:  # e.g. extract asked of a classification bundle: say so, not Triton's output error
+                command = {v: k for k, v in COMMANDS.items()}[served]
+                raise ClientError(f"model {args.model!r} is a {served.replace('_', ' ')} bundle: use `{command}` "
+                                  f"(or `predict`), not `{args.command}`") from None
+            raise
     except (ClientError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _predict(args, client: ClassifierClient, kind: str) -> None:
+    if kind == "reading_comprehension":
+        questions, contexts = _read_pairs(args)
+        _print_answers(client.answer(questions, contexts, args.batch_size), args.json)
+    elif kind == "token_classification":
+        texts = _read_texts(args)
+        _print_entities(texts, client.extract_entities(texts, args.batch_size), args.json)
+    elif kind == "uie":
+        if not args.schema:
+            raise ValueError("--schema: give at least one prompt, e.g. --schema 姓名")
+        texts = _read_texts(args)
+        _print_extractions(texts, client.extract_schema(texts, args.schema, args.batch_size), args.json)
+    else:
+        _print_classified(client.classify(_read_texts(args), args.batch_size), args.json)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,16 @@ module import time, it runs inside Triton containers where the pipeline is absen
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 # runtime -> (Triton backend, engine inside it)
 RUNTIMES = {
+    # python backend, the engine validation chose (the fastest within the budget on the packaging CPU):
+    # python-onnxruntime or python-openvino, resolved by the package stage (PackageConfig.resolved)
+    "auto": ("python", "auto"),
     "python-onnxruntime": ("python", "onnxruntime"),  # in-process ORT: runs on any Triton, the one here too
+    "python-openvino": ("python", "openvino"),  # in-process OpenVINO (NNCF INT8 IR)
     "python-paddle": ("python", "paddle"),  # in-process Paddle Inference
     "onnxruntime": ("onnxruntime", "onnxruntime"),  # Triton's native ORT backend (optional TensorRT accelerator)
     "fastdeploy": ("fastdeploy", "fastdeploy"),  # FastDeploy serving image's backend
@@ -48,7 +53,7 @@ def _config_error(message: str) -> Exception:
 
 @dataclass
 class PackageConfig:
-    runtime: str = "python-onnxruntime"
+    runtime: str = "auto"
     layout: str = "auto"
     precision: str = "auto"  # auto: validate's chosen model (int8 when it exists), else fp32
     accelerator: str = "none"  # runtime=onnxruntime: TensorRT execution accelerator (GPU)
@@ -76,8 +81,8 @@ class PackageConfig:
         if self.layout not in LAYOUTS:
             raise _config_error(f"package.layout: {self.layout!r} is not one of {', '.join(LAYOUTS)}")
         if self.layout == "fused" and RUNTIMES[self.runtime][0] != "python":
-            raise _config_error(f"package.layout: fused needs a python runtime (python-onnxruntime, python-paddle), "
-                                f"not {self.runtime}")
+            raise _config_error(f"package.layout: fused needs a python runtime (auto, python-onnxruntime, python-openvino, "
+                                f"python-paddle), not {self.runtime}")
         if self.precision not in PRECISIONS:
             raise _config_error(f"package.precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.accelerator not in ACCELERATORS:
@@ -135,6 +140,18 @@ class PackageConfig:
     def engine(self) -> str:
         return RUNTIMES[self.runtime][1]
 
+    def resolved(self, engine: str) -> "PackageConfig":
+        """``runtime: auto`` made concrete for the form being shipped (``engine``: the form's engine, onnxruntime
+        or openvino); any other runtime is returned as it is."""
+        import dataclasses
+
+        if self.runtime != "auto":
+            return self
+        runtime = f"python-{engine}"
+        if runtime not in RUNTIMES:
+            raise _config_error(f"package.runtime auto: no python runtime runs the {engine} engine")
+        return dataclasses.replace(self, runtime=runtime)
+
 
 @dataclass
 class DeployConfig:
@@ -167,6 +184,60 @@ class DeployConfig:
             value = getattr(self, name)
             if value and not _is_quantity(value):
                 raise _config_error(f"deploy.{name}: {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 1Gi)")
+        # Names Kubernetes checks when the objects are applied (the schemas do not): refused here, not by kubectl.
+        if not _is_dns1123_label(self.namespace):
+            raise _config_error(f"deploy.namespace: {self.namespace!r} is not a DNS-1123 label (lower-case letters, "
+                                "digits and '-', starting and ending with a letter or digit, at most 63 characters)")
+        if not _is_dns1123_subdomain(self.bundle_claim):
+            raise _config_error(f"deploy.bundle_claim: {self.bundle_claim!r} is not a DNS-1123 subdomain (a "
+                                "PersistentVolumeClaim name: lower-case letters, digits, '-' and '.', at most 253 characters)")
+        for name in ("image", "storage_uri"):
+            try:
+                filled = getattr(self, name).format(task="x")
+            except (KeyError, IndexError, ValueError, AttributeError) as exc:
+                raise _config_error(f"deploy.{name}: {getattr(self, name)!r}: only {{task}} is filled in ({exc!r})") from None
+            if name == "image" and not _is_image(filled):
+                raise _config_error(f"deploy.image: {self.image!r} is not an image reference "
+                                    "([registry[:port]/]name[:tag][@digest], lower-case name, no spaces)")
+            if name == "storage_uri" and not re.fullmatch(r"[a-z][a-z0-9+.-]*://\S+", filled):
+                raise _config_error(f"deploy.storage_uri: {self.storage_uri!r} is not a URI KServe reads "
+                                    "(e.g. pvc://<claim>/{task}, s3://bucket/path)")
+        _check_kubernetes_version(self.kubernetes_version)
+
+
+def _check_kubernetes_version(version: str) -> None:
+    """``deploy.kubernetes_version``: MAJOR.MINOR with schemas in kubernetes-validate (when it is installed)."""
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?", str(version))
+    if not m:
+        raise _config_error(f"deploy.kubernetes_version: {version!r} is not a Kubernetes version (e.g. 1.33)")
+    try:
+        from kubernetes_validate.utils import all_versions
+    except ImportError:  # serving installed on its own: the syntax is all that can be checked
+        return
+    known = sorted({tuple(int(x) for x in v.split(".")[:2]) for v in all_versions()})
+    wanted = (int(m.group(1)), int(m.group(2)))
+    if not known[0] <= wanted <= known[-1]:
+        hint = ""
+        if wanted[1] < 10 and (wanted[0], wanted[1] * 10) in known:  # --set parses 1.30 as the number 1.3
+            hint = f"; for {wanted[0]}.{wanted[1] * 10} quote it: deploy.kubernetes_version='\"{wanted[0]}.{wanted[1] * 10}\"'"
+        raise _config_error(f"deploy.kubernetes_version: {version!r} has no schemas here (kubernetes-validate knows "
+                            f"{known[0][0]}.{known[0][1]} to {known[-1][0]}.{known[-1][1]}){hint}")
+
+
+def _is_dns1123_label(value: str) -> bool:
+    return len(value) <= 63 and bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value))
+
+
+def _is_dns1123_subdomain(value: str) -> bool:
+    return len(value) <= 253 and bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", value))
+
+
+def _is_image(value: str) -> bool:
+    """A container image reference as the distribution grammar has it (registry host, path, tag, digest)."""
+    component = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    host = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::\d+)?/)?"
+    grammar = rf"{host}{component}(?:/{component})*(?::[\w][\w.-]{{0,127}})?(?:@[a-z0-9]+:[a-fA-F0-9]{{32,}})?"
+    return len(value) <= 255 and bool(re.fullmatch(grammar, value))
 
 
 def _is_quantity(value: str) -> bool:

@@ -42,8 +42,13 @@ class LevelResult:
 
 
 def check_loopback(url: str) -> None:
+    if "://" in url or ":" not in url:
+        raise ClientError(f"--url {url}: give host:port (e.g. 127.0.0.1:8001), no scheme")
     host = url.rsplit(":", 1)[0].strip("[]")
-    addr = socket.gethostbyname(host) if host != "::1" else host
+    try:
+        addr = socket.gethostbyname(host) if host != "::1" else host
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ClientError(f"--url {url}: cannot resolve {host!r} ({exc})") from None
     if not ipaddress.ip_address(addr).is_loopback:
         raise ClientError(f"load tests only target this machine (127.0.0.0/8, ::1); {url} is not loopback")
 
@@ -116,13 +121,30 @@ def format_table(rows: Sequence[LevelResult]) -> str:
     return "\n".join(lines)
 
 
-def _texts(args, task_type: str = "classification") -> list:
+def _bundle_manifest(args, model: str) -> dict | None:
+    """bundle.json of ``<repository>/<model>`` when there (its recorded dev data dir), else None."""
+    try:
+        return json.loads((Path(args.repository) / model / "bundle.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _texts(args, task_type: str = "classification", manifest: dict | None = None) -> list:
     if args.file:
-        return [l for l in Path(args.file).read_text(encoding="utf-8").splitlines() if l.strip()]
+        path = Path(args.file)
+        try:
+            texts = [l for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+        except UnicodeDecodeError:
+            raise ClientError(f"--file {path}: not UTF-8 text") from None
+        except OSError as exc:
+            raise ClientError(f"--file {path}: cannot read it ({exc.strerror})") from None
+        if not texts:
+            raise ClientError(f"--file {path}: no texts in it (one per line)")
+        return texts
     if task_type != "classification":
         from serving.smoke import _dev_examples
 
-        examples = _dev_examples(args.task, args.data_dir, task_type)
+        examples = _dev_examples(args.task, args.data_dir, task_type, manifest=manifest)
         if task_type == "reading_comprehension":
             return [(e.question, e.context) for e in examples]
         if task_type == "uie":
@@ -134,8 +156,9 @@ def _texts(args, task_type: str = "classification") -> list:
         try:
             from serving.smoke import _dev_set
 
-            texts, _, _ = _dev_set(args.task, args.data_dir)
-            return texts
+            texts, _, _ = _dev_set(args.task, args.data_dir, manifest=manifest)
+            if texts:
+                return texts
         except Exception as exc:  # no data here: the built-in sentences still exercise the server
             print(f"note: using built-in sample texts ({exc})", file=sys.stderr)
     return list(SAMPLE_TEXTS)
@@ -162,19 +185,34 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--task or --model is required")
     url = args.url or {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}[args.protocol]
     try:
+        import pipeline  # noqa: F401  (process setup before anything imports paddle)
+        from pipeline.errors import UserInputError
+    except ImportError:  # serving installed on its own: only its own errors
+        UserInputError = ClientError
+    try:
+        for flag, value in (("--concurrency", min(args.concurrency)), ("--batch-size", args.batch_size),
+                            ("--max-requests", args.max_requests)):
+            if value < 1:
+                raise ClientError(f"{flag} {value}: must be >= 1")
+        if not 0 < args.seconds <= 86400:
+            raise ClientError(f"--seconds {args.seconds}: per concurrency level, must be > 0")
+        from serving.smoke import check_out_file
+
+        check_out_file(args.json_out)
         check_loopback(url)
-        if args.task:
-            import pipeline  # noqa: F401
         probe = ClassifierClient(url, args.protocol, model)
         probe.wait_ready(30)
         task_type = probe.task_type()
         probe.close()
         if task_type in ("reading_comprehension", "uie") and args.file:
             p.error(f"--file holds single texts; a {task_type} bundle is load-tested with its dev set (--task)")
-        texts = _texts(args, task_type)
+        texts = _texts(args, task_type, _bundle_manifest(args, model))
         rows = [run_level(url, args.protocol, model, texts, c, args.seconds, args.batch_size, args.max_requests, task_type)
                 for c in args.concurrency]
     except ClientError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except UserInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"load test {model} via {args.protocol} at {url}: {args.seconds:.0f}s per level, {args.batch_size} text(s) per request")
@@ -184,15 +222,21 @@ def main(argv: list[str] | None = None) -> int:
     if task_type in ("reading_comprehension", "uie") and not args.no_offline:
         print(f"offline model-only comparison: not available for {task_type} (windows per request vary)")
     elif not args.no_offline and (repo / "bundle.json").is_file():
+        from serving.integrity import BundleIntegrityError
         from serving.offline import BundleModel, model_only_throughput
 
-        bundle = BundleModel.open(repo)
-        bs = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
-        offline = model_only_throughput(bundle, texts, bs, seconds=min(args.seconds, 10.0))
-        best = max(r.texts_per_s for r in rows)
-        report.update({"offline_model_only_texts_per_s": offline, "offline_batch_size": bs, "served_best_texts_per_s": best,
-                       "served_vs_offline": best / offline if offline else None})
-        print(f"offline model-only (batch {bs}): {offline:.1f} texts/s; best served {best:.1f} texts/s = {best / offline:.2f}x")
+        try:
+            bundle = BundleModel.open(repo)
+        except BundleIntegrityError as exc:
+            bundle = None
+            print(f"offline model-only comparison: skipped ({exc})")
+        if bundle is not None:
+            bs = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
+            offline = model_only_throughput(bundle, texts, bs, seconds=min(args.seconds, 10.0))
+            best = max(r.texts_per_s for r in rows)
+            report.update({"offline_model_only_texts_per_s": offline, "offline_batch_size": bs,
+                           "served_best_texts_per_s": best, "served_vs_offline": best / offline if offline else None})
+            print(f"offline model-only (batch {bs}): {offline:.1f} texts/s; best served {best:.1f} texts/s = {best / offline:.2f}x")
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(report, indent=2))

@@ -104,6 +104,8 @@ class BundleShape:
     max_prompt_len: int = 0
     position_prob: float = 0.5
     max_span_len: int = 0
+    # The engine's own settings as validated (OpenVINO: its CPU properties, JSON; threads come from the package)
+    engine_properties: str = ""
 
 
 def _tensor(cls, name: str, dtype: int, dims: list[int], max_batch_size: int):
@@ -172,6 +174,8 @@ def model_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
         _param(cfg, "engine", pc.engine)
         _param(cfg, "model_file", shape.model_file)
         _param(cfg, "threads", pc.engine_threads)
+        if shape.engine_properties:
+            _param(cfg, "engine_properties", shape.engine_properties)
         _param(cfg, "pad_id", shape.pad_id)
         # each request is checked against these before it joins a batch (one bad request fails only itself)
         _param(cfg, "max_seq_len", shape.max_seq_len)
@@ -278,6 +282,8 @@ def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
                        ("engine", pc.engine), ("model_file", shape.model_file), ("threads", pc.engine_threads),
                        ("pad_id", shape.pad_id)):
         _param(cfg, key, value)
+    if shape.engine_properties:
+        _param(cfg, "engine_properties", shape.engine_properties)
     return cfg
 
 

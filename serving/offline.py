@@ -71,6 +71,17 @@ class BundleModel:
 
     def session(self, threads: int = 0):
         """A callable ``(input_ids, token_type_ids) -> logits`` over the bundle's model file."""
+        xml = self.model_dir / "model.xml"
+        if xml.is_file():  # OpenVINO, with the CPU properties the bundle serves with (bundle.json)
+            import openvino as ov
+
+            props = dict(self.manifest.get("engine_properties") or {})
+            if threads:
+                props["INFERENCE_NUM_THREADS"] = threads
+            core = ov.Core()
+            compiled = core.compile_model(core.read_model(str(xml)), "CPU", props)
+            request, output = compiled.create_infer_request(), compiled.output(0)
+            return lambda ids, types: np.array(request.infer({"input_ids": ids, "token_type_ids": types})[output])
         onnx = self.model_dir / "model.onnx"
         if onnx.is_file():
             import onnxruntime as ort

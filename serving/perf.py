@@ -45,7 +45,13 @@ class PerfAnalyzer:
     env: dict
 
     def version(self) -> str:
-        out = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True, env=self.env, timeout=30)
+        from serving.server import die_with_parent_preexec
+
+        try:
+            out = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True, env=self.env, timeout=30,
+                                 preexec_fn=die_with_parent_preexec())
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise PerfError(f"{self.binary}: cannot run it ({exc})") from None
         lines = [line for line in (out.stdout + out.stderr).splitlines() if "Version" in line]
         return lines[0].split("Version", 1)[1].split()[0] if lines else "unknown"
 
@@ -103,9 +109,16 @@ def input_data(task_type: str, items: Sequence, path: Path, limit: int = 2000) -
 def _model_stats(url: str) -> dict[str, dict]:
     import tritonclient.grpc as tg
 
-    client = tg.InferenceServerClient(url)
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        client = tg.InferenceServerClient(url)
+    except (InferenceServerException, ValueError) as exc:
+        raise PerfError(f"gRPC {url}: not a host:port ({exc})") from None
     try:
         stats = client.get_inference_statistics(as_json=True)["model_stats"]
+    except InferenceServerException as exc:
+        raise PerfError(f"no Triton answers gRPC at {url} ({exc.message() or exc})") from None
     finally:
         client.close()
     return {s["name"]: s for s in stats}
@@ -144,6 +157,8 @@ def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: i
     """One concurrency level.  On a shared or loaded machine perf_analyzer may not see 6 windows within 25% of
     each other and exits without numbers; the level is then measured again with windows twice as long (up to
     ``WINDOW_RETRIES`` times), and the window that gave the numbers is reported with them."""
+    from serving.server import die_with_parent_preexec
+
     out_csv = workdir / f"c{concurrency}.csv"
     for attempt in range(WINDOW_RETRIES + 1):
         window = seconds * 2 ** attempt
@@ -153,7 +168,9 @@ def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: i
                "--max-trials", "6", "-f", str(out_csv)]
         out_csv.unlink(missing_ok=True)
         before = _model_stats(url)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=pa.env, timeout=max(120, window * 12 + 60))
+        # perf_analyzer dies with this process (kill -9 of `make perf` leaves no load generator behind)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=pa.env, timeout=max(120, window * 12 + 60),
+                              preexec_fn=die_with_parent_preexec())
         after = _model_stats(url)
         if proc.returncode == 0 and out_csv.is_file():
             break
@@ -215,13 +232,14 @@ def _item_note(report: dict) -> str:
     return ""
 
 
-def _items(task: str, data_dir: str | None, task_type: str) -> list:
+def _items(task: str, data_dir: str | None, task_type: str, manifest: dict | None = None) -> list:
+    """The dev items perf_analyzer sends; ``manifest``: the bundle's (its recorded data dir, without ``data_dir``)."""
     from serving.smoke import _dev_examples, _dev_set
 
     if task_type == "classification":
-        texts, _, _ = _dev_set(task, data_dir)
+        texts, _, _ = _dev_set(task, data_dir, manifest=manifest)
         return list(texts)
-    examples = _dev_examples(task, data_dir, task_type)
+    examples = _dev_examples(task, data_dir, task_type, manifest=manifest)
     if task_type == "reading_comprehension":
         return [(e.question, e.context) for e in examples]
     if task_type == "uie":  # one text with every prompt the dev set asks it (CLUENER converted: the whole schema)
@@ -241,8 +259,12 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
 
     pa = find_perf_analyzer()
     bundle = BundleModel.open(repository)
+    if url:
+        _model_stats(url)  # a server answers there, before the offline measurement takes its seconds
     task_type = bundle.task_type
-    items = list(items) if items is not None else _items(task, data_dir, task_type)
+    items = list(items) if items is not None else _items(task, data_dir, task_type, bundle.manifest)
+    if not items:
+        raise PerfError(f"no dev items to send (task {task}): perf_analyzer needs at least one")
     names = bundle.names
     report = {"model": names.ensemble, "task_type": task_type, "repository": str(repository), "seconds": seconds,
               "perf_analyzer": pa.version(), "cpu": detect().as_dict(), "package": bundle.manifest.get("package", {}),
@@ -263,7 +285,8 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
         rounds = sorted(model_only_throughput(bundle, items, bs, seconds=offline_seconds / 3) for _ in range(3))
         report.update({"offline_batch_size": bs, "offline_model_only_items_per_s": rounds[1],
                        "offline_rounds": rounds})
-    server = None if url else start_server(repository)
+    # The server dies with this process: a kill -9 of `make perf` leaves no tritonserver, stubs or shared memory.
+    server = None if url else start_server(repository, die_with_parent=True)
     try:
         grpc_url = url or f"127.0.0.1:{server.grpc_port}"
         with tempfile.TemporaryDirectory() as tmp:
@@ -290,20 +313,30 @@ def main(argv: list[str] | None = None) -> int:
                    "measurement at concurrency 4 on CMRC2018)")
     p.add_argument("--json-out")
     args = p.parse_args(argv)
+    import pipeline  # noqa: F401  (process setup before anything imports paddle)
+    from pipeline.errors import UserInputError
+    from serving.client import ClientError
     from serving.server import ServerError, resolve_repository
+    from serving.smoke import check_out_file
 
+    out = Path(args.json_out or f"runs/{args.task}/perf.json")
     try:
         find_perf_analyzer()  # first: the install hint is the useful message on a new machine
+        bad = [c for c in args.concurrency if c < 1]
+        if bad:
+            raise PerfError(f"--concurrency {bad[0]}: concurrent requests, must be >= 1")
+        if args.seconds is not None and not 0.001 <= args.seconds <= 3600:  # perf_analyzer takes whole ms
+            raise PerfError(f"--seconds {args.seconds}: the measurement window, 0.001 to 3600 s")
+        check_out_file(str(out))
         repo = resolve_repository(Path(args.repository), args.task)
         seconds = args.seconds or (10.0 if json.loads((repo / "bundle.json").read_text()).get("task_type")
                                    == "reading_comprehension" else 5.0)
         report = measure(repo, args.task, args.data_dir, args.concurrency, seconds, args.url)
-    except (PerfError, ServerError, FileNotFoundError, ValueError) as exc:
+    except (PerfError, ServerError, ClientError, UserInputError, FileNotFoundError, ValueError) as exc:
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     md = format_markdown(report)
     print(md)
-    out = Path(args.json_out or f"runs/{args.task}/perf.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2), encoding="utf-8")
     out.with_suffix(".md").write_text(md, encoding="utf-8")

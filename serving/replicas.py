@@ -158,7 +158,7 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
         log=print) -> ReplicaReport:
     """Two replicas + HAProxy on ``bundle_dir``; ``items`` are texts (or (question, context) pairs)."""
     from serving.offline import BundleModel
-    from serving.server import free_port, start_server
+    from serving.server import die_with_parent_preexec, free_port, start_server
     from serving.smoke import offline_keys
 
     if not 0 < kill_at < seconds:
@@ -171,14 +171,16 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
     work = Path(tempfile.mkdtemp(prefix="replicas-"))
     try:
         for i in range(2):
-            started.append(start_server(bundle_dir, log_path=work / f"replica{i + 1}.log"))
+            # die_with_parent: a kill -9 of this run leaves no replica (stubs, shared memory) or load balancer
+            started.append(start_server(bundle_dir, log_path=work / f"replica{i + 1}.log", die_with_parent=True))
             log(f"[replicas] replica{i + 1} ready on 127.0.0.1:{started[-1].http_port}")
         port = free_port()
         stats = work / "haproxy.sock"
         (work / "haproxy.cfg").write_text(haproxy_config(port, [s.http_port for s in started], stats))
         with open(work / "haproxy.log", "wb") as lb_log:  # the child keeps its own descriptor
             lb = subprocess.Popen([str(haproxy.binary), "-f", str(work / "haproxy.cfg"), "-db"], env=haproxy.env,
-                                  stdout=lb_log, stderr=subprocess.STDOUT, start_new_session=True)
+                                  stdout=lb_log, stderr=subprocess.STDOUT, start_new_session=True,
+                                  preexec_fn=die_with_parent_preexec())
         if not _wait_http(f"http://127.0.0.1:{port}/v2/health/ready", 15):
             raise ReplicaError(f"haproxy on 127.0.0.1:{port} never answered: {(work / 'haproxy.log').read_text()[-500:]}")
         log(f"[replicas] haproxy on 127.0.0.1:{port}: {concurrency} clients for {seconds:g}s, replica1 killed at {kill_at:g}s")
@@ -274,16 +276,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--items", type=int, default=500, help="dev items cycled through")
     p.add_argument("--json-out")
     args = p.parse_args(argv)
+    from serving.client import ClientError
+    from serving.integrity import BundleIntegrityError
     from serving.server import ServerError, resolve_repository
-    from serving.smoke import dev_items
+    from serving.smoke import check_out_file, dev_items
 
     import pipeline  # noqa: F401  (process setup before anything imports paddle)
+    from pipeline.errors import UserInputError
 
     try:
+        for flag, value in (("--concurrency", args.concurrency), ("--items", args.items)):
+            if value < 1:
+                raise ReplicaError(f"{flag} {value}: must be >= 1")
+        if not 0 < args.seconds <= 3600:
+            raise ReplicaError(f"--seconds {args.seconds}: the run's length, 0 to 3600 s")
+        if not 0 < args.kill_at < args.seconds:
+            raise ReplicaError(f"--kill-at {args.kill_at} must be inside the run (0, {args.seconds:g})")
+        check_out_file(args.json_out)
         bundle_dir = resolve_repository(args.repository, args.task)
         items = dev_items(args.task, bundle_dir, args.data_dir)[: args.items]
+        if not items:
+            raise ReplicaError(f"no dev items for task {args.task}: nothing to send")
         report = run(bundle_dir, items, args.concurrency, args.seconds, args.kill_at)
-    except (ReplicaError, ServerError) as exc:
+    except (ReplicaError, ServerError, ClientError, BundleIntegrityError, UserInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(format_report(report))

@@ -67,7 +67,7 @@ PURE_MODULES = {
     UIE: (("wordpiece.py", "reading/windows.py"), ("extraction/spans.py",)),
 }
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-SERVING_PACKAGES = ("numpy", "onnxruntime", "tokenizers", "paddlepaddle", "tritonclient", "nvidia-pytriton", "protobuf")
+SERVING_PACKAGES = ("numpy", "onnxruntime", "openvino", "tokenizers", "paddlepaddle", "tritonclient", "nvidia-pytriton", "protobuf")
 PYTRITON_TRITONSERVER = {"0.7.0": "2.51.0"}  # nvidia-pytriton release -> the tritonserver it ships
 
 
@@ -91,6 +91,7 @@ class ExportArtifacts:
     onnx_int8_qdq: Path | None = None
     paddle_fp32: Path | None = None  # dir with model.pdmodel + model.pdiparams
     paddle_int8: Path | None = None
+    openvino_int8: Path | None = None  # IR .xml, its .bin beside it
 
     @classmethod
     def from_dir(cls, out: Path) -> "ExportArtifacts":
@@ -108,6 +109,7 @@ class ExportArtifacts:
             onnx_int8_qdq=opt(out / "onnx" / "int8_qdq.onnx"),
             paddle_fp32=opt(out / "paddle_fp32"),
             paddle_int8=opt(out / "paddle_int8"),
+            openvino_int8=opt(out / "openvino" / "int8.xml"),
         )
 
     def read_meta(self) -> dict:
@@ -151,6 +153,9 @@ class Provenance:
 
     source_model_sha256: str = ""
     data_fingerprint: str = ""
+    # The data directory the bundle was built and validated from (absolute; "" when none, e.g. paddlenlp's
+    # download): `make smoke` / `make perf` / ... read their dev set there unless DATA_DIR says otherwise.
+    data_dir: str = ""
     selected_candidate: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     gates: dict[str, Any] = field(default_factory=dict)
@@ -182,14 +187,23 @@ class BundleInfo:
         return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
 
 
-def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None = None) -> ModelChoice:
+def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None = None,
+                 preferred_form: str | None = None) -> ModelChoice:
     """Pick the exported form the runtime can run: int8 where it exists and is wanted, else fp32.
 
-    ``preferred`` (int8/fp32) is what validation chose; ``package.precision`` other than auto overrides it.
+    ``preferred`` (int8/fp32) is what validation chose, ``preferred_form`` the export form it ran (``runtime: auto``
+    ships OpenVINO's form when that is the one); ``package.precision`` other than auto overrides them.
     """
     want = pc.precision if pc.precision != "auto" else (preferred or "int8")
     qdq_chosen = pc.precision == "auto" and preferred == "int8_qdq"  # validation picked the QDQ ONNX
     want = "int8" if want == "int8_qdq" else want
+
+    def openvino() -> ModelChoice:
+        xml = exp.openvino_int8
+        if want != "int8" or xml is None or not xml.with_suffix(".bin").is_file():
+            raise PackageError(f"runtime {pc.runtime}: the export has no OpenVINO INT8 model (openvino/int8.xml and .bin); "
+                               "it is made when compress.engines lists openvino")
+        return ModelChoice("int8", ((xml, "model.xml"), (xml.with_suffix(".bin"), "model.bin")), "model.xml", "openvino_int8")
 
     def onnx(int8_form: str | None) -> ModelChoice:
         if want == "int8" and int8_form:
@@ -211,7 +225,9 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
         files = ((d / "model.pdmodel", "model.pdmodel"), (d / "model.pdiparams", "model.pdiparams"))
         return ModelChoice(precision, files, "model.pdmodel", form)
 
-    if pc.runtime == "python-onnxruntime" or (pc.runtime == "onnxruntime" and pc.kind == "CPU" and pc.accelerator == "none"):
+    if pc.runtime == "python-openvino" or (pc.runtime == "auto" and preferred_form == "openvino_int8" and want == "int8"):
+        return openvino()
+    if pc.runtime in ("auto", "python-onnxruntime") or (pc.runtime == "onnxruntime" and pc.kind == "CPU" and pc.accelerator == "none"):
         if qdq_chosen and exp.onnx_int8_qdq is not None:
             return onnx("onnx_int8_qdq")
         return onnx("onnx_int8")  # dynamic-quantized int8: the fast form on CPU
@@ -229,6 +245,16 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
     if pc.fastdeploy_engine == "tensorrt":
         return onnx("onnx_int8_qdq")
     return onnx("onnx_int8" if pc.kind == "CPU" else None)
+
+
+def _engine_properties(meta: dict, choice: ModelChoice) -> str:
+    """The OpenVINO CPU properties the export recorded for its INT8 form (validated with them), as JSON."""
+    if choice.form != "openvino_int8":
+        return ""
+    props = (meta.get("openvino") or {}).get("properties")
+    if not isinstance(props, dict):
+        raise PackageError("meta.json: field 'openvino.properties' missing for the OpenVINO form")
+    return json.dumps(props, sort_keys=True)
 
 
 def _pad_id(vocab: Path) -> int:
@@ -302,7 +328,7 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
                         doc_stride=int(reading.get("doc_stride", 0)), max_query_len=int(reading.get("max_query_len", 0)),
                         max_answer_len=int(reading.get("max_answer_len", 0)),
                         max_prompt_len=int(uie.get("max_prompt_len", 0)), position_prob=float(uie.get("position_prob", 0.5)),
-                        max_span_len=int(uie.get("max_span_len", 0)))
+                        max_span_len=int(uie.get("max_span_len", 0)), engine_properties=_engine_properties(meta, choice))
     if names.fused and task_type != CLASSIFICATION:
         raise PackageError(f"package.layout: fused is for classification bundles; {task} is {task_type}")
     tok_source, post_source = MODEL_SOURCES[task_type]
@@ -361,6 +387,8 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "runtime": pc.runtime,
         "backend": pc.backend,
         "engine": pc.fastdeploy_engine if pc.runtime == "fastdeploy" else pc.engine,
+        # the engine's CPU settings as validated, served with (OpenVINO); the offline reference uses them too
+        **({"engine_properties": json.loads(_engine_properties(meta, choice))} if choice.form == "openvino_int8" else {}),
         "accelerator": pc.accelerator,
         "precision": choice.precision,
         "model_form": choice.form,
@@ -372,7 +400,8 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         **({"uie": meta["uie"]} if _task_type(meta) == UIE else {}),
         # as configured, plus what 0 ("auto") resolved to on the packaging machine
         "package": {**dataclasses.asdict(pc), "instances": pc.instances, "engine_threads": pc.engine_threads},
-        "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint},
+        "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint,
+                   **({"data_dir": prov.data_dir} if prov.data_dir else {})},
         "selected_candidate": prov.selected_candidate or meta.get("selected_candidate", {}),
         # The CPU the INT8 recipe was chosen and validated on: the launcher warns when the serving CPU lacks
         # one of its int8 instruction sets (speed, and on AVX2 the u8s8 numerics, differ).
@@ -485,6 +514,8 @@ def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, pr
         lines.append(f"- Selected compression candidate: `{json.dumps(prov.selected_candidate or meta.get('selected_candidate'), ensure_ascii=False)}`")
     if prov.source_model_sha256:
         lines.append(f"- Source model SHA-256: `{prov.source_model_sha256}`; data fingerprint `{prov.data_fingerprint}`")
+    if prov.data_dir:
+        lines.append(f"- Data: `{prov.data_dir}` (the serving tools' default dev set: `make smoke`, `make perf`, ...)")
     lines += ["", "## Measured numbers (validate stage)"]
     flat = {k: v for k, v in prov.metrics.items() if isinstance(v, (int, float, str))}
     if flat:
@@ -504,6 +535,29 @@ def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, pr
     return "\n".join(lines) + "\n"
 
 
+def check_replaceable(target: Path) -> None:
+    """PackageError unless ``target`` is absent, an empty directory or one of our bundles (a bundle.json whose
+    "format" is ``ernie-bundle/...``, as every bundle has had): packaging replaces the target whole, and must never
+    take a user's folder, or what a symbolic link points to, with it."""
+    target = Path(target)
+    if target.is_symlink():
+        raise PackageError(f"{target} is a symbolic link: not replacing it or what it points to; remove the link "
+                           "or set package.repository to another directory")
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise PackageError(f"{target} is a file, not a bundle: not replacing it; move it away or set package.repository")
+    manifest = target / integrity.MANIFEST
+    try:
+        data = None if manifest.is_symlink() else json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if not (isinstance(fmt, str) and fmt.startswith("ernie-bundle/")) and any(target.iterdir()):
+        raise PackageError(f"{target} exists and is not an ernie-bundle bundle (no {integrity.MANIFEST} with "
+                           "\"format\": \"ernie-bundle/...\"): not replacing it; move it away or set package.repository")
+
+
 def write_repository(
     repository: Path,
     task: str,
@@ -513,15 +567,21 @@ def write_repository(
     preferred_precision: str | None = None,
     max_mb: float | None = None,
     deploy: DeployConfig | None = None,
+    preferred_form: str | None = None,
 ) -> BundleInfo:
     """Write ``<repository>/<task>`` atomically and return what was written.  With ``deploy``, the bundle also
-    carries its Kubernetes / KServe manifests (``serving.manifests``), validated before anything is swapped in."""
+    carries its Kubernetes / KServe manifests (``serving.manifests``), validated before anything is swapped in.
+    ``preferred_form``: the export form validation chose (``package.runtime: auto`` serves it in its engine)."""
+    if not task or task in (".", "..") or Path(task).name != task:  # the bundle goes *in* the repository
+        raise PackageError(f"task {task!r} is not a plain name: the bundle would not be written inside {repository}")
     repository = Path(repository)
+    target = repository / task
+    check_replaceable(target)  # first: nothing is built next to what we would refuse to replace
     repository.mkdir(parents=True, exist_ok=True)
     prov = provenance or Provenance()
     meta = exported.read_meta()
-    choice = choose_model(exported, pc, preferred_precision)
-    target = repository / task
+    choice = choose_model(exported, pc, preferred_precision, preferred_form)
+    pc = pc.resolved("openvino" if choice.form == "openvino_int8" else "onnxruntime")
     tmp = repository / f".{task}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -538,6 +598,11 @@ def write_repository(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     old = repository / f".{task}.old-{uuid.uuid4().hex[:8]}"
+    try:
+        check_replaceable(target)  # again: the build took a while, and the target may have changed meanwhile
+    except PackageError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if target.exists():
         target.rename(old)
     tmp.rename(target)

@@ -18,6 +18,7 @@ starts, and again by each python model when it loads.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -130,10 +131,69 @@ def find_tritonserver() -> TritonInstall:
     return TritonInstall(home / "bin" / "tritonserver", home / "backends", home / "caches", env)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def _family(host: str) -> int:
+    """The address family ``host`` binds with (127.0.0.1, ::1, 0.0.0.0, a local name); ServerError when unknown."""
+    try:
+        return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ServerError(f"--host {host!r}: not an address of this machine ({exc})") from None
+
+
+def free_port(host: str = "127.0.0.1", avoid: tuple[int, ...] = ()) -> int:
+    """A port nothing listens on at ``host`` now, other than those in ``avoid`` (each endpoint gets its own)."""
+    for _ in range(100):
+        with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
+    raise ServerError(f"no free port found on {host}")
+
+
+PORT_FLAGS = ("http", "grpc", "metrics")
+
+
+def check_port(value: int, flag: str) -> int:
+    """A port flag's value: 1-65535, or 0 for a free port; ServerError naming the flag otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ServerError(f"--{flag}-port {value}: a port is 1-65535 (or 0: a free one)")
+    return value
+
+
+def check_ports_free(host: str, ports: dict[str, int]) -> None:
+    """Every fixed port (0: chosen later) is distinct and free at ``host``: a server already listening there would
+    answer the readiness checks for the one being started.  One line naming the port otherwise."""
+    seen: dict[int, str] = {}
+    for name, port in ports.items():
+        check_port(port, name)
+        if port and port in seen:
+            raise ServerError(f"--{seen[port]}-port and --{name}-port are both {port}: each endpoint needs its own port")
+        seen.setdefault(port, name)
+    family = _family(host)
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, 0))
+        except OSError as exc:
+            raise ServerError(f"--host {host}: cannot bind there ({exc.strerror}); give an address of this machine "
+                              "(127.0.0.1, 0.0.0.0)") from None
+    for name, port in ports.items():
+        if not port:
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            # as the server binds: a port left in TIME_WAIT is free; one with a listener (gRPC's SO_REUSEPORT
+            # included: a second server would share it silently) is not
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise ServerError(f"{name} port {port} on {host} is in use (another server?): stop it, or pass "
+                                      f"--{name}-port with another port (0: a free one)") from None
+                if exc.errno == errno.EACCES:
+                    raise ServerError(f"{name} port {port} on {host}: permission denied (ports below 1024 need root); "
+                                      f"pass --{name}-port with another port") from None
+                raise ServerError(f"--host {host}: cannot bind {name} port {port} there ({exc.strerror}); "
+                                  "give an address of this machine (127.0.0.1, 0.0.0.0)") from None
 
 
 @dataclass
@@ -146,6 +206,7 @@ class TritonServer:
     metrics_port: int
     log_path: Path
     shm_prefix: str = ""  # the python backend's shared-memory regions: /dev/shm/<shm_prefix>*
+    server_id: str = ""  # tritonserver --id: GET /v2 answers it, so readiness is asked of this very server
 
     @property
     def http_url(self) -> str:
@@ -167,10 +228,25 @@ class TritonServer:
 
     def ready(self) -> bool:
         try:
-            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as r:
+            with urllib.request.urlopen(f"http://{self._http_base}/v2/health/ready", timeout=2) as r:
                 return r.status == 200
         except (urllib.error.URLError, OSError):
             return False
+
+    @property
+    def _http_base(self) -> str:
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):  # bound everywhere: ask it on loopback
+            host = "127.0.0.1" if host != "::" else "::1"
+        return f"[{host}]:{self.http_port}" if ":" in host else f"{host}:{self.http_port}"
+
+    def answering_id(self) -> str | None:
+        """The ``--id`` of the server answering on this HTTP port (GET /v2 "name"); None when nothing answers."""
+        try:
+            with urllib.request.urlopen(f"http://{self._http_base}/v2", timeout=2) as r:
+                return str(json.loads(r.read().decode("utf-8", "replace")).get("name", ""))
+        except (urllib.error.URLError, OSError, ValueError, AttributeError):
+            return None
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGINT (Triton unloads models and exits cleanly), then SIGKILL after ``timeout``; then whatever of its
@@ -211,7 +287,8 @@ def group_members(pgid: int) -> list[int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if int(stat[stat.rindex(")") + 2 :].split()[2]) == pgid:
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":  # a zombie has exited: nothing left to end
                 out.append(int(entry.name))
     return out
 
@@ -231,10 +308,24 @@ def reap_group(pgid: int, shm_prefix: str, timeout: float = 5.0) -> None:
             region.unlink(missing_ok=True)
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def die_with_parent_preexec():
+    """A ``preexec_fn``: the child gets SIGTERM when the process starting it dies (kill -9 included), and exits at
+    once when that process died already between fork and prctl (the signal would never come).  tritonserver on
+    SIGTERM unloads its models, ends its python stubs and removes their shared memory; perf_analyzer and haproxy
+    exit."""
     import ctypes
 
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    # Resolved here, in the parent: between fork and exec the child (of a process with threads: gRPC's) only makes
+    # the two system calls.
+    prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 
 def resolve_repository(repository: Path | str, task: str | None) -> Path:
@@ -272,9 +363,38 @@ def cpu_warnings(manifest: dict, flags: set[str] | None = None) -> list[str]:
     missing = [f for f in validated if f in INT8_FLAGS and f not in flags]
     if not missing:
         return []
-    return [f"this CPU lacks {', '.join(missing)}, which the bundle's INT8 model was validated with "
+    engine = f" ({manifest['engine']}, chosen by measurement there)" if manifest.get("engine") else ""
+    return [f"this CPU lacks {', '.join(missing)}, which the bundle's INT8 model{engine} was validated with "
             f"({(manifest.get('cpu') or {}).get('model', '?')}): expect lower throughput than bundle.json's "
             "validated numbers" + (", and on CPUs without VNNI int8 sums may saturate" if any("vnni" in m for m in missing) else "")]
+
+
+# The python module each in-process engine needs, and what to install where it is missing.
+ENGINE_MODULES = {"onnxruntime": ("onnxruntime", "onnxruntime"), "openvino": ("openvino", "openvino==2026.4.1"),
+                  "paddle": ("paddle", "paddlepaddle==2.6.2")}
+
+
+def engine_python(install: TritonInstall) -> str:
+    """The interpreter the python backend's stubs will run: the first python3 on the server's PATH."""
+    return shutil.which("python3", path=install.env.get("PATH") or os.environ.get("PATH")) or sys.executable
+
+
+def check_engine(manifest: dict, install: TritonInstall) -> None:
+    """A python-backend bundle's engine must be importable where its models will run; otherwise one line, before
+    anything starts (the model would fail to load and the server would not come up, or come up without it)."""
+    if manifest.get("backend") != "python" or manifest.get("engine") not in ENGINE_MODULES:
+        return
+    module, pin = ENGINE_MODULES[manifest["engine"]]
+    python = engine_python(install)
+    probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 3)"
+    try:
+        found = subprocess.run([python, "-c", probe], env={**os.environ, **install.env}, capture_output=True,
+                               timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        found = False
+    if not found:
+        raise ServerError(f"this bundle's model runs in {manifest['engine']}, which the serving python ({python}) does not "
+                          f"have: install {pin} there, or package the bundle for another engine")
 
 
 def start_server(
@@ -299,14 +419,20 @@ def start_server(
         manifest = verify_bundle(repository)
         for line in cpu_warnings(manifest):
             print(f"warning: {line}", file=sys.stderr)
+    check_ports_free(host, {"http": http_port, "grpc": grpc_port, "metrics": metrics_port})
     install = find_tritonserver()
-    http_port = http_port or free_port(host)
-    grpc_port = grpc_port or free_port(host)
-    metrics_port = metrics_port or free_port(host)
+    if verify:
+        check_engine(manifest, install)
+    http_port = http_port or free_port(host, (grpc_port, metrics_port))
+    grpc_port = grpc_port or free_port(host, (http_port, metrics_port))
+    metrics_port = metrics_port or free_port(host, (http_port, grpc_port))
     if log_path is None:
         log_path = Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
+    # GET /v2 answers this name: the readiness poll accepts only this server's answer (not one left on the port).
+    server_id = f"ernie-bundle-{uuid.uuid4().hex[:12]}"
     cmd = [
         str(install.binary),
+        f"--id={server_id}",
         f"--model-repository={repository}",
         f"--http-address={host}", f"--http-port={http_port}",
         f"--grpc-address={host}", f"--grpc-port={grpc_port}",
@@ -328,18 +454,28 @@ def start_server(
     # No bytecode written into the bundle by anything that honours it (the stubs' isolated interpreters do not:
     # see integrity.clear_bytecode).
     env = {**os.environ, **install.env, "PYTHONDONTWRITEBYTECODE": "1"}
-    log = open(log_path, "wb")
+    try:
+        log = open(log_path, "wb")
+    except OSError as exc:
+        raise ServerError(f"server log {log_path}: cannot write it ({exc.strerror})") from None
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=_die_with_parent if die_with_parent else None)
+                                preexec_fn=die_with_parent_preexec() if die_with_parent else None)
     finally:
         log.close()
-    server = TritonServer(proc, repository, host, http_port, grpc_port, metrics_port, Path(log_path), shm_prefix)
+    server = TritonServer(proc, repository, host, http_port, grpc_port, metrics_port, Path(log_path), shm_prefix,
+                          server_id)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not server.alive():
             raise ServerError(f"tritonserver exited with code {proc.returncode} while loading {repository}:\n{server.log_tail()}")
-        if server.ready():
+        answering = server.answering_id()
+        if answering is not None and answering != server_id:
+            # Another server holds the HTTP port (taken after the check above): its answers are not ours.
+            server.stop(5)
+            raise ServerError(f"http port {http_port} on {host} is answered by another server ({answering!r}), not the "
+                              f"one just started: stop it, or pass --http-port with another port (0: a free one)")
+        if answering == server_id and server.ready() and server.alive():
             return server
         time.sleep(0.25)
     server.stop(5)
@@ -416,6 +552,19 @@ def stop_detached(state_path: Path, timeout: float = 30.0) -> int:
     return 0
 
 
+def _check_args(args) -> None:
+    """The flags a launch uses, before anything starts: ports, readiness timeout, log file."""
+    check_ports_free(args.host, {name: getattr(args, f"{name}_port") for name in PORT_FLAGS})
+    if not args.timeout > 0:  # NaN too
+        raise ServerError(f"--timeout {args.timeout}: seconds to wait for readiness, must be > 0")
+    if args.log:
+        log = Path(args.log)
+        if log.is_dir():
+            raise ServerError(f"--log {log}: a directory; give a file path")
+        if not log.parent.is_dir():
+            raise ServerError(f"--log {log}: folder {log.parent} does not exist")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m serving.server", description="Serve a task's bundle with Triton until Ctrl-C.")
     p.add_argument("--repository", default=str(DEFAULT_REPOSITORY), help="model repository root (default: model_repository)")
@@ -436,17 +585,33 @@ def main(argv: list[str] | None = None) -> int:
         if state_path.is_file() and ServerState.read(state_path).is_running():
             print(f"error: a server is already running for this bundle ({state_path}); stop it with --stop", file=sys.stderr)
             return 2
+        _check_args(args)
         repo = resolve_repository(args.repository, args.task)
         server = start_server(repo, args.host, args.http_port, args.grpc_port, args.metrics_port, args.timeout,
                               Path(args.log) if args.log else None, die_with_parent=not args.detach)
     except (ServerError, BundleIntegrityError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if process_start_time(server.process.pid) is None or not server.ready():  # died right after answering
+        server.stop(5)
+        print(f"error: tritonserver exited with code {server.process.returncode} right after it became ready:\n"
+              f"{server.log_tail()}", file=sys.stderr)
+        return 1
     # Recorded in both modes: --stop from another shell finds it, and only it.
     # The repository as tritonserver was given it (absolute): --stop recognises its server by that command line,
     # and `make serve` / `make stop` pass a relative --repository.
-    ServerState(server.process.pid, process_start_time(server.process.pid) or 0, str(server.repository),
-                server.shm_prefix, server.http_url, server.grpc_url, str(server.log_path)).write(state_path)
+    try:
+        ServerState(server.process.pid, process_start_time(server.process.pid) or 0, str(server.repository),
+                    server.shm_prefix, server.http_url, server.grpc_url, str(server.log_path)).write(state_path)
+    except OSError as exc:
+        if args.detach:  # --stop could never find it: not left running
+            server.stop(5)
+            print(f"error: cannot record the server at {state_path} ({exc.strerror}); a detached server needs it "
+                  "for --stop: serve the bundle from a folder that can be written, or run without --detach",
+                  file=sys.stderr)
+            return 2
+        print(f"warning: cannot record the server at {state_path} ({exc.strerror}): --stop from another shell "
+              "will not find it", file=sys.stderr)
     print(f"Triton is serving {repo}")
     print(f"  HTTP     http://{server.http_url}   (v2 API; e.g. curl http://{server.http_url}/v2/health/ready)")
     print(f"  gRPC     {server.grpc_url}")

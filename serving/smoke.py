@@ -302,10 +302,11 @@ def offline_keys(bundle: BundleModel, items: Sequence) -> list[tuple]:
 
 def dev_items(task: str, bundle_dir: Path, data_dir: str | None = None) -> list:
     """The task's dev items as requests carry them: texts, or (question, context) pairs."""
-    task_type = BundleModel.open(bundle_dir).task_type
+    bundle = BundleModel.open(bundle_dir)
+    task_type = bundle.task_type
     if task_type == "classification":
-        return _dev_set(task, data_dir)[0]
-    examples = _dev_examples(task, data_dir, task_type)
+        return _dev_set(task, data_dir, manifest=bundle.manifest)[0]
+    examples = _dev_examples(task, data_dir, task_type, manifest=bundle.manifest)
     if task_type == "token_classification":
         return [e.text for e in examples]
     if task_type == "uie":
@@ -361,23 +362,62 @@ def _overrides(data_dir, sets) -> dict:
 
     out = dict(parse_override(x) for x in (sets or []))
     if data_dir:
-        out["data.dir"] = str(data_dir)
+        out["data.dir"] = str(Path(data_dir).expanduser().resolve())  # as the pipeline's --data-dir: from here
     return out
 
 
-def _dev_examples(task: str, data_dir: str | Path | None, task_type: str, sets: list[str] | None = None) -> list:
+def recorded_data_dir(manifest: dict | None) -> str:
+    """The data dir the bundle was built and validated from (bundle.json ``source.data_dir``); "" when unrecorded."""
+    value = ((manifest or {}).get("source") or {}).get("data_dir")
+    return value if isinstance(value, str) else ""
+
+
+def dev_data_dir(data_dir: str | Path | None, manifest: dict | None) -> str | None:
+    """The dev data to read: ``--data-dir``; else the dir the bundle was built from, while it is there; else None
+    (the task config's ``data.dir``)."""
+    if data_dir:
+        return str(data_dir)
+    recorded = recorded_data_dir(manifest)
+    return recorded if recorded and Path(recorded).is_dir() else None
+
+
+def _load_dev(task: str, data_dir, sets, manifest: dict | None):
+    """(task config, task data) for the dev set, with the bundle's own data dir unless ``--data-dir`` says
+    otherwise; a data error says which dir was tried and how to point at another (one line)."""
+    from pipeline.config import load_task_config
+    from pipeline.errors import DataError
+    from pipeline.kinds import load_task_data
+
+    chosen = dev_data_dir(data_dir, manifest)
+    if chosen and not data_dir:
+        print(f"dev data: {chosen} (the bundle was built from it; --data-dir for another)", file=sys.stderr)
+    try:
+        cfg = load_task_config(task, _overrides(chosen, sets))
+        return cfg, load_task_data(cfg)
+    except DataError as exc:
+        if data_dir:
+            raise
+        recorded = recorded_data_dir(manifest)
+        built = (f"the bundle was built from {recorded}, which is not there" if recorded
+                 else "the bundle does not record the data it was built from")
+        how = "" if "--data-dir" in str(exc) else ": pass --data-dir DIR (make: DATA_DIR=DIR)"
+        raise DataError(f"{exc}; {built}{how}") from None
+
+
+def _dev_examples(task: str, data_dir: str | Path | None, task_type: str, sets: list[str] | None = None,
+                  manifest: dict | None = None) -> list:
     """The dev examples validate scored (LabelingExample / QAExample), read by the pipeline's own loader.
 
     For reading comprehension that is the held-out part of dev (``reading.dev_for_training``), so
-    the served metric is comparable with the validated one.
+    the served metric is comparable with the validated one.  ``manifest``: the bundle's, whose recorded data
+    dir is read when ``data_dir`` is not given.
     """
-    from pipeline.config import load_task_config
-    from pipeline.kinds import load_task_data
+    from pipeline.errors import ConfigError
 
-    cfg = load_task_config(task, _overrides(data_dir, sets))
+    cfg, data = _load_dev(task, data_dir, sets, manifest)
     if cfg.type != task_type:
-        raise ValueError(f"task {task}: the bundle serves {task_type} but the task config says {cfg.type}")
-    return list(load_task_data(cfg).dev.examples)
+        raise ConfigError(f"task {task}: the bundle serves {task_type} but the task config says {cfg.type}")
+    return list(data.dev.examples)
 
 
 def _print_ner(task: str, protocol: str, r: NerSmokeResult, backend: str | None) -> None:
@@ -398,14 +438,15 @@ def _print_mrc(task: str, protocol: str, r: QaSmokeResult, backend: str | None) 
     print(f"  answers differing: {r.mismatches}; max |score diff| {r.max_score_diff:.2e}")
 
 
-def _dev_set(task: str, data_dir: str | None, sets: list[str] | None = None) -> tuple[list[str], list[int], tuple[str, ...]]:
-    from pipeline.config import load_task_config
-    from pipeline.kinds import load_task_data
+def _dev_set(task: str, data_dir: str | None, sets: list[str] | None = None,
+             manifest: dict | None = None) -> tuple[list[str], list[int], tuple[str, ...]]:
+    from pipeline.errors import ConfigError
 
-    cfg = load_task_config(task, _overrides(data_dir, sets))
-    data = load_task_data(cfg)
+    cfg, data = _load_dev(task, data_dir, sets, manifest)
+    if cfg.type != "classification":
+        raise ConfigError(f"task {task}: the bundle serves classification but the task config says {cfg.type}")
     if any(e.text_b is not None for e in data.dev.examples):
-        raise SystemExit(f"error: task {task} has text pairs; the served ensemble takes single texts")
+        raise ConfigError(f"task {task} has text pairs; the served ensemble takes single texts")
     return [e.text_a for e in data.dev.examples], [e.label for e in data.dev.examples], data.labels
 
 
@@ -425,32 +466,61 @@ def main(argv: list[str] | None = None) -> int:
                    help="task config override, as given to the pipeline run (so the same dev set is scored)")
     args = p.parse_args(argv)
     import pipeline  # noqa: F401  (process setup before anything imports paddle)
+    from pipeline.errors import UserInputError
 
     try:
+        check_args(args)
         repo = Path(args.repository)
         bundle = BundleModel.open(repo / args.task if (repo / args.task / "bundle.json").is_file() else repo)
         if bundle.task_type != "classification":
             return _main_span_kinds(args, bundle)
-        texts, gold, data_labels = _dev_set(args.task, args.data_dir, args.set)
+        texts, gold, data_labels = _dev_set(args.task, args.data_dir, args.set, bundle.manifest)
         if tuple(bundle.labels()) != tuple(data_labels):
             print(f"error: the bundle's labels {bundle.labels()[:5]}... differ from the dev data's", file=sys.stderr)
             return 2
         client = ClassifierClient(args.url, args.protocol, bundle.manifest["task"])
         client.wait_ready(30)
         result = run_smoke(bundle, client, texts, gold, _batch_size(bundle, args.batch_size))
-    except (ClientError, BundleIntegrityError) as exc:
+        print(f"smoke {args.task}: {result.examples} dev examples via {args.protocol}")
+        print(f"  served accuracy   {result.served_accuracy:.4f}")
+        print(f"  offline accuracy  {result.offline_accuracy:.4f}  (same model file, pipeline tokenizer)")
+        if result.validated_accuracy is not None:
+            print(f"  validated accuracy {result.validated_accuracy:.4f}  (validate stage, {bundle.manifest['validated'].get('backend')})")
+        print(f"  predictions differing: {result.mismatches}; max |prob diff| {result.max_prob_diff:.2e}")
+        concurrent = _concurrent(args, bundle, texts)
+        _write(args, result, concurrent)
+    except (ClientError, BundleIntegrityError, UserInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"smoke {args.task}: {result.examples} dev examples via {args.protocol}")
-    print(f"  served accuracy   {result.served_accuracy:.4f}")
-    print(f"  offline accuracy  {result.offline_accuracy:.4f}  (same model file, pipeline tokenizer)")
-    if result.validated_accuracy is not None:
-        print(f"  validated accuracy {result.validated_accuracy:.4f}  (validate stage, {bundle.manifest['validated'].get('backend')})")
-    print(f"  predictions differing: {result.mismatches}; max |prob diff| {result.max_prob_diff:.2e}")
-    concurrent = _concurrent(args, bundle, texts)
-    _write(args, result, concurrent)
     print("PASS" if result.ok else "FAIL: served predictions or accuracy differ from the offline/validated model's")
     return 0 if result.ok and (concurrent is None or concurrent.ok) else 1
+
+
+def check_out_file(path: str | None, flag: str = "--json-out") -> None:
+    """Before a run: where its report goes can be written (a directory there, or a folder that cannot be made,
+    would fail only after the whole run).  ClientError, one line."""
+    if not path:
+        return
+    import os
+
+    out = Path(path)
+    if out.is_dir():
+        raise ClientError(f"{flag} {out}: a directory; give a file path")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # what the run would do at its end
+    except OSError as exc:
+        raise ClientError(f"{flag} {out}: cannot make its folder ({exc.strerror})") from None
+    if not os.access(out.parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise ClientError(f"{flag} {out}: not writable")
+
+
+def check_args(args) -> None:
+    """The numbers and paths a smoke run takes, before it starts (one line each)."""
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ClientError(f"--batch-size {args.batch_size}: items per request, must be >= 1")
+    if args.concurrency < 0:
+        raise ClientError(f"--concurrency {args.concurrency}: clients, must be >= 0 (0: no concurrent pass)")
+    check_out_file(args.json_out)
 
 
 def _concurrent(args, bundle: BundleModel, items: Sequence) -> ConcurrentResult | None:
@@ -470,6 +540,7 @@ def _write(args, result, concurrent: ConcurrentResult | None) -> None:
         if concurrent is not None:
             out["concurrent"] = {**asdict(concurrent), "examples": [list(map(str, e)) for e in concurrent.examples],
                                  "ok": concurrent.ok}
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(out, indent=2))
 
 
@@ -478,7 +549,7 @@ def _main_span_kinds(args, bundle: BundleModel) -> int:
     from pipeline.errors import UserInputError
 
     try:
-        examples = _dev_examples(args.task, args.data_dir, bundle.task_type, args.set)
+        examples = _dev_examples(args.task, args.data_dir, bundle.task_type, args.set, bundle.manifest)
         with ClassifierClient(args.url, args.protocol, bundle.manifest["task"]) as client:
             client.wait_ready(30)
             if bundle.task_type == "token_classification":
@@ -487,20 +558,20 @@ def _main_span_kinds(args, bundle: BundleModel) -> int:
                 result = run_uie_smoke(bundle, client, examples, _batch_size(bundle, args.batch_size))
             else:
                 result = run_mrc_smoke(bundle, client, examples, _batch_size(bundle, args.batch_size))
+        backend = (bundle.manifest.get("validated") or {}).get("backend")
+        printer = {"token_classification": _print_ner, "uie": _print_uie}.get(bundle.task_type, _print_mrc)
+        printer(args.task, args.protocol, result, backend)
+        if bundle.task_type == "token_classification":
+            items = [e.text for e in examples]
+        elif bundle.task_type == "uie":
+            items = [(t, tuple(schema)) for texts, schema, _ in uie_requests(examples, 1) for t in texts]
+        else:
+            items = [(e.question, e.context) for e in examples]
+        concurrent = _concurrent(args, bundle, items)
+        _write(args, result, concurrent)
     except (ClientError, UserInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    backend = (bundle.manifest.get("validated") or {}).get("backend")
-    printer = {"token_classification": _print_ner, "uie": _print_uie}.get(bundle.task_type, _print_mrc)
-    printer(args.task, args.protocol, result, backend)
-    if bundle.task_type == "token_classification":
-        items = [e.text for e in examples]
-    elif bundle.task_type == "uie":
-        items = [(t, tuple(schema)) for texts, schema, _ in uie_requests(examples, 1) for t in texts]
-    else:
-        items = [(e.question, e.context) for e in examples]
-    concurrent = _concurrent(args, bundle, items)
-    _write(args, result, concurrent)
     print("PASS" if result.ok else "FAIL: served predictions or scores differ from the offline/validated model's")
     return 0 if result.ok and (concurrent is None or concurrent.ok) else 1
 

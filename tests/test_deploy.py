@@ -136,3 +136,60 @@ def test_dockerfile_lints_clean_and_pins_the_served_tokenizer():
     assert "ARG BIND_ADDRESS=0.0.0.0" in docker and "--build-arg BIND_ADDRESS=" in docker
     for endpoint in ("http", "grpc", "metrics"):
         assert f"--{endpoint}-address=${{BIND_ADDRESS}}" in docker
+
+
+@pytest.mark.parametrize("sets, says", [
+    (["deploy.kubernetes_version=9.99"], "deploy.kubernetes_version: '9.99' has no schemas here"),
+    (["deploy.kubernetes_version=1.30"], "quote it"),  # --set reads 1.30 as the number 1.3
+    (["deploy.kubernetes_version=latest"], "deploy.kubernetes_version: 'latest' is not a Kubernetes version"),
+    (["deploy.namespace=Bad_NS!"], "deploy.namespace: 'Bad_NS!' is not a DNS-1123 label"),
+    (["deploy.namespace=" + "n" * 64], "deploy.namespace"),
+    (["deploy.bundle_claim=x y"], "deploy.bundle_claim: 'x y' is not a DNS-1123 subdomain"),
+    (["deploy.image=My Image:latest"], "deploy.image: 'My Image:latest' is not an image reference"),
+    (["deploy.image='{registry}/ernie:{task}'"], "deploy.image: '{registry}/ernie:{task}': only {task} is filled in"),
+    (["deploy.storage_uri=ernie-bundles/{task}"], "deploy.storage_uri: 'ernie-bundles/{task}' is not a URI"),
+])
+def test_render_refuses_bad_deploy_values_in_one_line(tiny_fused_bundle, tmp_path, capsys, sets, says):
+    """`make manifests ARGS="--set deploy.x=y"`: a version with no schemas used to end in a traceback, and names
+    Kubernetes refuses on apply (namespace, claim) were written and called valid."""
+    from serving.manifests import main
+
+    args = [x for s in sets for x in ("--set", s)]
+    assert main(["--bundle", str(tiny_fused_bundle), "--out", str(tmp_path / "out"), *args]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_render_refuses_an_out_that_is_not_a_folder_it_can_write(tiny_fused_bundle, tmp_path, capsys):
+    from serving.integrity import verify_bundle
+    from serving.manifests import main
+
+    bundle = tmp_path / "tiny"
+    shutil.copytree(tiny_fused_bundle, bundle)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, says in ((afile, "a file, not a directory"), (Path("/proc"), "cannot write the manifests into /proc"),
+                      (Path("/proc/no/such"), "cannot write the manifests into /proc/no/such"),
+                      (bundle, "inside the bundle"), (bundle / "deploy", "inside the bundle")):
+        assert main(["--bundle", str(bundle), "--out", str(out)]) == 2, out
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and says in err, err
+    verify_bundle(bundle)  # untouched: the server still takes it
+    assert afile.read_text() == "x"
+    good = ["--set", "deploy.namespace=ml-serving", "--set", "deploy.bundle_claim=models.v1",
+                                  "--set", 'deploy.kubernetes_version="1.30"']
+    assert main(["--bundle", str(bundle), "--out", str(tmp_path / "ok"), *good]) == 0
+    (deployment,) = [d for d in _docs(tmp_path / "ok" / "kubernetes.yaml") if d["kind"] == "Deployment"]
+    assert deployment["metadata"]["namespace"] == "ml-serving"
+    assert "Kubernetes 1.30 schemas" in (tmp_path / "ok" / "kubernetes.yaml").read_text()
+
+
+def test_object_names_must_be_dns_labels():
+    from serving.config import DeployConfig
+    from serving.manifests import ManifestError, build
+
+    with pytest.raises(ManifestError, match="not a DNS-1035 label"):
+        build("my.task", {"package": {}}, 2**20, DeployConfig())
+    with pytest.raises(ManifestError, match="not a DNS-1035 label"):
+        build("t" * 60, {"package": {}}, 2**20, DeployConfig())

@@ -71,7 +71,8 @@ def test_export_writes_the_contract(exported):
                 "tokenizer/tokenizer_config.json", "tokenizer/special_tokens_map.json", "labels.json", "meta.json"):
         assert (out / rel).is_file(), rel
     assert set(result.artifacts) == {"onnx_fp32", "onnx_int8", "onnx_int8_qdq", "paddle_fp32", "paddle_int8",
-                                     "tokenizer_dir", "labels", "meta"}
+                                     "openvino_int8", "tokenizer_dir", "labels", "meta"}
+    assert (out / "openvino" / "int8.xml").is_file() and (out / "openvino" / "int8.bin").is_file()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["task"] == "tiny" and meta["max_seq_len"] == 32 and meta["num_labels"] == 3
     assert [i["name"] for i in meta["inputs"]] == ["input_ids", "token_type_ids"]

@@ -76,7 +76,8 @@ FAST_STAGES = {
     "compress.max_steps": 20, "compress.per_device_train_batch_size": 16, "compress.batch_size_list": [4],
     "compress.batch_num_list": [4], "compress.algo_list": ["mse"], "compress.throughput_batches": 2,
     "validate.batch_sizes": [1], "validate.seq_lens": [16], "validate.repeats": 1, "validate.warmup": 1,
-    "validate.dev_benchmark_limit": 32, "gates.min_throughput_ratio": 0.0, "gates.max_accuracy_drop": 100.0,
+    "validate.dev_benchmark_limit": 32, "gates.min_throughput_ratio": 0.0, "gates.min_anchor_ratio": 0.0,
+    "gates.max_accuracy_drop": 100.0,
     "package.threads": 1, "package.max_batch_size": 8, "package.preferred_batch_size": 4,
     "gates.max_int8_size_ratio": 1.0,  # tiny models are mostly (unquantized) position embeddings
 }
@@ -117,19 +118,24 @@ def _assert_batch_independent(runs: Path, cfg) -> None:
     assert json.loads((out / "meta.json").read_text())["int8"]["chosen"]["name"]  # a searched, static recipe
     tok = Tokenizer.from_model_dir(out / "tokenizer", cfg.max_seq_len)
     fs = get_kind(cfg).featurize(tok, load_task_data(cfg).dev.examples[:12], cfg)
-    sess = ortb.session(out / "onnx" / "int8.onnx")
+    from pipeline.backends.openvino.session import session as openvino_session
+
+    # ONNX Runtime's kernels give the same floats whatever the padded width; OpenVINO's are chosen per width, so
+    # a logit may move by float rounding (up to 7e-3 measured on TNEWS), never the decision.
+    forms = [(ortb.session(out / "onnx" / "int8.onnx"), 1e-4), (openvino_session(out / "openvino" / "int8.xml", precision="int8"), 2e-2)]
     n = min(len(fs), 12)
     together = [fs.batch(range(n)), fs.batch(range(n - 1, -1, -1))]  # two batches, two orders
-    results = [sess.run(b.input_ids, b.token_type_ids) for b in together]
-    for i in range(n):
-        alone = fs.batch([i])
-        width = alone.input_ids.shape[1]
-        ref = sess.run(alone.input_ids, alone.token_type_ids)[0]
-        for batch, got in zip(together, results):
-            row = got[list(batch.indices).index(i)]
-            row = row[:width] if ref.ndim == 2 else row  # token-level outputs: compare the real positions
-            np.testing.assert_allclose(row, ref, atol=1e-4)
-            assert np.array_equal(np.argmax(row, -1), np.argmax(ref, -1))
+    for sess, atol in forms:
+        results = [sess.run(b.input_ids, b.token_type_ids) for b in together]
+        for i in range(n):
+            alone = fs.batch([i])
+            width = alone.input_ids.shape[1]
+            ref = sess.run(alone.input_ids, alone.token_type_ids)[0]
+            for batch, got in zip(together, results):
+                row = got[list(batch.indices).index(i)]
+                row = row[:width] if ref.ndim == 2 else row  # token-level outputs: compare the real positions
+                np.testing.assert_allclose(row, ref, atol=atol)
+                assert np.array_equal(np.argmax(row, -1), np.argmax(ref, -1))
 
 
 def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys, while_served=None) -> str:
@@ -172,7 +178,7 @@ def test_ner_bundle_end_to_end(tmp_path, capsys):
     assert baseline["metric"] == "f1" and baseline["accuracy"] > 0.5, baseline  # the tiny model learned the entities
     assert baseline["labels"][:3] == ["O", "B-name", "I-name"]
     cands = {c["name"]: c for c in json.loads((runs / "compress" / "out" / "candidates.json").read_text())["candidates"]}
-    assert set(cands) == {"fp32", "int8", "w0.5", "w0.5-int8"}  # DynaBERT on a token classifier, judged in ORT
+    assert set(cands) == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}  # DynaBERT on a token classifier, judged in ORT and OpenVINO
     _assert_batch_independent(runs, cfg)
     meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
     assert meta["task_type"] == "token_classification" and meta["outputs"][0]["shape"] == [-1, -1, 5]
@@ -232,7 +238,7 @@ def test_uie_bundle_end_to_end(tmp_path, capsys):
     assert baseline["metric"] == "f1" and {"precision", "recall"} <= set(baseline["metrics"]), baseline
     assert baseline["dev_examples"] == 2 * 60  # every dev text asked both prompts
     cands = {c["name"] for c in json.loads((runs / "compress" / "out" / "candidates.json").read_text())["candidates"]}
-    assert cands == {"fp32", "int8", "w0.5", "w0.5-int8"}
+    assert cands == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}
     _assert_batch_independent(runs, cfg)
     meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
     assert meta["task_type"] == "uie" and meta["uie"]["schema"] == ["姓名", "公司"] and meta["uie"]["doc_stride"] == 8
@@ -300,7 +306,7 @@ def test_uie_with_a_paddleslim_act_config(tmp_path, capsys):
     assert main(args) == 0
     runs = tmp_path / "runs" / "tinyuie"
     table = json.loads((runs / "compress" / "out" / "candidates.json").read_text())
-    assert {c["name"] for c in table["candidates"]} == {"fp32", "int8", "w0.5", "w0.5-int8"}
+    assert {c["name"] for c in table["candidates"]} == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}
     record = json.loads((runs / "compress" / "record.json").read_text())
     c = record["params"]["compress"]
     assert (c["strategy"], c["width_mult_list"], c["max_steps"], c["per_device_train_batch_size"]) == ("dynabert+ptq", ["0.5"], 10, 16)

@@ -1,5 +1,7 @@
 import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +90,200 @@ def test_model_labels_without_label_field_are_one_line(tiny_model_copy):
     (tiny_model_copy / "labels.json").write_text('[{"index": 0, "label_desc": "news"}]')
     with pytest.raises(ModelError, match=r"labels.json: item 0: field 'label' missing"):
         inspect_model(tiny_model_copy)
+
+
+# -- weights are read through pipeline.safe_weights (a pickle's globals on an allow-list), never paddle.load ---------
+
+class _Payload:
+    """Unpickling this calls ``func(arg)``."""
+
+    def __init__(self, func, arg):
+        self.func, self.arg = func, arg
+
+    def __reduce__(self):
+        return self.func, (self.arg,)
+
+
+def _touch_payload(marker):
+    import os
+    import pickle
+
+    return pickle.dumps(_Payload(os.system, f"touch {marker}"), protocol=4)
+
+
+def _same(a, b) -> bool:
+    import numpy as np
+
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_paddle_saved_files_read_as_paddle_load_reads_them(tiny_model_copy, tmp_path):
+    """Every form paddle.save writes here: save_pretrained's state dict, a resume checkpoint (model, AdamW with its
+    LR scheduler, scheduler), tensors outside a state dict (tuple(name, array)), protocol 2, an OrderedDict."""
+    import collections
+    import pickle
+
+    import numpy as np
+    import paddle
+
+    from pipeline import safe_weights
+    from pipeline.training import CheckpointDir, TrainState, make_optimizer
+
+    model = load_classifier(tiny_model_copy, 3)
+    opt, sched = make_optimizer(model, 1e-3, 10, 0.1, 0.01)
+    loss = model(paddle.to_tensor(np.ones((2, 5), "int64"))).mean()
+    loss.backward()
+    opt.step()
+    sched.step()
+    CheckpointDir(tmp_path).save(model, opt, sched, TrainState())
+    t = paddle.to_tensor(np.arange(6, dtype="float32").reshape(2, 3))
+    paddle.save({"w": t, "step": 3, "nested": {"lr": 0.5, "list": [t, "x"]}}, str(tmp_path / "mixed.pdparams"))
+    paddle.save({"w": t}, str(tmp_path / "p2.pdparams"), protocol=2)
+    (tmp_path / "ordered.pdparams").write_bytes(pickle.dumps(collections.OrderedDict(w=np.ones(3, "float16")), protocol=2))
+    files = [tiny_model_copy / "model_state.pdparams", *sorted((tmp_path / "checkpoint").glob("*.pd*")),
+             tmp_path / "mixed.pdparams", tmp_path / "p2.pdparams", tmp_path / "ordered.pdparams"]
+    assert len(files) == 7
+    for f in files:
+        assert _same(safe_weights.load(f), paddle.load(str(f), return_numpy=True)), f
+
+
+def test_big_parameters_split_by_paddle_save_are_joined(tmp_path):
+    """paddle.save (protocol 2/3) splits arrays over 1 GiB into slices and a table; read back whole, as paddle.load."""
+    import pickle
+
+    import numpy as np
+    import paddle
+
+    from pipeline import safe_weights
+
+    w = np.arange(12, dtype="float32")
+    obj = {"w@@.0": w[:5], "w@@.1": w[5:], "b": np.ones(2, "float32"),
+           "UnpackBigParamInfor@@": {"w": {"OriginShape": (3, 4), "slices": ["w@@.0", "w@@.1"]}},
+           "StructuredToParameterName@@": {"w": "linear_0.w_0", "b": "linear_0.b_0"}}
+    (tmp_path / "big.pdparams").write_bytes(pickle.dumps(obj, protocol=2))
+    got = safe_weights.load_state_dict(tmp_path / "big.pdparams")
+    assert _same(got, paddle.load(str(tmp_path / "big.pdparams"), return_numpy=True))
+    assert set(got) == {"w", "b"} and got["w"].shape == (3, 4)
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
+
+
+@pytest.mark.parametrize("name", ["tnews-e5mini6-ft", "e5-mini6-zh"])
+def test_real_models_load_as_paddlenlp_loads_them(name):
+    """The real models (when ../shared has them): the same numbers as paddlenlp's own (unsafe) loader gives."""
+    import numpy as np
+    import paddle
+
+    from pipeline.compress.pruned_ernie import ErnieForSequenceClassification
+
+    model_dir = SHARED / name
+    if not (model_dir / "model_state.pdparams").is_file():
+        pytest.skip(f"{model_dir} not on this machine")
+    info = inspect_model(model_dir)
+    assert (info.hidden_size, info.num_hidden_layers) == (384, 6)
+    assert info.head_classes == (15 if name == "tnews-e5mini6-ft" else None)
+    n = info.head_classes or 3
+    ours = load_classifier(model_dir, n)
+    theirs = ErnieForSequenceClassification.from_pretrained(str(model_dir), num_labels=n)
+    theirs.eval()
+    for (k, a), (k2, b) in zip(ours.ernie.state_dict().items(), theirs.ernie.state_dict().items()):
+        assert k == k2 and np.array_equal(a.numpy(), b.numpy()), k
+    if info.head_classes:
+        x = paddle.to_tensor(np.array([[1, 640, 1158, 2]], "int64"))
+        assert np.array_equal(ours(x).numpy(), theirs(x).numpy())
+
+
+def test_weights_that_would_run_code_are_refused_everywhere(tiny_model_copy, tmp_path):
+    """inspect_model, load_classifier and the PaddleNLP UIE converter all refuse the file; the payload never runs."""
+    from pipeline.extraction.checkpoint import convert_uie_checkpoint
+    from pipeline.safe_weights import UnsafeWeights
+
+    marker = tmp_path / "pwned"
+    weights = tiny_model_copy / "model_state.pdparams"
+    weights.write_bytes(_touch_payload(marker))
+    refusal = f"{weights}: refused: the file asks to call posix.system"
+    with pytest.raises(UnsafeWeights, match=re.escape(refusal)):
+        inspect_model(tiny_model_copy)
+    with pytest.raises(UnsafeWeights, match=re.escape(refusal)):
+        load_classifier(tiny_model_copy, 3)
+    cfg = json.loads((tiny_model_copy / "config.json").read_text())
+    (tiny_model_copy / "config.json").write_text(json.dumps({**cfg, "architectures": ["UIE"]}))
+    with pytest.raises(UnsafeWeights, match=re.escape(refusal)):
+        convert_uie_checkpoint(tiny_model_copy, tmp_path / "converted")
+    assert not marker.exists()
+
+
+def test_status_path_reads_no_weights(tiny_model_copy, tmp_path):
+    """inspect_model(weights=False) (finetune's inputs(), which status calls) checks every other file but does not
+    unpickle the weights."""
+    marker = tmp_path / "pwned"
+    (tiny_model_copy / "model_state.pdparams").write_bytes(_touch_payload(marker))
+    info = inspect_model(tiny_model_copy, weights=False)
+    assert info.head_classes is None and info.labels == ("100", "101", "102") and not marker.exists()
+
+
+def test_load_classifier_reads_only_model_state_pdparams(tiny_model_copy, tmp_path):
+    """paddlenlp would prefer a sharded index (model_state.pdparams.index.json) and unpickle its shards: the state
+    dict is handed to it instead, so no other weights file in the directory is read."""
+    import numpy as np
+    import paddle
+
+    marker = tmp_path / "pwned"
+    (tiny_model_copy / "evil-00001-of-00001.pdparams").write_bytes(_touch_payload(marker))
+    (tiny_model_copy / "model_state.pdparams.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 1}, "weight_map": {"classifier.weight": "evil-00001-of-00001.pdparams"}}))
+    model = load_classifier(tiny_model_copy, 3)
+    state = paddle.load(str(tiny_model_copy / "model_state.pdparams"), return_numpy=True)
+    assert np.array_equal(model.classifier.weight.numpy(), state["classifier.weight"])
+    assert not marker.exists()
+
+
+def test_resume_checkpoint_that_would_run_code_is_refused(tiny_model_copy, tmp_path):
+    """Checkpoints are our own files, but a runs dir can be handed over: a payload in any of the three is refused
+    (not silently discarded as an incompatible checkpoint); a merely unreadable one still means starting over."""
+    import numpy as np
+    import paddle
+
+    from pipeline.safe_weights import UnsafeWeights
+    from pipeline.training import CheckpointDir, TrainState, make_optimizer
+
+    model = load_classifier(tiny_model_copy, 3)
+    opt, sched = make_optimizer(model, 1e-3, 10)
+    model(paddle.to_tensor(np.ones((2, 5), "int64"))).mean().backward()
+    opt.step()
+    ckpt = CheckpointDir(tmp_path / "work")
+    ckpt.save(model, opt, sched, TrainState(step=1, step_in_epoch=1))
+    assert ckpt.load(model, opt, sched).step == 1
+    marker = tmp_path / "pwned"
+    for name in ("model.pdparams", "optimizer.pdopt", "scheduler.pdparams"):
+        ckpt.save(model, opt, sched, TrainState(step=1))
+        (ckpt.current / name).write_bytes(_touch_payload(marker))
+        with pytest.raises(UnsafeWeights, match=re.escape(f"{ckpt.current / name}: refused")):
+            ckpt.load(model, opt, sched)
+    assert not marker.exists()
+    (ckpt.current / "scheduler.pdparams").write_bytes(b"\x80\x04truncated")
+    assert ckpt.load(model, opt, sched) is None
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("hidden_size", "abc", "field 'hidden_size' must be a positive integer, got 'abc'"),
+    ("hidden_size", True, "field 'hidden_size' must be a positive integer, got true"),
+    ("num_hidden_layers", 0, "field 'num_hidden_layers' must be a positive integer, got 0"),
+    ("num_hidden_layers", "1", "field 'num_hidden_layers' must be a positive integer, got '1'"),
+    ("max_position_embeddings", 512.5, "field 'max_position_embeddings' must be a positive integer, got 512.5"),
+    ("architectures", "ErnieForSequenceClassification", "field 'architectures' must be a list of class names"),
+    ("architectures", [None], "field 'architectures' must be a list of class names, got [null]"),
+    ("id2label", "0:100", "field 'id2label' must be a mapping, got '0:100'"),
+])
+def test_config_fields_of_the_wrong_type_name_the_file_and_field(tiny_model_copy, field, value, message):
+    path = tiny_model_copy / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
+    with pytest.raises(ModelError, match=re.escape(f"{path}: {message}")):
+        inspect_model(tiny_model_copy, weights=False)

@@ -326,5 +326,6 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     assert package.external_intact(cfg, {"bundle": result.external_outputs["bundle"]})
     (bundle / "README.md").write_text("changed")  # a tampered or replaced bundle: the stage must run again
     assert not package.external_intact(cfg, {"bundle": result.external_outputs["bundle"]})
-    pc = cfg.package
+    pc = cfg.package.resolved("onnxruntime")  # runtime auto: the engine of the form validate chose
+    assert m["runtime"] == "python-onnxruntime"
     assert {**dataclasses.asdict(pc), "instances": pc.instances, "engine_threads": pc.engine_threads} == m["package"]

@@ -16,7 +16,7 @@ from tests.test_export_onnx import make_ctx, standin_compress, tiny_cfg
 
 FAST_VALIDATE = {"validate.batch_sizes": [1, 4], "validate.seq_lens": [8, 16], "validate.warmup": 0,
                  "validate.repeats": 1, "validate.dev_benchmark_limit": 32, "validate.throughput_batch_size": 8,
-                 "gates.min_throughput_ratio": 0.0, "export.calibration_sentences": 32,
+                 "gates.min_throughput_ratio": 0.0, "gates.min_anchor_ratio": 0.0, "export.calibration_sentences": 32,
                  "gates.max_int8_size_ratio": 0.5}
 
 
@@ -55,7 +55,7 @@ def test_validate_writes_gates_report_and_passes(exported, tmp_path):
     assert (out / "accuracy_vs_throughput.png").read_bytes()[:4] == b"\x89PNG"
     gates = json.loads((out / "gates.json").read_text())
     assert gates["task"] == "tiny" and gates["passed"] is True
-    assert {g["name"] for g in gates["gates"]} == {"max_accuracy_drop", "min_throughput_ratio"}
+    assert {g["name"] for g in gates["gates"]} == {"max_accuracy_drop", "min_throughput_ratio", "min_anchor_ratio"}
     for g in gates["gates"]:
         assert set(g) >= {"threshold", "measured", "passed"}
     metrics = json.loads((out / "metrics.json").read_text())
@@ -63,7 +63,10 @@ def test_validate_writes_gates_report_and_passes(exported, tmp_path):
     assert summary["dev_examples"] > 0 and summary["dev_features"] >= summary["dev_examples"] and summary["model_files_mib"] > 0
     rows = {r["backend"]: r for r in metrics["backends"]}
     assert set(rows) == {"paddle-cpu-fp32", "paddle-cpu-int8", "onnxruntime-cpu-fp32", "onnxruntime-cpu-int8",
-                         "onnxruntime-cpu-int8-qdq"}
+                         "onnxruntime-cpu-int8-qdq", "openvino-cpu-int8"}
+    # OpenVINO's INT8 is compared with the FP32 ONNX in ONNX Runtime, like ORT's own INT8, in the same rounds.
+    assert rows["openvino-cpu-int8"]["throughput_rounds"] == FAST_VALIDATE["validate.repeats"]
+    assert rows["openvino-cpu-int8"]["argmax_agreement"] >= 0.95
     fp32 = rows["onnxruntime-cpu-fp32"]
     assert fp32["argmax_agreement"] == 1.0 and fp32["max_abs_logit_diff"] < 1e-3 and fp32["throughput_ratio"] == 1.0
     assert rows["onnxruntime-cpu-int8"]["argmax_agreement"] >= 0.95
@@ -73,7 +76,7 @@ def test_validate_writes_gates_report_and_passes(exported, tmp_path):
     assert bench["dev"]["sentences_per_s"] > 0 and bench["model_bytes"] > 0
     # ONNX Runtime's CPU forms are timed on dev lengths once, in the interleaved rounds: the row's rate and the
     # benchmark's dev figure are the same measurement, not two that disagree.
-    for name in ("onnxruntime-cpu-fp32", "onnxruntime-cpu-int8", "onnxruntime-cpu-int8-qdq"):
+    for name in ("onnxruntime-cpu-fp32", "onnxruntime-cpu-int8", "onnxruntime-cpu-int8-qdq", "openvino-cpu-int8"):
         assert metrics["benchmarks"][name]["dev"]["sentences_per_s"] == rows[name]["sentences_per_s"], name
         assert rows[name]["throughput_rounds"] == FAST_VALIDATE["validate.repeats"]
     # No GPU here: every GPU backend is skipped with a reason, never counted as passed.
@@ -81,6 +84,23 @@ def test_validate_writes_gates_report_and_passes(exported, tmp_path):
     assert all(v.startswith("skipped: ") for v in result.metrics["skipped"].values())
     report = (out / "report.md").read_text()
     assert "skipped:" in report and "onnxruntime-cpu-int8" in report and "PASSED" in report
+
+
+def test_anchor_gate_fails_naming_the_anchor_and_reports_its_numbers(exported, tmp_path):
+    """gates.min_anchor_ratio: the shipped form against ORT's quantize_dynamic(per_channel) one-liner, timed in the
+    same interleaved rounds.  An impossible threshold must fail, naming the anchor; the anchor's own accuracy and
+    speed are reported beside it."""
+    out = tmp_path / "out"
+    result = run_validate(exported, out, **{"gates.min_anchor_ratio": 1000.0})
+    assert result.gate_error and "min_anchor_ratio" in result.gate_error and "quantize_dynamic(per_channel)" in result.gate_error
+    gate = next(g for g in json.loads((out / "gates.json").read_text())["gates"] if g["name"] == "min_anchor_ratio")
+    assert gate["passed"] is False and gate["measured"] > 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    anchor = metrics["summary"]["anchor"]
+    assert 0 < anchor["accuracy"] <= 1 and anchor["throughput_ratio"] > 0
+    chosen = next(r for r in metrics["backends"] if r["backend"] == metrics["chosen_backend"])
+    assert chosen["anchor_ratio"] == gate["measured"] and len(chosen["anchor_ratio_range"]) == 2
+    assert "x anchor" in (out / "report.md").read_text()
 
 
 def crude_int8(src: Path, dst: Path) -> None:

@@ -227,11 +227,15 @@ def _quant_extra_options() -> dict:
     return {"DefaultTensorType": onnx.TensorProto.FLOAT}
 
 
-def quantize_dynamic_plain(fp32_path: Path, out_path: Path) -> Path:
-    """ORT's ``quantize_dynamic`` with its defaults on the FP32 ONNX: the reference the INT8 form must beat."""
+def quantize_anchor(fp32_path: Path, out_path: Path, *, reduce_range: bool = False) -> Path:
+    """The anchor: ORT's one-liner ``quantize_dynamic(per_channel=True)`` of the FP32 ONNX, what any user gets
+    without this project (per-batch activation scales).  validate gates the shipped model's speed against it
+    (``gates.min_anchor_ratio``) and ``make bench`` reports every form against it."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(fp32_path), str(out_path), weight_type=QuantType.QInt8, extra_options=_quant_extra_options())
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    quantize_dynamic(str(fp32_path), str(out_path), weight_type=QuantType.QInt8, per_channel=True,
+                     reduce_range=reduce_range, extra_options=_quant_extra_options())
     return Path(out_path)
 
 

@@ -2,8 +2,8 @@
 can run here (GPU runtimes included, whenever a GPU with their libraries is present) and records the others as
 ``skipped: <why>``; the package stage reads which exported model a measured name ran from the same table.
 
-One module per runtime holds its sessions (``onnxruntime``, ``paddle_inference``, ``tensorrt``); this module only
-names them.  Every session has the shape of :class:`Session`.  Tests add a runtime to ``RUNTIMES`` to exercise
+One module (or folder) per runtime holds its sessions (``onnxruntime``, ``openvino``, ``paddle_inference``,
+``tensorrt``); this module only names them.  Every session has the shape of :class:`Session`.  Tests add a runtime to ``RUNTIMES`` to exercise
 the GPU path where there is no GPU.
 """
 
@@ -17,10 +17,13 @@ import numpy as np
 
 # The export stage's model files by artifact role (what a runtime runs).
 EXPORT_FILES = {"onnx_fp32": "onnx/fp32.onnx", "onnx_int8": "onnx/int8.onnx", "onnx_int8_qdq": "onnx/int8_qdq.onnx",
-                "paddle_fp32": "paddle_fp32", "paddle_int8": "paddle_int8"}
+                "openvino_int8": "openvino/int8.xml", "paddle_fp32": "paddle_fp32", "paddle_int8": "paddle_int8"}
 # What the package stage ships for a form (serving.repository.choose_model's precision names).
 FORM_PRECISIONS = {"onnx_fp32": "fp32", "paddle_fp32": "fp32", "onnx_int8": "int8", "paddle_int8": "int8",
-                   "onnx_int8_qdq": "int8_qdq"}
+                   "onnx_int8_qdq": "int8_qdq", "openvino_int8": "int8"}
+# The served engine a form runs in (serving.config's python runtimes: python-<engine>).
+FORM_ENGINES = {"onnx_fp32": "onnxruntime", "onnx_int8": "onnxruntime", "onnx_int8_qdq": "onnxruntime",
+                "openvino_int8": "openvino", "paddle_fp32": "paddle", "paddle_int8": "paddle"}
 
 
 class Session(Protocol):
@@ -47,6 +50,9 @@ class Runtime:
     form: str  # the exported model it runs (EXPORT_FILES key)
     open: Callable[[Path, RunOptions], Session]
     available: Callable[[], str | None] = lambda: None  # None: can run here; otherwise why not
+    # The backend its throughput ratio is taken to (None: the FP32 of its own runtime).  OpenVINO's INT8 is
+    # compared with the FP32 ONNX in ONNX Runtime, the same base as ONNX Runtime's INT8: one yardstick per CPU.
+    ratio_base: str | None = None
 
     @property
     def quantized(self) -> bool:
@@ -67,6 +73,20 @@ def _ort_cpu(precision: str, name: str):
 
         return _named(ortb.session(path, precision=precision, threads=opts.threads), name)
     return open_
+
+
+def _openvino_cpu(precision: str, name: str):
+    def open_(path: Path, opts: RunOptions):
+        from pipeline.backends.openvino.session import session
+
+        return _named(session(path, precision=precision, threads=opts.threads), name)
+    return open_
+
+
+def _openvino_reason() -> str | None:
+    from pipeline.backends.openvino import missing
+
+    return missing()
 
 
 def _paddle_cpu(precision: str):
@@ -114,6 +134,8 @@ RUNTIMES: tuple[Runtime, ...] = (
     Runtime("onnxruntime-cpu-int8", "onnxruntime", "cpu", "int8", "onnx_int8", _ort_cpu("int8", "onnxruntime-cpu-int8")),
     Runtime("onnxruntime-cpu-int8-qdq", "onnxruntime", "cpu", "int8", "onnx_int8_qdq",
             _ort_cpu("int8", "onnxruntime-cpu-int8-qdq")),
+    Runtime("openvino-cpu-int8", "openvino", "cpu", "int8", "openvino_int8", _openvino_cpu("int8", "openvino-cpu-int8"),
+            _openvino_reason, ratio_base="onnxruntime-cpu-fp32"),
     Runtime("paddle-cpu-fp32", "paddle", "cpu", "fp32", "paddle_fp32", _paddle_cpu("fp32")),
     Runtime("paddle-cpu-int8", "paddle", "cpu", "int8", "paddle_int8", _paddle_cpu("int8")),
     Runtime("ort-cuda", "onnxruntime", "gpu", "fp32", "onnx_fp32", _ort_gpu("cuda", False), _gpu_reason("ort-cuda")),
@@ -134,12 +156,14 @@ def plan(export_dir: Path) -> tuple[list[Runtime], dict[str, str]]:
     simply not part of this bundle."""
     run, skipped = [], {}
     for rt in RUNTIMES:
+        exported = rt.artifact(export_dir).exists()
+        if rt.device == "cpu" and not exported:
+            continue
         reason = rt.available()
         if reason:
             skipped[rt.name] = reason
-        elif not rt.artifact(export_dir).exists():
-            if rt.device != "cpu":
-                skipped[rt.name] = f"the export has no {rt.form} model"
+        elif not exported:
+            skipped[rt.name] = f"the export has no {rt.form} model"
         else:
             run.append(rt)
     return run, skipped

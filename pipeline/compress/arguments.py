@@ -53,6 +53,7 @@ SKIP_ROLES = ("ffn2", "head")
 
 
 RUNTIMES = ("onnxruntime", "paddle")
+ENGINES = ("onnxruntime", "openvino")  # the CPU engines that run the ONNX candidates (compress.runtime onnxruntime)
 
 
 @dataclass
@@ -63,6 +64,10 @@ class CompressConfig:
     # algo_list and the other PTQ-grid settings are Paddle's).  paddle: Paddle Inference programs (PTQ
     # grid, QAT, int8 embeddings), for serving with Paddle Inference.
     runtime: str = "onnxruntime"
+    # With runtime onnxruntime: the CPU engines each width's INT8 form is made for and timed in (ONNX Runtime's
+    # recipe search, OpenVINO's NNCF search).  Which one is faster depends on the CPU: every form is measured
+    # in the same interleaved rounds and the fastest within the budget ships.
+    engines: list[str] = field(default_factory=lambda: list(ENGINES))
     # DynaBERT width pruning
     width_mult_list: list[str | float] = field(default_factory=lambda: ["3/4"])
     # With dynabert: also quantize the unpruned model (a fallback when pruning costs too much accuracy;
@@ -143,6 +148,14 @@ class CompressConfig:
             raise ConfigError(f"compress.weight_decay must be >= 0, got {self.weight_decay}")
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"compress.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        if not isinstance(self.engines, list) or not self.engines:
+            raise ConfigError(f"compress.engines: a non-empty list of engines ({', '.join(ENGINES)}) is needed, "
+                              f"got {self.engines!r}")
+        for i, engine in enumerate(self.engines):
+            if engine not in ENGINES:
+                raise ConfigError(f"compress.engines[{i}]: unknown engine {engine!r}; engines are {', '.join(ENGINES)}")
+        if len(set(self.engines)) != len(self.engines):
+            raise ConfigError(f"compress.engines: an engine is repeated in {self.engines!r}")
         if self.runtime == "onnxruntime":
             paddle_only = {"qat": "QAT trains a Paddle int8 program", "embeddings": "the ONNX Runtime INT8 form already "
                            "stores int8 embeddings (export.int8_embeddings)"}

@@ -95,6 +95,7 @@ def build_and_evaluate(
     log: Callable[[str], None] = print,
     accuracy_fn: Callable | None = None,
     quantize_onnx: Callable | None = None,
+    quantize_openvino: Callable | None = None,
     int8_embeddings: bool = True,
     opset: int = 13,
 ):
@@ -103,7 +104,7 @@ def build_and_evaluate(
 
     ``work_dir`` keeps the expensive trained models (pruned, QAT) so an interrupted run reuses them.
     ``quantize_onnx(fp32_onnx, out_onnx, baseline_onnx | None) -> SearchResult``: the INT8 recipe search,
-    for ``compress.runtime: onnxruntime`` with ``ptq``.
+    for ``compress.runtime: onnxruntime`` with ``ptq``; ``quantize_openvino``: OpenVINO's (NNCF), same shape.
     """
     out_dir, work_dir = Path(out_dir), Path(work_dir)
     parts = cfg.parts()
@@ -172,6 +173,7 @@ def build_and_evaluate(
         from pipeline.compress.onnx_candidates import onnx_candidates
 
         for c in onnx_candidates(sources, out_dir, quantize=quantize_onnx if "ptq" in parts else None,
+                                 quantize_openvino=quantize_openvino if "ptq" in parts else None,
                                  quantize_unpruned=cfg.quantize_unpruned or len(sources) == 1,
                                  int8_embeddings=int8_embeddings, opset=opset, log=log):
             add(c, None)  # build_seconds set where it was built

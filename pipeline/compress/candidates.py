@@ -20,20 +20,21 @@ from typing import Callable, Sequence
 from pipeline.backends import paddle_inference
 from pipeline.kinds.base import FeatureSet
 
-QUANTIZATIONS = ("none", "ptq", "qat", "ort")  # ort: the ONNX Runtime INT8 recipe search (pipeline.int8)
+# ort: ONNX Runtime's INT8 recipe search (pipeline.int8); nncf: OpenVINO's (pipeline.backends.openvino.quantize)
+QUANTIZATIONS = ("none", "ptq", "qat", "ort", "nncf")
 
 
 @dataclass
 class Candidate:
     name: str
     width_mult: float
-    quantization: str  # none | ptq | qat | ort
+    quantization: str  # none | ptq | qat | ort | nncf
     embeddings_int8: bool
     infer_dir: Path  # Paddle static program (for an onnxruntime candidate: the FP32 program of its width)
     source_model_dir: Path | None  # FP32 dygraph dir it was made from (None for a static input model)
     settings: dict = field(default_factory=dict)
-    runtime: str = "paddle"  # paddle | onnxruntime: where it is evaluated, and would be served
-    model_path: Path | None = None  # the ONNX file of an onnxruntime candidate
+    runtime: str = "paddle"  # paddle | onnxruntime | openvino: where it is evaluated, and would be served
+    model_path: Path | None = None  # the ONNX file (OpenVINO: IR .xml, .bin beside it) of an ONNX-engine candidate
     accuracy: float | None = None
     accuracy_drop_points: float | None = None
     throughput: float | None = None  # sentences/s at throughput_batch_size, median of the interleaved rounds
@@ -47,6 +48,13 @@ class Candidate:
     def artifact(self) -> Path:
         """What is measured and shipped: the ONNX file, or the static program's directory."""
         return self.model_path if self.model_path is not None else self.infer_dir
+
+    @property
+    def files(self) -> list[Path]:
+        """Every file of the artifact (an OpenVINO IR is its .xml and its .bin)."""
+        if self.model_path is not None and self.model_path.suffix == ".xml":
+            return [self.model_path, self.model_path.with_suffix(".bin")]
+        return [self.artifact]
 
     @property
     def precision(self) -> str:
@@ -81,6 +89,10 @@ def make_session(cand: Candidate):
         from pipeline.backends import onnxruntime as ortb
 
         return ortb.session(cand.model_path, precision=cand.precision)
+    if cand.runtime == "openvino":
+        from pipeline.backends.openvino.session import session
+
+        return session(cand.model_path, precision=cand.precision)
     return paddle_inference.session(cand.infer_dir, precision=cand.precision)
 
 
@@ -106,7 +118,7 @@ def evaluate(
         accuracy = evaluate_session(sess, dev, eval_batch_size, desc=f"compress eval {cand.name}").metric
     cand.accuracy = accuracy
     cand.accuracy_drop_points = round(100.0 * (baseline_accuracy - accuracy), 4)
-    cand.size_bytes = path_size(cand.artifact)
+    cand.size_bytes = sum(path_size(f) for f in cand.files)
     log(f"[compress] {cand.name}: {dev.kind.metric_label} {accuracy:.4f} (drop {cand.accuracy_drop_points:+.2f} pts vs FP32), "
         f"{cand.size_bytes / 2**20:.1f} MiB ({sess.name})")
     return cand
@@ -176,6 +188,7 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
     base_size = fp32.size_bytes if fp32 and fp32.size_bytes else None
     runtimes = sorted({c.runtime for c in cands})
     where = {"onnxruntime": "ONNX Runtime on CPU (FP32 ONNX per width, INT8 from the recipe search)",
+             "openvino": "OpenVINO on CPU (INT8 from NNCF's recipe search)",
              "paddle": "Paddle Inference on CPU (oneDNN; int8 where quantized)"}
     lines = [
         "# Compression candidates",

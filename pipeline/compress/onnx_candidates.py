@@ -1,11 +1,13 @@
-"""Candidates in ONNX Runtime, the runtime the CPU bundle ships (``compress.runtime: onnxruntime``).
+"""Candidates on the CPU engines that run ONNX (``compress.runtime: onnxruntime``): ONNX Runtime and OpenVINO.
 
 Paddle PTQ/QAT programs are not what ships on CPU (paddle2onnx keeps their weights float and the result
 runs 3x slower than FP32), and judging ORT INT8 by Paddle's oneDNN int8 picked the wrong candidates.  So
-each width's FP32 program becomes an FP32 ONNX, and with ``ptq`` in the strategy the INT8 recipe search
-(``pipeline.int8``) gives its batch-independent INT8 form; both are candidates, scored and timed in ORT.
-The search is cached under ``runs/<task>/int8_candidates`` and export repeats it for the selected width
-(a cache hit), so the shipped INT8 file is the measured one.
+each width's FP32 program becomes an FP32 ONNX, and with ``ptq`` in the strategy each engine of
+``compress.engines`` gives its batch-independent INT8 form: ONNX Runtime's from the recipe search of
+``pipeline.int8``, OpenVINO's from NNCF (``pipeline.backends.openvino.quantize``).  Every form is a candidate,
+scored and timed in its own engine in the same interleaved rounds: the engine is chosen by measurement on
+this CPU.  Both searches are cached under ``runs/<task>/int8_candidates`` and export repeats them for the
+selected width (cache hits), so the shipped INT8 files are the measured ones.
 """
 
 from __future__ import annotations
@@ -17,12 +19,17 @@ from typing import Callable, Iterator, Sequence
 from pipeline.compress.candidates import Candidate
 
 ONNX_FILE = "model.onnx"
+OPENVINO_FILE = "model.xml"  # with model.bin beside it
+INT8_NAMES = {"onnxruntime": "int8", "openvino": "ov-int8"}  # candidate names: <width prefix><this>
 
 
 def onnx_candidates(sources: Sequence, out_dir: Path, *, quantize: Callable | None, quantize_unpruned: bool,
-                    int8_embeddings: bool = True, opset: int = 13, log: Callable[[str], None] = print) -> Iterator[Candidate]:
+                    int8_embeddings: bool = True, opset: int = 13, log: Callable[[str], None] = print,
+                    quantize_openvino: Callable | None = None) -> Iterator[Candidate]:
     """For every source (``build.Source``: width, dygraph dir, static program): its FP32 ONNX candidate,
-    then, with ``quantize``, its INT8 candidate.  The first source is the unpruned baseline."""
+    then, with ``quantize``, its ONNX Runtime INT8 candidate, and with ``quantize_openvino`` its OpenVINO INT8
+    candidate (same call shape; the result's ``chosen.path`` is an IR ``.xml``).  The first source is the
+    unpruned baseline."""
     from pipeline.backends.onnxruntime import export_onnx
 
     baseline_onnx = None
@@ -34,19 +41,25 @@ def onnx_candidates(sources: Sequence, out_dir: Path, *, quantize: Callable | No
         settings = {"width_mult": src.width}
         yield _done(Candidate(name, src.width, "none", False, src.infer_dir, src.model_dir, dict(settings),
                               runtime="onnxruntime", model_path=fp32), t0)
-        if quantize is None or (src.width >= 1.0 and not quantize_unpruned):
+        if src.width >= 1.0 and not quantize_unpruned:
             continue
-        t0 = time.monotonic()
-        int8_name = f"{src.prefix}int8"
-        log(f"[compress] {int8_name}: INT8 recipe search on {name}")
-        result = quantize(fp32, Path(out_dir) / "candidates" / int8_name / ONNX_FILE,
-                          baseline_onnx if fp32 != baseline_onnx else None)
-        recipe = result.chosen.recipe
-        log(f"[compress] {int8_name}: recipe {recipe.name}")
-        yield _done(Candidate(int8_name, src.width, "ort", int8_embeddings, src.infer_dir, src.model_dir,
-                              {**settings, "int8_recipe": recipe.as_dict(), "heldout_drop_points": result.chosen.drop_points,
-                               "recipe_within_budget": result.within_budget},
-                              runtime="onnxruntime", model_path=Path(out_dir) / "candidates" / int8_name / ONNX_FILE), t0)
+        baseline = baseline_onnx if fp32 != baseline_onnx else None
+        for engine, search, file, quantization, embeddings in (
+                ("onnxruntime", quantize, ONNX_FILE, "ort", int8_embeddings),
+                ("openvino", quantize_openvino, OPENVINO_FILE, "nncf", True)):
+            if search is None:
+                continue
+            t0 = time.monotonic()
+            int8_name = f"{src.prefix}{INT8_NAMES[engine]}"
+            log(f"[compress] {int8_name}: {engine} INT8 recipe search on {name}")
+            path = Path(out_dir) / "candidates" / int8_name / file
+            result = search(fp32, path, baseline)
+            recipe = result.chosen.recipe
+            log(f"[compress] {int8_name}: recipe {recipe.name}")
+            yield _done(Candidate(int8_name, src.width, quantization, embeddings, src.infer_dir, src.model_dir,
+                                  {**settings, "int8_recipe": recipe.as_dict(), "heldout_drop_points": result.chosen.drop_points,
+                                   "recipe_within_budget": result.within_budget},
+                                  runtime=engine, model_path=path), t0)
 
 
 def _done(c: Candidate, started: float) -> Candidate:

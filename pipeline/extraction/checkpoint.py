@@ -19,16 +19,16 @@ def _config(model_dir: Path) -> tuple[Path | None, dict]:
     path = next((model_dir / n for n in CONFIG_FILES if (model_dir / n).is_file()), None)
     if path is None:
         return None, {}
-    try:
-        return path, json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelError(f"{path}: malformed JSON ({exc})") from None
+    from pipeline.modeling import read_json_object  # size-capped, UTF-8, a JSON object, or one line naming the file
+
+    return path, read_json_object(path)
 
 
 def is_paddlenlp_uie(model_dir: Path) -> bool:
     """A PaddleNLP UIE directory (config ``architectures: ["UIE"]``)."""
     _, config = _config(Path(model_dir))
-    return (config.get("architectures") or [None])[0] == "UIE"
+    arch = config.get("architectures")
+    return isinstance(arch, list) and arch[:1] == ["UIE"]
 
 
 def convert_uie_checkpoint(src: Path, dst: Path) -> Path:
@@ -36,18 +36,23 @@ def convert_uie_checkpoint(src: Path, dst: Path) -> Path:
     import numpy as np
     import paddle
 
+    from pipeline.safe_weights import load_state_dict
+
     src, dst = Path(src), Path(dst)
     config_path, config = _config(src)
     weights = src / "model_state.pdparams"
     if config_path is None or not weights.is_file():
         raise ModelError(f"{src}: a PaddleNLP UIE directory needs config.json and model_state.pdparams")
-    state = paddle.load(str(weights), return_numpy=True)
+    state = load_state_dict(weights)  # not paddle.load: a pickle that would run code is refused
     missing = [f"{h}.{p}" for h in HEADS for p in ("weight", "bias") if f"{h}.{p}" not in state]
     if missing:
         raise ModelError(f"{weights}: UIE weights without {missing[0]} (expected linear_start and linear_end heads)")
     shapes = {h: state[f"{h}.weight"].shape for h in HEADS}
-    if any(len(s) != 2 or s[1] != 1 for s in shapes.values()):
-        raise ModelError(f"{weights}: UIE heads of shapes {shapes}, expected [hidden, 1] each")
+    bias_shapes = {h: state[f"{h}.bias"].shape for h in HEADS}
+    if any(len(s) != 2 or s[1] != 1 for s in shapes.values()) or any(s != (1,) for s in bias_shapes.values()) \
+            or shapes["linear_start"] != shapes["linear_end"]:
+        raise ModelError(f"{weights}: UIE heads of shapes {shapes} (biases {bias_shapes}), expected [hidden, 1] each "
+                         "(biases [1])")
     out = {k: v for k, v in state.items() if not k.startswith(tuple(h + "." for h in HEADS))}
     out["classifier.weight"] = np.concatenate([state["linear_start.weight"], state["linear_end.weight"]], axis=1)
     out["classifier.bias"] = np.concatenate([state["linear_start.bias"], state["linear_end.bias"]], axis=0)

@@ -84,7 +84,8 @@ class Search:
     def __init__(self, fp32_path: Path, ranges: dict[str, ChannelRange], evaluate: Evaluate, work_dir: Path, *,
                  embeddings: bool = True, log: Callable[[str], None] = print, cache_key: str = "",
                  baseline: Path | None = None, decide: Decide = _argmax, build: Build | None = None, form: str = "",
-                 reference: tuple[float, list[np.ndarray]] | None = None, baseline_metric: float | None = None):
+                 reference: tuple[float, list[np.ndarray]] | None = None, baseline_metric: float | None = None,
+                 suffix: str = ".onnx", promote: Callable[[Path, Path], object] | None = None):
         import hashlib
 
         from pipeline.hashing import file_sha256
@@ -92,6 +93,8 @@ class Search:
         self.fp32_path, self.ranges, self.evaluate = Path(fp32_path), ranges, evaluate
         self.work_dir, self.embeddings, self.log, self.decide = Path(work_dir), embeddings, log, decide
         self.build, self.form = build, form  # build None: recipe.build, looked up when used
+        # The built file's suffix, and how a finished build is moved into the cache (an OpenVINO IR is two files).
+        self.suffix, self.promote = suffix, promote or (lambda src, dst: Path(src).replace(dst))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         # The source model, the calibration and the held-out slice (cache_key) decide a candidate's score.
         self.key = hashlib.sha256(
@@ -112,7 +115,7 @@ class Search:
         tag = hashlib.sha256(json.dumps(recipe.as_dict(), sort_keys=True).encode()).hexdigest()[:10]
         # Names carry dots (static-sq0.5): never Path.with_suffix, which would cut them at "sq0".
         stem = f"{self.form + '-' if self.form else ''}{recipe.name}-{tag}-{self.key}"
-        return self.work_dir / f"{stem}.onnx", self.work_dir / f"{stem}.json"
+        return self.work_dir / f"{stem}{self.suffix}", self.work_dir / f"{stem}.json"
 
     @staticmethod
     def _outputs_file(record: Path) -> Path:
@@ -128,9 +131,9 @@ class Search:
             # or with another notion of what the model decides.
             drop = 100.0 * (self.baseline_metric - cached["metric"])
             return Scored(recipe, cached["metric"], drop, _agreement(outputs, self.reference, self.decide), str(model)), outputs
-        partial = model.with_suffix(".partial.onnx")
+        partial = model.with_name(f"{model.name[: -len(self.suffix)]}.partial{self.suffix}")
         (self.build or build)(self.fp32_path, partial, self.ranges, recipe, embeddings=self.embeddings)
-        partial.replace(model)
+        self.promote(partial, model)
         metric, outputs = self.evaluate(model)
         scored = Scored(recipe, metric, 100.0 * (self.baseline_metric - metric), _agreement(outputs, self.reference, self.decide), str(model))
         np.savez(self._outputs_file(record), *outputs)

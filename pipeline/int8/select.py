@@ -61,6 +61,21 @@ def search_params(cfg) -> dict:
             "embeddings": e.int8_embeddings, "opset": e.opset}
 
 
+def openvino_params(cfg) -> dict | None:
+    """What decides the OpenVINO forms (None when OpenVINO is not one of the engines)."""
+    if cfg.compress.runtime != "onnxruntime" or "openvino" not in cfg.compress.engines:
+        return None
+    from importlib import metadata
+
+    versions = {}
+    for package in ("openvino", "nncf"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"alphas": cfg.export.openvino_smooth_alphas, **versions}
+
+
 def reduce_range_options(setting, cpu) -> list[bool]:
     """7-bit weights to try: as configured, or (auto) both where u8s8 can saturate (no VNNI)."""
     if setting == "auto":

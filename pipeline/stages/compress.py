@@ -31,17 +31,29 @@ PRUNED_CACHE = "dynabert_cache"  # under runs/<task>/: pruned models by content 
 
 
 def params(cfg: TaskConfig) -> dict:
-    from pipeline.int8.select import search_params
+    from pipeline.int8.select import openvino_params, search_params
 
     return {
         "compress": dataclasses.asdict(cfg.compress),
         "int8_search": search_params(cfg) if cfg.compress.runtime == "onnxruntime" else None,
+        "openvino": openvino_params(cfg),
         "max_seq_len": cfg.max_seq_len,
         "labels": list(cfg.labels),
         "max_accuracy_drop": cfg.gates.max_accuracy_drop,
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
         **kind_params(cfg),
     }
+
+
+def check(cfg: TaskConfig) -> None:
+    """Before the first stage runs: every engine asked for can run here."""
+    if cfg.compress.runtime == "onnxruntime" and "openvino" in cfg.compress.engines:
+        from pipeline.backends.openvino import missing
+        from pipeline.errors import ConfigError
+
+        why = missing()
+        if why:
+            raise ConfigError(f"compress.engines: openvino cannot run here: {why} (or --set 'compress.engines=[onnxruntime]')")
 
 
 def inputs(cfg: TaskConfig) -> dict[str, str]:
@@ -97,15 +109,21 @@ def run(ctx):
     )
     ctx.log(f"[compress] strategy {ccfg.strategy} in {ccfg.runtime}: FP32 baseline {kind.metric_label} {inp.baseline_accuracy:.4f}, "
             f"budget {cfg.gates.max_accuracy_drop:g} points, {len(data.dev.examples)} dev examples ({len(inp.dev)} model inputs)")
-    quantize_onnx = None
+    quantize_onnx = quantize_openvino = None
     if ccfg.runtime == "onnxruntime":
         cpu = detect_cpu()
+        budget, cache = cfg.gates.max_accuracy_drop, ctx.runs_dir / CACHE_DIR
+        if "onnxruntime" in ccfg.engines:
+            def quantize_onnx(fp32, out_path, unpruned):
+                return search_recipe(fp32, out_path, rows, ecfg, budget, cpu, cache, baseline=unpruned, log=ctx.log)
+        if "openvino" in ccfg.engines:
+            from pipeline.backends.openvino.quantize import search_recipe as openvino_search
 
-        def quantize_onnx(fp32, out_path, unpruned):
-            return search_recipe(fp32, out_path, rows, ecfg, cfg.gates.max_accuracy_drop, cpu, ctx.runs_dir / CACHE_DIR,
-                                 baseline=unpruned, log=ctx.log)
+            def quantize_openvino(fp32, out_path, unpruned):
+                return openvino_search(fp32, out_path, rows, ecfg, budget, cache, baseline=unpruned, log=ctx.log)
     cands, timing = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log, quantize_onnx=quantize_onnx,
-                                       int8_embeddings=ecfg.int8_embeddings, opset=ecfg.opset)
+                                       quantize_openvino=quantize_openvino, int8_embeddings=ecfg.int8_embeddings,
+                                       opset=ecfg.opset)
     selection = select(cands, cfg.gates.max_accuracy_drop, timing)
     chosen = selection.selected
     if not ccfg.keep_all_candidates:
@@ -156,7 +174,8 @@ STAGE = Stage(
     params=params,
     inputs=inputs,
     run=run,
+    check=check,
     # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.int8.fusion); 3: and with K^T folded into the
-    # attention-score GEMM (fold_key_transpose)
-    version="3",
+    # attention-score GEMM (fold_key_transpose); 4: OpenVINO INT8 candidates (compress.engines)
+    version="4",
 )

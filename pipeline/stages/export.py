@@ -8,6 +8,8 @@ Output (the package stage consumes exactly this)::
     onnx/int8.onnx                                 fast CPU INT8 (MatMulIntegerToFloat, per-channel weights, calibrated
                                                    activation scales, int8 embeddings)
     onnx/int8_qdq.onnx                             static QDQ per-channel INT8 (TensorRT explicit quantization)
+    openvino/int8.{xml,bin}                        OpenVINO INT8 (NNCF, fixed scales), when openvino is one of
+                                                   compress.engines
     tokenizer/{vocab.txt, tokenizer_config.json, special_tokens_map.json}
     labels.json, meta.json
 
@@ -29,17 +31,18 @@ from pipeline.handoffs import ExportManifest, SelectedCandidate
 from pipeline.stages.finetune import kind_params
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+OPENVINO_INT8 = "openvino/int8.xml"  # its weights beside it, openvino/int8.bin
 
 
 def params(cfg: TaskConfig) -> dict:
-    from pipeline.int8.select import search_params
+    from pipeline.int8.select import openvino_params, search_params
 
     e = cfg.export
     return {"opset": e.opset, "calibration_sentences": e.calibration_sentences,
             "calibration_batch_size": e.calibration_batch_size, "int8_embeddings": e.int8_embeddings,
             "ort_transformer_optimize": e.ort_transformer_optimize, "max_int8_size_ratio": cfg.gates.max_int8_size_ratio,
             "batch_independent_int8": e.batch_independent_int8,
-            "int8_search": search_params(cfg), "qdq_budget_points": e.qdq_budget_points,
+            "int8_search": search_params(cfg), "qdq_budget_points": e.qdq_budget_points, "openvino": openvino_params(cfg),
             "max_seq_len": cfg.max_seq_len, "labels": list(cfg.labels), "label_names": list(cfg.label_names),
             **kind_params(cfg)}
 
@@ -121,7 +124,7 @@ def run(ctx):
     from pipeline.backends import onnxruntime as ortb
     from pipeline.cpu import detect as detect_cpu
     from pipeline.kinds import load_task_data
-    from pipeline.int8.select import CACHE_DIR, search_recipe, search_rows
+    from pipeline.int8.select import CACHE_DIR, openvino_params, search_recipe, search_rows
     from pipeline.int8.stats import activation_ranges
     from pipeline.kinds import get_kind
     from pipeline.modeling import write_labels
@@ -175,6 +178,13 @@ def run(ctx):
         ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences)")
         qdq = ortb.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
 
+    openvino = None
+    if ecfg.batch_independent_int8 and openvino_params(cfg) is not None:
+        from pipeline.backends.openvino.quantize import search_recipe as openvino_search
+
+        ctx.log(f"[export] OpenVINO INT8 (NNCF): recipe search from {'the pruned' if pruned else 'the'} FP32 ONNX")
+        openvino = openvino_search(source, out / OPENVINO_INT8, rows, ecfg, cfg.gates.max_accuracy_drop, ctx.runs_dir / CACHE_DIR,
+                                   baseline=fp32_onnx if pruned else None, log=ctx.log)
     stats = {name: ortb.weight_stats(p) for name, p in (("fp32", fp32_onnx), ("int8", int8), ("int8_qdq", qdq))}
     for name in ("int8", "int8_qdq"):
         ortb.check_onnx(out / "onnx" / f"{name}.onnx")
@@ -185,10 +195,15 @@ def run(ctx):
     probe = probe_fs.batch(range(min(4, len(probe_fs))))
     n, width = probe.input_ids.shape
     expected = (n, width, len(data.labels)) if kind.token_level_outputs else (n, len(data.labels))
-    for p in (fp32_onnx, int8, qdq):
-        logits = ortb.session(p, threads=1).run(probe.input_ids, probe.token_type_ids)
+    sessions = [ortb.session(p, threads=1) for p in (fp32_onnx, int8, qdq)]
+    if openvino is not None:
+        from pipeline.backends.openvino.session import session as openvino_session
+
+        sessions.append(openvino_session(out / OPENVINO_INT8, precision="int8", threads=1))
+    for sess in sessions:
+        logits = sess.run(probe.input_ids, probe.token_type_ids)
         if logits.shape != expected:
-            raise ModelError(f"{p}: logits shape {logits.shape}, expected {expected} for a {kind.name} model")
+            raise ModelError(f"{sess.model_path}: logits shape {logits.shape}, expected {expected} for a {kind.name} model")
 
     write_labels(out / "labels.json", data.labels, data.label_names)
     meta = {
@@ -210,6 +225,11 @@ def run(ctx):
         "int8": int8_search.as_dict() if int8_search else {"recipe": "dynamic-per-batch", "batch_independent": False},
         "int8_qdq": qdq_search.as_dict() if int8_search else {"recipe": "static-minmax"},
     }
+    if openvino is not None:
+        from pipeline.backends.openvino.session import CpuProperties
+
+        meta["openvino"] = {**openvino.as_dict(), **openvino_params(cfg), "file": OPENVINO_INT8,
+                            "properties": {k: v for k, v in CpuProperties().as_dict().items() if k != "INFERENCE_NUM_THREADS"}}
     if cfg.type == "reading_comprehension":
         meta["reading"] = {"doc_stride": cfg.reading.doc_stride, "max_query_len": cfg.reading.max_query_len,
                            "max_answer_len": cfg.reading.max_answer_len}
@@ -222,11 +242,16 @@ def run(ctx):
     (out / ExportManifest.FILE).write_text(ExportManifest.from_dict(meta).to_json(), encoding="utf-8")  # checked as written
     artifacts.update({"onnx_fp32": "onnx/fp32.onnx", "onnx_int8": "onnx/int8.onnx", "onnx_int8_qdq": "onnx/int8_qdq.onnx",
                       "tokenizer_dir": "tokenizer", "labels": "labels.json", "meta": "meta.json"})
+    if openvino is not None:
+        artifacts["openvino_int8"] = OPENVINO_INT8
     ratio = stats["int8"].file_bytes / stats["fp32"].file_bytes
     metrics = {"onnx_fp32_mb": stats["fp32"].file_bytes / 2**20, "onnx_int8_mb": stats["int8"].file_bytes / 2**20,
                "onnx_int8_qdq_mb": stats["int8_qdq"].file_bytes / 2**20, "int8_size_ratio": ratio,
                "int8_initializers": stats["int8"].int8_initializers, "selected": selected.name, "pruned": pruned,
                "int8_recipe": int8_search.chosen.recipe.name if int8_search else "dynamic-per-batch"}
+    if openvino is not None:
+        metrics.update(openvino_recipe=openvino.chosen.recipe.name, openvino_heldout_drop_points=openvino.chosen.drop_points,
+                       openvino_int8_mb=sum(f.stat().st_size for f in (out / OPENVINO_INT8, (out / OPENVINO_INT8).with_suffix(".bin"))) / 2**20)
     if int8_search:
         metrics.update(int8_heldout_drop_points=int8_search.chosen.drop_points, int8_within_budget=int8_search.within_budget,
                        qdq_recipe=qdq_search.chosen.recipe.name, qdq_heldout_drop_points=qdq_search.chosen.drop_points)
@@ -249,6 +274,7 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     # 2: calibrated activation scales in onnx/int8.onnx; 3: fused MatMulIntegerToFloat; 4: QDQ on MatMul
-    # inputs only; 5: QDQ activation scales from real tokens; 6: K^T folded into the score GEMM (int8.onnx)
-    version="6",
+    # inputs only; 5: QDQ activation scales from real tokens; 6: K^T folded into the score GEMM (int8.onnx);
+    # 7: openvino/int8.xml (NNCF)
+    version="7",
 )

@@ -87,7 +87,9 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
     out = data_inputs(cfg)
     model_dir = resolve_model_dir(cfg.model)
     if model_dir is not None:
-        inspect_model(model_dir)  # fail fast on a broken model dir, before anything runs
+        # Fail fast on a broken model dir, before anything runs; ``status`` comes here too, so the weights are not
+        # read (a pickle is code: run() reads them, through the allow-list, before any work).
+        inspect_model(model_dir, weights=False)
         out["model"] = tree_sha256(model_dir)
     return out
 

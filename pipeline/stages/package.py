@@ -34,11 +34,18 @@ def params(cfg: TaskConfig) -> dict:
 
 
 def check(cfg: TaskConfig) -> None:
-    """Before the first stage runs: the bundle's directory can be written (not after five stages of work), and
-    the task can be served (the ensemble takes one text per request; a sentence-pair task cannot be yet)."""
+    """Before the first stage runs: the bundle's directory can be written (not after five stages of work), what
+    sits at ``<repository>/<task>`` is ours to replace (not a user's folder or a link), and the task can be served
+    (the ensemble takes one text per request; a sentence-pair task cannot be yet)."""
+    from pipeline.errors import ModelError
     from pipeline.records import check_writable
+    from serving.repository import PackageError, check_replaceable
 
     check_writable(repository_dir(cfg), "package.repository")
+    try:
+        check_replaceable(repository_dir(cfg) / cfg.task)
+    except PackageError as exc:
+        raise ModelError(str(exc)) from None
     if cfg.data.text_b:
         from pipeline.errors import ConfigError
 
@@ -89,7 +96,7 @@ def _artifacts(ctx) -> "object":
         raise ModelError(f"export stage output lacks {', '.join(missing)} (runs/{ctx.cfg.task}/export/out)")
     return ExportArtifacts(onnx_fp32=required["onnx_fp32"], tokenizer_dir=required["tokenizer_dir"], labels=required["labels"],
                            meta=required["meta"], onnx_int8=path("onnx_int8"), onnx_int8_qdq=path("onnx_int8_qdq"),
-                           paddle_fp32=path("paddle_fp32"), paddle_int8=path("paddle_int8"))
+                           paddle_fp32=path("paddle_fp32"), paddle_int8=path("paddle_int8"), openvino_int8=path("openvino_int8"))
 
 
 def _gates(ctx) -> dict:
@@ -126,10 +133,12 @@ def run(ctx):
         versions=versions(),
         description=cfg.description,
         validated=validation.by_form(),
+        data_dir=str(cfg.data_dir()) if cfg.data_dir() is not None and cfg.data_dir().is_dir() else "",
     )
     repo = repository_dir(cfg)
     try:
         info = write_repository(repo, cfg.task, exported, cfg.package, prov, validation.chosen_precision, cfg.gates.max_bundle_mb,
+                                preferred_form=validation.chosen_form,
                                 deploy=cfg.deploy)
     except BundleTooLarge as exc:  # checked before the swap: the previous bundle stays in place
         return StageResult(gate_error=f"{exc} (gates.max_bundle_mb)", message=str(exc))
@@ -138,17 +147,18 @@ def run(ctx):
     shutil.copyfile(info.path / "bundle.json", ctx.out_dir / "bundle.json")
     shutil.copyfile(info.path / "README.md", ctx.out_dir / "README.md")
     size_mb = info.size_bytes / 2**20
-    ctx.log(f"[package] {info.path}: runtime {cfg.package.runtime}, {info.choice.precision} model ({info.choice.form}), {size_mb:.1f} MiB")
+    runtime = info.manifest["runtime"]  # package.runtime auto: the engine validation chose
+    ctx.log(f"[package] {info.path}: runtime {runtime}, {info.choice.precision} model ({info.choice.form}), {size_mb:.1f} MiB")
     deploy = info.manifest.get("deploy")
     if deploy:
         kinds = ", ".join(o["kind"] for o in deploy["objects"])
         ctx.log(f"[package] {' and '.join(deploy['files'])}: {kinds}, all valid (Kubernetes {cfg.deploy.kubernetes_version})")
     return StageResult(
-        metrics={"bundle_mb": round(size_mb, 3), "runtime": cfg.package.runtime, "precision": info.choice.precision,
+        metrics={"bundle_mb": round(size_mb, 3), "runtime": runtime, "precision": info.choice.precision,
                  "files": len(info.manifest["files"])},
         artifacts={"bundle_dir": str(info.path), "manifest": "bundle.json", "model_card": "README.md"},
         external_outputs={"bundle": file_sha256(info.path / "bundle.json")},  # it holds every file's hash
-        message=f"{info.path} ({cfg.package.runtime}, {info.choice.precision}, {size_mb:.1f} MiB)",
+        message=f"{info.path} ({runtime}, {info.choice.precision}, {size_mb:.1f} MiB)",
     )
 
 

@@ -15,13 +15,15 @@ from pipeline.stage import Stage
 from pipeline.config import TaskConfig
 
 METRICS_FILE = "metrics.json"  # pipeline.handoffs.Validation reads it
+ANCHOR = "anchor"  # ORT quantize_dynamic(per_channel=True) of the FP32 ONNX: timed beside the CPU engines
+INTERLEAVED = ("onnxruntime", "openvino")  # the CPU engines timed in the same interleaved rounds
 
 
 def params(cfg: TaskConfig) -> dict:
     v, g = cfg.validate, cfg.gates
     return {"validate": {k: getattr(v, k) for k in v.__dataclass_fields__},
             "gates": {"max_accuracy_drop": g.max_accuracy_drop, "min_throughput_ratio": g.min_throughput_ratio,
-                      "max_p99_latency_ms": g.max_p99_latency_ms},
+                      "max_p99_latency_ms": g.max_p99_latency_ms, "min_anchor_ratio": g.min_anchor_ratio},
             "max_seq_len": cfg.max_seq_len,
             # the backend is chosen among those on the bundle's device (named only for GPU: CPU keys stay as they were)
             **({"package_kind": cfg.package.kind} if cfg.package.kind != "CPU" else {})}
@@ -41,13 +43,14 @@ def choose_backend(rows: list[dict], requested: str, max_drop: float) -> str:
 
             raise ConfigError(f"validate.chosen_backend {requested!r} was not measured; measured: {', '.join(by_name)}")
         return requested
-    quantized = [r for r in rows if r["quantized"] and r.get("sentences_per_s")]
+    quantized = [r for r in rows if r["quantized"] and r.get("sentences_per_s") and not r.get("reference")]
     good = [r for r in quantized if r["accuracy_drop_points"] <= max_drop]
     pool = good or quantized or rows
     return max(pool, key=lambda r: r.get("sentences_per_s") or 0.0)["backend"]
 
 
 def run(ctx):
+    from pipeline.backends import onnxruntime as ortb
     from pipeline.backends.registry import RunOptions, by_name, plan
     from pipeline.kinds import load_task_data
     from pipeline.evaluation import evaluate_session
@@ -84,9 +87,15 @@ def run(ctx):
     # ONNX Runtime's CPU forms are also timed in interleaved rounds (paired ratios to ORT FP32; median and spread):
     # one sample per backend decided selections before, and the same form measured 0.95x and 1.31x in two runs.
     # Before any Paddle backend runs (its OpenMP threads slow ORT down; the registry lists ORT first).
+    # OpenVINO's forms and the anchor (ORT's one-liner on the same FP32 ONNX, gates.min_anchor_ratio) in the same rounds.
     timed = dev.subset(range(min(vcfg.dev_benchmark_limit or len(dev), len(dev))))
-    paired = interleaved_throughput({rt.name: make[rt.name]() for rt in runtimes if rt.runtime == "onnxruntime" and rt.device == "cpu"},
+    anchor = ortb.session(ortb.quantize_anchor(export_dir / "onnx" / "fp32.onnx", ctx.work_dir / "anchor.onnx"), threads=threads)
+    anchor.name = ANCHOR
+    paired = interleaved_throughput({**{rt.name: make[rt.name]() for rt in runtimes if rt.runtime in INTERLEAVED and rt.device == "cpu"},
+                                     ANCHOR: anchor},
                                     timed, vcfg.throughput_batch_size, rounds=vcfg.repeats, max_batches=32, warmup=vcfg.warmup)
+    anchor_score = evaluate_session(anchor, dev, vcfg.dev_batch_size, desc="parity anchor").score
+    del anchor
     rows, grids, benches = [], {}, {}
     for rt in runtimes:
         ctx.log(f"[validate] {rt.name} ({rt.device}): parity on {len(data.dev.examples)} dev examples, then benchmark")
@@ -112,13 +121,18 @@ def run(ctx):
     # The ratio's base: FP32 of the same runtime on the same device, else on the CPU (a GPU runtime's speed-up
     # over what the CPU bundle would serve).
     base = {(r["runtime"], r["device"]): r for r in rows if r["precision"] == "fp32"}
+    named = {r["backend"]: r for r in rows}
     for r in rows:
-        b = base.get((r["runtime"], r["device"])) or base.get((r["runtime"], "cpu"))
+        ratio_base = by_name(r["backend"]).ratio_base
+        b = named.get(ratio_base) if ratio_base else base.get((r["runtime"], r["device"])) or base.get((r["runtime"], "cpu"))
         r["throughput_ratio"] = ratio(r["sentences_per_s"], b["sentences_per_s"] if b else None)
         if r["backend"] in paired.rates and b and b["backend"] in paired.rates:
             med, lo, hi = paired.ratio(r["backend"], b["backend"])
             r.update(throughput_ratio=med, throughput_ratio_range=[lo, hi], sentences_per_s=paired.median(r["backend"]),
                      throughput_rounds=len(paired.rates[r["backend"]]))
+        if r["backend"] in paired.rates:
+            med, lo, hi = paired.ratio(r["backend"], ANCHOR)
+            r.update(anchor_ratio=med, anchor_ratio_range=[lo, hi])
         bb = benches.get(b["backend"]) if b else None
         r["grid_ratios"] = {f"b{c.batch_size}_s{c.seq_len}": ratio(c.sentences_per_s, bb.cell(c.batch_size, c.seq_len).sentences_per_s)
                             for c in benches[r["backend"]].grid if bb and bb.cell(c.batch_size, c.seq_len)}
@@ -132,6 +146,11 @@ def run(ctx):
         G.check("min_throughput_ratio", gcfg.min_throughput_ratio, crow["throughput_ratio"], kind="min", unit="x",
                 detail=f"{chosen} vs {crow['runtime']} FP32, dev lengths, batch {vcfg.throughput_batch_size}"),
     ]
+    anchor_range = crow.get("anchor_ratio_range") or [None, None]
+    gate_list.append(G.check(
+        "min_anchor_ratio", gcfg.min_anchor_ratio, crow.get("anchor_ratio"), kind="min", unit="x",
+        detail=f"{chosen} vs ORT quantize_dynamic(per_channel) of the same FP32 ONNX, {vcfg.repeats} interleaved rounds"
+               + (f" [{anchor_range[0]:.2f}-{anchor_range[1]:.2f}]" if anchor_range[0] is not None else "")))
     if gcfg.max_p99_latency_ms is not None:
         gate_list.append(G.check("max_p99_latency_ms", gcfg.max_p99_latency_ms, crow["batch1_p99_ms"], kind="max",
                                  unit=" ms", detail=f"{chosen}, batch 1"))
@@ -147,12 +166,19 @@ def run(ctx):
                "dev_batch_size": vcfg.dev_batch_size,  # the smoke test batches requests the same way
                "fp32_metrics": fp32_score.metrics, "cpu": detect_cpu().as_dict(),
                "throughput_ratio_range": crow.get("throughput_ratio_range"),
+               "anchor_ratio": crow.get("anchor_ratio"), "anchor_ratio_range": crow.get("anchor_ratio_range"),
+               "anchor": {"what": "onnxruntime quantize_dynamic(per_channel=True) of onnx/fp32.onnx",
+                          "accuracy": anchor_score.value, "accuracy_drop_points": 100.0 * (fp32_accuracy - anchor_score.value),
+                          "throughput_ratio": paired.ratio(ANCHOR, "onnxruntime-cpu-fp32")[0]
+                          if "onnxruntime-cpu-fp32" in paired.rates else None},
+               "engine": by_name(chosen).runtime if by_name(chosen) else None,
                "int8_recipe": meta.int8_recipe}
     report = G.GateReport(cfg.task, chosen, gate_list, summary)
     report.write(out)
     sizes = {p.relative_to(export_dir).as_posix(): path_bytes(p) for p in
              [export_dir / "paddle_fp32", export_dir / "paddle_int8", export_dir / "onnx" / "fp32.onnx",
-              export_dir / "onnx" / "int8.onnx", export_dir / "onnx" / "int8_qdq.onnx", export_dir / "tokenizer"] if p.exists()}
+              export_dir / "onnx" / "int8.onnx", export_dir / "onnx" / "int8_qdq.onnx", export_dir / "openvino",
+              export_dir / "tokenizer"] if p.exists()}
     metrics_doc = {"format_version": G.FORMAT_VERSION, "kind": "ernie-bundle-metrics", "task": cfg.task,
                    "chosen_backend": chosen, "summary": summary, "backends": rows, "skipped": skipped,
                    "benchmarks": {k: b.as_dict() for k, b in benches.items()}, "sizes": sizes,
@@ -180,5 +206,7 @@ STAGE = Stage(
     params=params,
     inputs=inputs,
     run=run,
-    version="3",  # 2: 2048 timed dev examples; ONNX Runtime measured before Paddle. 3: ORT CPU dev-length timing once (interleaved)
+    # 2: 2048 timed dev examples; ONNX Runtime measured before Paddle. 3: ORT CPU dev-length timing once (interleaved);
+    # 4: OpenVINO and the anchor in the interleaved rounds, gates.min_anchor_ratio
+    version="4",
 )

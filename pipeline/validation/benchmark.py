@@ -74,9 +74,11 @@ def resident_mb() -> float:
 
 
 def path_bytes(path: Path) -> int:
+    """A file's size (an OpenVINO IR ``.xml`` counts its ``.bin`` too), or every file under a directory."""
     path = Path(path)
     if path.is_file():
-        return path.stat().st_size
+        weights = path.with_suffix(".bin") if path.suffix == ".xml" else None
+        return path.stat().st_size + (weights.stat().st_size if weights and weights.is_file() else 0)
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 

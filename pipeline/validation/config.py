@@ -37,6 +37,9 @@ class ExportConfig:
     int8_smooth_alphas: list = field(default_factory=lambda: [0.5, 0.7, 0.85])  # SmoothQuant strengths tried
     int8_reduce_range: str | bool = "auto"  # auto: 7-bit weights are also tried on CPUs without VNNI; true | false
     int8_search_sentences: int = 2000
+    # The same search for the OpenVINO form (NNCF's SmoothQuant strength; off is always tried too).  0.95 is NNCF's
+    # own default for transformers.
+    openvino_smooth_alphas: list = field(default_factory=lambda: [0.5, 0.7, 0.85, 0.95])
     int8_max_fp32_matmuls: int = 8  # mixed precision: at most this many MatMuls kept in FP32
     # The TensorRT (QDQ) form starts from the searched recipe; when it is further than this from FP32 on the
     # held-out slice, the other SmoothQuant strengths are tried for it (a target for that form, not a gate:
@@ -50,12 +53,14 @@ class ExportConfig:
         _number("export.int8_search_sentences", self.int8_search_sentences, minimum=1, integer=True)
         _number("export.int8_max_fp32_matmuls", self.int8_max_fp32_matmuls, minimum=0, integer=True)
         _number("export.qdq_budget_points", self.qdq_budget_points, minimum=0.0)
-        if not isinstance(self.int8_smooth_alphas, list):
-            raise ConfigError(f"export.int8_smooth_alphas must be a list of numbers in (0, 1), got {self.int8_smooth_alphas!r}")
-        for i, a in enumerate(self.int8_smooth_alphas):
-            _number(f"export.int8_smooth_alphas[{i}]", a)
-            if not 0 < a < 1:
-                raise ConfigError(f"export.int8_smooth_alphas[{i}] must be in (0, 1), got {a!r}")
+        for key in ("int8_smooth_alphas", "openvino_smooth_alphas"):
+            alphas = getattr(self, key)
+            if not isinstance(alphas, list):
+                raise ConfigError(f"export.{key} must be a list of numbers in (0, 1), got {alphas!r}")
+            for i, a in enumerate(alphas):
+                _number(f"export.{key}[{i}]", a)
+                if not 0 < a < 1:
+                    raise ConfigError(f"export.{key}[{i}] must be in (0, 1), got {a!r}")
         if self.int8_reduce_range not in ("auto", True, False, "true", "false"):
             raise ConfigError(f"export.int8_reduce_range must be auto, true or false, got {self.int8_reduce_range!r}")
         if self.int8_reduce_range in ("true", "false"):  # --set gives strings; one spelling from here on

@@ -1,4 +1,4 @@
-"""``<task>_model`` on the python backend: the model run in-process by ONNX Runtime or Paddle Inference.
+"""``<task>_model`` on the python backend: the model run in-process by ONNX Runtime, OpenVINO or Paddle Inference.
 
 Requests of different lengths arrive together (the config allows ragged batching); they are
 re-padded with the vocabulary's [PAD] id into one array and run in one call, then split back
@@ -7,6 +7,7 @@ ERNIE masks [PAD] positions, so the extra padding does not change a request's lo
 rounding.
 """
 
+import json
 import sys
 from pathlib import Path
 
@@ -40,6 +41,30 @@ class _OrtEngine:
         return self.session.run([self.output], {k: v for k, v in feeds.items() if k in self.inputs})[0]
 
 
+class _OpenVINOEngine:
+    """OpenVINO on the CPU with the properties the bundle was validated with (``engine_properties``: fixed
+    precision f32, no per-batch dynamic quantization, no core pinning across instances)."""
+
+    def __init__(self, path, threads, gpu, properties):
+        try:
+            import openvino as ov
+        except ImportError as exc:  # one line in the server log; the model (and the server) does not come up
+            raise RuntimeError(f"this bundle's model runs in OpenVINO, which this Triton's python cannot import ({exc}); "
+                               "install openvino==2026.4.1 there") from None
+        props = dict(properties)
+        if threads:
+            props["INFERENCE_NUM_THREADS"] = threads
+        core = ov.Core()
+        self.compiled = core.compile_model(core.read_model(str(path)), "CPU", props)
+        self.request = self.compiled.create_infer_request()
+        self.inputs = {name for i in self.compiled.inputs for name in i.get_names()}
+        self.output = self.compiled.output(0)
+
+    def __call__(self, feeds):
+        result = self.request.infer({k: v for k, v in feeds.items() if k in self.inputs})
+        return np.array(result[self.output])  # a copy: the request reuses its output buffer
+
+
 class _PaddleEngine:
     def __init__(self, path, threads, gpu):
         from paddle import inference
@@ -66,7 +91,14 @@ def make_engine(folder: Path, params: dict, gpu: bool):
     used by the fused classifier, which loads this file as its ``runner.py``)."""
     path = folder / params["model_file"]
     threads = int(params.get("threads", "0") or 0)
-    return _OrtEngine(path, threads, gpu) if params["engine"] == "onnxruntime" else _PaddleEngine(path, threads, gpu)
+    engine = params["engine"]
+    if engine == "onnxruntime":
+        return _OrtEngine(path, threads, gpu)
+    if engine == "openvino":
+        return _OpenVINOEngine(path, threads, gpu, json.loads(params.get("engine_properties") or "{}"))
+    if engine == "paddle":
+        return _PaddleEngine(path, threads, gpu)
+    raise RuntimeError(f"unknown engine {engine!r} in the model config (onnxruntime, openvino, paddle)")
 
 
 class TritonPythonModel:

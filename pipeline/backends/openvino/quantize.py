@@ -1,0 +1,104 @@
+"""NNCF post-training INT8 for OpenVINO, and its held-out recipe search.
+
+``build`` turns the FP32 ONNX into an INT8 OpenVINO model with ``nncf.quantize`` (``model_type=TRANSFORMER``:
+NNCF's rules for attention blocks): FakeQuantize nodes with **fixed** activation scales calibrated on training
+sentences, int8 weights per output channel (the word-embedding table included).  Fixed scales make a text's
+answer independent of its batch mates, as for the ONNX Runtime form.
+
+Calibration sentences are fed one at a time, unpadded: NNCF's statistics would otherwise include the hidden
+states at [PAD] positions, which reach values real tokens never do (ORT's calibrator has the same flaw; see
+``pipeline.int8.stats``).
+
+The recipe search is ``pipeline.int8.search.Search`` with this builder: each SmoothQuant strength (NNCF's
+``smooth_quant_alphas.matmul``; ``None`` turns it off) is built and scored on the held-out training rows (dev
+only reports and gates); when none is within the budget, the most sensitive MatMuls are kept in FP32 one by
+one (NNCF's ``ignored_scope``), the same greedy fallback as ONNX Runtime's.  Every built model is cached
+in ``runs/<task>/int8_candidates`` beside the ONNX Runtime ones (compress measures, export ships the same file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pipeline.backends.openvino.convert import IR_SUFFIX, copy_ir, move_ir, read_model, save_ir
+from pipeline.int8.recipe import Int8Recipe
+
+FORM = "openvino"
+# Bumped when ``build`` makes a different model for the same recipe (cached candidates are then rebuilt).
+FORM_VERSION = 1
+
+
+def calibration_items(feeds: Sequence[dict[str, np.ndarray]], pad_id: int) -> list[dict[str, np.ndarray]]:
+    """The padded calibration batches as one unpadded sentence each (real tokens only)."""
+    items = []
+    for feed in feeds:
+        ids, types = feed["input_ids"], feed["token_type_ids"]
+        for row in range(len(ids)):
+            real = np.flatnonzero(ids[row] != pad_id)
+            n = int(real[-1]) + 1 if len(real) else 1
+            items.append({"input_ids": np.ascontiguousarray(ids[row : row + 1, :n], np.int64),
+                          "token_type_ids": np.ascontiguousarray(types[row : row + 1, :n], np.int64)})
+    return items
+
+
+def build(fp32_path: Path, out_path: Path, calibration: Sequence[dict[str, np.ndarray]], recipe: Int8Recipe) -> Path:
+    """``recipe`` (SmoothQuant strength, FP32 MatMuls) applied by NNCF to ``fp32_path``, written as IR ``out_path``."""
+    import nncf
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
+
+    nncf.set_log_level(logging.WARNING)
+    model = read_model(fp32_path)
+    alpha = recipe.smooth_alpha if recipe.smooth_alpha else -1  # -1: SmoothQuant off
+    # NNCF draws a rich progress bar per step on stdout, between the stage's own log lines: kept out of it.
+    with contextlib.redirect_stdout(io.StringIO()):
+        quantized = nncf.quantize(
+            model, nncf.Dataset(list(calibration)), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration),
+            ignored_scope=nncf.IgnoredScope(names=list(recipe.fp32_matmuls)) if recipe.fp32_matmuls else None,
+            advanced_parameters=AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=alpha)))
+    return save_ir(quantized, out_path)
+
+
+def search_recipe(source: Path, out_path: Path, rows, ecfg, budget_points: float, cache_dir: Path, *,
+                  baseline: Path | None = None, log: Callable[[str], None] = print):
+    """Search NNCF recipes for ``source`` (an FP32 ONNX) on ``rows`` (``pipeline.int8.select.SearchRows``) and
+    copy the chosen IR to ``out_path`` (``.xml``, its ``.bin`` beside it).  ``baseline``: the unpruned FP32 ONNX
+    when ``source`` is pruned (drops count from it).  Returns the ``SearchResult``."""
+    import nncf
+
+    from pipeline.backends.openvino.session import session
+    from pipeline.evaluation import evaluate_session
+    from pipeline.int8.search import Search
+
+    calibration = calibration_items(rows.feeds, rows.pad_id)
+
+    def evaluate(path: Path):
+        ev = evaluate_session(session(path, precision="int8" if path.suffix == IR_SUFFIX else "fp32"), rows.held, 64,
+                              desc=f"openvino int8 search {path.stem[:24]}")
+        return ev.score.value, ev.outputs
+
+    def builder(fp32, out, _ranges, recipe, *, embeddings=True):
+        return build(fp32, out, calibration, recipe)
+
+    search = Search(source, {}, evaluate, cache_dir, embeddings=True, log=log, cache_key=rows.content_key(),
+                    baseline=baseline, decide=rows.held.kind.decisions, build=builder,
+                    form=f"{FORM}{FORM_VERSION}-nncf{nncf.__version__}", suffix=IR_SUFFIX, promote=move_ir)
+    bases = [Int8Recipe(alpha) for alpha in [None, *ecfg.openvino_smooth_alphas]]
+    log(f"[openvino] NNCF INT8: {len(bases)} recipes on {len(rows.held)} held-out training rows "
+        f"({len(calibration)} calibration sentences)")
+    result = search.run(bases, budget_points, ecfg.int8_max_fp32_matmuls)
+    pruned = (f"; the pruned FP32 source alone {100.0 * (search.baseline_metric - search.fp32_metric):+.2f}"
+              if search.pruned else "")
+    log(f"[openvino] {Path(source).stem}: recipe {result.chosen.recipe.name}, held-out drop {result.chosen.drop_points:+.2f} "
+        f"pts ({'within' if result.within_budget else 'OUTSIDE'} the {result.budget_points:g} pt budget{pruned})")
+    copy_ir(Path(result.chosen.path), Path(out_path))
+    return result
+
+
+
+__all__ = ["FORM", "build", "calibration_items", "search_recipe"]

@@ -1,0 +1,136 @@
+"""OpenVINO CPU sessions: ``session(model_path, precision=, threads=)`` returns a ``Session`` with ``name``,
+``input_names`` and ``run(input_ids, token_type_ids) -> float32 logits``, like every backend.
+
+The properties are chosen, not left to the plugin's defaults, and recorded in each bundle (``properties``):
+
+* ``INFERENCE_PRECISION_HINT f32``: on CPUs with AVX512-BF16 or AMX the plugin otherwise computes every
+  float op in bf16 on its own (measured on an AVX512-BF16 EPYC: the TNEWS FP32 model's logits moved by up to
+  0.04, and a text's logits by 4e-3 with its batch mates).  A bf16 form is a precision choice to measure,
+  not a default to inherit.
+* ``DYNAMIC_QUANTIZATION_GROUP_SIZE 0``: no activation scales taken per batch at run time (the plugin does
+  that for weight-compressed FullyConnected layers); a text's answer must not depend on its batch mates.
+* ``NUM_STREAMS 1`` and ``PERFORMANCE_HINT LATENCY``: one request at a time per compiled model, on all its
+  threads, as a Triton instance calls it; ``INFERENCE_NUM_THREADS`` the threads given (Triton instances x
+  threads are chosen by the package stage, as for ONNX Runtime).
+* ``ENABLE_CPU_PINNING false``: each Triton instance is its own process; pinned, two 1-thread instances put
+  their threads on the same core.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import ConfigError, ModelError
+
+INPUT_NAMES = ("input_ids", "token_type_ids")
+OUTPUT_NAME = "logits"
+PRECISIONS = ("fp32", "int8")
+INFERENCE_PRECISIONS = ("f32", "bf16")
+
+
+@dataclass(frozen=True)
+class CpuProperties:
+    threads: int = 0  # 0: OMP_NUM_THREADS (the cores this process may use)
+    inference_precision: str = "f32"
+    streams: int = 1
+    extra: dict = field(default_factory=dict)  # any other CPU property, as given (openvino.properties in a task config)
+
+    def __post_init__(self) -> None:
+        if self.inference_precision not in INFERENCE_PRECISIONS:
+            raise ConfigError(f"openvino.inference_precision: {self.inference_precision!r} is not one of "
+                              f"{', '.join(INFERENCE_PRECISIONS)}")
+
+    def as_dict(self) -> dict[str, object]:
+        """The CPU plugin's property names and values (what ``compile_model`` gets and ``bundle.json`` records)."""
+        props: dict[str, object] = {
+            "INFERENCE_NUM_THREADS": self.threads or int(os.environ.get("OMP_NUM_THREADS", "1")),
+            "NUM_STREAMS": self.streams,
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": self.inference_precision,
+            "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
+            "ENABLE_CPU_PINNING": False,
+        }
+        props.update(self.extra)
+        return props
+
+
+def compile_model(model, properties: dict, where: str):
+    """``Core.compile_model`` on the CPU; a property the plugin refuses is named in one line."""
+    from pipeline.backends.openvino.convert import core, reason
+
+    try:
+        return core().compile_model(model, "CPU", dict(properties))
+    except Exception as exc:
+        bad = _refused_property(properties)
+        if bad is not None:
+            raise ConfigError(f"OpenVINO refuses property {bad[0]}={properties[bad[0]]!r} ({bad[1]})") from None
+        raise ModelError(f"{where}: OpenVINO cannot compile it for the CPU ({type(exc).__name__}: {reason(exc)})") from None
+
+
+def _refused_property(properties: dict) -> tuple[str, str] | None:
+    """(name, reason) of the first property the CPU plugin refuses on its own (each tried on a one-op model:
+    OpenVINO's message does not always name it, e.g. "Could not read number of streams from str: lots")."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from pipeline.backends.openvino.convert import core, reason
+
+    x = ops.parameter([1, 2], ov.Type.f32)
+    probe = ov.Model([ops.relu(x)], [x])
+    for key, value in properties.items():
+        try:
+            core().compile_model(probe, "CPU", {key: value})
+        except Exception as exc:
+            return key, reason(exc)
+    return None
+
+
+class Session:
+    """One compiled model and one infer request (calls are sequential, as a Triton instance makes them)."""
+
+    def __init__(self, model_path: Path, precision: str = "fp32", properties: CpuProperties | None = None,
+                 name: str | None = None):
+        from pipeline.backends.openvino.convert import read_model
+
+        if precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        self.model_path = Path(model_path)
+        self.precision = precision
+        self.properties = properties or CpuProperties()
+        self.name = name or f"openvino-cpu-{precision}"
+        model = read_model(self.model_path)
+        self.input_names = [i.get_any_name() for i in model.inputs]
+        missing = [n for n in INPUT_NAMES if n not in self.input_names]
+        if missing:
+            raise ModelError(f"{self.model_path}: input {missing[0]!r} missing (inputs: {', '.join(self.input_names)})")
+        self._compiled = compile_model(model, self.properties.as_dict(), str(self.model_path))
+        self._output = self._compiled.output(OUTPUT_NAME) if OUTPUT_NAME in _output_names(self._compiled) \
+            else self._compiled.output(0)
+        self._request = self._compiled.create_infer_request()
+
+    def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        feeds = {"input_ids": np.ascontiguousarray(input_ids, dtype=np.int64),
+                 "token_type_ids": np.ascontiguousarray(token_type_ids, dtype=np.int64)}
+        result = self._request.infer(feeds)
+        return np.array(result[self._output], dtype=np.float32)  # a copy: the request's buffer is reused
+
+
+def _output_names(compiled) -> set[str]:
+    return {name for out in compiled.outputs for name in out.get_names()}
+
+
+def session(model_path: Path, *, precision: str = "fp32", threads: int | None = None,
+            properties: CpuProperties | None = None) -> Session:
+    props = properties or CpuProperties(threads=threads or 0)
+    if threads and properties is not None:
+        props = CpuProperties(threads, props.inference_precision, props.streams, dict(props.extra))
+    return Session(Path(model_path), precision, props)
+
+
+def properties_json(props: CpuProperties) -> str:
+    return json.dumps(props.as_dict(), sort_keys=True)
