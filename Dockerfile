@@ -10,9 +10,23 @@
 #   docker build --build-arg TASK=tnews --build-arg ORT_PACKAGE=onnxruntime-gpu -t ernie-bundle-tnews-gpu .
 #   docker run --gpus all ...
 # The python-paddle runtime also needs Paddle Inference:  --build-arg EXTRA_PACKAGES="paddlepaddle==2.6.2"
-# (paddlepaddle-gpu for GPU).  Runtimes onnxruntime (native backend) and fastdeploy need nothing from pip
-# for the model itself; a fastdeploy bundle runs in the FastDeploy serving image instead
-# (registry.baidubce.com/paddlepaddle/fastdeploy:<ver>-cpu-only-21.10 / -gpu-...), same COPY and command.
+# (paddlepaddle-gpu for GPU).  Runtime onnxruntime (native backend) needs nothing from pip for the model itself.
+#
+# FastDeploy's serving image (registry.baidubce.com/paddlepaddle/fastdeploy:1.0.7-cpu-only-21.10, -gpu-...): the
+# only image with Triton's "fastdeploy" backend, so the one where package.runtime fastdeploy bundles run (this image
+# has no such backend).  package.api fastdeploy bundles (FastDeploy's example interface) run in either.  What differs
+# there from this file, none of it tried here (no Docker, no network):
+#   - FROM that image; the server binary is fastdeployserver (Triton 21.10): CMD ["fastdeployserver",
+#     "--model-repository=/models", "--strict-readiness=true", "--exit-on-error=true"] (it listens on all interfaces).
+#   - Its Python is 3.8: pip install "numpy==1.24.4" "tokenizers==0.20.3" (the newest with Python 3.8 wheels; the lock's
+#     0.23.3 has none, so the served token ids are not those of the version tested here: run `make smoke` against it),
+#     and for a python-onnxruntime model step or api fastdeploy's uie "onnxruntime==1.19.2"; python-paddle uses the
+#     image's paddlepaddle.  The bundle's python files parse as Python 3.8 (tests/test_fastdeploy_api.py).
+#   - Its python backend has no TritonError status codes and no pb_utils.Logger: the models fall back to
+#     TritonError(message) and stderr, so a refused request gets its one-line message under the server's default
+#     status instead of INVALID_ARGUMENT / HTTP 400 (serving/model_support.py; tested with a stand-in pb_utils).
+#   - runtime fastdeploy, engine openvino: the bundle ships model.onnx (the QDQ INT8 form, else FP32), never the
+#     export's OpenVINO IR, which FastDeploy's backend cannot open (serving/repository.py choose_model).
 #
 # 24.10 is Triton 2.51, the server that nvidia-pytriton 0.7.0 ships and the tests here run against.
 ARG TRITON_VERSION=24.10

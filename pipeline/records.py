@@ -31,7 +31,6 @@ class StageStatus(str, Enum):
     OK = "OK"  # ran and passed
     CACHED = "CACHED"  # inputs and params unchanged: the earlier OK result is reused
     FAIL = "FAIL"  # ran but failed its gate or raised
-    NOT_IMPLEMENTED = "NOT_IMPLEMENTED"  # declared in the graph, not built yet: says so, never pretends
     NOT_RUN = "NOT_RUN"  # not selected, or an upstream stage did not finish
 
 

@@ -28,14 +28,9 @@ STAGE_LOG = "stage.log"  # beside record.json: the traceback of the last crash
 
 @dataclass
 class RunSummary:
-    rows: list[tuple[str, StageStatus, float, str]]
-    incomplete_reason: str = ""
+    """Every selected stage ran or was cached (a failed stage raises instead, with its own exit code, 1 to 3)."""
 
-    @property
-    def exit_code(self) -> int:
-        """0: every selected stage is done.  A failed stage raises instead (its own exit code, 1 to 3); a stage that
-        is declared but not built leaves the bundle incomplete, which is not success either."""
-        return 1 if self.incomplete_reason else 0
+    rows: list[tuple[str, StageStatus, float, str]]
 
 
 def select_stages(from_: str | None, until: str | None, only: str | None) -> list[str]:
@@ -131,12 +126,11 @@ class Runner:
         # own upstream is not complete does not count (status shows it STALE): its inputs are gone.
         for stage in STAGES[:first]:
             rec = read_record(self.stage_dir(stage.name))
-            if stage.run is None or rec is None or rec.status != StageStatus.OK:
+            if rec is None or rec.status != StageStatus.OK:
                 continue
             if any(d not in done for d in stage.requires):
                 continue
             done[stage.name] = rec
-        incomplete = ""
         for stage in STAGES:
             if stage.name not in selected:
                 continue
@@ -146,13 +140,6 @@ class Runner:
                     f"stage {stage.name!r} needs {', '.join(missing)}, which has not completed; "
                     f"run without --from/--only first"
                 )
-            if stage.run is None:
-                self.log(f"[{stage.name}] NOT IMPLEMENTED yet ({stage.planned_in}): {stage.description}")
-                rows.append((stage.name, StageStatus.NOT_IMPLEMENTED, 0.0, f"planned in {stage.planned_in}"))
-                incomplete = f"stage {stage.name!r} is not implemented yet ({stage.planned_in})"
-                for later in selected[selected.index(stage.name) + 1 :]:
-                    rows.append((later, StageStatus.NOT_RUN, 0.0, f"after {stage.name}"))
-                break
             upstream = {d: done[d] for d in stage.requires}
             key, params, inputs = self.current_key(stage, upstream)
             rec = read_record(self.stage_dir(stage.name))
@@ -164,7 +151,7 @@ class Runner:
             rec = self._run_stage(stage, key, params, inputs, upstream)
             rows.append((stage.name, rec.status, rec.duration_s, rec.message or _fmt_metrics(rec.metrics)))
             done[stage.name] = rec
-        return RunSummary(rows, incomplete)
+        return RunSummary(rows)
 
     def _run_stage(self, stage: Stage, key: str, params: dict, inputs: dict, upstream: dict[str, StageRecord]) -> StageRecord:
         sdir = self.stage_dir(stage.name)
@@ -230,9 +217,6 @@ class Runner:
         done: dict[str, StageRecord] = {}
         stale: set[str] = set()
         for stage in STAGES:
-            if stage.run is None:
-                rows.append((stage.name, StageStatus.NOT_IMPLEMENTED.value, 0.0, f"planned in {stage.planned_in}"))
-                continue
             rec = read_record(self.stage_dir(stage.name))
             if rec is None:
                 rows.append((stage.name, "-", 0.0, "not run" + (" (interrupted; will resume)" if (self.stage_dir(stage.name) / "work").exists() else "")))

@@ -23,9 +23,8 @@ class Stage:
     requires: tuple[str, ...]
     params: Callable[["TaskConfig"], dict]
     inputs: Callable[["TaskConfig"], dict[str, str]]  # external inputs -> content hash (cheap: no parsing)
-    run: Callable | None  # (StageContext) -> StageResult; None: declared but not built yet
+    run: Callable  # (StageContext) -> StageResult
     version: str = "1"  # bump when the stage's logic changes what it produces
-    planned_in: str = ""  # for stages not built yet: where they are tracked
     # Raises UserInputError when the config cannot work for this stage; called for every selected
     # stage before the first one runs, so a run never fails at its end on something knowable at its start.
     check: Callable[["TaskConfig"], None] | None = None

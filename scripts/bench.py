@@ -8,7 +8,7 @@ Reads a finished export (``runs/<task>/export/out``) and measures, side by side:
 * ``anchor``                  ``quantize_dynamic(per_channel=True, QInt8)`` of that same FP32 ONNX, built
                               here: what any user gets with one line, per-batch activation scales;
 * ``anchor-reduce_range``     the same with 7-bit weights;
-* ``shipped-int8``            ``onnx/int8.onnx`` (its recipe named), and ``int8-qdq`` (TensorRT form);
+* ``onnxruntime-int8``        ``onnx/int8.onnx`` (its width and recipe named), and ``int8-qdq`` (TensorRT form);
 * ``pruned-w*``               each DynaBERT-pruned candidate compress measured in ONNX Runtime (FP32, and INT8
                               with its own searched recipe); after a Paddle-runtime compress, each pruned model
                               compress kept, in FP32 and with the shipped recipe;
@@ -34,9 +34,9 @@ import pipeline  # noqa: F401,E402  (before paddle)
 
 
 def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: Path, cfg, tok, data, kind,
-                 shipped: str | None = None) -> dict[str, Path]:
-    """The shipped recipe on ``unpruned_fp32`` (when the shipped model is pruned), and the pruned candidates
-    (``shipped``, the selected one, is already a row)."""
+                 shipped: float | None = None) -> dict[str, Path]:
+    """The shipped recipe on ``unpruned_fp32`` (when the shipped model is pruned), and compress's pruned ONNX Runtime
+    candidates (``shipped``: the export's width, whose INT8 form is already a row)."""
     from pipeline.backends.onnxruntime import calibration_feeds, export_onnx
     from pipeline.backends.paddle_inference import export_static
     from pipeline.int8.recipe import build
@@ -48,11 +48,12 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
     feeds = calibration_feeds(calib, cfg.export.calibration_batch_size)
     if unpruned_fp32 is not None:  # what pruning adds on top of the same recipe
         ranges = activation_ranges(unpruned_fp32, feeds, tok.pad_id)
-        forms[f"unpruned-int8 ({recipe.name})"] = build(unpruned_fp32, work / "unpruned-int8.onnx", ranges, recipe,
+        forms[f"onnxruntime-int8 (unpruned, {recipe.name})"] = build(unpruned_fp32, work / "unpruned-int8.onnx", ranges, recipe,
                                                           embeddings=cfg.export.int8_embeddings)
     table = compress_out / "candidates.json"
     rows = json.loads(table.read_text(encoding="utf-8"))["candidates"] if table.is_file() else []
-    onnx_rows = [r for r in rows if r.get("model_path") and r["width_mult"] < 1.0 and r["name"] != shipped]
+    onnx_rows = [r for r in rows if r.get("model_path") and r["width_mult"] < 1.0 and r.get("runtime") == "onnxruntime"
+                 and not (r["width_mult"] == shipped and r["quantization"] != "none")]  # the export's own ORT INT8 is a row
     if onnx_rows:  # compress judged in ONNX Runtime: its pruned candidates, each with its own searched recipe
         for r in onnx_rows:
             recipe_name = (r["settings"].get("int8_recipe") or {}).get("name")
@@ -98,6 +99,19 @@ def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, width
     return forms
 
 
+def _shipped_row(runs: Path, models: dict[str, Path], export_dir: Path) -> str | None:
+    """The row of the model the bundle serves: validate's chosen backend's export file."""
+    from pipeline.backends.registry import by_name
+
+    metrics = runs / "validate" / "out" / "metrics.json"
+    try:
+        runtime = by_name(json.loads(metrics.read_text(encoding="utf-8")).get("chosen_backend"))
+    except (OSError, ValueError):
+        return None
+    target = runtime.artifact(export_dir) if runtime else None
+    return next((name for name, path in models.items() if target is not None and Path(path) == target), None)
+
+
 def _session(name: str, path: Path):
     """OpenVINO for its rows (the IR forms, and the FP32 ONNX under its openvino name), ONNX Runtime otherwise."""
     if name == OPENVINO_FP32 or Path(path).suffix == ".xml":
@@ -133,16 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.evaluation import interleaved_throughput
     from pipeline.validation.benchmark import path_bytes
 
-    runs = Path(args.runs_dir) / args.task
+    overrides = {"data.dir": str(Path(args.data_dir).resolve())} if args.data_dir else {}
+    try:
+        cfg = load_task_config(args.task, overrides)  # a task name or a task YAML; runs/<its task name>
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    runs = Path(args.runs_dir) / cfg.task
     export_dir = runs / "export" / "out"
     if not (export_dir / "meta.json").is_file():
         print(f"error: {export_dir}/meta.json: no finished export; run `make bundle TASK={args.task}` first", file=sys.stderr)
-        return 2
-    overrides = {"data.dir": str(Path(args.data_dir).resolve())} if args.data_dir else {}
-    try:
-        cfg = load_task_config(args.task, overrides)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         meta = ExportManifest.read(export_dir / ExportManifest.FILE)
@@ -163,10 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     models = {"ort-fp32": fp32, "anchor": ortb.quantize_anchor(fp32, work / "anchor.onnx"),
               "anchor-reduce_range": ortb.quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
               f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": export_dir / "onnx" / "int8_qdq.onnx",
-              f"shipped-int8 ({f'w{width:g}, ' if width < 1.0 else ''}{shipped_name})": export_dir / "onnx" / "int8.onnx"}
+              f"onnxruntime-int8 ({f'w{width:g}' if width < 1.0 else 'unpruned'}, {shipped_name})": export_dir / "onnx" / "int8.onnx"}
     models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind,
-                               shipped=meta.selected_candidate.get("name")))
+                               shipped=width))
     models.update(openvino_forms(runs / "compress" / "out", export_dir, meta, fp32, width))
+    shipped = _shipped_row(runs, models, export_dir)
 
     print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
     sessions = {name: _session(name, path) for name, path in models.items()}
@@ -175,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, path in models.items():
         vs_fp32, vs_anchor = timing.ratio(name, "ort-fp32"), timing.ratio(name, "anchor")
-        rows.append({"form": name, "metric": scores[name], "drop_points": 100 * (scores["ort-fp32"] - scores[name]),
+        rows.append({"form": name, "shipped": name == shipped, "metric": scores[name], "drop_points": 100 * (scores["ort-fp32"] - scores[name]),
                      "sequences_per_s": timing.median(name), "x_fp32": vs_fp32[0], "x_fp32_range": vs_fp32[1:],
                      "x_anchor": vs_anchor[0], "x_anchor_range": vs_anchor[1:],
                      "anchor_within_noise": timing.within_noise(name, "anchor"), "mb": path_bytes(path) / 2**20})
@@ -185,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|---|---|"]
     for r in rows:
         noise = " (within noise)" if r["anchor_within_noise"] and r["form"] != "anchor" else ""
-        lines.append(f"| {r['form']} | {r['metric']:.4f} | {r['drop_points']:+.2f} | {r['x_fp32']:.2f} "
+        lines.append(f"| {'**' + r['form'] + '** (shipped)' if r['shipped'] else r['form']} | {r['metric']:.4f} | {r['drop_points']:+.2f} | {r['x_fp32']:.2f} "
                      f"[{r['x_fp32_range'][0]:.2f}–{r['x_fp32_range'][1]:.2f}] | {r['x_anchor']:.2f} "
                      f"[{r['x_anchor_range'][0]:.2f}–{r['x_anchor_range'][1]:.2f}]{noise} | {r['mb']:.1f} |")
     print("\n".join(lines[4:]))

@@ -43,10 +43,6 @@ def _hf_bert(vocab: Path, lowercase: bool):
     return BertWordPieceTokenizer(str(vocab), lowercase=lowercase, handle_chinese_chars=True)
 
 
-def _body(enc_ids, enc_offsets, paddle_ids, paddle_offsets) -> bool:
-    return list(enc_ids) == list(paddle_ids) and [tuple(o) for o in enc_offsets] == [tuple(o) for o in paddle_offsets]
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=str(ROOT / "../shared/models/tnews-e5mini6-ft"))

@@ -13,6 +13,13 @@ from pathlib import Path
 import numpy as np
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax in float64 (the served confidences are these, rounded to float32 once)."""
+    z = logits.astype(np.float64)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
 class Labels:
     """labels.json (JSON lines ``{"label", "label_desc"}``) in model output order, as byte strings."""
 
@@ -26,9 +33,7 @@ class Labels:
 
     def outputs(self, logits: np.ndarray, top_k: int) -> dict[str, np.ndarray]:
         """Output tensor name -> array for ``logits`` [B, C]."""
-        z = logits.astype(np.float64)
-        z = np.exp(z - z.max(axis=-1, keepdims=True))
-        probs = z / z.sum(axis=-1, keepdims=True)
+        probs = softmax(logits)
         best = logits.argmax(axis=-1)
         top = np.argsort(-logits, axis=-1, kind="stable")[:, :top_k]
         rows = np.arange(len(best))
@@ -40,3 +45,12 @@ class Labels:
             "topk_label": self.labels[top],
             "topk_prob": np.take_along_axis(probs, top, axis=-1).astype(np.float32),
         }
+
+
+def index_outputs(logits: np.ndarray) -> dict[str, np.ndarray]:
+    """``package.api: fastdeploy`` (ernie_seqcls): ``label``, the class index in labels.json order (int64 [B]), and
+    ``confidence``, its softmax probability (float32 [B]).  [B], not [B, 1]: FastDeploy's post-processing answers
+    argmax(-1) and its client compares ``labels == ret["label"]`` element by element."""
+    probs = softmax(logits)
+    best = logits.argmax(axis=-1)
+    return {"label": best.astype(np.int64), "confidence": probs[np.arange(len(best)), best].astype(np.float32)}

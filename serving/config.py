@@ -33,6 +33,10 @@ KINDS = ("CPU", "GPU")
 # model-only), ensemble 393 (0.87x); c=4 463 vs 379.
 LAYOUTS = ("auto", "ensemble", "fused")
 VERSION_POLICIES = ("latest", "all")
+# The served interface: ernie-bundle (ours: label codes, descriptions, probabilities, top-k, JSON entities/spans) or
+# fastdeploy (the model names, tensors and payloads of FastDeploy's ERNIE 3.0 and UIE serving examples, so their
+# clients work unchanged; serving/fastdeploy_api.py has the whole contract).
+APIS = ("ernie-bundle", "fastdeploy")
 
 
 def _cores() -> int:
@@ -65,15 +69,17 @@ class PackageConfig:
     # Measured on the tiny model, 2 cores, gRPC: 0 µs gave 636 req/s at concurrency 1 and 1372 at 16;
     # 2000 µs gave 98 and 981 (each of the three batched models in the ensemble waits).
     max_queue_delay_microseconds: int = 0
-    # 0: one instance per core of the packaging machine on CPU (1 on GPU), each with cores/instances intra-op
-    # threads.  Measured on the real TNEWS bundle (2 cores, perf_analyzer, c=16): 2 instances x 1 thread
-    # served 363 req/s, 1 x 2 threads 306; at c=1 the single 2-thread instance has the lower latency.
+    # 0: on CPU, ONNX Runtime gets one instance per core of the packaging machine and OpenVINO one instance with
+    # every core (1 on GPU); each instance cores/instances intra-op threads.  Chosen by make perf on the TNEWS
+    # bundle (MEASUREMENTS.md): ORT served more with 2 instances x 1 thread, OpenVINO with 1 x 2 at every
+    # concurrency (its batches grow larger and its threads split one GEMM better than two processes share cores).
     instance_count: int = 0
     kind: str = "CPU"
     threads: int = 0  # intra-op threads of each in-process engine instance; 0: cores / instances (see above)
     version_policy: str = "latest"
     top_k: int = 3
     max_text_bytes: int = 65536  # longer texts are refused per request (they would be truncated anyway)
+    api: str = "ernie-bundle"  # one of APIS; the task kinds fastdeploy covers are checked with the task (pipeline.config)
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -95,6 +101,8 @@ class PackageConfig:
             )
         if self.runtime == "fastdeploy" and self.fastdeploy_engine == "tensorrt" and self.kind != "GPU":
             raise _config_error("package.fastdeploy_engine: tensorrt needs kind: GPU")
+        if self.api not in APIS:
+            raise _config_error(f"package.api: {self.api!r} is not one of {', '.join(APIS)}")
         if self.kind not in KINDS:
             raise _config_error(f"package.kind: {self.kind!r} is not one of {', '.join(KINDS)}")
         if self.version_policy not in VERSION_POLICIES:
@@ -114,17 +122,21 @@ class PackageConfig:
 
     def layout_for(self, task_type: str) -> str:
         """The layout a bundle of ``task_type`` gets: ``layout``, or with auto fused for classification on a
-        python runtime (the one kind whose three steps fit one batched model) and ensemble otherwise."""
+        python runtime (the one kind whose three steps fit one batched model) and ensemble otherwise.  FastDeploy's
+        uie (api fastdeploy) is one python model: fused (serving.fastdeploy_api refuses an explicit ensemble)."""
+        if self.api == "fastdeploy" and task_type == "uie":
+            return "fused"
         if self.layout != "auto":
             return self.layout
         return "fused" if task_type == "classification" and self.backend == "python" else "ensemble"
 
     @property
     def instances(self) -> int:
-        """Instances per model: ``instance_count``, or with 0 one per core here on CPU and 1 on GPU."""
+        """Instances per model: ``instance_count``, or with 0: 1 on GPU; on CPU one per core here for ONNX Runtime and
+        the other engines, one with every core for OpenVINO (see ``instance_count``)."""
         if self.instance_count:
             return self.instance_count
-        return 1 if self.kind == "GPU" else _cores()
+        return 1 if self.kind == "GPU" or self.engine == "openvino" else _cores()
 
     @property
     def engine_threads(self) -> int:

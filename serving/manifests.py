@@ -12,8 +12,11 @@ The built-in objects are ``kubernetes.client`` models; ServiceMonitor (Prometheu
 InferenceService (KServe) are custom resources, written as the dataclasses below (the ``kserve`` SDK
 pins versions of protobuf, pandas and httpx this project cannot take).  Every object is checked:
 built-in kinds against the Kubernetes OpenAPI schemas ``kubernetes-validate`` ships (strict: unknown
-fields are errors), the InferenceService's predictor container as a Pod's container under the same
-schemas plus the fields KServe requires, the ServiceMonitor's required fields.
+fields are errors), the InferenceService and the ServiceMonitor against their CRDs' schemas, vendored in
+``serving/schemas/`` and made as strict (``serving.crd_schemas``).
+
+The Helm chart ``serving/chart/ernie-bundle`` renders the same objects: the render command also writes
+``helm-values.yaml``, the values that make it render this bundle's (``serving.helm_chart``).
 
 Sizes come from the bundle: the CPU request is the cores its instances and engine threads were
 validated with (``bundle.json`` ``package.instances`` x ``package.engine_threads``), memory 1 GiB plus
@@ -30,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from serving import crd_schemas
 from serving.config import DeployConfig
+from serving.helm_chart import CHART_DIR, VALUES_FILE
 
 KUBERNETES_FILE = "kubernetes.yaml"
 KSERVE_FILE = "kserve.yaml"
@@ -272,29 +277,12 @@ def validate(builtin: list[dict], custom: list[dict], version: str) -> list[Chec
         problem = _schema_check(obj, version)
         checks.append(Check(obj["kind"], obj["metadata"]["name"], not problem, problem or f"Kubernetes {version} schema, strict"))
     for obj in custom:
-        problems = []
-        if obj["kind"] == "InferenceService":
-            pred = obj["spec"].get("predictor", {})
-            model = dict(pred.get("model", {}))
-            for key in ("modelFormat", "storageUri"):
-                if not model.get(key):
-                    problems.append(f"spec.predictor.model.{key} missing")
-            if not 0 <= pred.get("minReplicas", 0) <= pred.get("maxReplicas", 1):
-                problems.append("spec.predictor: minReplicas > maxReplicas")
-            # The model spec is a Container plus KServe's fields: its container part must be a valid Container.
-            container = {k: v for k, v in model.items() if k not in ("modelFormat", "protocolVersion", "storageUri", "runtime")}
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"},
-                   "spec": {"containers": [{"name": "kserve-container", "image": "kserve-runtime", **container}]}}
-            problem = _schema_check(pod, version)
-            if problem:
-                problems.append(f"spec.predictor.model as a Container: {problem}")
-            detail = "KServe fields + predictor container against the Kubernetes schema"
-        else:  # ServiceMonitor
-            spec = obj.get("spec", {})
-            if not spec.get("selector") or not spec.get("endpoints") or not all(e.get("port") for e in spec["endpoints"]):
-                problems.append("spec.selector and spec.endpoints[].port are required")
-            detail = "required fields"
-        checks.append(Check(obj["kind"], obj["metadata"]["name"], not problems, "; ".join(problems) or detail))
+        problem = crd_schemas.check(obj)
+        pred = obj.get("spec", {}).get("predictor", {}) if obj.get("kind") == "InferenceService" else {}
+        if not problem and pred.get("minReplicas", 0) > pred.get("maxReplicas", math.inf):
+            problem = "spec/predictor: minReplicas > maxReplicas"  # KServe's webhook rule; a schema cannot say it
+        checks.append(Check(obj.get("kind", "?"), obj.get("metadata", {}).get("name", "?"), not problem,
+                            problem or crd_schemas.described(obj)))
     return checks
 
 
@@ -313,8 +301,36 @@ class Written:
                 "sizing": dataclasses.asdict(self.sizing)}
 
 
-def write(out_dir: Path, task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> Written:
-    """Build, validate and write the manifests into ``out_dir``; nothing is written unless every object is valid."""
+def chart_values(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> dict:
+    """The chart values for ``task``'s bundle: every value ``serving.manifests.build`` reads, filled in the same way,
+    so the chart (``serving.helm_chart``) renders the same objects."""
+    object_name(task)  # ManifestError for a task whose objects' name Kubernetes would refuse
+    size = sizing(bundle, bundle_bytes, cfg)
+    return {"task": task, "namespace": cfg.namespace, "image": cfg.image.format(task=task),
+            "replicas": {"min": cfg.min_replicas, "max": cfg.max_replicas},
+            "resources": {"cpu": size.cpu, "memory": size.memory},
+            "bundle": {"claim": cfg.bundle_claim, "storageUri": cfg.storage_uri.format(task=task)},
+            "autoscaling": {"enabled": True, "targetCPUUtilization": cfg.target_cpu_utilization,
+                            "queueTimeMetric": cfg.queue_time_metric},
+            "monitoring": {"enabled": True, "interval": ServiceMonitor.interval},
+            "kserve": {"enabled": False}}
+
+
+def chart_values_yaml(vals: dict, why: str) -> str:
+    """The values file's text: a header saying where it came from and how to render it, then the values."""
+    import yaml
+
+    return (f"# ernie-bundle {vals['task']}: chart values written by serving.manifests from the bundle's bundle.json\n"
+            f"#   helm template {object_name(vals['task'])} serving/chart/ernie-bundle -f {VALUES_FILE}"
+            " [--set kserve.enabled=true]\n"
+            f"# {why}\n" + yaml.safe_dump(vals, sort_keys=False, allow_unicode=True))
+
+
+def write(out_dir: Path, task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig,
+          helm_values: bool = False) -> Written:
+    """Build, validate and write the manifests into ``out_dir``; nothing is written unless every object is valid.
+    ``helm_values``: also the chart values that render the same objects (``serving.helm_chart``); the bundle
+    itself does not carry them, as it does not carry the chart."""
     import yaml
 
     builtin, custom, size = build(task, bundle, bundle_bytes, cfg)
@@ -324,18 +340,23 @@ def write(out_dir: Path, task: str, bundle: dict, bundle_bytes: int, cfg: Deploy
         raise ManifestError("; ".join(c.line() for c in bad))
     out_dir = Path(out_dir)
     header = (f"# ernie-bundle {task}: generated by serving.manifests from the bundle's bundle.json; validated against "
-              f"the Kubernetes {cfg.kubernetes_version} schemas.\n# {size.why}\n")
+              f"the Kubernetes {cfg.kubernetes_version} schemas and the KServe / Prometheus operator CRD schemas.\n"
+              f"# {size.why}\n")
     k8s = builtin + [o for o in custom if o["kind"] == "ServiceMonitor"]
+    texts = {name: header + yaml.safe_dump_all(objs, sort_keys=False, allow_unicode=True)
+             for name, objs in ((KUBERNETES_FILE, k8s), (KSERVE_FILE, [o for o in custom if o["kind"] == "InferenceService"]))}
+    if helm_values:
+        texts[VALUES_FILE] = chart_values_yaml(chart_values(task, bundle, bundle_bytes, cfg), size.why)
     files = []
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name, objs in ((KUBERNETES_FILE, k8s), (KSERVE_FILE, [o for o in custom if o["kind"] == "InferenceService"])):
+        for name, text in texts.items():
             path = out_dir / name
             if path.is_dir():
                 raise ManifestError(f"{path}: a directory is in the way of the manifest file")
             tmp = path.with_name(path.name + ".partial")
             try:
-                tmp.write_text(header + yaml.safe_dump_all(objs, sort_keys=False, allow_unicode=True), encoding="utf-8")
+                tmp.write_text(text, encoding="utf-8")
                 tmp.replace(path)
             finally:
                 tmp.unlink(missing_ok=True)
@@ -349,7 +370,7 @@ def write(out_dir: Path, task: str, bundle: dict, bundle_bytes: int, cfg: Deploy
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Render a bundle's Kubernetes / KServe manifests again, for other values.")
     p.add_argument("--bundle", required=True, help="the bundle directory (model_repository/<task>)")
-    p.add_argument("--out", required=True, help="where to write kubernetes.yaml and kserve.yaml")
+    p.add_argument("--out", required=True, help="where to write kubernetes.yaml, kserve.yaml and helm-values.yaml")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="deploy.<key>=<value>, repeatable")
     args = p.parse_args(argv)
     from pipeline.config import section_from_overrides
@@ -366,13 +387,16 @@ def main(argv: list[str] | None = None) -> int:
                                 "would refuse the bundle after this; write them elsewhere (make manifests: runs/<task>/deploy)")
         manifest = verify_bundle(bundle_dir, allow_bytecode=True)  # a bundle that is not the one packaged gets no manifests
         cfg = section_from_overrides(DeployConfig, "deploy", args.set)
-        written = write(Path(args.out), manifest["task"], manifest, bundle_bytes(bundle_dir), cfg)
+        written = write(Path(args.out), manifest["task"], manifest, bundle_bytes(bundle_dir), cfg, helm_values=True)
     except (BundleIntegrityError, ManifestError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for c in written.checks:
         print(c.line())
     print(f"wrote {', '.join(str(f) for f in written.files)}")
+    chart = CHART_DIR.relative_to(Path.cwd()) if CHART_DIR.is_relative_to(Path.cwd()) else CHART_DIR
+    print(f"the same objects from the Helm chart: helm template {object_name(manifest['task'])} {chart} "
+          f"-f {Path(args.out) / VALUES_FILE} (--set kserve.enabled=true: the InferenceService)")
     return 0
 
 

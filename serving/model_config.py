@@ -28,16 +28,22 @@ model names, with other tensors:
       <task>_tokenizer    -> input_ids, token_type_ids [W, T], offsets [W, T, 2], window_example [W]  (pair n * P + p)
       <task>_model        -> logits [W, T, 2]
       <task>_postprocess  logits + offsets + window_example + text + schema -> results  (spans.decode_spans)
+
+With package.api fastdeploy the names clients see are FastDeploy's (serving/fastdeploy_api.py): the models are
+named after ernie_seqcls / ernie_tokencls (BundleShape.task is that name), the ensembles' own tensors are INPUT ->
+label + confidence / OUTPUT, and uie is one python model (INPUT_0, INPUT_1 -> OUTPUT_0) running the engine itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serving import fastdeploy_api as fd
 from serving.config import PackageConfig, _config_error
 
 TEXT = "text"
@@ -106,6 +112,10 @@ class BundleShape:
     max_span_len: int = 0
     # The engine's own settings as validated (OpenVINO: its CPU properties, JSON; threads come from the package)
     engine_properties: str = ""
+    # The model file's output tensor: native backends (onnxruntime, fastdeploy) match config names to the file's
+    # (serving/model_io.py reads it); python runners always answer "logits".
+    model_output: str = LOGITS
+    schema: tuple[str, ...] = ()  # uie: the prompts the model was trained with (FastDeploy api: the first schema)
 
 
 def _tensor(cls, name: str, dtype: int, dims: list[int], max_batch_size: int):
@@ -167,7 +177,7 @@ def model_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
         _inp(TOKEN_TYPE_IDS, mc.TYPE_INT64, [-1], pc, allow_ragged_batch=ragged and bool(pc.max_batch_size)),
     ])
     per_token = shape.task_type != CLASSIFICATION
-    cfg.output.append(_out(LOGITS, mc.TYPE_FP32, [-1, shape.num_labels] if per_token else [shape.num_labels], pc))
+    cfg.output.append(_out(_model_output(shape, pc), mc.TYPE_FP32, [-1, shape.num_labels] if per_token else [shape.num_labels], pc))
     _common(cfg, pc)
     if pc.backend == "python":
         cfg.backend = "python"
@@ -202,10 +212,23 @@ def model_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
         if pc.fastdeploy_engine == "paddle":
             acc.parameters["use_mkldnn"] = "1"
         if pc.fastdeploy_engine == "openvino":
+            # FastDeploy's openvino takes cpu_threads as the total over all instances (serving/docs/EN/
+            # model_configuration-en.md), num_streams one per instance
+            acc.parameters["cpu_threads"] = str(pc.engine_threads * pc.instances)
             acc.parameters["num_streams"] = str(pc.instances)
     else:  # pragma: no cover - PackageConfig validates runtime
         raise AssertionError(pc.runtime)
     return cfg
+
+
+def _model_output(shape: BundleShape, pc: PackageConfig) -> str:
+    """The model step's output tensor name (see BundleShape.model_output)."""
+    return LOGITS if pc.backend == "python" else shape.model_output
+
+
+def _api_params(cfg: mc.ModelConfig, pc: PackageConfig) -> None:
+    if pc.api != "ernie-bundle":  # the python models default to ours: configs of our API stay as they were
+        _param(cfg, "api", pc.api)
 
 
 def postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
@@ -217,10 +240,13 @@ def postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     _common(cfg, pc)
     cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
     _param(cfg, "top_k", k)
+    _api_params(cfg, pc)
     return cfg
 
 
 def _outputs(shape: BundleShape, pc: PackageConfig, k: int) -> list[mc.ModelOutput]:
+    if pc.api == fd.API:  # FastDeploy's ernie_seqcls: the class index and its probability
+        return [_out(LABEL, mc.TYPE_INT64, [1], pc), _out(CONFIDENCE, mc.TYPE_FP32, [1], pc)]
     return [
         _out(LABEL, mc.TYPE_STRING, [1], pc),
         _out(LABEL_DESC, mc.TYPE_STRING, [1], pc),
@@ -232,41 +258,50 @@ def _outputs(shape: BundleShape, pc: PackageConfig, k: int) -> list[mc.ModelOutp
 
 
 def _chain(cfg: mc.ModelConfig, names: "ModelNames", inputs: tuple[str, ...], extras: tuple[str, ...],
-           to_post: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+           to_post: tuple[str, ...], outputs: tuple[str, ...], model_output: str = LOGITS,
+           public: dict[str, str] | None = None) -> None:
     """The ensemble's steps: tokenizer(inputs) -> model(ids, types) -> postprocess(logits, extras, to_post).
 
     ``extras``: pre-processing outputs only the post-processing reads (token offsets, window owners);
-    ``to_post``: ensemble inputs the post-processing also reads (the original text or passage).
+    ``to_post``: ensemble inputs the post-processing also reads (the original text or passage);
+    ``model_output``: the model step's output tensor; ``public``: step tensor -> the ensemble's own name where they
+    differ (FastDeploy's API: text is INPUT, entities are OUTPUT).
     """
+    public = public or {}
     steps = cfg.ensemble_scheduling.step
     tok = steps.add(model_name=names.tokenizer, model_version=-1)
     for name in inputs:
-        tok.input_map[name] = name
+        tok.input_map[name] = public.get(name, name)
     for name in (INPUT_IDS, TOKEN_TYPE_IDS, *extras):
         tok.output_map[name] = f"_{name}"
     run = steps.add(model_name=names.model, model_version=-1)
     run.input_map[INPUT_IDS] = f"_{INPUT_IDS}"
     run.input_map[TOKEN_TYPE_IDS] = f"_{TOKEN_TYPE_IDS}"
-    run.output_map[LOGITS] = f"_{LOGITS}"
+    run.output_map[model_output] = f"_{LOGITS}"
     post = steps.add(model_name=names.postprocess, model_version=-1)
     post.input_map[LOGITS] = f"_{LOGITS}"
     for name in extras:
         post.input_map[name] = f"_{name}"
     for name in to_post:
-        post.input_map[name] = name
+        post.input_map[name] = public.get(name, name)
     for name in outputs:
-        post.output_map[name] = name
+        post.output_map[name] = public.get(name, name)
 
 
 def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     names = ModelNames(shape.task)
     k = min(pc.top_k, shape.num_labels)
     cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
-    cfg.input.append(_inp(TEXT, mc.TYPE_STRING, [1], pc))
+    cfg.input.append(_inp(_text_input(pc), mc.TYPE_STRING, [1], pc))
     cfg.output.extend(_outputs(shape, pc, k))
     _common(cfg, pc, scheduled=False)
-    _chain(cfg, names, (TEXT,), (), (), (LABEL, LABEL_DESC, CONFIDENCE, PROBS, TOPK_LABEL, TOPK_PROB))
+    _chain(cfg, names, (TEXT,), (), (), tuple(o.name for o in cfg.output), _model_output(shape, pc), {TEXT: _text_input(pc)})
     return cfg
+
+
+def _text_input(pc: PackageConfig) -> str:
+    """The text input's name where clients send it: ``text``, FastDeploy's ``INPUT``."""
+    return fd.INPUT if pc.api == fd.API else TEXT
 
 
 def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
@@ -275,9 +310,12 @@ def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     names = ModelNames(shape.task, fused=True)
     k = min(pc.top_k, shape.num_labels)
     cfg = mc.ModelConfig(name=names.ensemble, backend="python")
-    cfg.input.append(_inp(TEXT, mc.TYPE_STRING, [1], pc))
+    cfg.input.append(_inp(_text_input(pc), mc.TYPE_STRING, [1], pc))
     cfg.output.extend(_outputs(shape, pc, k))
     _common(cfg, pc)
+    _api_params(cfg, pc)
+    if pc.api == fd.API:
+        _param(cfg, "text_input", fd.INPUT)
     for key, value in (("max_seq_len", shape.max_seq_len), ("max_text_bytes", pc.max_text_bytes), ("top_k", k),
                        ("engine", pc.engine), ("model_file", shape.model_file), ("threads", pc.engine_threads),
                        ("pad_id", shape.pad_id)):
@@ -310,16 +348,18 @@ def ner_postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelCon
     cfg.output.append(_out(ENTITIES, mc.TYPE_STRING, [1], pc))
     _common(cfg, pc)
     cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    _api_params(cfg, pc)  # fastdeploy: FastDeploy's {'pos', 'label'} rows, [B]
     return cfg
 
 
 def ner_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     names = ModelNames(shape.task)
+    public = {TEXT: fd.INPUT, ENTITIES: fd.OUTPUT} if pc.api == fd.API else {}
     cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
-    cfg.input.append(_inp(TEXT, mc.TYPE_STRING, [1], pc))
-    cfg.output.append(_out(ENTITIES, mc.TYPE_STRING, [1], pc))
+    cfg.input.append(_inp(public.get(TEXT, TEXT), mc.TYPE_STRING, [1], pc))
+    cfg.output.append(_out(public.get(ENTITIES, ENTITIES), mc.TYPE_STRING, [1], pc))
     _common(cfg, pc, scheduled=False)
-    _chain(cfg, names, (TEXT,), (OFFSETS,), (TEXT,), (ENTITIES,))
+    _chain(cfg, names, (TEXT,), (OFFSETS,), (TEXT,), (ENTITIES,), _model_output(shape, pc), public)
     return cfg
 
 
@@ -394,7 +434,8 @@ def mrc_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
     cfg.input.extend([_inp(QUESTION, mc.TYPE_STRING, [], pc0), _inp(CONTEXT, mc.TYPE_STRING, [], pc0)])
     cfg.output.extend(_mrc_outputs(pc0))
     _common(cfg, pc0, scheduled=False)
-    _chain(cfg, names, (QUESTION, CONTEXT), (OFFSETS, WINDOW_EXAMPLE), (CONTEXT,), (ANSWER, START, END, SCORE))
+    _chain(cfg, names, (QUESTION, CONTEXT), (OFFSETS, WINDOW_EXAMPLE), (CONTEXT,), (ANSWER, START, END, SCORE),
+           _model_output(shape, pc))
     return cfg
 
 
@@ -430,12 +471,36 @@ def uie_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
     cfg.input.extend([_inp(TEXT, mc.TYPE_STRING, [], pc0), _inp(SCHEMA, mc.TYPE_STRING, [], pc0)])
     cfg.output.append(_out(RESULTS, mc.TYPE_STRING, [-1], pc0))
     _common(cfg, pc0, scheduled=False)
-    _chain(cfg, names, (TEXT, SCHEMA), (OFFSETS, WINDOW_EXAMPLE), (TEXT, SCHEMA), (RESULTS,))
+    _chain(cfg, names, (TEXT, SCHEMA), (OFFSETS, WINDOW_EXAMPLE), (TEXT, SCHEMA), (RESULTS,), _model_output(shape, pc))
+    return cfg
+
+
+def uie_fastdeploy_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    """package.api fastdeploy: FastDeploy's ``uie``, one python model (max_batch_size 1, INPUT_0 / INPUT_1 -> OUTPUT_0,
+    dims [1]) that windows, runs the engine in-process and decodes; a relation schema needs the spans of one level
+    before it can ask the next, which an ensemble cannot loop over."""
+    names = ModelNames(shape.task, fused=True)
+    pc1 = dataclasses.replace(pc, max_batch_size=fd.UIE_MAX_BATCH_SIZE, preferred_batch_size=1)
+    cfg = mc.ModelConfig(name=names.ensemble, backend="python")
+    cfg.input.extend([_inp(fd.UIE_TEXTS, mc.TYPE_STRING, [1], pc1), _inp(fd.UIE_SCHEMA, mc.TYPE_STRING, [1], pc1)])
+    cfg.output.append(_out(fd.UIE_RESULTS, mc.TYPE_STRING, [1], pc1))
+    _common(cfg, pc1)
+    cfg.ClearField("dynamic_batching")  # as FastDeploy's: one request at a time (nothing to merge at batch size 1)
+    for key, value in (("engine", pc.engine), ("model_file", shape.model_file), ("threads", pc.engine_threads),
+                       ("pad_id", shape.pad_id), ("max_seq_len", shape.max_seq_len), ("doc_stride", shape.doc_stride),
+                       ("max_prompt_len", shape.max_prompt_len), ("position_prob", shape.position_prob),
+                       ("max_span_len", shape.max_span_len), ("max_text_bytes", pc.max_text_bytes),
+                       ("max_items", pc.max_batch_size), ("schema", json.dumps(list(shape.schema), ensure_ascii=False))):
+        _param(cfg, key, value)
+    if shape.engine_properties:
+        _param(cfg, "engine_properties", shape.engine_properties)
     return cfg
 
 
 def all_configs(shape: BundleShape, pc: PackageConfig) -> dict[str, mc.ModelConfig]:
     if pc.layout_for(shape.task_type) == "fused":
+        if shape.task_type == UIE and pc.api == fd.API:
+            return {shape.task: uie_fastdeploy_config(shape, pc)}
         if shape.task_type != CLASSIFICATION:
             raise _config_error(f"package.layout: fused is for classification bundles, not {shape.task_type}")
         return {shape.task: fused_config(shape, pc)}

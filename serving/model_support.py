@@ -46,9 +46,27 @@ def start(folder: Path, args: dict) -> dict[str, str]:
     return params(args)
 
 
+def _error(pb_utils, message: str, code: str):
+    """``pb_utils.TritonError`` with status ``code`` where this python backend has error codes (Triton 23.x on);
+    without one where it has not (FastDeploy's serving image, Triton 21.10: ``TritonError(message)`` only), so the
+    request is still answered with the message, under the server's default status."""
+    status = getattr(pb_utils.TritonError, code, None)
+    return pb_utils.TritonError(message) if status is None else pb_utils.TritonError(message, status)
+
+
+def _log_error(pb_utils, text: str) -> None:
+    """The server log: ``pb_utils.Logger`` where it exists (not in Triton 21.10), else the stub's stderr (the
+    server's own: the stub inherits it)."""
+    logger = getattr(pb_utils, "Logger", None)
+    if logger is not None:
+        logger.log_error(text)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
 def refused(pb_utils, message: str):
     """A response for a request that is wrong as sent: INVALID_ARGUMENT over gRPC, HTTP 400."""
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
+    return pb_utils.InferenceResponse(error=_error(pb_utils, message, "INVALID_ARG"))
 
 
 def failed(pb_utils, what: str, exc: BaseException):
@@ -56,6 +74,5 @@ def failed(pb_utils, what: str, exc: BaseException):
     log, the client gets what failed and where to look."""
     import traceback
 
-    pb_utils.Logger.log_error(f"{what} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{what} failed on the server (details in its log)",
-                                                                 pb_utils.TritonError.INTERNAL))
+    _log_error(pb_utils, f"{what} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    return pb_utils.InferenceResponse(error=_error(pb_utils, f"{what} failed on the server (details in its log)", "INTERNAL"))

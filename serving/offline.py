@@ -36,7 +36,9 @@ class BundleModel:
 
     @property
     def names(self) -> ModelNames:
-        return ModelNames(self.manifest["task"], fused=self.manifest.get("layout") == "fused")
+        # the served names (FastDeploy's with package.api fastdeploy), as packaged
+        served = (self.manifest.get("models") or {}).get("ensemble", self.manifest["task"])
+        return ModelNames(served, fused=self.manifest.get("layout") == "fused")
 
     @property
     def tokenizer_dir(self) -> Path:

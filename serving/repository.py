@@ -16,6 +16,11 @@ of the pipeline's pure pre/post-processing modules (PURE_MODULES: wordpiece.py, 
 and of serving/text_input.py, so the served pre/post-processing is the offline code; like every
 file they are hashed in bundle.json.
 
+With package.api fastdeploy (serving/fastdeploy_api.py) the models are named as FastDeploy's examples name them
+(ernie_seqcls*, ernie_tokencls*, uie) and the python models that format FastDeploy's payloads have
+fastdeploy_payloads.py beside them; FastDeploy's uie is one folder: uie/1/{model.py (uie_fastdeploy.py), runner.py,
+the model file, the tokenizer files, windows.py, spans.py, ...}.
+
 Each task's bundle is its own repository so it can be replaced in one step: it is built in a temp
 dir next to the target and swapped in by renames; a failure before the swap leaves the previous good
 bundle as it was.
@@ -34,7 +39,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from serving import class_outputs, integrity, model_support, text_input
+from serving import class_outputs, fastdeploy_api, fastdeploy_payloads, integrity, model_io, model_support, text_input
 from serving.config import DeployConfig, PackageConfig
 from serving.model_config import (
     CLASSIFICATION,
@@ -240,8 +245,16 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
             return onnx(None)  # int8.onnx's integer MatMuls are CPU kernels
         return onnx("onnx_int8")
     # fastdeploy
-    if pc.fastdeploy_engine in ("paddle", "openvino"):
+    if pc.fastdeploy_engine == "paddle":
         return paddle()
+    if pc.fastdeploy_engine == "openvino":
+        # FastDeploy's serving backend opens only <version>/model.onnx or model.pdmodel + model.pdiparams
+        # (serving/src/fastdeploy_runtime.cc, LoadModel), and its OpenVINO backend reads Paddle or ONNX
+        # (fastdeploy/runtime/backends/openvino/ov_backend.cc: InitFromPaddle / InitFromOnnx; ModelFormat has no IR):
+        # the export's OpenVINO IR (openvino/int8.xml + .bin) cannot be loaded there.  The QDQ ONNX carries the same
+        # kind of fixed-scale INT8 recipe, and OpenVINO runs Q/DQ pairs as INT8 (it reads them as FakeQuantize, as
+        # in an NNCF IR); int8.onnx's MatMulIntegerToFloat is an ONNX Runtime contrib op OpenVINO does not read.
+        return onnx("onnx_int8_qdq")
     if pc.fastdeploy_engine == "tensorrt":
         return onnx("onnx_int8_qdq")
     return onnx("onnx_int8" if pc.kind == "CPU" else None)
@@ -292,6 +305,11 @@ def _task_type(meta: dict) -> str:
     return str(meta.get("task_type", CLASSIFICATION))
 
 
+def _names(task: str, pc: PackageConfig, task_type: str) -> ModelNames:
+    """The bundle's model names: the task's, or FastDeploy's example names with package.api fastdeploy."""
+    return ModelNames(fastdeploy_api.served_name(task, task_type, pc), fused=pc.layout_for(task_type) == "fused")
+
+
 def _check_labels(exp: ExportArtifacts, task_type: str, names: list[str]) -> None:
     """The label rows the served post-processing relies on, per task kind (see the export contract)."""
     if task_type == TOKEN_CLASSIFICATION:
@@ -303,7 +321,7 @@ def _check_labels(exp: ExportArtifacts, task_type: str, names: list[str]) -> Non
 
 
 def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: dict, choice: ModelChoice) -> BundleShape:
-    names = ModelNames(task, fused=pc.layout_for(_task_type(meta)) == "fused")
+    names = _names(task, pc, _task_type(meta))
     vocab = exp.tokenizer_dir / "vocab.txt"
     if not vocab.is_file():
         raise PackageError(f"{vocab}: missing (export stage output incomplete)")
@@ -322,14 +340,16 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
         _check_labels(exp, task_type, label_names)
     reading = meta.get("reading", {}) if task_type == READING_COMPREHENSION else meta.get("uie", {}) if task_type == UIE else {}
     uie = meta.get("uie", {}) if task_type == UIE else {}
-    shape = BundleShape(task=task, num_labels=num_labels, max_seq_len=int(meta["max_seq_len"]),
+    shape = BundleShape(task=names.ensemble, num_labels=num_labels, max_seq_len=int(meta["max_seq_len"]),
                         model_file=choice.model_file, pad_id=_pad_id(vocab), task_type=task_type,
                         vocab_size=sum(1 for _ in open(vocab, encoding="utf-8")),
                         doc_stride=int(reading.get("doc_stride", 0)), max_query_len=int(reading.get("max_query_len", 0)),
                         max_answer_len=int(reading.get("max_answer_len", 0)),
                         max_prompt_len=int(uie.get("max_prompt_len", 0)), position_prob=float(uie.get("position_prob", 0.5)),
-                        max_span_len=int(uie.get("max_span_len", 0)), engine_properties=_engine_properties(meta, choice))
-    if names.fused and task_type != CLASSIFICATION:
+                        max_span_len=int(uie.get("max_span_len", 0)), engine_properties=_engine_properties(meta, choice),
+                        model_output=_model_output(exp, pc, choice), schema=tuple(uie.get("schema", ())))
+    fused_uie = task_type == UIE and pc.api == fastdeploy_api.API  # FastDeploy's uie: one python model
+    if names.fused and task_type != CLASSIFICATION and not fused_uie:
         raise PackageError(f"package.layout: fused is for classification bundles; {task} is {task_type}")
     tok_source, post_source = MODEL_SOURCES[task_type]
     tok_pure, post_pure = PURE_MODULES[task_type]
@@ -339,8 +359,9 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
         (tmp / name / "config.pbtxt").write_text(to_pbtxt(configs[name]), encoding="utf-8")
     # The ensemble's version folder stays empty: Triton requires it to exist.
     tok = tmp / names.tokenizer / VERSION
-    # Fused: the three steps' files share one folder, whose model.py is the fused classifier.
-    _copy_python_model(tok, "classifier.py" if names.fused else tok_source, tok_pure)
+    # Fused: the three steps' files share one folder, whose model.py is the fused classifier (or FastDeploy's uie).
+    fused_source = "uie_fastdeploy.py" if fused_uie else "classifier.py"
+    _copy_python_model(tok, fused_source if names.fused else tok_source, tok_pure + (post_pure if fused_uie else ()))
     shutil.copyfile(Path(text_input.__file__), tok / "text_input.py")
     for f in TOKENIZER_FILES:
         if (exp.tokenizer_dir / f).is_file():
@@ -350,6 +371,8 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
         _copy_python_model(post, post_source, post_pure)
     if task_type == CLASSIFICATION:
         shutil.copyfile(Path(class_outputs.__file__), post / "class_outputs.py")
+    elif pc.api == fastdeploy_api.API:  # FastDeploy's token-classification rows and UIE results
+        shutil.copyfile(Path(fastdeploy_payloads.__file__), post / "fastdeploy_payloads.py")
     shutil.copyfile(exp.labels, post / "labels.json")
     model = tmp / names.model / VERSION
     for src, dst in choice.sources:
@@ -360,6 +383,19 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
         _copy_python_model(model, "runner.py")
     shutil.copyfile(exp.meta, tmp / "meta.json")
     return shape
+
+
+def _model_output(exp: ExportArtifacts, pc: PackageConfig, choice: ModelChoice) -> str:
+    """The model file's output tensor, which native backends match by name (python runners answer ``logits``);
+    PackageError when the file lacks the inputs the tokenizer feeds."""
+    from serving.model_config import LOGITS
+
+    if pc.backend == "python":
+        return LOGITS
+    try:
+        return model_io.logits_output(choice.sources[0][0], ("input_ids", "token_type_ids"))
+    except model_io.ModelIOError as exc:
+        raise PackageError(f"runtime {pc.runtime}: {exc}") from None
 
 
 def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig) -> dict:
@@ -376,11 +412,12 @@ def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployCon
 def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance,
               deployment: dict | None = None) -> dict:
     layout = pc.layout_for(_task_type(meta))
-    names = ModelNames(task, fused=layout == "fused")
+    names = _names(task, pc, _task_type(meta))
     m = {
         "format": "ernie-bundle/1",
         "task": task,
         "task_type": _task_type(meta),
+        "api": pc.api,  # the interface clients call: ernie-bundle, or FastDeploy's examples' (models below)
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "layout": layout,
         "models": {role: getattr(names, role) for role in ("ensemble", "tokenizer", "model", "postprocess")},
@@ -426,7 +463,9 @@ def _fmt(v: Any) -> str:
 def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) -> list[str]:
     """The "What it is" lines of the model card, per task kind."""
     task_type = _task_type(meta)
-    names = ModelNames(task, fused=pc.layout_for(task_type) == "fused")
+    names = _names(task, pc, task_type)
+    if pc.api == fastdeploy_api.API:
+        return _fastdeploy_card(names, pc, meta, choice, task_type)
     model_line = (f"- `{names.model}` ({pc.backend} backend, runtime `{pc.runtime}`): {choice.precision} model from `{choice.form}`"
                   + (f", TensorRT {pc.accelerator}" if pc.accelerator != "none" else "") + ".")
     batching = (f"- Batching: max_batch_size {pc.max_batch_size}, preferred {pc.preferred_batch_size}, queue delay "
@@ -487,6 +526,34 @@ def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) 
     ]
 
 
+def _fastdeploy_card(names: ModelNames, pc: PackageConfig, meta: dict, choice: ModelChoice, task_type: str) -> list[str]:
+    """The "What it is" lines of a package.api fastdeploy bundle: FastDeploy's example interface."""
+    engine = f"the {choice.precision} model from `{choice.form}` ({pc.backend} backend, runtime `{pc.runtime}`)"
+    if task_type == UIE:
+        u = meta["uie"]
+        return [
+            f"- `{names.ensemble}` (python, FastDeploy's UIE serving interface, max_batch_size 1): inputs `INPUT_0` (a JSON "
+            "list of texts) and `INPUT_1` (a JSON schema: prompts, {prompt: [child prompts]} for relations, or [] for the "
+            "schema sent last), TYPE_STRING [1, 1] -> `OUTPUT_0` [N]: per text the Python literal of {prompt: [{'start', "
+            "'end', 'probability', 'text'[, 'relation']}]}, as FastDeploy's grpc_client.py reads it (ast.literal_eval).",
+            f"- Inside: WordPiece windows (max_seq_len {meta['max_seq_len']}, doc_stride {u['doc_stride']}, prompts of at "
+            f"most {u['max_prompt_len']} tokens), {engine} in-process, spans.decode_spans (>= {u['position_prob']}).",
+            f"- {pc.instances} {pc.kind} instance(s), {pc.engine_threads} engine thread(s) each; the schema sent last is "
+            "remembered per instance, as FastDeploy's UIEModel.set_schema.",
+        ]
+    what = ("input `INPUT` (TYPE_STRING [B, 1]) -> `label` (TYPE_INT64: the class index in labels.json order) and "
+            "`confidence` (TYPE_FP32), answered as [B] each, as FastDeploy's seq_cls_grpc_client.py reads them"
+            if task_type == CLASSIFICATION else
+            "input `INPUT` (TYPE_STRING [B, 1]) -> `OUTPUT` (TYPE_STRING, answered as [B]): per text the Python literal "
+            "of [{'pos': [start, end], 'label': type}], character offsets with an inclusive end, as FastDeploy's "
+            "token_cls_grpc_client.py reads them (ast.literal_eval)")
+    kind = "ensemble" if not names.fused else f"python, runtime `{pc.runtime}`, layout fused"
+    return [f"- `{names.ensemble}` ({kind}; FastDeploy's ERNIE 3.0 serving interface): {what}.",
+            f"- Models: `{names.tokenizer}` (WordPiece, max_seq_len {meta['max_seq_len']}), `{names.model}` ({engine}), "
+            f"`{names.postprocess}`." if not names.fused else f"- Inside: WordPiece, {engine}, softmax.",
+            f"- Batching: max_batch_size {pc.max_batch_size}; {pc.instances} {pc.kind} instance(s) per model."]
+
+
 _KIND_WORDS = {CLASSIFICATION: "text classifier", TOKEN_CLASSIFICATION: "named entity recognizer",
                READING_COMPREHENSION: "extractive reading comprehension model",
                UIE: "schema-prompted information extractor (UIE)"}
@@ -494,6 +561,10 @@ _CLIENT_EXAMPLE = {CLASSIFICATION: "classify --model {task} '今天股市大涨'
                    TOKEN_CLASSIFICATION: "extract --model {task} '浙商银行企业信贷部叶老桂博士'",
                    READING_COMPREHENSION: "answer --model {task} --question '谁发明了造纸术？' --context '蔡伦改进了造纸术。'",
                    UIE: "ie --model {task} --schema 姓名 --schema 公司 '浙商银行企业信贷部叶老桂博士'"}
+
+
+_FASTDEPLOY_CLIENT = {CLASSIFICATION: "seq_cls_grpc_client.py", TOKEN_CLASSIFICATION: "token_cls_grpc_client.py",
+                      UIE: "grpc_client.py"}
 
 
 def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> str:
@@ -528,7 +599,8 @@ def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, pr
         "", "## Using it",
         "```",
         f"python -m serving.server --repository <dir containing {task}/> --task {task}",
-        "python -m serving.client " + _CLIENT_EXAMPLE[task_type].format(task=task),
+        ("python -m serving.client " + _CLIENT_EXAMPLE[task_type].format(task=task) if pc.api != fastdeploy_api.API else
+         f"python {_FASTDEPLOY_CLIENT[task_type]}   # FastDeploy's own example client, unchanged"),
         "```",
         "Every file's SHA-256 is in bundle.json; the server launcher and each python model refuse a bundle that changed.",
     ]
@@ -580,6 +652,8 @@ def write_repository(
     repository.mkdir(parents=True, exist_ok=True)
     prov = provenance or Provenance()
     meta = exported.read_meta()
+    fastdeploy_api.check(_task_type(meta), pc)  # a combination FastDeploy's examples do not serve: one line, exit 2
+    pc = fastdeploy_api.resolved(pc, _task_type(meta))
     choice = choose_model(exported, pc, preferred_precision, preferred_form)
     pc = pc.resolved("openvino" if choice.form == "openvino_int8" else "onnxruntime")
     tmp = repository / f".{task}.tmp-{uuid.uuid4().hex[:8]}"

@@ -341,12 +341,6 @@ def run_concurrent(bundle: BundleModel, url: str | None, protocol: str, items: S
     return ConcurrentResult(len(items), concurrency, len(differing), differing[:5])
 
 
-def _default_data_dir(task: str) -> Path:
-    from pipeline.config import load_task_config
-
-    return Path(load_task_config(task).data.dir)
-
-
 def _batch_size(bundle: BundleModel, wanted: int | None) -> int:
     """Items per request: by default the batch size validate evaluated with (an INT8 form with per-batch
     activation scales then sees the very same batches), at most the bundle's max_batch_size."""
@@ -472,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args)
         repo = Path(args.repository)
         bundle = BundleModel.open(repo / args.task if (repo / args.task / "bundle.json").is_file() else repo)
+        if bundle.manifest.get("api", "ernie-bundle") != "ernie-bundle":
+            raise ClientError(f"{bundle.root}: packaged with package.api {bundle.manifest['api']} (model "
+                              f"{bundle.names.ensemble}); the smoke test speaks package.api ernie-bundle: package it with "
+                              "that to smoke-test the model, or call it with FastDeploy's example client")
         if bundle.task_type != "classification":
             return _main_span_kinds(args, bundle)
         texts, gold, data_labels = _dev_set(args.task, args.data_dir, args.set, bundle.manifest)

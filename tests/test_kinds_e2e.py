@@ -195,6 +195,29 @@ def test_ner_bundle_end_to_end(tmp_path, capsys):
     assert "texts whose entities differ: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)
+    _assert_bench_rows(task_yaml, runs, tmp_path, metrics["chosen_backend"])
+
+
+def _assert_bench_rows(task_yaml: Path, runs: Path, tmp_path: Path, chosen: str) -> None:
+    """make bench on a finished run: the anchor, both engines' FP32 and INT8 rows (pruned and unpruned), the shipped
+    row marked (timings on a tiny model mean nothing: only which rows exist is checked)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", Path(__file__).resolve().parent.parent / "scripts" / "bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--task", str(task_yaml), "--runs-dir", str(runs.parent), "--rounds", "1", "--max-batches", "2",
+                       "--out", str(out)]) == 0
+    rows = {r["form"]: r for r in json.loads(out.read_text())["rows"]}
+    names = list(rows)
+    assert {"ort-fp32", "anchor", "openvino-fp32"} <= set(names)
+    assert any(n.startswith("openvino-int8 (w0.5") for n in names) and any(n.startswith("openvino-int8 (unpruned") for n in names)
+    assert any(n.startswith("onnxruntime-int8 (") for n in names)
+    shipped = [n for n, r in rows.items() if r["shipped"]]
+    prefix = {"openvino-cpu-int8": "openvino-int8", "onnxruntime-cpu-int8": "onnxruntime-int8",
+              "onnxruntime-cpu-int8-qdq": "int8-qdq", "onnxruntime-cpu-fp32": "ort-fp32"}[chosen]
+    assert len(shipped) == 1 and shipped[0].startswith(prefix)
 
 
 @pytest.mark.slow

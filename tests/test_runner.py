@@ -59,24 +59,6 @@ def test_only_needs_completed_upstream(tiny_task, tmp_path, capsys):
     assert rc == 2 and "needs finetune, which has not completed" in err
 
 
-def test_unbuilt_stage_says_so_and_stops(tiny_task, tmp_path, capsys, monkeypatch):
-    """A stage declared without a run function reports NOT IMPLEMENTED; it never pretends to pass."""
-    import dataclasses
-
-    import pipeline.runner as runner_mod
-
-    stages = tuple(dataclasses.replace(s, run=None, planned_in="issue #99") if s.name == "compress" else s
-                   for s in runner_mod.STAGES)
-    monkeypatch.setattr(runner_mod, "STAGES", stages)
-    rc = main(["run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--until", "export"])
-    out = capsys.readouterr().out
-    assert rc == 1  # an incomplete bundle is not a success
-    assert "[compress] NOT IMPLEMENTED yet (issue #99)" in out and "bundle INCOMPLETE" in out
-    assert "export          NOT_RUN" in out
-    assert read_record(tmp_path / "runs" / "tiny" / "compress") is None
-    assert read_record(tmp_path / "runs" / "tiny" / "finetune-check").status.value == "OK"
-
-
 def test_unexpected_crash_leaves_a_fail_record_and_the_traceback_in_the_stage_log(tiny_task, tmp_path, capsys, monkeypatch):
     """A crash no check anticipated: FAIL record with a one-line message, traceback in stage.log, exit 1, one line."""
     import pipeline.runner as runner_mod

@@ -20,15 +20,13 @@ from typing import Callable, Sequence
 from pipeline.backends import paddle_inference
 from pipeline.kinds.base import FeatureSet
 
-# ort: ONNX Runtime's INT8 recipe search (pipeline.int8); nncf: OpenVINO's (pipeline.backends.openvino.quantize)
-QUANTIZATIONS = ("none", "ptq", "qat", "ort", "nncf")
 
 
 @dataclass
 class Candidate:
     name: str
     width_mult: float
-    quantization: str  # none | ptq | qat | ort | nncf
+    quantization: str  # none | ptq | qat | ort (ONNX Runtime's INT8 recipe search) | nncf (OpenVINO's)
     embeddings_int8: bool
     infer_dir: Path  # Paddle static program (for an onnxruntime candidate: the FP32 program of its width)
     source_model_dir: Path | None  # FP32 dygraph dir it was made from (None for a static input model)

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pipeline.config_checks import number as _number
 from pipeline.errors import ConfigError
 
-ONNX_INT8_FORMS = ("dynamic", "qdq")
 
 
 def _int_list(key: str, values, minimum: int = 1) -> None:

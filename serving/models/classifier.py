@@ -8,6 +8,8 @@ All texts of all requests in a batch are tokenized in one call and run in one en
 longest; ERNIE masks [PAD], so a text's logits do not depend on its batch beyond float rounding.
 
 Bad input is refused per request (that request gets an error, the others and the instance go on).
+With the parameter ``api`` fastdeploy it is FastDeploy's ernie_seqcls: input ``INPUT`` (parameter ``text_input``),
+outputs ``label`` (class index) and ``confidence`` (class_outputs.index_outputs).
 """
 
 import sys
@@ -30,12 +32,15 @@ class TritonPythonModel:
         self.tok = self.text_input.wordpiece(HERE, max_seq_len=int(params["max_seq_len"]))  # truncated as offline
         self.pad_id = self.tok.token_to_id("[PAD]")
         self.engine = model_support.sibling(HERE, "runner").make_engine(HERE, params, args.get("model_instance_kind") == "GPU")
-        self.labels = model_support.sibling(HERE, "class_outputs").Labels(HERE / "labels.json")
+        self.class_outputs = model_support.sibling(HERE, "class_outputs")
+        self.labels = self.class_outputs.Labels(HERE / "labels.json")
+        self.fastdeploy = params.get("api") == "fastdeploy"
+        self.input_name = params.get("text_input", "text")
 
     def execute(self, requests):
         responses = [None] * len(requests)
-        arrays = [pb_utils.get_input_tensor_by_name(r, "text").as_numpy().reshape(-1) for r in requests]
-        texts, spans, errors = self.text_input.gather(arrays, "text", self.max_text_bytes)
+        arrays = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy().reshape(-1) for r in requests]
+        texts, spans, errors = self.text_input.gather(arrays, self.input_name, self.max_text_bytes)
         for i, message in errors.items():
             responses[i] = model_support.refused(pb_utils, message)
         if not texts:
@@ -43,7 +48,7 @@ class TritonPythonModel:
         try:
             ids, types = self.text_input.pad_encodings(self.tok.encode_batch(texts), self.pad_id)
             logits = np.asarray(self.engine({"input_ids": ids, "token_type_ids": types}), dtype=np.float32)
-            out = self.labels.outputs(logits, self.top_k)
+            out = self.class_outputs.index_outputs(logits) if self.fastdeploy else self.labels.outputs(logits, self.top_k)
         except Exception as exc:  # the texts were checked one by one: what fails here is the server's
             for i, _, _ in spans:
                 responses[i] = model_support.failed(pb_utils, "inference", exc)

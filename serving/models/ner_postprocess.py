@@ -3,7 +3,9 @@
 The tag of each token is ``argmax(logits)`` over the tags of labels.json (model output order);
 ``bio.decode_tags`` from the ``bio.py`` copied next to this file (a verbatim copy of
 ``pipeline/labeling/bio.py``) turns tags into entities, exactly as the offline evaluation does.
-Output per text: a JSON list of ``{"type", "text", "start", "end"}`` (char offsets, end exclusive).
+Output per text: a JSON list of ``{"type", "text", "start", "end"}`` (char offsets, end exclusive), [B, 1].  With the
+parameter ``api`` fastdeploy: FastDeploy's ernie_tokencls row instead (``fastdeploy_payloads.token_entities``:
+``[{'pos': [start, end_inclusive], 'label': type}]``), [B], as FastDeploy's client reads it.
 """
 
 import json
@@ -25,8 +27,11 @@ def entities_json(entities) -> bytes:
 
 class TritonPythonModel:
     def initialize(self, args):
-        model_support.start(HERE, args)
+        params = model_support.start(HERE, args)
         self.bio = model_support.sibling(HERE, "bio")
+        fastdeploy = params.get("api") == "fastdeploy"
+        self.payload = model_support.sibling(HERE, "fastdeploy_payloads").token_entities if fastdeploy else entities_json
+        self.rows = (-1,) if fastdeploy else (-1, 1)
         rows = [json.loads(line) for line in (HERE / "labels.json").read_text(encoding="utf-8").splitlines() if line.strip()]
         self.tags = [str(r["label"]) for r in rows]
 
@@ -40,11 +45,11 @@ class TritonPythonModel:
         if logits.shape[1] < width:
             raise ValueError(f"logits cover {logits.shape[1]} tokens, offsets {width}")
         tag_ids = logits[:, :width].argmax(axis=-1)
-        out = np.empty((len(texts), 1), dtype=np.object_)
+        out = np.empty(len(texts), dtype=np.object_)
         for i, raw in enumerate(texts):
             text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)  # the tokenizer already checked it
-            out[i, 0] = entities_json(self.bio.decode_tags(tag_ids[i], offsets[i], text, self.tags))
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("entities", out)])
+            out[i] = self.payload(self.bio.decode_tags(tag_ids[i], offsets[i], text, self.tags))
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("entities", out.reshape(self.rows))])
 
     def execute(self, requests):
         responses = []

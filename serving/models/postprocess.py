@@ -2,7 +2,8 @@
 
 Labels come from the bundle's labels.json (JSON lines ``{"label", "label_desc"}``) in model
 output order; the outputs are computed by the copy of ``serving/class_outputs.py`` next to this file
-(softmax in float64, label = argmax of the logits: exactly the offline prediction).
+(softmax in float64, label = argmax of the logits: exactly the offline prediction).  With the parameter
+``api`` fastdeploy it answers FastDeploy's ernie_seqcls outputs instead: ``label`` (class index) and ``confidence``.
 """
 
 import sys
@@ -19,7 +20,9 @@ class TritonPythonModel:
     def initialize(self, args):
         params = model_support.start(HERE, args)
         self.top_k = int(params["top_k"])
-        self.labels = model_support.sibling(HERE, "class_outputs").Labels(HERE / "labels.json")
+        self.class_outputs = model_support.sibling(HERE, "class_outputs")
+        self.labels = self.class_outputs.Labels(HERE / "labels.json")
+        self.fastdeploy = params.get("api") == "fastdeploy"
 
     def execute(self, requests):
         responses = []
@@ -29,6 +32,6 @@ class TritonPythonModel:
                 responses.append(model_support.refused(
                     pb_utils, f"logits have {logits.shape[-1]} classes, labels.json has {len(self.labels)}"))
                 continue
-            out = self.labels.outputs(logits, self.top_k)
+            out = self.class_outputs.index_outputs(logits) if self.fastdeploy else self.labels.outputs(logits, self.top_k)
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in out.items()]))
         return responses

@@ -7,6 +7,8 @@ ERNIE masks [PAD] positions, so the extra padding does not change a request's lo
 rounding.
 """
 
+from __future__ import annotations  # `str | None` below: Python 3.8 (FastDeploy's serving image) runs this file too
+
 import json
 import sys
 from pathlib import Path

@@ -1,0 +1,106 @@
+"""The Helm chart (serving/chart/ernie-bundle), rendered and linted by helm itself (issue 33): with a bundle's
+values (written by `python -m serving.manifests`) it renders exactly the objects serving.manifests builds, and they
+pass the same schema checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import pipeline  # noqa: F401  (before paddle)
+from serving_fixtures import tiny_export, tiny_fused_bundle, tool_or_skip  # noqa: F401  (fixtures)
+
+BUNDLE = {"package": {"instances": 2, "engine_threads": 1}}
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    from serving.helm_chart import HelmError, find_helm
+
+    return tool_or_skip(find_helm, HelmError, "ERNIE_BUNDLE_REQUIRE_HELM")
+
+
+def _by_kind(objs: list[dict]) -> dict[str, dict]:
+    out = {o["kind"]: o for o in objs}
+    assert len(out) == len(objs), [o["kind"] for o in objs]
+    return out
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+
+
+def test_a_bundles_values_render_the_bundles_manifests(helm, tiny_fused_bundle, tmp_path):
+    """make manifests writes helm-values.yaml beside kubernetes.yaml and kserve.yaml; helm template of the chart with
+    it gives the same objects (parsed, compared as dicts), with kserve.enabled the InferenceService alone."""
+    from serving.helm_chart import VALUES_FILE, render
+    from serving.manifests import main, validate
+
+    out = tmp_path / "deploy"
+    assert main(["--bundle", str(tiny_fused_bundle), "--out", str(out), "--set", "deploy.queue_time_metric=true"]) == 0
+    values = out / VALUES_FILE
+    rendered = _by_kind(render(helm, values, "1.33"))
+    assert rendered == _by_kind(_docs(out / "kubernetes.yaml"))
+    isvc = _by_kind(render(helm, values, "1.33", sets=("kserve.enabled=true",)))
+    assert isvc == _by_kind(_docs(out / "kserve.yaml"))
+    builtin = [o for o in rendered.values() if o["kind"] != "ServiceMonitor"]
+    custom = [rendered["ServiceMonitor"], isvc["InferenceService"]]
+    assert all(c.ok for c in validate(builtin, custom, "1.33"))
+
+
+@pytest.mark.parametrize("deploy", [
+    {},
+    {"namespace": "ml-serving", "min_replicas": 2, "max_replicas": 6, "cpu": "1500m", "memory": "3Gi",
+     "image": "registry.example.com:5000/ernie/{task}:v1", "bundle_claim": "models.v1",
+     "storage_uri": "s3://bundles/{task}", "target_cpu_utilization": 55, "queue_time_metric": True,
+     "kubernetes_version": "1.30"},
+], ids=["defaults", "every-value-set"])
+def test_chart_renders_what_build_builds_and_lints_strict(helm, tmp_path, deploy):
+    from serving.config import DeployConfig
+    from serving.helm_chart import lint, render
+    from serving.manifests import chart_values as values, chart_values_yaml as values_yaml
+    from serving.manifests import build, validate
+
+    cfg = DeployConfig(**deploy)
+    builtin, custom, size = build("my_task", BUNDLE, 300 * 2**20, cfg)
+    path = tmp_path / "values.yaml"
+    path.write_text(values_yaml(values("my_task", BUNDLE, 300 * 2**20, cfg), size.why), encoding="utf-8")
+    lint(helm, path, cfg.kubernetes_version)  # raises HelmError on any warning (--strict)
+    rendered = render(helm, path, cfg.kubernetes_version) + render(helm, path, cfg.kubernetes_version,
+                                                                   sets=("kserve.enabled=true",))
+    assert _by_kind(rendered) == _by_kind(builtin + custom)
+    custom_kinds = ("ServiceMonitor", "InferenceService")
+    checks = validate([o for o in rendered if o["kind"] not in custom_kinds],
+                      [o for o in rendered if o["kind"] in custom_kinds], cfg.kubernetes_version)
+    assert len(checks) == 6 and all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
+
+
+def test_chart_defaults_lint_strict_and_switches_drop_objects(helm):
+    from serving.helm_chart import lint, render
+
+    lint(helm, None, "1.33")
+    kinds = [o["kind"] for o in render(helm, None, "1.33", sets=("autoscaling.enabled=false", "monitoring.enabled=false"))]
+    assert sorted(kinds) == ["Deployment", "PodDisruptionBudget", "Service"]
+
+
+@pytest.mark.parametrize("sets, says", [
+    (("replicas.mn=2",), "additional properties 'mn' not allowed"),
+    (("resources.cpu=lots",), "/resources/cpu"),
+    (("task=my.task",), "/task"),
+    (("bundle.claim=Models_1",), "/bundle/claim"),
+    (("replicas.min=5",), "replicas: min 5 is larger than max 4"),
+])
+def test_chart_refuses_bad_values_naming_the_key(helm, sets, says):
+    from serving.helm_chart import HelmError, render
+
+    with pytest.raises(HelmError, match=says.replace(".", r"\.")):
+        render(helm, None, "1.33", sets=sets)
+
+
+def test_chart_refuses_a_kubernetes_older_than_its_apis(helm):
+    from serving.helm_chart import HelmError, render
+
+    with pytest.raises(HelmError, match="kubeVersion"):
+        render(helm, None, "1.22")
