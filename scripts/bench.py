@@ -37,10 +37,11 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
                  shipped: float | None = None) -> dict[str, Path]:
     """The shipped recipe on ``unpruned_fp32`` (when the shipped model is pruned), and compress's pruned ONNX Runtime
     candidates (``shipped``: the export's width, whose INT8 form is already a row)."""
-    from pipeline.backends.onnxruntime import calibration_feeds, export_onnx
-    from pipeline.backends.paddle_inference import export_static
-    from pipeline.int8.recipe import build
-    from pipeline.int8.stats import activation_ranges
+    from pipeline.backends.onnxruntime.convert import export_onnx
+    from pipeline.backends.onnxruntime.int8.recipe import build
+    from pipeline.backends.onnxruntime.int8.stats import activation_ranges
+    from pipeline.backends.paddle.convert import export_static
+    from pipeline.quantization.select import calibration_feeds
     from pipeline.modeling import inspect_model, load_classifier
 
     forms = {}
@@ -118,9 +119,9 @@ def _session(name: str, path: Path):
         from pipeline.backends.openvino.session import session
 
         return session(path, precision="int8" if Path(path).suffix == ".xml" else "fp32")
-    from pipeline.backends import onnxruntime as ortb
+    from pipeline.backends.onnxruntime.session import session
 
-    return ortb.session(path)
+    return session(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,14 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="JSON path (default runs/<task>/bench.json; .md beside it)")
     args = p.parse_args(argv)
 
-    from pipeline.backends import onnxruntime as ortb
+    from pipeline.backends.onnxruntime.quantize import quantize_anchor
     from pipeline.config import load_task_config
     from pipeline.cpu import detect
     from pipeline.kinds import load_task_data
     from pipeline.errors import ConfigError, ModelError
     from pipeline.evaluation import evaluate_session
     from pipeline.handoffs import ExportManifest
-    from pipeline.int8.recipe import Int8Recipe
+    from pipeline.quantization.recipe import Int8Recipe
     from pipeline.kinds import get_kind
     from pipeline.tokenizer import Tokenizer
     from pipeline.evaluation import interleaved_throughput
@@ -174,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     shipped_name = chosen.get("name", meta.int8.get("recipe", "?"))
     qdq_name = (meta.int8_qdq.get("chosen") or {}).get("name")
     width = meta.selected_candidate.get("width_mult", 1.0)
-    models = {"ort-fp32": fp32, "anchor": ortb.quantize_anchor(fp32, work / "anchor.onnx"),
-              "anchor-reduce_range": ortb.quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
+    models = {"ort-fp32": fp32, "anchor": quantize_anchor(fp32, work / "anchor.onnx"),
+              "anchor-reduce_range": quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
               f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": export_dir / "onnx" / "int8_qdq.onnx",
               f"onnxruntime-int8 ({f'w{width:g}' if width < 1.0 else 'unpruned'}, {shipped_name})": export_dir / "onnx" / "int8.onnx"}
     models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind,

@@ -9,7 +9,7 @@ Every model is evaluated on the same dev examples (all of them unless --limit) a
 --batch_size (32) in interleaved rounds (FP32, INT8, ... then again), so machine noise hits all alike;
 throughput is the median over rounds.  Prints ratios to FP32 and the PTQ grid wall time; writes JSON.
 --compare_default_int8 also runs the best PTQ model with Paddle's default oneDNN int8 op set (every op
-with a scale), the configuration that loses accuracy on ERNIE (see pipeline/backends/paddle_inference.py).
+with a scale), the configuration that loses accuracy on ERNIE (see pipeline/backends/paddle/session.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pipeline  # noqa: E402,F401  (before paddle)
-from pipeline.backends import paddle_inference as pi  # noqa: E402
+from pipeline.backends.paddle.convert import export_static  # noqa: E402
+from pipeline.backends.paddle.quantize.embeddings import quantize_embeddings  # noqa: E402
+from pipeline.backends.paddle.quantize.ptq import PTQSettings, calibration_examples, check_calibration, quantize_static  # noqa: E402
+from pipeline.backends.paddle.session import ONEDNN_INT8_OPS, session  # noqa: E402
 from pipeline.compress.arguments import parse_width  # noqa: E402
-from pipeline.compress.embeddings import quantize_embeddings  # noqa: E402
-from pipeline.compress.ptq import PTQSettings, calibration_examples, check_calibration, quantize_static  # noqa: E402
 from pipeline.config import load_task_config  # noqa: E402
 from pipeline.kinds import load_task_data  # noqa: E402
 from pipeline.evaluation import evaluate_session, measure_throughput  # noqa: E402
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
     from pipeline.compress.build import load_classifier
 
     models: dict[str, tuple[Path, str]] = {}  # name -> (static dir, precision)
-    fp32 = pi.export_static(load_classifier(a.model_dir, len(data.labels)), work / "fp32")
+    fp32 = export_static(load_classifier(a.model_dir, len(data.labels)), work / "fp32")
     models["fp32"] = (fp32, "fp32")
     calib = calibration_examples(train, max(s.calibration_examples for s in grid), 0)
     grid_times = {}
@@ -93,11 +94,11 @@ def main(argv=None) -> int:
 
     results: dict[str, dict] = {}
     for name, (d, prec) in models.items():
-        results[name] = {"accuracy": evaluate_session(pi.session(d, precision=prec, threads=a.threads), dev, 64, desc=name).accuracy,
+        results[name] = {"accuracy": evaluate_session(session(d, precision=prec, threads=a.threads), dev, 64, desc=name).accuracy,
                          "precision": prec, "size_bytes": sum(p.stat().st_size for p in d.iterdir())}
     best = max((n for n in models if n != "fp32"), key=lambda n: results[n]["accuracy"])
     if pruned_dir:
-        pf = pi.export_static(load_classifier(pruned_dir, len(data.labels)), work / "pruned-fp32")
+        pf = export_static(load_classifier(pruned_dir, len(data.labels)), work / "pruned-fp32")
         s = next(g for g in grid if g.name == best)
         models["pruned-fp32"] = (pf, "fp32")
         models[f"pruned-{best}"] = (quantize_static(pf, work / f"pruned-{best}", calib, s), "int8")
@@ -107,13 +108,13 @@ def main(argv=None) -> int:
             models[f"{base}+emb"] = (work / f"{base}+emb", "int8")
     for name, (d, prec) in models.items():
         if name not in results:
-            results[name] = {"accuracy": evaluate_session(pi.session(d, precision=prec, threads=a.threads), dev, 64, desc=name).accuracy,
+            results[name] = {"accuracy": evaluate_session(session(d, precision=prec, threads=a.threads), dev, 64, desc=name).accuracy,
                              "precision": prec, "size_bytes": sum(p.stat().st_size for p in d.iterdir())}
-    sessions = {name: pi.session(d, precision=prec, threads=a.threads) for name, (d, prec) in models.items()}
+    sessions = {name: session(d, precision=prec, threads=a.threads) for name, (d, prec) in models.items()}
     if a.compare_default_int8:
         d = models[best][0]
         name = f"{best}@default-int8-ops"
-        sessions[name] = pi.session(d, precision="int8", threads=a.threads, int8_ops=set())
+        sessions[name] = session(d, precision="int8", threads=a.threads, int8_ops=set())
         results[name] = {"accuracy": evaluate_session(sessions[name], dev, 64, desc=name).accuracy, "precision": "int8-all-ops",
                          "size_bytes": results[best]["size_bytes"]}
     rates: dict[str, list[float]] = {n: [] for n in sessions}
@@ -139,7 +140,7 @@ def main(argv=None) -> int:
         print(f"{n:<40}{r['accuracy']:>10.4f}{r['accuracy_drop_points']:>10.2f}{r['throughput']:>10.0f}{r['speedup']:>8.2f}{r['size_bytes'] / 2**20:>8.1f}")
     payload = {"model_dir": str(a.model_dir), "pruned_model_dir": str(pruned_dir) if pruned_dir else None, "dev_examples": len(dev),
                "batch_size": a.batch_size, "threads": a.threads, "ptq_grid_wall_s": grid_wall, "ptq_grid_s": grid_times,
-               "int8_ops": sorted(pi.ONEDNN_INT8_OPS), "results": results, "versions": pipeline.env.versions()}
+               "int8_ops": sorted(ONEDNN_INT8_OPS), "results": results, "versions": pipeline.env.versions()}
     a.out.write_text(json.dumps(payload, indent=2))
     print(f"wrote {a.out}")
     return 0

@@ -1,5 +1,15 @@
-"""Serving: Triton / FastDeploy model repositories, the server launcher and the client.
+"""Serving: build a Triton / FastDeploy bundle, run it, and check it, split by where the code runs.
 
-Kept apart from ``pipeline``: nothing here imports the pipeline, so the serving side can be
-installed and used on its own.
+    serving/bundle/   building a bundle (the package stage, ``make manifests``): the model repository, Triton
+                      configs, deployment manifests, the Helm chart, the package / deploy config.  May import
+                      ``pipeline`` (errors, config overrides), lazily.
+    serving/triton/   what is copied into a bundle and runs inside Triton's python backend: the python models
+                      and the helpers beside them.  Imports neither ``pipeline`` nor the rest of ``serving``:
+                      neither is installed there (tests/test_imports.py checks it).
+    serving/server.py the launcher (``python -m serving.server``); never imports ``pipeline``.
+    serving/client.py ``python -m serving.client``, the command bundles' model cards print (serving/tools/client.py).
+    serving/tools/    developer tools against a bundle or a running server (client, smoke, perf, loadtest, replicas,
+                      the offline reference); they import ``pipeline`` for dev data, metrics and the reference.
+
+``pipeline`` imports ``serving`` only from its package stage and its config (``PackageConfig``, ``DeployConfig``).
 """

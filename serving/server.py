@@ -34,7 +34,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serving.integrity import BundleIntegrityError, clear_bytecode, verify_bundle
+from serving.triton.integrity import BundleIntegrityError, clear_bytecode, verify_bundle
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
@@ -343,7 +343,7 @@ INT8_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_til
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
-    """This CPU's flags (None when unknown).  Same reading as pipeline.cpu; serving never imports pipeline."""
+    """This CPU's flags (None when unknown).  Same reading as pipeline.cpu; the launcher never imports pipeline."""
     try:
         for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
             key, _, value = line.partition(":")

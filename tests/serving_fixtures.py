@@ -101,8 +101,8 @@ def tiny_export(tiny_finetuned, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bundle(tiny_export, tmp_path_factory) -> Path:
     """A packaged bundle (python-onnxruntime, int8) of the tiny model; copy it before changing it."""
-    from serving.config import PackageConfig
-    from serving.repository import ExportArtifacts, Provenance, write_repository
+    from serving.bundle.config import PackageConfig
+    from serving.bundle.repository import ExportArtifacts, Provenance, write_repository
 
     repo = tmp_path_factory.mktemp("tiny_repo")
     prov = Provenance(metrics={"accuracy": 1.0, "chosen_backend": "onnxruntime-int8"}, gates={"accuracy_drop": "pass"})
@@ -115,8 +115,8 @@ def tiny_fused_bundle(tiny_export, tmp_path_factory) -> Path:
     """The same bundle with the default package.layout (auto: fused for classification on a python runtime):
     one python model does tokenizer, model and post-processing.  Like `make bundle`'s, it carries its
     Kubernetes / KServe manifests (so every served test shows Triton takes a bundle with them)."""
-    from serving.config import DeployConfig, PackageConfig
-    from serving.repository import ExportArtifacts, Provenance, write_repository
+    from serving.bundle.config import DeployConfig, PackageConfig
+    from serving.bundle.repository import ExportArtifacts, Provenance, write_repository
 
     repo = tmp_path_factory.mktemp("tiny_fused_repo")
     prov = Provenance(metrics={"accuracy": 1.0, "chosen_backend": "onnxruntime-int8"}, gates={"accuracy_drop": "pass"})
@@ -266,8 +266,8 @@ def ner_export(ner_data, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def ner_bundle(ner_export, tmp_path_factory) -> Path:
     """Packaged cluener bundle (python-onnxruntime, int8); copy it before changing it."""
-    from serving.config import PackageConfig
-    from serving.repository import ExportArtifacts, write_repository
+    from serving.bundle.config import PackageConfig
+    from serving.bundle.repository import ExportArtifacts, write_repository
 
     pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, max_text_bytes=4096)
     return write_repository(tmp_path_factory.mktemp("ner_repo"), "cluener", ExportArtifacts.from_dir(ner_export), pc).path
@@ -293,8 +293,8 @@ def mrc_export(mrc_data, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def mrc_bundle(mrc_export, tmp_path_factory) -> Path:
     """Packaged cmrc2018 bundle (python-onnxruntime, int8); copy it before changing it."""
-    from serving.config import PackageConfig
-    from serving.repository import ExportArtifacts, write_repository
+    from serving.bundle.config import PackageConfig
+    from serving.bundle.repository import ExportArtifacts, write_repository
 
     pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, max_text_bytes=4096)
     return write_repository(tmp_path_factory.mktemp("mrc_repo"), "cmrc2018", ExportArtifacts.from_dir(mrc_export), pc).path

@@ -10,8 +10,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from pipeline.backends import paddle_inference as pi
-from pipeline.compress.embeddings import quantize_embeddings, quantize_table
+from pipeline.backends.forms import check_static_dir
+from pipeline.backends.paddle.convert import export_static
+from pipeline.backends.paddle.quantize.embeddings import quantize_embeddings, quantize_table
+from pipeline.backends.paddle.session import session
 from pipeline.errors import ModelError
 
 from conftest import features
@@ -42,17 +44,17 @@ def test_quantize_table_roundtrip():
 
 @pytest.mark.parametrize("dtype", ["int64", "int32"])
 def test_static_model_gets_an_int8_word_table(tiny, dtype):
-    src = pi.export_static(tiny["model"], tiny["root"] / f"fp32-{dtype}", dtype)
+    src = export_static(tiny["model"], tiny["root"] / f"fp32-{dtype}", dtype)
     info = quantize_embeddings(src, tiny["root"] / f"emb-{dtype}", log=lambda s: None)
     assert info.rows == tiny["vocab"]  # the word table, not the (bigger here) position table
     assert info.int8_bytes < 0.3 * info.fp32_bytes
-    saved = (pi.check_static_dir(tiny["root"] / f"emb-{dtype}") / "model.pdiparams").stat().st_size
+    saved = (check_static_dir(tiny["root"] / f"emb-{dtype}") / "model.pdiparams").stat().st_size
     before = (src / "model.pdiparams").stat().st_size
     assert before - saved >= 0.7 * info.fp32_bytes - 1024  # the FP32 table is gone from the params file
     e = tiny["enc"]
     for precision in ("fp32", "int8"):
-        a = pi.session(src, precision=precision).run(e.input_ids, e.token_type_ids)
-        b = pi.session(tiny["root"] / f"emb-{dtype}", precision=precision).run(e.input_ids, e.token_type_ids)
+        a = session(src, precision=precision).run(e.input_ids, e.token_type_ids)
+        b = session(tiny["root"] / f"emb-{dtype}", precision=precision).run(e.input_ids, e.token_type_ids)
         np.testing.assert_allclose(a, b, atol=0.02)
         assert (a.argmax(-1) == b.argmax(-1)).all()
     with pytest.raises(ModelError, match="already int8"):
@@ -60,16 +62,16 @@ def test_static_model_gets_an_int8_word_table(tiny, dtype):
 
 
 def test_on_a_ptq_program(tiny, tmp_path):
-    from pipeline.compress.ptq import PTQSettings, quantize_static
+    from pipeline.backends.paddle.quantize.ptq import PTQSettings, quantize_static
     from pipeline.data import Example
 
-    src = pi.export_static(tiny["model"], tmp_path / "fp32")
+    src = export_static(tiny["model"], tmp_path / "fp32")
     calib = features(tiny["tok"], [Example(t, None, 0) for t in ("球赛冠军队员", "股票银行市场", "手机芯片电脑", "的了是在有和")])
     q = quantize_static(src, tmp_path / "ptq", calib, PTQSettings("mse", 2, 2), log=lambda s: None)
     quantize_embeddings(q, tmp_path / "ptq-emb", log=lambda s: None)
     e = tiny["enc"]
-    a = pi.session(q, precision="int8").run(e.input_ids, e.token_type_ids)
-    b = pi.session(tmp_path / "ptq-emb", precision="int8").run(e.input_ids, e.token_type_ids)
+    a = session(q, precision="int8").run(e.input_ids, e.token_type_ids)
+    b = session(tmp_path / "ptq-emb", precision="int8").run(e.input_ids, e.token_type_ids)
     assert (a.argmax(-1) == b.argmax(-1)).all()
     np.testing.assert_allclose(a, b, atol=0.3)
 
@@ -85,7 +87,7 @@ def test_upstream_quant_embedding_is_broken(tiny):
     On this model it leaves the quantized table uninitialised (save fails); on others it segfaults,
     hence the subprocess.  When this test fails, upstream works again.
     """
-    src = pi.export_static(tiny["model"], tiny["root"] / "fp32-upstream")
+    src = export_static(tiny["model"], tiny["root"] / "fp32-upstream")
     script = textwrap.dedent(f"""
         import pipeline, numpy as np, paddle
         from paddleslim.quant import quant_embedding
@@ -94,8 +96,8 @@ def test_upstream_quant_embedding_is_broken(tiny):
         prog, feeds, fetches = paddle.static.load_inference_model({str(src / "model")!r}, exe)
         quant_embedding(prog, paddle.CPUPlace())
         paddle.static.save_inference_model({str(tiny["root"] / "upstream" / "model")!r}, [prog.global_block().var(n) for n in feeds], fetches, exe, program=prog)
-        from pipeline.backends import paddle_inference as pi
-        pi.session({str(tiny["root"] / "upstream")!r}).run(np.ones((1, 4), np.int64), np.zeros((1, 4), np.int64))
+        from pipeline.backends.paddle.session import session
+        session({str(tiny["root"] / "upstream")!r}).run(np.ones((1, 4), np.int64), np.zeros((1, 4), np.int64))
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0, proc.stdout[-2000:]

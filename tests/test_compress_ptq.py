@@ -1,14 +1,16 @@
 """PTQ on the tiny model: every algo, the settings grid, calibration checks, and pins of the upstream
-failures ``pipeline.compress.ptq`` works around."""
+failures ``pipeline.backends.paddle.quantize.ptq`` works around."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pipeline.backends import paddle_inference as pi
+from pipeline.backends.forms import MODEL_FILE
+from pipeline.backends.paddle.convert import export_static
+from pipeline.backends.paddle.quantize.ptq import PTQSettings, calibration_loader, check_calibration, ptq_grid, quantize_static
+from pipeline.backends.paddle.session import session
 from pipeline.compress.arguments import CompressConfig
-from pipeline.compress.ptq import PTQSettings, calibration_loader, check_calibration, ptq_grid, quantize_static
 from pipeline.errors import DataError
 
 from conftest import features
@@ -26,7 +28,7 @@ def tiny(tiny_finetuned, tmp_path_factory):
     root = tmp_path_factory.mktemp("ptq")
     data = load_task_data(load_task_config(str(tiny_finetuned["task_yaml"]), {"max_seq_len": 32}))
     tok = Tokenizer.from_model_dir(tiny_finetuned["model_dir"], 32)
-    static = pi.export_static(load_classifier(tiny_finetuned["model_dir"], 3), root / "fp32")
+    static = export_static(load_classifier(tiny_finetuned["model_dir"], 3), root / "fp32")
     train, dev = features(tok, list(data.train.examples)), features(tok, list(data.dev.examples))
     return {"root": root, "tok": tok, "train": train, "dev": dev, "static": static}
 
@@ -34,14 +36,14 @@ def tiny(tiny_finetuned, tmp_path_factory):
 def _accuracy(tiny, model_dir, precision):
     from pipeline.evaluation import evaluate_session
 
-    return evaluate_session(pi.session(model_dir, precision=precision), tiny["dev"], 32).accuracy
+    return evaluate_session(session(model_dir, precision=precision), tiny["dev"], 32).accuracy
 
 
 def _op_types(model_dir):
     from paddle.base.proto import framework_pb2
 
     desc = framework_pb2.ProgramDesc()
-    desc.ParseFromString((model_dir / pi.MODEL_FILE).read_bytes())
+    desc.ParseFromString((model_dir / MODEL_FILE).read_bytes())
     return {op.type for op in desc.blocks[0].ops}
 
 
@@ -96,7 +98,7 @@ def test_calibration_checks():
 def test_upstream_avg_crashes_on_ernie_0d_activations(tiny):
     """Pin: stock PostTrainingQuantization(algo="avg") raises IndexError on ERNIE's 0-d activations.
 
-    ``pipeline.compress.ptq._PostTrainingQuantization`` fixes it; when this test fails, upstream fixed it.
+    ``pipeline.backends.paddle.quantize.ptq._PostTrainingQuantization`` fixes it; when this test fails, upstream fixed it.
     """
     import paddle
     from paddle.static.quantization import PostTrainingQuantization
@@ -164,7 +166,7 @@ def test_skip_layers_keeps_ffn2_in_fp32(tiny, tmp_path):
     """PTQ with skip_layers=("ffn2",): the FFN output projection stays float, the other fc are quantized."""
     import paddle
 
-    from pipeline.compress.ptq import weights_of_roles
+    from pipeline.backends.paddle.quantize.ptq import weights_of_roles
 
     def matmul_inputs(model_dir):
         paddle.enable_static()

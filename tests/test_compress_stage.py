@@ -98,7 +98,7 @@ def test_every_upstream_strategy(tiny_finetuned, runs, strategy):
 
 
 def test_static_input_model(tiny_finetuned, runs, tmp_path):
-    from pipeline.backends.paddle_inference import export_static
+    from pipeline.backends.paddle.convert import export_static
     from pipeline.modeling import load_classifier
 
     static = export_static(load_classifier(tiny_finetuned["model_dir"], 3), tmp_path / "static", "int32")

@@ -11,8 +11,8 @@ import pytest
 
 
 def _objects(**deploy) -> tuple[list[dict], list[dict]]:
-    from serving.config import DeployConfig
-    from serving.manifests import build
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.manifests import build
 
     builtin, custom, _ = build("tiny", {"package": {"instances": 2, "engine_threads": 1}}, 10 * 2**20,
                                DeployConfig(**deploy))
@@ -20,7 +20,7 @@ def _objects(**deploy) -> tuple[list[dict], list[dict]]:
 
 
 def test_vendored_schemas_are_the_upstream_files_the_readme_names():
-    from serving.crd_schemas import CRDS, SCHEMA_DIR
+    from serving.bundle.crd_schemas import CRDS, SCHEMA_DIR
 
     readme = (SCHEMA_DIR / "README.md").read_text(encoding="utf-8")
     for _, filename, *_ in CRDS.values():
@@ -32,14 +32,14 @@ def test_vendored_schemas_are_the_upstream_files_the_readme_names():
 
 @pytest.mark.parametrize("kind", ["InferenceService", "ServiceMonitor"])
 def test_the_strict_schemas_are_valid_json_schemas(kind):
-    from serving.crd_schemas import validator
+    from serving.bundle.crd_schemas import validator
 
     checker = validator(kind)
     checker.check_schema(checker.schema)  # tightening them left a schema the validator understands
 
 
 def test_strict_closes_every_object_schema_that_lists_properties():
-    from serving.crd_schemas import strict
+    from serving.bundle.crd_schemas import strict
 
     schema = {"type": "object", "properties": {
         "a": {"type": "object", "properties": {"b": {"type": "string"}}},
@@ -55,7 +55,7 @@ def test_strict_closes_every_object_schema_that_lists_properties():
 
 
 def test_every_emitted_object_passes_its_schema():
-    from serving.manifests import validate
+    from serving.bundle.manifests import validate
 
     for deploy in ({}, {"queue_time_metric": True, "namespace": "ml-serving", "min_replicas": 2, "cpu": "500m"}):
         builtin, custom = _objects(**deploy)
@@ -112,7 +112,7 @@ MONITOR_BREAKS = [
                                              for k, breaks in (("InferenceService", ISVC_BREAKS), ("ServiceMonitor", MONITOR_BREAKS))
                                              for what, how, says in breaks])
 def test_each_schema_catches_a_broken_object(kind, how, says):
-    from serving.manifests import validate
+    from serving.bundle.manifests import validate
 
     _, custom = _objects()
     good = next(o for o in custom if o["kind"] == kind)

@@ -23,7 +23,7 @@ def _docs(path: Path) -> list[dict]:
 
 
 def test_bundle_carries_valid_manifests_sized_from_the_bundle(tiny_fused_bundle):
-    from serving.integrity import verify_bundle
+    from serving.triton.integrity import verify_bundle
 
     manifest = verify_bundle(tiny_fused_bundle)  # the manifests are covered by bundle.json
     assert {"kubernetes.yaml", "kserve.yaml"} <= set(manifest["files"])
@@ -48,8 +48,8 @@ def test_bundle_carries_valid_manifests_sized_from_the_bundle(tiny_fused_bundle)
 
 def test_schema_check_catches_what_kubernetes_would_refuse():
     """The check is real: an unknown field (strict), a wrong type and an InferenceService without storage fail."""
-    from serving.config import DeployConfig
-    from serving.manifests import build, validate
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.manifests import build, validate
 
     builtin, custom, _ = build("tiny", {"package": {"instances": 2, "engine_threads": 1}}, 10 * 2**20,
                                DeployConfig(queue_time_metric=True))
@@ -64,9 +64,9 @@ def test_schema_check_catches_what_kubernetes_would_refuse():
 
 
 def test_an_invalid_object_leaves_the_previous_bundle(tiny_export, tmp_path, monkeypatch):
-    from serving import manifests
-    from serving.config import DeployConfig, PackageConfig
-    from serving.repository import ExportArtifacts, PackageError, write_repository
+    from serving.bundle import manifests
+    from serving.bundle.config import DeployConfig, PackageConfig
+    from serving.bundle.repository import ExportArtifacts, PackageError, write_repository
 
     pc = PackageConfig(threads=1)
     first = write_repository(tmp_path, "tiny", ExportArtifacts.from_dir(tiny_export), pc, deploy=DeployConfig())
@@ -97,7 +97,7 @@ def test_bad_deploy_values_name_their_field(override, field):
 
 
 def test_render_command_refuses_a_tampered_bundle(tiny_fused_bundle, tmp_path):
-    from serving.manifests import main
+    from serving.bundle.manifests import main
 
     bundle = tmp_path / "tiny"
     shutil.copytree(tiny_fused_bundle, bundle)
@@ -152,7 +152,7 @@ def test_dockerfile_lints_clean_and_pins_the_served_tokenizer():
 def test_render_refuses_bad_deploy_values_in_one_line(tiny_fused_bundle, tmp_path, capsys, sets, says):
     """`make manifests ARGS="--set deploy.x=y"`: a version with no schemas used to end in a traceback, and names
     Kubernetes refuses on apply (namespace, claim) were written and called valid."""
-    from serving.manifests import main
+    from serving.bundle.manifests import main
 
     args = [x for s in sets for x in ("--set", s)]
     assert main(["--bundle", str(tiny_fused_bundle), "--out", str(tmp_path / "out"), *args]) == 2
@@ -162,8 +162,8 @@ def test_render_refuses_bad_deploy_values_in_one_line(tiny_fused_bundle, tmp_pat
 
 
 def test_render_refuses_an_out_that_is_not_a_folder_it_can_write(tiny_fused_bundle, tmp_path, capsys):
-    from serving.integrity import verify_bundle
-    from serving.manifests import main
+    from serving.triton.integrity import verify_bundle
+    from serving.bundle.manifests import main
 
     bundle = tmp_path / "tiny"
     shutil.copytree(tiny_fused_bundle, bundle)
@@ -186,8 +186,8 @@ def test_render_refuses_an_out_that_is_not_a_folder_it_can_write(tiny_fused_bund
 
 
 def test_object_names_must_be_dns_labels():
-    from serving.config import DeployConfig
-    from serving.manifests import ManifestError, build
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.manifests import ManifestError, build
 
     with pytest.raises(ManifestError, match="not a DNS-1035 label"):
         build("my.task", {"package": {}}, 2**20, DeployConfig())

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline.compress import dynabert
-from pipeline.compress.pruned_ernie import HEAD_SIZE_KEY
+from pipeline.ernie_models import HEAD_SIZE_KEY
 from pipeline.modeling import load_classifier
 from pipeline.errors import ConfigError, ModelError
 from pipeline.evaluation import evaluate_dygraph
@@ -211,7 +211,7 @@ def pruned_dir(tiny_finetuned, splits, tmp_path_factory):
 
 
 def test_stock_paddlenlp_ernie_cannot_load_a_head_pruned_dir(pruned_dir):
-    """Why pipeline.compress.pruned_ernie exists: paddle's MultiHeadAttention needs hidden % heads == 0.
+    """Why pipeline.ernie_models exists: paddle's MultiHeadAttention needs hidden % heads == 0.
 
     If this starts passing, stock PaddleNLP learned to load head-pruned ERNIE and our subclass can go.
     """

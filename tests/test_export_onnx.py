@@ -26,7 +26,7 @@ def make_ctx(stage_name: str, cfg, out_dir: Path, work_dir: Path, upstream: dict
 def standin_compress(tiny: dict, root: Path, quantization: str = "ptq") -> "pipeline.records.StageRecord":
     """What the compress stage hands over, built from the tiny model: its FP32 static export serves as
     both the baseline and the 'selected' program (Paddle's int8 switch leaves an unquantized program as is)."""
-    from pipeline.backends.paddle_inference import export_static
+    from pipeline.backends.paddle.convert import export_static
     from pipeline.modeling import load_classifier
     from pipeline.records import StageRecord, StageStatus
 
@@ -83,7 +83,8 @@ def test_export_writes_the_contract(exported):
 
 
 def test_onnx_inputs_outputs_and_dynamic_dims(exported):
-    from pipeline.backends.onnxruntime import check_onnx, session
+    from pipeline.backends.onnxruntime.convert import check_onnx
+    from pipeline.backends.onnxruntime.session import session
 
     for name in ("fp32", "int8", "int8_qdq"):
         model = check_onnx(exported["out"] / "onnx" / f"{name}.onnx")
@@ -100,7 +101,7 @@ def test_int8_onnx_really_stores_int8_weights_and_is_small(exported):
     import onnx
     from onnx import TensorProto
 
-    from pipeline.backends.onnxruntime import weight_stats
+    from pipeline.backends.onnxruntime.quantize import weight_stats
 
     onnx_dir = exported["out"] / "onnx"
     fp32, int8, qdq = (weight_stats(onnx_dir / f"{n}.onnx") for n in ("fp32", "int8", "int8_qdq"))
@@ -127,7 +128,7 @@ def test_int8_onnx_really_stores_int8_weights_and_is_small(exported):
 
 
 def test_ort_int8_predictions_agree_with_fp32_on_dev(exported, tiny_finetuned):
-    from pipeline.backends.onnxruntime import session
+    from pipeline.backends.onnxruntime.session import session
     from pipeline.kinds import load_task_data
     from pipeline.evaluation import evaluate_session
     from pipeline.tokenizer import Tokenizer
@@ -147,7 +148,8 @@ def test_ort_int8_predictions_agree_with_fp32_on_dev(exported, tiny_finetuned):
 
 
 def test_corrupt_and_truncated_models_are_clear_errors(exported, tmp_path):
-    from pipeline.backends.onnxruntime import check_onnx, export_onnx, session
+    from pipeline.backends.onnxruntime.convert import check_onnx, export_onnx
+    from pipeline.backends.onnxruntime.session import session
 
     data = (exported["out"] / "onnx" / "fp32.onnx").read_bytes()
     trunc = tmp_path / "trunc.onnx"
@@ -176,7 +178,8 @@ def test_corrupt_and_truncated_models_are_clear_errors(exported, tmp_path):
 def test_onnx_with_unexpected_input_names_is_rejected(exported, tmp_path):
     import onnx
 
-    from pipeline.backends.onnxruntime import check_onnx, session
+    from pipeline.backends.onnxruntime.convert import check_onnx
+    from pipeline.backends.onnxruntime.session import session
 
     model = onnx.load(str(exported["out"] / "onnx" / "fp32.onnx"))
     old = model.graph.input[0].name
@@ -207,7 +210,7 @@ def test_upstream_paddle2onnx_still_writes_weights_as_constants(exported):
 
 
 def _batch_vs_single(path, fs):
-    from pipeline.backends.onnxruntime import session
+    from pipeline.backends.onnxruntime.session import session
     from pipeline.evaluation import evaluate_session
 
     s = session(path, precision="int8", threads=1)
@@ -220,7 +223,7 @@ def test_int8_answers_do_not_depend_on_batch_mates(exported, tiny_finetuned, tmp
     DynamicQuantizeLinear does not (pinned: if ORT changes, the rewrite may no longer be needed)."""
     import onnx
 
-    from pipeline.backends.onnxruntime import quantize_int8_dynamic
+    from pipeline.backends.onnxruntime.quantize import quantize_int8_dynamic
     from pipeline.kinds import load_task_data
     from pipeline.tokenizer import Tokenizer
 

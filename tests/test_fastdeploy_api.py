@@ -21,10 +21,10 @@ from serving_fixtures import (SPAN_FILLER, _tiny_ernie_config, export_layer, ner
                               tiny_export, write_char_vocab)
 
 from pipeline.errors import ConfigError
-from serving.config import PackageConfig
-from serving.integrity import verify_bundle
-from serving.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
-from serving.repository import ExportArtifacts, PackageError, choose_model, write_repository
+from serving.bundle.config import PackageConfig
+from serving.triton.integrity import verify_bundle
+from serving.bundle.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.bundle.repository import ExportArtifacts, PackageError, choose_model, write_repository
 from tritonclient.grpc import model_config_pb2 as mc
 
 SERVING = Path(__file__).resolve().parent.parent / "serving"
@@ -83,7 +83,7 @@ def bundles(tiny_export, ner_export, uie_export, tmp_path_factory) -> dict[str, 
 @pytest.fixture(scope="module")
 def server(bundles, tmp_path_factory):
     """One tritonserver for the six bundles (each its own --model-repository; no two share a model name)."""
-    from serving.integrity import clear_bytecode
+    from serving.triton.integrity import clear_bytecode
     from serving.server import start_server
 
     first, *rest = bundles.values()
@@ -145,7 +145,7 @@ class FastDeployRunner:
 
 
 def _ours(server, model: str):
-    from serving.client import ClassifierClient
+    from serving.tools.client import ClassifierClient
 
     return ClassifierClient(server.grpc_url, "grpc", model, retries=0)
 
@@ -286,8 +286,8 @@ SHAPE = BundleShape(task="ernie_seqcls", num_labels=15, max_seq_len=64, model_fi
 
 
 def test_configs_are_fastdeploys_interface():
-    """Names, dtypes and dims of examples/text/ernie-3.0/serving/models/ernie_{seqcls,tokencls}/config.pbtxt and
-    examples/text/uie/serving/models/uie/config.pbtxt."""
+    """Names, dtypes and dims of examples/text/ernie-3.0/serving/triton/models/ernie_{seqcls,tokencls}/config.pbtxt and
+    examples/text/uie/serving/triton/models/uie/config.pbtxt."""
     for pc in (PackageConfig(api="fastdeploy", layout="ensemble"), PackageConfig(api="fastdeploy", runtime="fastdeploy")):
         configs = all_configs(SHAPE, pc)
         assert set(configs) == {"ernie_seqcls", "ernie_seqcls_tokenizer", "ernie_seqcls_model", "ernie_seqcls_postprocess"}
@@ -336,13 +336,13 @@ def test_fastdeploy_bundles_carry_their_models_and_payload_code(bundles):
     files = {f for f in uie["files"] if f.startswith("uie/1/")}
     assert {"uie/1/model.py", "uie/1/runner.py", "uie/1/windows.py", "uie/1/spans.py", "uie/1/fastdeploy_payloads.py",
             "uie/1/vocab.txt", "uie/1/model.onnx"} <= files
-    assert (bundles["fd_uie"] / "uie/1/model.py").read_bytes() == (SERVING / "models/uie_fastdeploy.py").read_bytes()
+    assert (bundles["fd_uie"] / "uie/1/model.py").read_bytes() == (SERVING / "triton/models/uie_fastdeploy.py").read_bytes()
     assert uie["package"]["instances"] == 1  # instance_count auto: one, so "the schema sent last" is one per server
     assert verify(bundles["ours_uie"])["api"] == "ernie-bundle"
 
 
 def test_smoke_test_says_it_speaks_the_other_api(bundles, capsys):
-    from serving import smoke
+    from serving.tools import smoke
 
     assert smoke.main(["--task", "tiny", "--repository", str(bundles["fd_seqcls"])]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -409,7 +409,7 @@ def test_fastdeploy_paddle_config_names_the_programs_own_output(tiny_export, tmp
     """The tiny export's Paddle program keeps paddle.jit.save's output name (as FastDeploy's example shows,
     linear_113.tmp_1): the model config and the ensemble's map use the program's name, which FastDeploy's backend
     checks, whatever the export called it."""
-    from serving.model_io import tensor_names
+    from serving.bundle.model_io import tensor_names
 
     ins, outs = tensor_names(tiny_export / "paddle_fp32" / "model.pdmodel")
     assert ins == ["input_ids", "token_type_ids"] and len(outs) == 1 and outs[0] != "logits"
@@ -441,7 +441,7 @@ class _Response:
 
 def test_refusals_fall_back_where_the_python_backend_has_no_error_codes(capsys):
     """Triton 21.10's pb_utils (FastDeploy's image): ``TritonError(message)`` with no status codes, no Logger."""
-    support = _load(SERVING / "model_support.py", "fd_model_support")
+    support = _load(SERVING / "triton/model_support.py", "fd_model_support")
 
     class OldError:  # r21.10: one argument, no INVALID_ARG / INTERNAL
         def __init__(self, message):

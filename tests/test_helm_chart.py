@@ -1,5 +1,5 @@
-"""The Helm chart (serving/chart/ernie-bundle), rendered and linted by helm itself (issue 33): with a bundle's
-values (written by `python -m serving.manifests`) it renders exactly the objects serving.manifests builds, and they
+"""The Helm chart (serving/bundle/chart/ernie-bundle), rendered and linted by helm itself (issue 33): with a bundle's
+values (written by `python -m serving.bundle.manifests`) it renders exactly the objects serving.bundle.manifests builds, and they
 pass the same schema checks."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ BUNDLE = {"package": {"instances": 2, "engine_threads": 1}}
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    from serving.helm_chart import HelmError, find_helm
+    from serving.bundle.helm_chart import HelmError, find_helm
 
     return tool_or_skip(find_helm, HelmError, "ERNIE_BUNDLE_REQUIRE_HELM")
 
@@ -35,8 +35,8 @@ def _docs(path: Path) -> list[dict]:
 def test_a_bundles_values_render_the_bundles_manifests(helm, tiny_fused_bundle, tmp_path):
     """make manifests writes helm-values.yaml beside kubernetes.yaml and kserve.yaml; helm template of the chart with
     it gives the same objects (parsed, compared as dicts), with kserve.enabled the InferenceService alone."""
-    from serving.helm_chart import VALUES_FILE, render
-    from serving.manifests import main, validate
+    from serving.bundle.helm_chart import VALUES_FILE, render
+    from serving.bundle.manifests import main, validate
 
     out = tmp_path / "deploy"
     assert main(["--bundle", str(tiny_fused_bundle), "--out", str(out), "--set", "deploy.queue_time_metric=true"]) == 0
@@ -58,10 +58,10 @@ def test_a_bundles_values_render_the_bundles_manifests(helm, tiny_fused_bundle, 
      "kubernetes_version": "1.30"},
 ], ids=["defaults", "every-value-set"])
 def test_chart_renders_what_build_builds_and_lints_strict(helm, tmp_path, deploy):
-    from serving.config import DeployConfig
-    from serving.helm_chart import lint, render
-    from serving.manifests import chart_values as values, chart_values_yaml as values_yaml
-    from serving.manifests import build, validate
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.helm_chart import lint, render
+    from serving.bundle.manifests import chart_values as values, chart_values_yaml as values_yaml
+    from serving.bundle.manifests import build, validate
 
     cfg = DeployConfig(**deploy)
     builtin, custom, size = build("my_task", BUNDLE, 300 * 2**20, cfg)
@@ -78,7 +78,7 @@ def test_chart_renders_what_build_builds_and_lints_strict(helm, tmp_path, deploy
 
 
 def test_chart_defaults_lint_strict_and_switches_drop_objects(helm):
-    from serving.helm_chart import lint, render
+    from serving.bundle.helm_chart import lint, render
 
     lint(helm, None, "1.33")
     kinds = [o["kind"] for o in render(helm, None, "1.33", sets=("autoscaling.enabled=false", "monitoring.enabled=false"))]
@@ -93,14 +93,14 @@ def test_chart_defaults_lint_strict_and_switches_drop_objects(helm):
     (("replicas.min=5",), "replicas: min 5 is larger than max 4"),
 ])
 def test_chart_refuses_bad_values_naming_the_key(helm, sets, says):
-    from serving.helm_chart import HelmError, render
+    from serving.bundle.helm_chart import HelmError, render
 
     with pytest.raises(HelmError, match=says.replace(".", r"\.")):
         render(helm, None, "1.33", sets=sets)
 
 
 def test_chart_refuses_a_kubernetes_older_than_its_apis(helm):
-    from serving.helm_chart import HelmError, render
+    from serving.bundle.helm_chart import HelmError, render
 
     with pytest.raises(HelmError, match="kubeVersion"):
         render(helm, None, "1.22")

@@ -1,4 +1,5 @@
-"""Accuracy-aware, batch-independent INT8 (pipeline.int8) and CPU awareness (pipeline.cpu) on the tiny model."""
+"""Accuracy-aware, batch-independent INT8 (pipeline.backends.onnxruntime.int8 with the engine-neutral search of
+pipeline.quantization) and CPU awareness (pipeline.cpu) on the tiny model."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from conftest import features
 
 @pytest.fixture(scope="module")
 def tiny_onnx(tiny_finetuned, tiny_splits, tmp_path_factory) -> dict:
-    from pipeline.backends.onnxruntime import calibration_feeds, export_onnx
-    from pipeline.backends.paddle_inference import export_static
-    from pipeline.int8.stats import activation_ranges
+    from pipeline.backends.onnxruntime.convert import export_onnx
+    from pipeline.backends.onnxruntime.int8.stats import activation_ranges
+    from pipeline.backends.paddle.convert import export_static
+    from pipeline.quantization.select import calibration_feeds
     from pipeline.modeling import load_classifier
     from pipeline.tokenizer import Tokenizer
 
@@ -35,7 +37,7 @@ def tiny_onnx(tiny_finetuned, tiny_splits, tmp_path_factory) -> dict:
 
 
 def _logits(path: Path, fs, batch_size: int) -> np.ndarray:
-    from pipeline.backends.onnxruntime import session
+    from pipeline.backends.onnxruntime.session import session
     from pipeline.evaluation import evaluate_session
 
     return evaluate_session(session(path, threads=1), fs, batch_size).flat()
@@ -43,7 +45,7 @@ def _logits(path: Path, fs, batch_size: int) -> np.ndarray:
 
 def test_activation_ranges_ignore_padding(tiny_onnx):
     """A scale widened by padding rows would cost every real token precision: only real tokens count."""
-    from pipeline.int8.stats import activation_ranges
+    from pipeline.backends.onnxruntime.int8.stats import activation_ranges
 
     feed = tiny_onnx["feeds"][0]
     pad = tiny_onnx["tok"].pad_id
@@ -59,8 +61,8 @@ def test_activation_ranges_ignore_padding(tiny_onnx):
 def test_smoothing_keeps_the_function_and_flattens_outliers(tiny_onnx, tmp_path):
     import onnx
 
-    from pipeline.int8.smoothing import smooth, smoothing_factors
-    from pipeline.int8.stats import ChannelRange
+    from pipeline.backends.onnxruntime.int8.smoothing import smooth, smoothing_factors
+    from pipeline.backends.onnxruntime.int8.stats import ChannelRange
 
     model = onnx.load(str(tiny_onnx["fp32"]))
     ranges = dict(tiny_onnx["ranges"])
@@ -82,8 +84,8 @@ def test_smoothing_keeps_the_function_and_flattens_outliers(tiny_onnx, tmp_path)
 def test_recipe_is_batch_independent_and_keeps_fp32_matmuls_float(tiny_onnx, tmp_path):
     import onnx
 
-    from pipeline.int8.recipe import Int8Recipe, build
-    from pipeline.int8.stats import weight_matmuls
+    from pipeline.backends.onnxruntime.int8.recipe import build
+    from pipeline.quantization.recipe import Int8Recipe, weight_matmuls
 
     names = [n.name for n in weight_matmuls(onnx.load(str(tiny_onnx["fp32"])))]
     recipe = Int8Recipe(smooth_alpha=0.5, reduce_range=True, fp32_matmuls=(names[0],))
@@ -122,9 +124,9 @@ def test_fixed_scale_matmuls_run_fused(tiny_onnx, tmp_path, monkeypatch):
     of one: 6% of CLUENER's INT8 time).  If ORT learns to, the unfused half of this test says so."""
     import onnx
 
-    import pipeline.int8.fusion as fusion
-    from pipeline.int8.recipe import Int8Recipe, build
-    from pipeline.int8.stats import weight_matmuls
+    import pipeline.backends.onnxruntime.int8.fusion as fusion
+    from pipeline.backends.onnxruntime.int8.recipe import build
+    from pipeline.quantization.recipe import Int8Recipe, weight_matmuls
 
     n = len(weight_matmuls(onnx.load(str(tiny_onnx["fp32"]))))
     fused = build(tiny_onnx["fp32"], tmp_path / "fused.onnx", tiny_onnx["ranges"], Int8Recipe(smooth_alpha=0.5))
@@ -156,8 +158,9 @@ def test_score_gemm_reads_keys_untransposed(tiny_onnx, tmp_path, monkeypatch):
 
     Pinned upstream: ORT keeps paddle2onnx's [0,2,3,1] Transpose as it is (7% of the real TNEWS model's INT8
     time on AVX512-VNNI); if it learns to fold it, the unrewritten half of this test says so."""
-    import pipeline.int8.fusion as fusion
-    from pipeline.int8.recipe import Int8Recipe, build
+    import pipeline.backends.onnxruntime.int8.fusion as fusion
+    from pipeline.backends.onnxruntime.int8.recipe import build
+    from pipeline.quantization.recipe import Int8Recipe
 
     layers = sum(1 for p in _transposes(tiny_onnx["fp32"], tmp_path) if p == [0, 2, 3, 1])
     assert layers >= 1  # one per attention layer in the exported FP32 graph
@@ -176,8 +179,8 @@ def test_qdq_form_carries_the_recipe(tiny_onnx, tmp_path):
     """The TensorRT (QDQ) form gets the searched recipe: the SmoothQuant Mul and the FP32 MatMuls."""
     import onnx
 
-    from pipeline.int8.recipe import Int8Recipe, build_qdq
-    from pipeline.int8.stats import weight_matmuls
+    from pipeline.backends.onnxruntime.int8.recipe import build_qdq
+    from pipeline.quantization.recipe import Int8Recipe, weight_matmuls
 
     names = [n.name for n in weight_matmuls(onnx.load(str(tiny_onnx["fp32"])))]
     recipe = Int8Recipe(smooth_alpha=0.5, fp32_matmuls=(names[0],))
@@ -202,9 +205,10 @@ def test_qdq_scales_come_from_the_real_token_ranges(tiny_onnx, tmp_path):
     import onnx
     from onnx import numpy_helper
 
-    from pipeline.backends.onnxruntime import quantize_int8_qdq
-    from pipeline.int8.recipe import Int8Recipe, build_qdq
-    from pipeline.int8.stats import activation_ranges
+    from pipeline.backends.onnxruntime.int8.recipe import build_qdq
+    from pipeline.backends.onnxruntime.quantize import quantize_int8_qdq
+    from pipeline.quantization.recipe import Int8Recipe
+    from pipeline.backends.onnxruntime.int8.stats import activation_ranges
 
     feeds = tiny_onnx["feeds"]
     ranges = activation_ranges(tiny_onnx["fp32"], feeds[:1], tiny_onnx["tok"].pad_id)
@@ -226,8 +230,9 @@ def test_qdq_scales_come_from_the_real_token_ranges(tiny_onnx, tmp_path):
 
 def test_recipe_refuses_to_leave_a_per_batch_scale(tiny_onnx, tmp_path):
     """A tensor without a calibrated range would keep ORT's per-batch scale: refused, never shipped."""
+    from pipeline.backends.onnxruntime.int8.recipe import build
     from pipeline.errors import ModelError
-    from pipeline.int8.recipe import Int8Recipe, build
+    from pipeline.quantization.recipe import Int8Recipe
 
     ranges = dict(tiny_onnx["ranges"])
     ranges.pop(sorted(ranges)[0])
@@ -236,29 +241,28 @@ def test_recipe_refuses_to_leave_a_per_batch_scale(tiny_onnx, tmp_path):
 
 
 def _search(tiny_onnx, work: Path, builds: list):
-    import pipeline.int8.search as S
-    from pipeline.backends.onnxruntime import session
+    """ONNX Runtime's builder in the engine-neutral search; every build is recorded in ``builds``."""
+    from pipeline.backends.onnxruntime.int8.recipe import FORM_VERSION, build
+    from pipeline.backends.onnxruntime.session import session
     from pipeline.evaluation import evaluate_session
+    from pipeline.quantization.search import Search
 
     def evaluate(path):
         ev = evaluate_session(session(path, threads=1), tiny_onnx["held"], 32)
         return ev.score.value, ev.outputs
 
-    return S.Search(tiny_onnx["fp32"], tiny_onnx["ranges"], evaluate, work, log=lambda m: None, cache_key="t")
-
-
-def test_search_picks_within_budget_and_caches_candidates(tiny_onnx, tmp_path, monkeypatch):
-    import pipeline.int8.search as S
-    from pipeline.int8.recipe import Int8Recipe
-
-    builds: list = []
-    real_build = S.build
-
     def counting_build(*args, **kwargs):
         builds.append(args[3].name)
-        return real_build(*args, **kwargs)
+        return build(*args, **kwargs)
 
-    monkeypatch.setattr(S, "build", counting_build)
+    return Search(tiny_onnx["fp32"], tiny_onnx["ranges"], evaluate, work, build=counting_build, form_version=FORM_VERSION,
+                  log=lambda m: None, cache_key="t")
+
+
+def test_search_picks_within_budget_and_caches_candidates(tiny_onnx, tmp_path):
+    from pipeline.quantization.recipe import Int8Recipe
+
+    builds: list = []
     search = _search(tiny_onnx, tmp_path / "cache", builds)
     bases = [Int8Recipe(), Int8Recipe(0.5), Int8Recipe(0.7)]
     result = search.run(bases, budget_points=100.0, max_fp32=2)
@@ -286,10 +290,11 @@ def test_search_skips_mixed_precision_when_the_pruned_source_is_already_over_bud
     sensitivity ladder (minutes on a real model) is not walked, and the result says it is outside the budget."""
     import shutil
 
-    import pipeline.int8.search as S
-    from pipeline.backends.onnxruntime import session
+    from pipeline.backends.onnxruntime.int8.recipe import FORM_VERSION, build
+    from pipeline.backends.onnxruntime.session import session
     from pipeline.evaluation import evaluate_session
-    from pipeline.int8.recipe import Int8Recipe
+    from pipeline.quantization.recipe import Int8Recipe
+    from pipeline.quantization.search import Search
 
     unpruned = shutil.copyfile(tiny_onnx["fp32"], tmp_path / "unpruned.onnx")
 
@@ -298,8 +303,8 @@ def test_search_skips_mixed_precision_when_the_pruned_source_is_already_over_bud
         return ev.score.value + (0.05 if Path(path) == unpruned else 0.0), ev.outputs
 
     lines: list[str] = []
-    search = S.Search(tiny_onnx["fp32"], tiny_onnx["ranges"], evaluate, tmp_path / "cache", log=lines.append,
-                      cache_key="t", baseline=unpruned)
+    search = Search(tiny_onnx["fp32"], tiny_onnx["ranges"], evaluate, tmp_path / "cache", build=build,
+                    form_version=FORM_VERSION, log=lines.append, cache_key="t", baseline=unpruned)
     result = search.run([Int8Recipe()], budget_points=1.0, max_fp32=2)
     assert not result.within_budget and result.sensitivity == {} and len(result.candidates) == 1
     assert any("mixed precision skipped" in line for line in lines)
@@ -323,7 +328,7 @@ CPUINFO_VNNI = "processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: avx2 avx
 
 def test_cpu_flags_decide_reduce_range_and_serving_warns():
     from pipeline.cpu import missing_flags, parse_cpuinfo
-    from pipeline.int8.select import reduce_range_options
+    from pipeline.backends.onnxruntime.int8.search import reduce_range_options
     from serving.server import cpu_warnings
 
     avx2, vnni = parse_cpuinfo(CPUINFO_AVX2, 2), parse_cpuinfo(CPUINFO_VNNI, 2)
@@ -356,9 +361,10 @@ def test_qdq_form_keeps_the_searched_recipe_within_its_target_and_searches_other
     import dataclasses
     import types
 
-    import pipeline.int8.recipe as R
+    import pipeline.backends.onnxruntime.int8.recipe as R
+    from pipeline.backends.onnxruntime.int8.search import search_qdq, search_recipe
     from pipeline.cpu import detect
-    from pipeline.int8.select import SearchRows, search_qdq, search_recipe
+    from pipeline.quantization.select import SearchRows
     from pipeline.validation.config import ExportConfig
 
     rows = SearchRows(tiny_onnx["feeds"], tiny_onnx["held"], tiny_onnx["tok"].pad_id)
@@ -393,8 +399,9 @@ def test_a_pruned_sources_verdict_says_what_the_pruning_itself_cost(tiny_onnx, t
     pruned FP32 source's own drop: CLUENER w3/4 read "+1.39, OUTSIDE the budget" while its FP32 alone was +1.44."""
     import shutil
 
+    from pipeline.backends.onnxruntime.int8.search import search_recipe
     from pipeline.cpu import detect
-    from pipeline.int8.select import SearchRows, search_recipe
+    from pipeline.quantization.select import SearchRows
     from pipeline.validation.config import ExportConfig
 
     rows = SearchRows(tiny_onnx["feeds"], tiny_onnx["held"], tiny_onnx["tok"].pad_id)

@@ -113,7 +113,7 @@ def test_reading_eval_cap_and_config_checks(tmp_path):
 def test_int8_agreement_compares_what_each_kind_decides(tmp_path):
     """A window's decision is its start and end position; comparing argmax over the (start, end) pair of each
     token instead made every CMRC recipe's agreement 0.0, so the search's tie-break had nothing to go on."""
-    from pipeline.int8.search import _agreement
+    from pipeline.quantization.search import _agreement
 
     mrc = get_kind(_mrc(tmp_path))
     fp32 = np.zeros((6, 2), np.float32)
@@ -160,7 +160,7 @@ def test_head_of_another_kind_is_refused(tiny_finetuned):
 def test_model_loads_with_the_head_it_was_saved_with(tmp_path):
     from paddlenlp.transformers import ErnieConfig
 
-    from pipeline.compress.pruned_ernie import ErnieForQuestionAnswering, ErnieForTokenClassification
+    from pipeline.ernie_models import ErnieForQuestionAnswering, ErnieForTokenClassification
     from pipeline.modeling import load_classifier
 
     config = ErnieConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,

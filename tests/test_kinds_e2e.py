@@ -109,7 +109,7 @@ def _assert_batch_independent(runs: Path, cfg) -> None:
     dynamic batching a text's entities must not change with load).  Per-batch activation scales fail this."""
     import numpy as np
 
-    from pipeline.backends import onnxruntime as ortb
+    from pipeline.backends.onnxruntime.session import session as ort_session
     from pipeline.kinds import load_task_data
     from pipeline.kinds import get_kind
     from pipeline.tokenizer import Tokenizer
@@ -122,7 +122,7 @@ def _assert_batch_independent(runs: Path, cfg) -> None:
 
     # ONNX Runtime's kernels give the same floats whatever the padded width; OpenVINO's are chosen per width, so
     # a logit may move by float rounding (up to 7e-3 measured on TNEWS), never the decision.
-    forms = [(ortb.session(out / "onnx" / "int8.onnx"), 1e-4), (openvino_session(out / "openvino" / "int8.xml", precision="int8"), 2e-2)]
+    forms = [(ort_session(out / "onnx" / "int8.onnx"), 1e-4), (openvino_session(out / "openvino" / "int8.xml", precision="int8"), 2e-2)]
     n = min(len(fs), 12)
     together = [fs.batch(range(n)), fs.batch(range(n - 1, -1, -1))]  # two batches, two orders
     for sess, atol in forms:
@@ -140,7 +140,7 @@ def _assert_batch_independent(runs: Path, cfg) -> None:
 
 def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys, while_served=None) -> str:
     """smoke + loadtest against a real tritonserver; ``while_served(server)`` runs last, before it stops."""
-    from serving import smoke
+    from serving.tools import smoke
     from serving.server import start_server
 
     server = start_server(bundle, log_path=tmp_path / "server.log", timeout=120)
@@ -151,7 +151,7 @@ def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys, whil
         captured = capsys.readouterr()
         out = captured.out
         assert rc == 0, out + captured.err
-        from serving import loadtest
+        from serving.tools import loadtest
 
         rc = loadtest.main(["--task", str(task_yaml), "--model", bundle.name, "--url", server.grpc_url, "--protocol", "grpc",
                             "--concurrency", "1", "2", "--seconds", "1", "--repository", str(bundle.parent),
@@ -273,7 +273,7 @@ def test_uie_bundle_end_to_end(tmp_path, capsys):
 
     def perf_analyzer_run(server):
         """`make perf` on UIE: each perf_analyzer request is one dev text with the whole schema."""
-        from serving.perf import PerfError, find_perf_analyzer, format_markdown, measure
+        from serving.tools.perf import PerfError, find_perf_analyzer, format_markdown, measure
         from serving_fixtures import tool_or_skip
 
         tool_or_skip(find_perf_analyzer, PerfError, "ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER")

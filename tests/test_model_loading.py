@@ -181,7 +181,7 @@ def test_real_models_load_as_paddlenlp_loads_them(name):
     import numpy as np
     import paddle
 
-    from pipeline.compress.pruned_ernie import ErnieForSequenceClassification
+    from pipeline.ernie_models import ErnieForSequenceClassification
 
     model_dir = SHARED / name
     if not (model_dir / "model_state.pdparams").is_file():

@@ -22,13 +22,13 @@ def _logits(session, fs, batch_size: int) -> np.ndarray:
 
 def test_fp32_session_matches_onnxruntime(tiny_onnx):
     """Same ONNX, same numbers: f32 inference precision is set, not inherited (bf16 on AVX512-BF16/AMX CPUs)."""
-    from pipeline.backends import onnxruntime as ortb
+    from pipeline.backends.onnxruntime.session import session as ort_session
     from pipeline.backends.openvino.session import session
 
     ov = session(tiny_onnx["fp32"], threads=1)
     assert ov.name == "openvino-cpu-fp32" and ov.input_names[:2] == ["input_ids", "token_type_ids"]
     assert ov.properties.as_dict()["INFERENCE_PRECISION_HINT"] == "f32"
-    np.testing.assert_allclose(_logits(ov, tiny_onnx["dev"], 16), _logits(ortb.session(tiny_onnx["fp32"], threads=1),
+    np.testing.assert_allclose(_logits(ov, tiny_onnx["dev"], 16), _logits(ort_session(tiny_onnx["fp32"], threads=1),
                                                                            tiny_onnx["dev"], 16), atol=1e-4)
 
 
@@ -46,7 +46,7 @@ def test_calibration_items_are_single_unpadded_sentences(tiny_onnx):
 @pytest.fixture(scope="module")
 def ov_int8(tiny_onnx):
     from pipeline.backends.openvino.quantize import build, calibration_items
-    from pipeline.int8.recipe import Int8Recipe
+    from pipeline.quantization.recipe import Int8Recipe
 
     out = tiny_onnx["root"] / "ov" / "int8.xml"
     build(tiny_onnx["fp32"], out, calibration_items(tiny_onnx["feeds"], tiny_onnx["tok"].pad_id), Int8Recipe(0.5))
@@ -93,7 +93,7 @@ def test_nncf_int8_is_batch_independent(tiny_onnx, ov_int8):
 
 def test_search_caches_every_candidate_and_picks_within_budget(tiny_onnx, tmp_path, monkeypatch):
     from pipeline.backends.openvino import quantize
-    from pipeline.int8.select import SearchRows
+    from pipeline.quantization.select import SearchRows
     from pipeline.validation.config import ExportConfig
 
     rows = SearchRows(tiny_onnx["feeds"], tiny_onnx["held"], tiny_onnx["tok"].pad_id)

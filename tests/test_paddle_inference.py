@@ -7,7 +7,9 @@ import collections
 import numpy as np
 import pytest
 
-from pipeline.backends import paddle_inference as pi
+from pipeline.backends.forms import MODEL_FILE, PARAMS_FILE
+from pipeline.backends.paddle.convert import export_static, program_input_dtype
+from pipeline.backends.paddle.session import ONEDNN_INT8_OPS, session
 from pipeline.errors import ModelError
 
 from conftest import features
@@ -21,7 +23,7 @@ def tiny(tiny_finetuned, tmp_path_factory):
     root = tmp_path_factory.mktemp("pi")
     model = load_classifier(tiny_finetuned["model_dir"], 3)
     tok = Tokenizer.from_model_dir(tiny_finetuned["model_dir"], 32)
-    return {"model": model, "tok": tok, "root": root, "static": pi.export_static(model, root / "fp32")}
+    return {"model": model, "tok": tok, "root": root, "static": export_static(model, root / "fp32")}
 
 
 def _optimized_ops(model_dir, tmp_path, precision):
@@ -29,12 +31,12 @@ def _optimized_ops(model_dir, tmp_path, precision):
     from paddle.base.proto import framework_pb2
     from paddle.inference import Config, create_predictor
 
-    config = Config(str(model_dir / pi.MODEL_FILE), str(model_dir / pi.PARAMS_FILE))
+    config = Config(str(model_dir / MODEL_FILE), str(model_dir / PARAMS_FILE))
     config.enable_mkldnn()
     if precision == "int8-all":
         config.enable_mkldnn_int8()  # the default: every op with a scale may go int8
     elif precision == "int8":
-        config.enable_mkldnn_int8(set(pi.ONEDNN_INT8_OPS))
+        config.enable_mkldnn_int8(set(ONEDNN_INT8_OPS))
     config.enable_save_optim_model(True)
     config.set_optim_cache_dir(str(tmp_path))
     config.disable_glog_info()
@@ -52,11 +54,11 @@ def _optimized_ops(model_dir, tmp_path, precision):
 def test_export_matches_dygraph(tiny, dtype):
     import paddle
 
-    out = pi.export_static(tiny["model"], tiny["root"] / f"exp-{dtype}", dtype)
+    out = export_static(tiny["model"], tiny["root"] / f"exp-{dtype}", dtype)
     assert (out / "model.pdmodel").is_file() and (out / "model.pdiparams").is_file()
-    assert pi.program_input_dtype(out) == dtype
+    assert program_input_dtype(out) == dtype
     enc = tiny["tok"].encode(["球赛冠军队员比分", "股票银行市场基金利率的了是"])
-    sess = pi.session(out)
+    sess = session(out)
     assert sess.name == "paddle-cpu-fp32" and sess.input_names == ["input_ids", "token_type_ids"]
     got = sess.run(enc.input_ids, enc.token_type_ids)
     want = tiny["model"](paddle.to_tensor(enc.input_ids), token_type_ids=paddle.to_tensor(enc.token_type_ids)).numpy()
@@ -64,7 +66,7 @@ def test_export_matches_dygraph(tiny, dtype):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     # dynamic batch and sequence length
     assert sess.run(enc.input_ids[:1, :5], enc.token_type_ids[:1, :5]).shape == (1, 3)
-    assert pi.session(out, precision="int8").name == "paddle-cpu-int8"
+    assert session(out, precision="int8").name == "paddle-cpu-int8"
 
 
 def test_output_is_named_logits(tiny):
@@ -76,13 +78,13 @@ def test_output_is_named_logits(tiny):
 
 def test_bad_static_dirs(tmp_path):
     with pytest.raises(ModelError, match="not found"):
-        pi.session(tmp_path / "nope")
+        session(tmp_path / "nope")
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "model.pdmodel").write_bytes(b"")
     with pytest.raises(ModelError, match="missing model.pdiparams"):
-        pi.session(tmp_path / "d")
+        session(tmp_path / "d")
     with pytest.raises(Exception, match="precision"):
-        pi.session(tmp_path / "d", precision="int4")
+        session(tmp_path / "d", precision="int4")
 
 
 def test_int8_runs_fc_in_int8_and_keeps_attention_fp32(tiny, tmp_path):
@@ -93,7 +95,7 @@ def test_int8_runs_fc_in_int8_and_keeps_attention_fp32(tiny, tmp_path):
     accuracy (31% agreement with FP32).  When this assertion starts failing, Paddle changed its default
     and ONEDNN_INT8_OPS can be revisited.
     """
-    from pipeline.compress.ptq import PTQSettings, quantize_static
+    from pipeline.backends.paddle.quantize.ptq import PTQSettings, quantize_static
     from pipeline.data import Example
 
     calib = features(tiny["tok"], [Example("球赛冠军队员比分联赛的", None, 0), Example("股票银行市场基金", None, 1),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from serving import perf
+from serving.tools import perf
 
 FAKE = '''#!{python}
 import json, sys

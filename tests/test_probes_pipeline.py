@@ -183,8 +183,8 @@ def test_package_refuses_a_link_at_the_bundle_path(tiny_task, tmp_path, capsys):
 
 
 def test_write_repository_replaces_only_our_bundles(tmp_path):
-    from serving.config import PackageConfig
-    from serving.repository import ExportArtifacts, PackageError, check_replaceable, write_repository
+    from serving.bundle.config import PackageConfig
+    from serving.bundle.repository import ExportArtifacts, PackageError, check_replaceable, write_repository
 
     exported = ExportArtifacts.from_dir(tmp_path / "no-export")  # never read: the refusal comes first
     repo = tmp_path / "repo"

@@ -49,8 +49,8 @@ def error_lines(err: str) -> list[str]:
 @pytest.fixture(scope="module")
 def recorded_bundle(tiny_export, tiny_finetuned, tmp_path_factory) -> Path:
     """The tiny bundle as `make bundle DATA_DIR=...` writes it: bundle.json records the data dir."""
-    from serving.config import PackageConfig
-    from serving.repository import ExportArtifacts, Provenance, write_repository
+    from serving.bundle.config import PackageConfig
+    from serving.bundle.repository import ExportArtifacts, Provenance, write_repository
 
     pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, top_k=2, max_text_bytes=4096)
     prov = Provenance(data_dir=str(tiny_finetuned["data_dir"]))
@@ -125,7 +125,7 @@ def test_the_package_stage_records_the_task_data_dir(tiny_export, tiny_finetuned
 def test_smoke_without_data_dir_scores_the_data_the_bundle_was_built_from(served, recorded_bundle, task_without_data,
                                                                             tmp_path, capsys):
     """It used to stop with a DataError traceback (the task config's data.dir is not here)."""
-    from serving import smoke
+    from serving.tools import smoke
 
     rc = smoke.main(["--task", str(task_without_data), "--repository", str(recorded_bundle), "--url", served.http_url,
                      "--json-out", str(tmp_path / "fresh" / "runs" / "smoke.json")])
@@ -136,10 +136,10 @@ def test_smoke_without_data_dir_scores_the_data_the_bundle_was_built_from(served
 
 
 def test_perf_replicas_and_loadtest_read_the_bundles_data_too(recorded_bundle, task_without_data, tiny_finetuned):
-    from serving import loadtest
-    from serving.offline import BundleModel
-    from serving.perf import _items
-    from serving.smoke import dev_items
+    from serving.tools import loadtest
+    from serving.tools.offline import BundleModel
+    from serving.tools.perf import _items
+    from serving.tools.smoke import dev_items
 
     dev = [json.loads(line)["sentence"] for line in
            (tiny_finetuned["data_dir"] / "dev.json").read_text(encoding="utf-8").splitlines()]
@@ -165,7 +165,7 @@ def unrecorded(tiny_bundle, tmp_path) -> Path:
 
 
 def test_without_any_data_each_tool_says_so_in_one_line(unrecorded, task_without_data, tmp_path, capsys, monkeypatch):
-    from serving import perf, replicas, smoke
+    from serving.tools import perf, replicas, smoke
 
     says = ("data dir not found", "the bundle does not record the data it was built from")
     assert smoke.main(["--task", str(task_without_data), "--repository", str(unrecorded), "--url", "127.0.0.1:1"]) == 2
@@ -368,12 +368,12 @@ def _state(pid: int) -> str:
 
 
 def test_kill_9_of_make_perf_leaves_no_server_stubs_shm_or_perf_analyzer(tiny_bundle, tiny_finetuned, tmp_path):
-    from serving.perf import PerfError, find_perf_analyzer
+    from serving.tools.perf import PerfError, find_perf_analyzer
 
     tool_or_skip(find_perf_analyzer, PerfError, "ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER")
     bundle = tmp_path / "tiny"
     shutil.copytree(tiny_bundle, bundle)
-    proc = subprocess.Popen([sys.executable, "-m", "serving.perf", "--task", str(tiny_finetuned["task_yaml"]),
+    proc = subprocess.Popen([sys.executable, "-m", "serving.tools.perf", "--task", str(tiny_finetuned["task_yaml"]),
                              "--repository", str(bundle), "--concurrency", "2", "--seconds", "60",
                              "--json-out", str(tmp_path / "perf.json")], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -382,12 +382,12 @@ def test_kill_9_of_make_perf_leaves_no_server_stubs_shm_or_perf_analyzer(tiny_bu
 
 @pytest.mark.slow
 def test_kill_9_of_make_replicas_leaves_no_replica_or_haproxy(tiny_bundle, tiny_finetuned, tmp_path):
-    from serving.replicas import ReplicaError, find_haproxy
+    from serving.tools.replicas import ReplicaError, find_haproxy
 
     tool_or_skip(find_haproxy, ReplicaError, "ERNIE_BUNDLE_REQUIRE_HAPROXY")
     bundle = tmp_path / "tiny"
     shutil.copytree(tiny_bundle, bundle)
-    proc = subprocess.Popen([sys.executable, "-m", "serving.replicas", "--task", str(tiny_finetuned["task_yaml"]),
+    proc = subprocess.Popen([sys.executable, "-m", "serving.tools.replicas", "--task", str(tiny_finetuned["task_yaml"]),
                              "--repository", str(bundle), "--seconds", "120", "--kill-at", "100", "--concurrency", "2"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _kill_and_check(proc, {"tritonserver": 2, "haproxy": 1})
@@ -404,7 +404,7 @@ def test_kill_9_of_make_replicas_leaves_no_replica_or_haproxy(tiny_bundle, tiny_
     (["--json-out", "/proc/1/nope/smoke.json"], "--json-out /proc/1/nope/smoke.json"),
 ])
 def test_smoke_probes(probe_bundle, task_without_data, capsys, args, says):
-    from serving import smoke
+    from serving.tools import smoke
 
     assert smoke.main(["--task", str(task_without_data), "--repository", str(probe_bundle), *args]) == 2
     one_line(capsys.readouterr().err, says)
@@ -413,7 +413,7 @@ def test_smoke_probes(probe_bundle, task_without_data, capsys, args, says):
 def test_smoke_data_dir_is_relative_to_where_it_is_run(served, probe_bundle, task_without_data, tiny_finetuned,
                                                        tmp_path, monkeypatch, capsys):
     """As the pipeline's --data-dir: a relative path is from the current directory, not the project root."""
-    from serving import smoke
+    from serving.tools import smoke
 
     shutil.copytree(tiny_finetuned["data_dir"], tmp_path / "mydata")
     monkeypatch.chdir(tmp_path)
@@ -433,7 +433,7 @@ def test_smoke_data_dir_is_relative_to_where_it_is_run(served, probe_bundle, tas
     (["--json-out", "/"], "--json-out /: a directory"),
 ])
 def test_loadtest_probes(capsys, args, says):
-    from serving import loadtest
+    from serving.tools import loadtest
 
     assert loadtest.main(["--model", "tiny", "--seconds", "1", *args]) == 2
     one_line(capsys.readouterr().err, says)
@@ -442,7 +442,7 @@ def test_loadtest_probes(capsys, args, says):
 @pytest.mark.parametrize("content, says", [(b"", "no texts in it"), (b"\xff\xfe\x00bad\n", "not UTF-8"),
                                            (None, "cannot read it")])
 def test_loadtest_file_probes(served, tmp_path, capsys, content, says):
-    from serving import loadtest
+    from serving.tools import loadtest
 
     f = tmp_path / "texts.txt"
     if content is not None:
@@ -459,7 +459,7 @@ def test_loadtest_file_probes(served, tmp_path, capsys, content, says):
     (["--url", "127.0.0.1:1"], "no Triton answers gRPC at 127.0.0.1:1"),
 ])
 def test_perf_probes(probe_bundle, task_without_data, capsys, args, says):
-    from serving import perf
+    from serving.tools import perf
 
     tool_or_skip(perf.find_perf_analyzer, perf.PerfError, "ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER")
     assert perf.main(["--task", str(task_without_data), "--repository", str(probe_bundle), *args]) == 2
@@ -474,7 +474,7 @@ def test_perf_probes(probe_bundle, task_without_data, capsys, args, says):
     (["--json-out", "/"], "--json-out /: a directory"),
 ])
 def test_replicas_probes(probe_bundle, task_without_data, capsys, args, says):
-    from serving import replicas
+    from serving.tools import replicas
 
     assert replicas.main(["--task", str(task_without_data), "--repository", str(probe_bundle), *args]) == 2
     one_line(capsys.readouterr().err, says)
@@ -489,14 +489,14 @@ def test_replicas_probes(probe_bundle, task_without_data, capsys, args, says):
     (["health", "--url", "localhost"], "expected host:port"),
 ])
 def test_client_probes_without_a_server(capsys, args, says):
-    from serving import client
+    from serving.tools import client
 
     assert client.main([*args[:1], "--model", "tiny", *args[1:]]) == 2
     one_line(capsys.readouterr().err, says)
 
 
 def test_client_probes_against_a_server(served, tmp_path, capsys):
-    from serving import client
+    from serving.tools import client
 
     url = ["--model", "tiny", "--url", served.http_url]
     assert client.main(["classify", *url, "--batch-size", "0", "x"]) == 2

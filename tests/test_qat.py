@@ -1,4 +1,4 @@
-"""Quantization-aware training (pipeline.compress.qat) on the tiny fine-tuned ERNIE."""
+"""Quantization-aware training (pipeline.backends.paddle.quantize.qat) on the tiny fine-tuned ERNIE."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.backends import paddle_inference
-from pipeline.compress import qat
+from pipeline.backends.paddle.convert import program_input_dtype
+from pipeline.backends.paddle.quantize import qat
+from pipeline.backends.paddle.session import session
 from pipeline.errors import ConfigError
 from pipeline.evaluation import evaluate_dygraph
 from pipeline.tokenizer import Tokenizer
@@ -32,7 +33,7 @@ def splits(tiny_splits, tiny_finetuned):
 
 
 def _predict_static(model_dir: Path, precision: str, tokenizer, examples) -> np.ndarray:
-    sess = paddle_inference.session(model_dir, precision=precision, threads=1)
+    sess = session(model_dir, precision=precision, threads=1)
     out = np.zeros((len(examples), 3), np.float32)
     for start in range(0, len(examples), 32):
         chunk = examples[start : start + 32]
@@ -102,9 +103,9 @@ def test_quant_aware_train_writes_a_paddle_inference_model(tiny_model_copy, spli
     out = qat.quant_aware_train(tiny_model_copy, train, dev, out_dir=tmp_path / "q32", input_dtype="int32",
                                 log=lambda _m: None, **settings)
     assert out == tmp_path / "q32"
-    sess = paddle_inference.session(out, precision="int8", threads=1)
+    sess = session(out, precision="int8", threads=1)
     assert sess.input_names == ["input_ids", "token_type_ids"]
-    assert paddle_inference.program_input_dtype(out) == "int32"
+    assert program_input_dtype(out) == "int32"
     from paddle.base.proto import framework_pb2
 
     desc = framework_pb2.ProgramDesc()

@@ -12,7 +12,7 @@ from serving_fixtures import tiny_export, tiny_fused_bundle, tool_or_skip  # noq
 
 @pytest.fixture(scope="module")
 def haproxy():
-    from serving.replicas import ReplicaError, find_haproxy
+    from serving.tools.replicas import ReplicaError, find_haproxy
 
     return tool_or_skip(find_haproxy, ReplicaError, "ERNIE_BUNDLE_REQUIRE_HAPROXY")
 
@@ -20,7 +20,7 @@ def haproxy():
 def test_haproxy_config_checks_health_and_retries(haproxy, tmp_path):
     import subprocess
 
-    from serving.replicas import haproxy_config
+    from serving.tools.replicas import haproxy_config
 
     cfg = tmp_path / "haproxy.cfg"
     cfg.write_text(haproxy_config(18000, [18001, 18002]))
@@ -34,7 +34,7 @@ def test_haproxy_config_checks_health_and_retries(haproxy, tmp_path):
 def test_failover_keeps_answers_and_loses_nothing_after_it(haproxy, tiny_fused_bundle, tmp_path):
     import shutil
 
-    from serving.replicas import format_report, run
+    from serving.tools.replicas import format_report, run
 
     bundle = tmp_path / "tiny"
     shutil.copytree(tiny_fused_bundle, bundle)

@@ -11,10 +11,10 @@ import pytest
 from serving_fixtures import tiny_bundle, tiny_export  # noqa: F401  (fixtures)
 
 from pipeline.errors import ConfigError
-from serving.config import ACCELERATORS, FASTDEPLOY_ENGINES, PackageConfig
-from serving.integrity import BundleIntegrityError, verify_bundle
-from serving.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
-from serving.repository import BundleTooLarge, ExportArtifacts, PackageError, choose_model, write_repository
+from serving.bundle.config import ACCELERATORS, FASTDEPLOY_ENGINES, PackageConfig
+from serving.triton.integrity import BundleIntegrityError, verify_bundle
+from serving.bundle.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.bundle.repository import BundleTooLarge, ExportArtifacts, PackageError, choose_model, write_repository
 from tritonclient.grpc import model_config_pb2 as mc
 
 PIPELINE_DIR = Path(__file__).resolve().parent.parent / "pipeline"
@@ -74,7 +74,7 @@ def test_fused_config_is_the_ensemble_contract_on_one_python_model(runtime):
 
 def test_instances_and_threads_default_to_the_cores(monkeypatch):
     """0 = auto: one CPU instance per core, one engine thread each (no oversubscription); explicit values win."""
-    import serving.config as config
+    import serving.bundle.config as config
 
     monkeypatch.setattr(config, "_cores", lambda: 4)
     auto = PackageConfig()
@@ -128,7 +128,7 @@ def test_bundle_layout_and_manifest(tiny_bundle):
         assert (tiny_bundle / rel).is_file()
     assert (tiny_bundle / "tiny" / "1").is_dir()  # the ensemble's empty version folder
     for rel, original in (("tiny_tokenizer/1/wordpiece.py", PIPELINE_DIR / "wordpiece.py"),
-                          ("tiny_tokenizer/1/text_input.py", SERVING_DIR / "text_input.py")):
+                          ("tiny_tokenizer/1/text_input.py", SERVING_DIR / "triton" / "text_input.py")):
         assert rel in m["files"] and (tiny_bundle / rel).read_bytes() == original.read_bytes()  # served == offline code
     for cfg in tiny_bundle.glob("*/config.pbtxt"):
         parse_pbtxt(cfg.read_text())
@@ -194,7 +194,7 @@ def test_every_file_and_directory_is_covered(tiny_bundle, tmp_path):
     (cache / "evil.cpython-311.pyc").write_bytes(b"forged")  # no evil.py is listed
     with pytest.raises(BundleIntegrityError, match="evil.cpython-311.pyc: not listed"):
         verify_bundle(b, allow_bytecode=True)
-    from serving.integrity import clear_bytecode
+    from serving.triton.integrity import clear_bytecode
 
     assert clear_bytecode(b) == 0  # a cache with an unlisted module stays, for the strict check to refuse
     (cache / "evil.cpython-311.pyc").unlink()
@@ -232,7 +232,7 @@ def test_sibling_modules_run_their_source_never_a_pyc(tmp_path):
     import py_compile
     import sys
 
-    from serving import model_support
+    from serving.triton import model_support
 
     helper, other = tmp_path / "helper.py", tmp_path / "other.py"
     helper.write_text("ANSWER = 'original'\n")

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from serving_fixtures import mrc_bundle, mrc_data, mrc_export  # noqa: F401  (fixtures)
 
-from serving.client import ClassifierClient, RequestRejected
-from serving.config import PackageConfig
-from serving.integrity import BundleIntegrityError, verify_bundle
-from serving.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
-from serving.repository import ExportArtifacts, PackageError, write_repository
+from serving.tools.client import ClassifierClient, RequestRejected
+from serving.bundle.config import PackageConfig
+from serving.triton.integrity import BundleIntegrityError, verify_bundle
+from serving.bundle.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.bundle.repository import ExportArtifacts, PackageError, write_repository
 from serving.server import TritonServer, start_server
 
 PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
@@ -84,14 +84,14 @@ def server(mrc_bundle, tmp_path_factory) -> TritonServer:
 
 @pytest.fixture(scope="module")
 def dev(mrc_data):
-    from serving.smoke import _dev_examples
+    from serving.tools.smoke import _dev_examples
 
     return _dev_examples("cmrc2018", mrc_data, "reading_comprehension")
 
 
 @pytest.fixture(scope="module")
 def bundle(mrc_bundle):
-    from serving.offline import BundleModel
+    from serving.tools.offline import BundleModel
 
     return BundleModel.open(mrc_bundle)
 
@@ -99,7 +99,7 @@ def bundle(mrc_bundle):
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_served_answers_equal_offline(server, dev, bundle, protocol):
     from pipeline.reading.windows import make_windows
-    from serving.offline import offline_answers
+    from serving.tools.offline import offline_answers
 
     qs, cs = [e.question for e in dev], [e.context for e in dev]
     wins = make_windows(bundle.wordpiece(), qs, cs, max_seq_len=48, doc_stride=10, max_query_len=12)
@@ -143,8 +143,8 @@ def test_bad_requests_are_refused_and_the_server_keeps_serving(server, dev):
 def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_path, capsys):
     import dataclasses
 
-    from serving import client as client_cli
-    from serving.smoke import run_mrc_smoke
+    from serving.tools import client as client_cli
+    from serving.tools.smoke import run_mrc_smoke
 
     with ClassifierClient(server.http_url, "http", "cmrc2018", retries=0) as client:
         result = run_mrc_smoke(bundle, client, dev, batch_size=8)
@@ -153,7 +153,7 @@ def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_pat
     assert result.max_score_diff < 1e-5
     assert not dataclasses.replace(result, validated_metric="f1", validated_value=result.served_f1 + 0.01).ok
 
-    from serving import smoke
+    from serving.tools import smoke
 
     out = tmp_path / "smoke.json"
     assert smoke.main(["--task", "cmrc2018", "--repository", str(mrc_bundle.parent), "--data-dir", str(mrc_data),
@@ -173,7 +173,7 @@ def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_pat
 
 
 def test_smoke_concurrent_mode_holds_every_question_to_its_offline_single_answer(server, dev, bundle):
-    from serving.smoke import run_concurrent
+    from serving.tools.smoke import run_concurrent
 
     items = [(e.question, e.context) for e in dev]  # the tiny dev set: 10 questions
     r = run_concurrent(bundle, server.grpc_url, "grpc", items, concurrency=6)
@@ -186,7 +186,7 @@ def test_offline_yardstick_counts_questions(bundle, dev, monkeypatch):
     import numpy as np
 
     from pipeline.reading import windows
-    from serving.offline import BundleModel, model_only_question_rate
+    from serving.tools.offline import BundleModel, model_only_question_rate
 
     pairs = [(e.question, e.context) for e in dev][:6]
     tok, reading = bundle.wordpiece(), bundle.manifest["reading"]

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from serving_fixtures import ner_bundle, ner_data, ner_export  # noqa: F401  (fixtures)
 
-from serving.client import ClassifierClient, RequestRejected
-from serving.config import PackageConfig
-from serving.integrity import BundleIntegrityError, verify_bundle
-from serving.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
-from serving.repository import ExportArtifacts, PackageError, write_repository
+from serving.tools.client import ClassifierClient, RequestRejected
+from serving.bundle.config import PackageConfig
+from serving.triton.integrity import BundleIntegrityError, verify_bundle
+from serving.bundle.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.bundle.repository import ExportArtifacts, PackageError, write_repository
 from serving.server import ServerError, TritonServer, start_server
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -84,14 +84,14 @@ def server(ner_bundle, tmp_path_factory) -> TritonServer:
 
 @pytest.fixture(scope="module")
 def dev(ner_data):
-    from serving.smoke import _dev_examples
+    from serving.tools.smoke import _dev_examples
 
     return _dev_examples("cluener", ner_data, "token_classification")
 
 
 @pytest.fixture(scope="module")
 def bundle(ner_bundle):
-    from serving.offline import BundleModel
+    from serving.tools.offline import BundleModel
 
     return BundleModel.open(ner_bundle)
 
@@ -102,7 +102,7 @@ def _key(entities):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_served_entities_equal_offline(server, dev, bundle, protocol):
-    from serving.offline import offline_entities
+    from serving.tools.offline import offline_entities
 
     texts = [e.text for e in dev]
     url = server.http_url if protocol == "http" else server.grpc_url
@@ -158,9 +158,9 @@ def test_concurrent_requests_of_different_lengths_are_merged_and_answered_correc
 
 def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_path, capsys):
     from pipeline.labeling.metric import chunk_f1
-    from serving import client as client_cli
-    from serving.offline import offline_entities
-    from serving.smoke import run_ner_smoke
+    from serving.tools import client as client_cli
+    from serving.tools.offline import offline_entities
+    from serving.tools.smoke import run_ner_smoke
 
     with ClassifierClient(server.http_url, "http", "cluener", retries=0) as client:
         result = run_ner_smoke(bundle, client, dev, batch_size=8)
@@ -172,7 +172,7 @@ def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_pat
 
     assert not dataclasses.replace(result, validated_metric="entity_f1", validated_value=result.served_f1 + 0.01).ok
 
-    from serving import smoke
+    from serving.tools import smoke
 
     out = tmp_path / "smoke.json"
     assert smoke.main(["--task", "cluener", "--repository", str(ner_bundle.parent), "--data-dir", str(ner_data),
@@ -211,7 +211,7 @@ def test_fused_layout_is_refused_for_ner(ner_export, tmp_path):
 def test_smoke_concurrent_mode_holds_every_text_to_its_offline_single_answer(server, dev, bundle):
     """make smoke ARGS=--concurrency N: each text sent alone from N clients (the batcher mixes them) must give
     exactly the entities of that text run alone offline."""
-    from serving.smoke import run_concurrent
+    from serving.tools.smoke import run_concurrent
 
     r = run_concurrent(bundle, server.grpc_url, "grpc", [e.text for e in dev][:40], concurrency=6)
     assert (r.items, r.concurrency, r.mismatches) == (40, 6, 0) and r.ok

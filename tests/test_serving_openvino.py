@@ -15,7 +15,7 @@ import pipeline  # noqa: F401  (before paddle)
 
 from serving_fixtures import tiny_export  # noqa: F401  (fixture)
 
-from serving.client import ClassifierClient
+from serving.tools.client import ClassifierClient
 from serving.server import ServerError, start_server
 
 
@@ -23,10 +23,10 @@ from serving.server import ServerError, start_server
 def openvino_export(tiny_export, tiny_finetuned, tiny_splits, tmp_path_factory) -> Path:
     """The tiny export with an NNCF INT8 IR beside the ONNX forms, as the export stage writes it."""
     from conftest import features
-    from pipeline.backends.onnxruntime import calibration_feeds
+    from pipeline.quantization.select import calibration_feeds
     from pipeline.backends.openvino.quantize import build, calibration_items
     from pipeline.backends.openvino.session import CpuProperties
-    from pipeline.int8.recipe import Int8Recipe
+    from pipeline.quantization.recipe import Int8Recipe
     from pipeline.tokenizer import Tokenizer
 
     out = tmp_path_factory.mktemp("ov_export") / "out"
@@ -42,8 +42,8 @@ def openvino_export(tiny_export, tiny_finetuned, tiny_splits, tmp_path_factory) 
 
 @pytest.fixture(scope="module")
 def openvino_bundle(openvino_export, tmp_path_factory) -> Path:
-    from serving.config import PackageConfig
-    from serving.repository import ExportArtifacts, write_repository
+    from serving.bundle.config import PackageConfig
+    from serving.bundle.repository import ExportArtifacts, write_repository
 
     pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, top_k=2)  # runtime auto, layout auto (fused)
     info = write_repository(tmp_path_factory.mktemp("ov_repo"), "tiny", ExportArtifacts.from_dir(openvino_export), pc,
@@ -58,7 +58,7 @@ def dev(tiny_finetuned):
 
 
 def test_the_bundle_records_its_engine_and_properties(openvino_bundle):
-    from serving.integrity import verify_bundle
+    from serving.triton.integrity import verify_bundle
 
     m = verify_bundle(openvino_bundle)
     assert (m["runtime"], m["engine"], m["model_form"], m["precision"]) == ("python-openvino", "openvino", "openvino_int8", "int8")
@@ -71,8 +71,8 @@ def test_the_bundle_records_its_engine_and_properties(openvino_bundle):
 
 
 def test_served_openvino_equals_offline_alone_or_in_any_batch(openvino_bundle, dev, tmp_path):
-    from serving.offline import BundleModel, offline_logits
-    from serving.smoke import run_concurrent
+    from serving.tools.offline import BundleModel, offline_logits
+    from serving.tools.smoke import run_concurrent
 
     bundle = BundleModel.open(openvino_bundle)
     logits = offline_logits(bundle, dev)
@@ -86,7 +86,7 @@ def test_served_openvino_equals_offline_alone_or_in_any_batch(openvino_bundle, d
         np.testing.assert_allclose(np.array([p.probs for p in preds]), probs, atol=5e-3)
         r = run_concurrent(bundle, srv.grpc_url, "grpc", dev[:40], concurrency=8)  # the batcher mixes them
         assert (r.items, r.mismatches) == (40, 0) and r.ok
-    from serving.integrity import clear_bytecode
+    from serving.triton.integrity import clear_bytecode
 
     clear_bytecode(openvino_bundle)
 

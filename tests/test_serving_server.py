@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from serving_fixtures import tiny_bundle, tiny_export, tiny_fused_bundle, tool_or_skip  # noqa: F401  (fixtures)
 
-from serving.client import ClassifierClient, RequestRejected
+from serving.tools.client import ClassifierClient, RequestRejected
 from serving.server import ServerError, TritonServer, start_server
 
 SERVING = Path(__file__).resolve().parent.parent / "serving"
@@ -33,7 +33,7 @@ def _serve(bundle, folder):
     assert rc == 0, srv.log_tail()
     # Serving left nothing in the bundle but the bytecode Triton's stubs cache (their interpreters ignore
     # PYTHONDONTWRITEBYTECODE); the launcher clears exactly that before the next start.
-    from serving.integrity import clear_bytecode, verify_bundle
+    from serving.triton.integrity import clear_bytecode, verify_bundle
 
     verify_bundle(bundle, allow_bytecode=True)
     clear_bytecode(bundle)
@@ -61,7 +61,7 @@ def dev(tiny_finetuned):
 
 @pytest.fixture(scope="module")
 def offline(tiny_bundle):
-    from serving.offline import BundleModel
+    from serving.tools.offline import BundleModel
 
     return BundleModel.open(tiny_bundle)
 
@@ -74,7 +74,7 @@ def _clients(server):
 @LAYOUTS
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_served_labels_equal_offline_model(layout, request, dev, offline, protocol):
-    from serving.offline import offline_logits
+    from serving.tools.offline import offline_logits
 
     server = request.getfixturevalue(layout)
     texts, gold = dev
@@ -165,9 +165,9 @@ def test_concurrent_requests_are_batched_and_answered_correctly(layout, request,
 
 
 def test_client_cli_and_smoke_and_loadtest(server, dev, offline, tmp_path, capsys):
-    from serving import client as client_cli
-    from serving.loadtest import run_level
-    from serving.smoke import run_smoke
+    from serving.tools import client as client_cli
+    from serving.tools.loadtest import run_level
+    from serving.tools.smoke import run_smoke
 
     texts, gold = dev
     f = tmp_path / "texts.txt"
@@ -192,7 +192,7 @@ def test_tampered_bundle_is_refused_by_the_served_models(tiny_bundle, tmp_path):
     shutil.copytree(tiny_bundle, bad)
     vocab = bad / "tiny_tokenizer" / "1" / "vocab.txt"
     vocab.write_text(vocab.read_text(encoding="utf-8") + "篡改\n", encoding="utf-8")
-    from serving.integrity import BundleIntegrityError
+    from serving.triton.integrity import BundleIntegrityError
 
     with pytest.raises(BundleIntegrityError, match="vocab.txt: SHA-256 differs"):
         start_server(bad)  # the launcher checks before starting
@@ -204,9 +204,9 @@ def test_tampered_bundle_is_refused_by_the_served_models(tiny_bundle, tmp_path):
 @pytest.mark.slow
 def test_python_paddle_runtime_serves_the_offline_predictions(tiny_export, dev, tmp_path):
     """Paddle Inference inside the python backend (a second server, ~10 s)."""
-    from serving.config import PackageConfig
-    from serving.offline import BundleModel, offline_logits
-    from serving.repository import ExportArtifacts, write_repository
+    from serving.bundle.config import PackageConfig
+    from serving.tools.offline import BundleModel, offline_logits
+    from serving.bundle.repository import ExportArtifacts, write_repository
 
     texts, _ = dev
     info = write_repository(tmp_path / "repo", "tiny", ExportArtifacts.from_dir(tiny_export),
@@ -221,14 +221,14 @@ def test_python_paddle_runtime_serves_the_offline_predictions(tiny_export, dev, 
 
 
 def _perf_analyzer_or_skip():
-    from serving.perf import PerfError, find_perf_analyzer
+    from serving.tools.perf import PerfError, find_perf_analyzer
 
     return tool_or_skip(find_perf_analyzer, PerfError, "ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER")
 
 
 def test_perf_analyzer_measures_the_served_ensemble(server, dev, offline):
     """`make perf`: real perf_analyzer against the running ensemble, Triton's own per-model statistics."""
-    from serving.perf import format_markdown, measure
+    from serving.tools.perf import format_markdown, measure
 
     _perf_analyzer_or_skip()
     report = measure(offline.root, "tiny", None, [1, 4], seconds=1.0, url=server.grpc_url, offline_seconds=1.5,
@@ -245,7 +245,7 @@ def test_perf_analyzer_measures_the_served_ensemble(server, dev, offline):
 
 
 def test_perf_without_perf_analyzer_says_how_to_install_it(monkeypatch, tmp_path, capsys):
-    from serving import perf
+    from serving.tools import perf
 
     monkeypatch.setenv("PERF_ANALYZER", str(tmp_path / "absent"))
     assert perf.main(["--task", "tiny", "--repository", str(tmp_path)]) == 2
@@ -254,9 +254,9 @@ def test_perf_without_perf_analyzer_says_how_to_install_it(monkeypatch, tmp_path
 
 
 def test_fused_layout_is_one_model_with_the_ensemble_contract(fused_server, tiny_fused_bundle, dev):
-    from serving.integrity import verify_bundle
-    from serving.offline import BundleModel
-    from serving.perf import measure
+    from serving.triton.integrity import verify_bundle
+    from serving.tools.offline import BundleModel
+    from serving.tools.perf import measure
 
     m = verify_bundle(tiny_fused_bundle, allow_bytecode=True)  # it is being served: the stubs cached model.py
     assert m["package"]["layout"] == "auto" and m["layout"] == "fused" and set(m["models"].values()) == {"tiny"}
@@ -265,7 +265,7 @@ def test_fused_layout_is_one_model_with_the_ensemble_contract(fused_server, tiny
     for name in ("model.py", "runner.py", "class_outputs.py", "text_input.py", "wordpiece.py", "vocab.txt", "labels.json",
                  "model.onnx"):
         assert f"tiny/1/{name}" in m["files"], name
-    assert (folder / "model.py").read_bytes() == (SERVING / "models" / "classifier.py").read_bytes()
+    assert (folder / "model.py").read_bytes() == (SERVING / "triton" / "models" / "classifier.py").read_bytes()
     bundle = BundleModel.open(tiny_fused_bundle)  # offline reference reads the one folder
     assert bundle.tokenizer_dir == bundle.model_dir == folder and len(bundle.labels()) == m["num_labels"]
     _perf_analyzer_or_skip()
@@ -276,7 +276,7 @@ def test_fused_layout_is_one_model_with_the_ensemble_contract(fused_server, tiny
 
 def test_fused_layout_is_refused_where_it_cannot_work():
     from pipeline.errors import ConfigError
-    from serving.config import PackageConfig
+    from serving.bundle.config import PackageConfig
 
     with pytest.raises(ConfigError, match="package.layout: fused needs a python runtime"):
         PackageConfig(layout="fused", runtime="onnxruntime")
@@ -290,8 +290,8 @@ def test_fused_layout_is_refused_where_it_cannot_work():
 def test_smoke_concurrent_mode_holds_every_text_to_its_offline_single_answer(layout, request, dev):
     """make smoke ARGS=--concurrency N: each title sent alone from N clients (the batcher mixes them) must get
     exactly the label of that title run alone offline."""
-    from serving.offline import BundleModel
-    from serving.smoke import ConcurrentResult, run_concurrent
+    from serving.tools.offline import BundleModel
+    from serving.tools.smoke import ConcurrentResult, run_concurrent
 
     server = request.getfixturevalue(layout)
     bundle = BundleModel.open(server.repository)

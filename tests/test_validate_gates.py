@@ -200,10 +200,10 @@ def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_pa
     import dataclasses
 
     from pipeline.errors import ConfigError, DataError, ModelError
-    from pipeline.backends.onnxruntime import quantize_int8_qdq
+    from pipeline.backends.onnxruntime.quantize import quantize_int8_qdq
     from pipeline.validation.parity import Reference, compare_outputs
-    from serving.config import PackageConfig
-    from serving.model_config import BundleShape, all_configs
+    from serving.bundle.config import PackageConfig
+    from serving.bundle.model_config import BundleShape, all_configs
 
     class Ev:
         metric, outputs = 0.5, []
@@ -229,7 +229,7 @@ def test_a_gpu_runtime_that_can_run_is_measured_not_skipped(exported, tmp_path, 
     import dataclasses
 
     from pipeline.backends import registry
-    from pipeline.backends.onnxruntime import session
+    from pipeline.backends.onnxruntime.session import session
 
     opened = []
 

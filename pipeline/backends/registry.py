@@ -2,9 +2,11 @@
 can run here (GPU runtimes included, whenever a GPU with their libraries is present) and records the others as
 ``skipped: <why>``; the package stage reads which exported model a measured name ran from the same table.
 
-One module (or folder) per runtime holds its sessions (``onnxruntime``, ``openvino``, ``paddle_inference``,
-``tensorrt``); this module only names them.  Every session has the shape of :class:`Session`.  Tests add a runtime to ``RUNTIMES`` to exercise
-the GPU path where there is no GPU.
+One folder per runtime holds its sessions (``onnxruntime``, ``openvino``, ``paddle``: each ``session.py``, GPU
+sessions included); this module only names them.  TensorRT is not a runtime of its own here: it is Paddle
+Inference's TensorRT subgraph engine and ONNX Runtime's TensorRT execution provider, each in its runtime's session
+module, both built for the dynamic-shape profile :class:`ShapeRange` takes from the dev lengths.  Every session has
+the shape of :class:`Session`.  Tests add a runtime to ``RUNTIMES`` to exercise the GPU path where there is no GPU.
 """
 
 from __future__ import annotations
@@ -62,6 +64,32 @@ class Runtime:
         return Path(export_dir) / EXPORT_FILES[self.form]
 
 
+@dataclass(frozen=True)
+class ShapeRange:
+    """The dynamic shapes a TensorRT engine is built for (Paddle's TensorRT subgraph, ONNX Runtime's TensorRT
+    provider): min/opt/max sequence lengths come from the dev set's token-length distribution
+    (``from_lengths``): min 1, opt the 95th percentile, max the task's max_seq_len."""
+
+    min_batch: int
+    opt_batch: int
+    max_batch: int
+    min_seq: int
+    opt_seq: int
+    max_seq: int
+
+    @classmethod
+    def from_lengths(cls, lengths: np.ndarray, max_seq_len: int, opt_batch: int = 32, max_batch: int = 64) -> "ShapeRange":
+        lengths = np.asarray(lengths)
+        opt = int(np.percentile(lengths, 95)) if lengths.size else max_seq_len
+        return cls(1, opt_batch, max_batch, 1, max(1, min(opt, max_seq_len)), max_seq_len)
+
+    def shapes(self) -> tuple[dict, dict, dict]:
+        mins = {n: [self.min_batch, self.min_seq] for n in ("input_ids", "token_type_ids")}
+        opts = {n: [self.opt_batch, self.opt_seq] for n in ("input_ids", "token_type_ids")}
+        maxs = {n: [self.max_batch, self.max_seq] for n in ("input_ids", "token_type_ids")}
+        return mins, maxs, opts
+
+
 def _named(session, name: str):
     session.name = name
     return session
@@ -69,9 +97,9 @@ def _named(session, name: str):
 
 def _ort_cpu(precision: str, name: str):
     def open_(path: Path, opts: RunOptions):
-        from pipeline.backends import onnxruntime as ortb
+        from pipeline.backends.onnxruntime.session import session
 
-        return _named(ortb.session(path, precision=precision, threads=opts.threads), name)
+        return _named(session(path, precision=precision, threads=opts.threads), name)
     return open_
 
 
@@ -91,21 +119,19 @@ def _openvino_reason() -> str | None:
 
 def _paddle_cpu(precision: str):
     def open_(path: Path, opts: RunOptions):
-        from pipeline.backends import paddle_inference as pib
+        from pipeline.backends.paddle.session import session
 
-        return pib.session(path, precision=precision, threads=opts.threads)
+        return session(path, precision=precision, threads=opts.threads)
     return open_
 
 
-def _shapes(opts: RunOptions):
-    from pipeline.backends.tensorrt import ShapeRange
-
+def _shapes(opts: RunOptions) -> ShapeRange:
     return ShapeRange.from_lengths(opts.seq_lens if opts.seq_lens is not None else np.array([]), opts.max_seq_len)
 
 
 def _paddle_trt(precision: str):
     def open_(path: Path, opts: RunOptions):
-        from pipeline.backends.tensorrt import PaddleTRTSession
+        from pipeline.backends.paddle.session import PaddleTRTSession
 
         return PaddleTRTSession(path, precision, _shapes(opts))
     return open_
@@ -113,17 +139,23 @@ def _paddle_trt(precision: str):
 
 def _ort_gpu(provider: str, int8: bool):
     def open_(path: Path, opts: RunOptions):
-        from pipeline.backends.tensorrt import ort_gpu_session
+        from pipeline.backends.onnxruntime.session import gpu_session
 
-        return ort_gpu_session(path, provider, _shapes(opts), fp16=provider == "tensorrt", int8=int8)
+        return gpu_session(path, provider, _shapes(opts), fp16=provider == "tensorrt", int8=int8)
     return open_
 
 
-def _gpu_reason(kind: str) -> Callable[[], str | None]:
-    def reason():
-        from pipeline.backends.tensorrt import availability
+def _paddle_gpu_reason() -> str | None:
+    from pipeline.backends.paddle.session import gpu_missing
 
-        return availability(kind)
+    return gpu_missing()
+
+
+def _ort_gpu_reason(provider: str) -> Callable[[], str | None]:
+    def reason():
+        from pipeline.backends.onnxruntime.session import provider_missing
+
+        return provider_missing(provider)
     return reason
 
 
@@ -138,11 +170,11 @@ RUNTIMES: tuple[Runtime, ...] = (
             _openvino_reason, ratio_base="onnxruntime-cpu-fp32"),
     Runtime("paddle-cpu-fp32", "paddle", "cpu", "fp32", "paddle_fp32", _paddle_cpu("fp32")),
     Runtime("paddle-cpu-int8", "paddle", "cpu", "int8", "paddle_int8", _paddle_cpu("int8")),
-    Runtime("ort-cuda", "onnxruntime", "gpu", "fp32", "onnx_fp32", _ort_gpu("cuda", False), _gpu_reason("ort-cuda")),
+    Runtime("ort-cuda", "onnxruntime", "gpu", "fp32", "onnx_fp32", _ort_gpu("cuda", False), _ort_gpu_reason("cuda")),
     Runtime("ort-tensorrt", "onnxruntime", "gpu", "int8", "onnx_int8_qdq", _ort_gpu("tensorrt", True),
-            _gpu_reason("ort-tensorrt")),
-    Runtime("paddle-trt-fp16", "paddle", "gpu", "fp16", "paddle_fp32", _paddle_trt("fp16"), _gpu_reason("paddle-trt-fp16")),
-    Runtime("paddle-trt-int8", "paddle", "gpu", "int8", "paddle_int8", _paddle_trt("int8"), _gpu_reason("paddle-trt-int8")),
+            _ort_gpu_reason("tensorrt")),
+    Runtime("paddle-trt-fp16", "paddle", "gpu", "fp16", "paddle_fp32", _paddle_trt("fp16"), _paddle_gpu_reason),
+    Runtime("paddle-trt-int8", "paddle", "gpu", "int8", "paddle_int8", _paddle_trt("int8"), _paddle_gpu_reason),
 )
 
 

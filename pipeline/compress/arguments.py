@@ -60,7 +60,7 @@ ENGINES = ("onnxruntime", "openvino")  # the CPU engines that run the ONNX candi
 class CompressConfig:
     strategy: str = "dynabert+ptq"
     # Where candidates are evaluated and selected: the runtime that ships.  onnxruntime (the CPU bundle):
-    # FP32 ONNX per width and, with ptq, the INT8 recipe search of pipeline.int8 (export.int8_* settings;
+    # FP32 ONNX per width and, with ptq, the INT8 recipe search of pipeline.quantization (export.int8_* settings;
     # algo_list and the other PTQ-grid settings are Paddle's).  paddle: Paddle Inference programs (PTQ
     # grid, QAT, int8 embeddings), for serving with Paddle Inference.
     runtime: str = "onnxruntime"

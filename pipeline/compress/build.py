@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pipeline.backends import paddle_inference
+from pipeline.backends.forms import MODEL_FILE, check_static_dir
+from pipeline.backends.paddle.convert import copy_static, export_static, program_input_dtype
+from pipeline.backends.paddle.quantize.embeddings import quantize_embeddings
+from pipeline.backends.paddle.quantize.ptq import PTQSettings, calibration_examples, check_calibration, ptq_grid, quantize_static
 from pipeline.compress.arguments import CompressConfig
 from pipeline.compress.candidates import Candidate, evaluate, time_candidates
-from pipeline.compress.embeddings import copy_static, quantize_embeddings
-from pipeline.compress.ptq import PTQSettings, calibration_examples, check_calibration, ptq_grid, quantize_static
 from pipeline.errors import ConfigError
 from pipeline.kinds.base import FeatureSet
 from pipeline.modeling import load_classifier
@@ -80,7 +81,7 @@ def preflight(cfg: CompressConfig, *, train_size: int, static_model_dir: Path | 
     if grid:
         check_calibration(train_size, grid, source="training split")
     if static_model_dir is not None:
-        paddle_inference.check_static_dir(static_model_dir)
+        check_static_dir(static_model_dir)
         if "dynabert" in parts or "qat" in parts:
             raise ConfigError("compress.input_infer_model_path: dynabert and qat need the dygraph model; use ptq and/or embeddings")
     return grid
@@ -136,9 +137,9 @@ def build_and_evaluate(
     fp32_dir = out_dir / "candidates" / "fp32" / "infer"
     if inp.static_model_dir is not None:
         copy_static(inp.static_model_dir, fp32_dir)
-        input_dtype = paddle_inference.program_input_dtype(fp32_dir)
+        input_dtype = program_input_dtype(fp32_dir)
     else:
-        paddle_inference.export_static(load_classifier(inp.model_dir, inp.num_labels), fp32_dir, cfg.input_dtype)
+        export_static(load_classifier(inp.model_dir, inp.num_labels), fp32_dir, cfg.input_dtype)
         input_dtype = cfg.input_dtype
     add(Candidate("fp32", 1.0, "none", False, fp32_dir, inp.model_dir, {"input_dtype": input_dtype}), t0)
     sources = [Source(1.0, inp.model_dir, fp32_dir, "")]
@@ -165,7 +166,7 @@ def build_and_evaluate(
                 log(f"[compress] dynabert {name}: reusing {pruned}")
             model_dir = out_dir / "candidates" / name / "model"
             shutil.copytree(pruned, model_dir)
-            infer = paddle_inference.export_static(load_classifier(model_dir, inp.num_labels), out_dir / "candidates" / name / "infer", input_dtype)
+            infer = export_static(load_classifier(model_dir, inp.num_labels), out_dir / "candidates" / name / "infer", input_dtype)
             add(Candidate(name, width, "none", False, infer, model_dir, {"width_mult": width, "input_dtype": input_dtype}), t0)
             sources.append(Source(width, model_dir, infer, name + "-"))
 
@@ -192,7 +193,7 @@ def build_and_evaluate(
                                         input_dtype=input_dtype, log=log)
                 add(Candidate(name, src.width, "ptq", False, infer, src.model_dir, {**s.to_dict(), "width_mult": src.width, "input_dtype": input_dtype}), t0)
     if "qat" in parts:
-        from pipeline.compress.qat import quant_aware_train
+        from pipeline.backends.paddle.quantize.qat import quant_aware_train
         for src in sources:
             t0 = time.monotonic()
             name = src.prefix + "qat"
@@ -203,7 +204,7 @@ def build_and_evaluate(
                 "learning_rate": cfg.learning_rate, "batch_size": cfg.per_device_train_batch_size, "max_steps": cfg.max_steps,
                 "seed": cfg.seed, "warmup_ratio": cfg.warmup_ratio, "weight_decay": cfg.weight_decay,
             }
-            if not (trained / paddle_inference.MODEL_FILE).is_file():
+            if not (trained / MODEL_FILE).is_file():
                 tmp = work_dir / "qat" / f".{name}.tmp"
                 shutil.rmtree(tmp, ignore_errors=True)
                 quant_aware_train(src.model_dir, inp.train, inp.dev, max_seq_len=inp.max_seq_len, out_dir=tmp,

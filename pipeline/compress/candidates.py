@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pipeline.backends import paddle_inference
 from pipeline.kinds.base import FeatureSet
 
 
@@ -84,14 +83,16 @@ def path_size(path: Path) -> int:
 def make_session(cand: Candidate):
     """A session in the candidate's own runtime."""
     if cand.runtime == "onnxruntime":
-        from pipeline.backends import onnxruntime as ortb
+        from pipeline.backends.onnxruntime.session import session
 
-        return ortb.session(cand.model_path, precision=cand.precision)
+        return session(cand.model_path, precision=cand.precision)
     if cand.runtime == "openvino":
         from pipeline.backends.openvino.session import session
 
         return session(cand.model_path, precision=cand.precision)
-    return paddle_inference.session(cand.infer_dir, precision=cand.precision)
+    from pipeline.backends.paddle.session import session
+
+    return session(cand.infer_dir, precision=cand.precision)
 
 
 def evaluate(

@@ -20,7 +20,7 @@ The steps are DynaBERT's (and PaddleNLP ``Trainer.compress()``'s):
    slice first and train the physically smaller student directly.  That is what this module does:
    no super-layers at all.
 4. Export: the student is already the smaller network; it is saved as a PaddleNLP ERNIE directory whose
-   config says e.g. 9 heads and intermediate 1152 (see ``pipeline.compress.pruned_ernie`` for why the
+   config says e.g. 9 heads and intermediate 1152 (see ``pipeline.ernie_models`` for why the
    config also carries ``attention_head_size``), with the tokenizer files and labels.json copied.
 
 Head counts are ``floor(heads * width)`` (at least 1; 2/3 of 12 is 8, not 7), FFN sizes ``round``.
@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from pipeline.batching import eval_batch_order, iter_batches
-from pipeline.compress.pruned_ernie import narrow_attention, narrow_ffn, prune_config
+from pipeline.ernie_models import narrow_attention, narrow_ffn, prune_config
 from pipeline.modeling import load_classifier
 from pipeline.training import make_optimizer, plan_steps, train_loop
 from pipeline.kinds.base import FeatureSet

@@ -4,7 +4,7 @@ Paddle PTQ/QAT programs are not what ships on CPU (paddle2onnx keeps their weigh
 runs 3x slower than FP32), and judging ORT INT8 by Paddle's oneDNN int8 picked the wrong candidates.  So
 each width's FP32 program becomes an FP32 ONNX, and with ``ptq`` in the strategy each engine of
 ``compress.engines`` gives its batch-independent INT8 form: ONNX Runtime's from the recipe search of
-``pipeline.int8``, OpenVINO's from NNCF (``pipeline.backends.openvino.quantize``).  Every form is a candidate,
+``pipeline.backends.onnxruntime.int8``, OpenVINO's from NNCF (``pipeline.backends.openvino.quantize``).  Every form is a candidate,
 scored and timed in its own engine in the same interleaved rounds: the engine is chosen by measurement on
 this CPU.  Both searches are cached under ``runs/<task>/int8_candidates`` and export repeats them for the
 selected width (cache hits), so the shipped INT8 files are the measured ones.
@@ -30,7 +30,7 @@ def onnx_candidates(sources: Sequence, out_dir: Path, *, quantize: Callable | No
     then, with ``quantize``, its ONNX Runtime INT8 candidate, and with ``quantize_openvino`` its OpenVINO INT8
     candidate (same call shape; the result's ``chosen.path`` is an IR ``.xml``).  The first source is the
     unpruned baseline."""
-    from pipeline.backends.onnxruntime import export_onnx
+    from pipeline.backends.onnxruntime.convert import export_onnx
 
     baseline_onnx = None
     for src in sources:

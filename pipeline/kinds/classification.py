@@ -39,7 +39,7 @@ class Classification(TaskKind):
                 yield e.text_b
 
     def model_class(self):
-        from pipeline.compress.pruned_ernie import ErnieForSequenceClassification
+        from pipeline.ernie_models import ErnieForSequenceClassification
 
         return ErnieForSequenceClassification
 

@@ -106,7 +106,7 @@ class UniversalExtraction(TaskKind):
 
     # -- model --------------------------------------------------------------------------------------
     def model_class(self):
-        from pipeline.compress.pruned_ernie import ErnieForUIE
+        from pipeline.ernie_models import ErnieForUIE
 
         return ErnieForUIE
 

@@ -89,7 +89,7 @@ class ReadingComprehension(TaskKind):
                 yield e.context
 
     def model_class(self):
-        from pipeline.compress.pruned_ernie import ErnieForQuestionAnswering
+        from pipeline.ernie_models import ErnieForQuestionAnswering
 
         return ErnieForQuestionAnswering
 

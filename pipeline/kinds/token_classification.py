@@ -82,7 +82,7 @@ class TokenClassification(TaskKind):
             yield e.text
 
     def model_class(self):
-        from pipeline.compress.pruned_ernie import ErnieForTokenClassification
+        from pipeline.ernie_models import ErnieForTokenClassification
 
         return ErnieForTokenClassification
 

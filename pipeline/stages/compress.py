@@ -31,7 +31,7 @@ PRUNED_CACHE = "dynabert_cache"  # under runs/<task>/: pruned models by content 
 
 
 def params(cfg: TaskConfig) -> dict:
-    from pipeline.int8.select import openvino_params, search_params
+    from pipeline.quantization.select import openvino_params, search_params
 
     return {
         "compress": dataclasses.asdict(cfg.compress),
@@ -60,7 +60,7 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
     out = data_inputs(cfg)
     static = cfg.compress.input_infer_model_path
     if static:
-        from pipeline.backends.paddle_inference import check_static_dir
+        from pipeline.backends.forms import check_static_dir
         from pipeline.hashing import tree_sha256
 
         out["input_infer_model"] = tree_sha256(check_static_dir(Path(static).expanduser()))
@@ -72,7 +72,8 @@ def run(ctx):
     from pipeline.compress.candidates import select, selected_candidate, write_table
     from pipeline.handoffs import Baseline
     from pipeline.cpu import detect as detect_cpu
-    from pipeline.int8.select import CACHE_DIR, search_recipe, search_rows
+    from pipeline.backends.onnxruntime.int8.search import search_recipe
+    from pipeline.quantization.select import CACHE_DIR, search_rows
     from pipeline.kinds import get_kind
     from pipeline.records import StageResult
     from pipeline.tokenizer import Tokenizer

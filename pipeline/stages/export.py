@@ -35,7 +35,7 @@ OPENVINO_INT8 = "openvino/int8.xml"  # its weights beside it, openvino/int8.bin
 
 
 def params(cfg: TaskConfig) -> dict:
-    from pipeline.int8.select import openvino_params, search_params
+    from pipeline.quantization.select import openvino_params, search_params
 
     e = cfg.export
     return {"opset": e.opset, "calibration_sentences": e.calibration_sentences,
@@ -54,7 +54,7 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 
 
 def copy_static(src: Path, dst: Path) -> Path:
-    from pipeline.backends.paddle_inference import MODEL_FILE, PARAMS_FILE, check_static_dir
+    from pipeline.backends.forms import MODEL_FILE, PARAMS_FILE, check_static_dir
 
     check_static_dir(src)
     dst.mkdir(parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ def fp32_onnx_files(ctx, selected: SelectedCandidate, fp32_path: Path, opset: in
     When compress selected in ONNX Runtime it already converted both: they are copied, so the INT8 search
     finds its cached candidates and export ships exactly what compress measured.  Otherwise they are
     converted here (the pruned one from its dygraph directory)."""
-    from pipeline.backends.onnxruntime import export_onnx
+    from pipeline.backends.onnxruntime.convert import export_onnx
 
     pruned = selected.pruned
     arts = ctx.upstream["compress"].artifacts
@@ -101,7 +101,7 @@ def fp32_onnx_files(ctx, selected: SelectedCandidate, fp32_path: Path, opset: in
     fp32 = export_onnx(ctx.out_dir / "paddle_fp32", fp32_path, opset)
     if not pruned:
         return fp32, fp32, False
-    from pipeline.backends.paddle_inference import export_static
+    from pipeline.backends.paddle.convert import export_static
     from pipeline.modeling import load_classifier
 
     model_dir = ctx.artifact("compress", "selected_fp32_model_dir")
@@ -121,11 +121,12 @@ def _num_labels(model_dir: Path) -> int:
 
 
 def run(ctx):
-    from pipeline.backends import onnxruntime as ortb
+    from pipeline.backends.onnxruntime import convert as ort_convert, quantize as ort_quantize, session as ort_session
     from pipeline.cpu import detect as detect_cpu
     from pipeline.kinds import load_task_data
-    from pipeline.int8.select import CACHE_DIR, openvino_params, search_recipe, search_rows
-    from pipeline.int8.stats import activation_ranges
+    from pipeline.backends.onnxruntime.int8.search import search_recipe
+    from pipeline.backends.onnxruntime.int8.stats import activation_ranges
+    from pipeline.quantization.select import CACHE_DIR, openvino_params, search_rows
     from pipeline.kinds import get_kind
     from pipeline.modeling import write_labels
     from pipeline.records import StageResult
@@ -161,11 +162,11 @@ def run(ctx):
                                     log=ctx.log)
     else:
         ctx.log(f"[export] INT8 ONNX (dynamic per-channel, per-batch scales) from {'the pruned' if pruned else 'the'} FP32 ONNX")
-        int8 = ortb.quantize_int8_dynamic(source, out / "onnx" / "int8.onnx", optimize=ecfg.ort_transformer_optimize,
-                                          embeddings=ecfg.int8_embeddings)
+        int8 = ort_quantize.quantize_int8_dynamic(source, out / "onnx" / "int8.onnx", optimize=ecfg.ort_transformer_optimize,
+                                                  embeddings=ecfg.int8_embeddings)
     n_calib = sum(len(f["input_ids"]) for f in feeds)
     if int8_search:  # the searched recipe's migration and FP32 MatMuls carry over to the TensorRT form
-        from pipeline.int8.select import search_qdq
+        from pipeline.backends.onnxruntime.int8.search import search_qdq
 
         ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences): from recipe "
                 f"{int8_search.chosen.recipe.name}, scored on the same held-out rows")
@@ -176,7 +177,7 @@ def run(ctx):
                                                           "qdq": qdq_search.as_dict()}, indent=2))
     else:
         ctx.log(f"[export] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences)")
-        qdq = ortb.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
+        qdq = ort_quantize.quantize_int8_qdq(source, out / "onnx" / "int8_qdq.onnx", feeds, embeddings=ecfg.int8_embeddings)
 
     openvino = None
     if ecfg.batch_independent_int8 and openvino_params(cfg) is not None:
@@ -185,9 +186,9 @@ def run(ctx):
         ctx.log(f"[export] OpenVINO INT8 (NNCF): recipe search from {'the pruned' if pruned else 'the'} FP32 ONNX")
         openvino = openvino_search(source, out / OPENVINO_INT8, rows, ecfg, cfg.gates.max_accuracy_drop, ctx.runs_dir / CACHE_DIR,
                                    baseline=fp32_onnx if pruned else None, log=ctx.log)
-    stats = {name: ortb.weight_stats(p) for name, p in (("fp32", fp32_onnx), ("int8", int8), ("int8_qdq", qdq))}
+    stats = {name: ort_quantize.weight_stats(p) for name, p in (("fp32", fp32_onnx), ("int8", int8), ("int8_qdq", qdq))}
     for name in ("int8", "int8_qdq"):
-        ortb.check_onnx(out / "onnx" / f"{name}.onnx")
+        ort_convert.check_onnx(out / "onnx" / f"{name}.onnx")
         if stats[name].int8_initializers == 0:
             raise ModelError(f"onnx/{name}.onnx: no int8 weight initializers were written")
     # Both sessions must load and agree in shape with the reference before anything is packaged.
@@ -195,7 +196,7 @@ def run(ctx):
     probe = probe_fs.batch(range(min(4, len(probe_fs))))
     n, width = probe.input_ids.shape
     expected = (n, width, len(data.labels)) if kind.token_level_outputs else (n, len(data.labels))
-    sessions = [ortb.session(p, threads=1) for p in (fp32_onnx, int8, qdq)]
+    sessions = [ort_session.session(p, threads=1) for p in (fp32_onnx, int8, qdq)]
     if openvino is not None:
         from pipeline.backends.openvino.session import session as openvino_session
 
@@ -212,8 +213,8 @@ def run(ctx):
         "metric": kind.metric,
         "max_seq_len": cfg.max_seq_len,
         "do_lower_case": do_lower,
-        "inputs": [{"name": n, "dtype": "int64", "shape": [-1, -1]} for n in ortb.INPUT_NAMES],
-        "outputs": [{"name": ortb.OUTPUT_NAME, "dtype": "float32",
+        "inputs": [{"name": n, "dtype": "int64", "shape": [-1, -1]} for n in ort_convert.INPUT_NAMES],
+        "outputs": [{"name": ort_convert.OUTPUT_NAME, "dtype": "float32",
                      "shape": [-1, -1, len(data.labels)] if kind.token_level_outputs else [-1, len(data.labels)]}],
         "num_labels": len(data.labels),
         "labels": list(data.labels),

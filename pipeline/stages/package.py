@@ -39,7 +39,7 @@ def check(cfg: TaskConfig) -> None:
     (the ensemble takes one text per request; a sentence-pair task cannot be yet)."""
     from pipeline.errors import ModelError
     from pipeline.records import check_writable
-    from serving.repository import PackageError, check_replaceable
+    from serving.bundle.repository import PackageError, check_replaceable
 
     check_writable(repository_dir(cfg), "package.repository")
     try:
@@ -63,7 +63,7 @@ def external_intact(cfg: TaskConfig, external: dict[str, str]) -> bool:
     """The packaged bundle is still there, the one this run wrote: the same bundle.json, and every file and
     directory as it lists them (the bytecode Triton's stubs cache while serving does not count)."""
     from pipeline.hashing import file_sha256
-    from serving.integrity import MANIFEST, BundleIntegrityError, verify_bundle
+    from serving.triton.integrity import MANIFEST, BundleIntegrityError, verify_bundle
 
     target = repository_dir(cfg) / cfg.task
     if not (target / MANIFEST).is_file() or external.get("bundle") != file_sha256(target / MANIFEST):
@@ -76,7 +76,7 @@ def external_intact(cfg: TaskConfig, external: dict[str, str]) -> bool:
 
 
 def _artifacts(ctx) -> "object":
-    from serving.repository import ExportArtifacts
+    from serving.bundle.repository import ExportArtifacts
 
     rec = ctx.upstream["export"]
 
@@ -118,7 +118,7 @@ def run(ctx):
     from pipeline.records import StageResult
     from pipeline.stages.finetune import data_inputs
     from pipeline.hashing import file_sha256, json_sha256
-    from serving.repository import BundleTooLarge, PackageError, Provenance, write_repository
+    from serving.bundle.repository import BundleTooLarge, PackageError, Provenance, write_repository
 
     cfg = ctx.cfg
     exported = _artifacts(ctx)

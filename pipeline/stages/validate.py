@@ -50,7 +50,7 @@ def choose_backend(rows: list[dict], requested: str, max_drop: float) -> str:
 
 
 def run(ctx):
-    from pipeline.backends import onnxruntime as ortb
+    from pipeline.backends.onnxruntime import quantize as ort_quantize, session as ort_session
     from pipeline.backends.registry import RunOptions, by_name, plan
     from pipeline.kinds import load_task_data
     from pipeline.evaluation import evaluate_session
@@ -89,7 +89,7 @@ def run(ctx):
     # Before any Paddle backend runs (its OpenMP threads slow ORT down; the registry lists ORT first).
     # OpenVINO's forms and the anchor (ORT's one-liner on the same FP32 ONNX, gates.min_anchor_ratio) in the same rounds.
     timed = dev.subset(range(min(vcfg.dev_benchmark_limit or len(dev), len(dev))))
-    anchor = ortb.session(ortb.quantize_anchor(export_dir / "onnx" / "fp32.onnx", ctx.work_dir / "anchor.onnx"), threads=threads)
+    anchor = ort_session.session(ort_quantize.quantize_anchor(export_dir / "onnx" / "fp32.onnx", ctx.work_dir / "anchor.onnx"), threads=threads)
     anchor.name = ANCHOR
     paired = interleaved_throughput({**{rt.name: make[rt.name]() for rt in runtimes if rt.runtime in INTERLEAVED and rt.device == "cpu"},
                                      ANCHOR: anchor},

@@ -7,9 +7,9 @@ answer independent of its batch mates, as for the ONNX Runtime form.
 
 Calibration sentences are fed one at a time, unpadded: NNCF's statistics would otherwise include the hidden
 states at [PAD] positions, which reach values real tokens never do (ORT's calibrator has the same flaw; see
-``pipeline.int8.stats``).
+``pipeline.backends.onnxruntime.int8.stats``).
 
-The recipe search is ``pipeline.int8.search.Search`` with this builder: each SmoothQuant strength (NNCF's
+The recipe search is ``pipeline.quantization.search.Search`` with this builder: each SmoothQuant strength (NNCF's
 ``smooth_quant_alphas.matmul``; ``None`` turns it off) is built and scored on the held-out training rows (dev
 only reports and gates); when none is within the budget, the most sensitive MatMuls are kept in FP32 one by
 one (NNCF's ``ignored_scope``), the same greedy fallback as ONNX Runtime's.  Every built model is cached
@@ -27,11 +27,15 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pipeline.backends.openvino.convert import IR_SUFFIX, copy_ir, move_ir, read_model, save_ir
-from pipeline.int8.recipe import Int8Recipe
+from pipeline.quantization.recipe import Int8Recipe
 
 FORM = "openvino"
 # Bumped when ``build`` makes a different model for the same recipe (cached candidates are then rebuilt).
 FORM_VERSION = 1
+# The version slot of ``Search``'s cache key.  This form's own version is FORM_VERSION, in ``form``; the slot holds
+# 3 because it held ONNX Runtime's FORM_VERSION (3) when both engines' searches shared it: kept so that every
+# cached OpenVINO candidate keeps its key.
+KEY_VERSION = 3
 
 
 def calibration_items(feeds: Sequence[dict[str, np.ndarray]], pad_id: int) -> list[dict[str, np.ndarray]]:
@@ -66,14 +70,14 @@ def build(fp32_path: Path, out_path: Path, calibration: Sequence[dict[str, np.nd
 
 def search_recipe(source: Path, out_path: Path, rows, ecfg, budget_points: float, cache_dir: Path, *,
                   baseline: Path | None = None, log: Callable[[str], None] = print):
-    """Search NNCF recipes for ``source`` (an FP32 ONNX) on ``rows`` (``pipeline.int8.select.SearchRows``) and
+    """Search NNCF recipes for ``source`` (an FP32 ONNX) on ``rows`` (``pipeline.quantization.select.SearchRows``) and
     copy the chosen IR to ``out_path`` (``.xml``, its ``.bin`` beside it).  ``baseline``: the unpruned FP32 ONNX
     when ``source`` is pruned (drops count from it).  Returns the ``SearchResult``."""
     import nncf
 
     from pipeline.backends.openvino.session import session
     from pipeline.evaluation import evaluate_session
-    from pipeline.int8.search import Search
+    from pipeline.quantization.search import Search
 
     calibration = calibration_items(rows.feeds, rows.pad_id)
 
@@ -85,8 +89,8 @@ def search_recipe(source: Path, out_path: Path, rows, ecfg, budget_points: float
     def builder(fp32, out, _ranges, recipe, *, embeddings=True):
         return build(fp32, out, calibration, recipe)
 
-    search = Search(source, {}, evaluate, cache_dir, embeddings=True, log=log, cache_key=rows.content_key(),
-                    baseline=baseline, decide=rows.held.kind.decisions, build=builder,
+    search = Search(source, {}, evaluate, cache_dir, build=builder, form_version=KEY_VERSION, embeddings=True, log=log,
+                    cache_key=rows.content_key(), baseline=baseline, decide=rows.held.kind.decisions,
                     form=f"{FORM}{FORM_VERSION}-nncf{nncf.__version__}", suffix=IR_SUFFIX, promote=move_ir)
     bases = [Int8Recipe(alpha) for alpha in [None, *ecfg.openvino_smooth_alphas]]
     log(f"[openvino] NNCF INT8: {len(bases)} recipes on {len(rows.held)} held-out training rows "

@@ -1,0 +1,221 @@
+"""The export contract, in one place: the task kinds, the exported model forms (file, precision, engine), the export
+directory's layout, ``meta.json`` (its one reader and writer) and the CPU a measurement was made on.
+
+Export writes through it; validate, package, the serving tools and the benchmarks read through it; nothing else
+spells ``onnx/int8.onnx`` or opens ``meta.json``.  Standard library only: the bundle-building and tool side of
+``serving`` imports it without pulling Paddle or ONNX Runtime in (code that runs inside Triton reads what the package
+stage copied into the bundle instead, never this module).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Iterator
+
+from pipeline.errors import ModelError
+
+
+class TaskKind(str, Enum):
+    """The four task kinds; the value is the task config's ``type`` and meta.json's ``task_type``."""
+
+    CLASSIFICATION = "classification"
+    TOKEN_CLASSIFICATION = "token_classification"
+    READING_COMPREHENSION = "reading_comprehension"
+    UIE = "uie"
+
+
+class Precision(str, Enum):
+    FP32 = "fp32"
+    INT8 = "int8"  # CPU int8 kernels (ONNX Runtime's fused MatMulIntegerToFloat, OpenVINO's FakeQuantize graph)
+    INT8_QDQ = "int8_qdq"  # explicit QuantizeLinear/DequantizeLinear: TensorRT's form
+
+
+class Engine(str, Enum):
+    ONNXRUNTIME = "onnxruntime"
+    OPENVINO = "openvino"
+    PADDLE = "paddle"
+
+
+@dataclass(frozen=True)
+class Form:
+    """One exported model: where it lives in the export directory, how it computes, which engine runs it."""
+
+    name: str  # the artifact role in records and bundle.json ("model_form")
+    path: str  # relative to the export directory (a directory for Paddle programs)
+    precision: Precision
+    engine: Engine
+    companions: tuple[str, ...] = ()  # files that belong to ``path`` (an OpenVINO IR's weights)
+
+    def files(self, root: Path) -> list[Path]:
+        main = Path(root) / self.path
+        return [main, *(main.with_suffix(s) for s in self.companions)]
+
+
+FORMS: dict[str, Form] = {f.name: f for f in (
+    Form("onnx_fp32", "onnx/fp32.onnx", Precision.FP32, Engine.ONNXRUNTIME),
+    Form("onnx_int8", "onnx/int8.onnx", Precision.INT8, Engine.ONNXRUNTIME),
+    Form("onnx_int8_qdq", "onnx/int8_qdq.onnx", Precision.INT8_QDQ, Engine.ONNXRUNTIME),
+    Form("openvino_int8", "openvino/int8.xml", Precision.INT8, Engine.OPENVINO, (".bin",)),
+    Form("paddle_fp32", "paddle_fp32", Precision.FP32, Engine.PADDLE),
+    Form("paddle_int8", "paddle_int8", Precision.INT8, Engine.PADDLE),
+)}
+
+
+def form(name: str) -> Form:
+    try:
+        return FORMS[name]
+    except KeyError:
+        raise ModelError(f"unknown exported form {name!r}; forms are {', '.join(FORMS)}") from None
+
+
+META_FILE = "meta.json"
+LABELS_FILE = "labels.json"
+TOKENIZER_DIR = "tokenizer"
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+INT8_SEARCH_FILE = "int8_search.json"
+
+
+@dataclass(frozen=True)
+class ExportLayout:
+    """The export stage's output directory: every path in it is named here."""
+
+    root: Path
+
+    def path(self, form_name: str) -> Path:
+        return Path(self.root) / form(form_name).path
+
+    def files(self, form_name: str) -> list[Path]:
+        return form(form_name).files(self.root)
+
+    def has(self, form_name: str) -> bool:
+        return all(p.exists() for p in self.files(form_name))
+
+    def present(self) -> Iterator[Form]:
+        return (f for f in FORMS.values() if self.has(f.name))
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return Path(self.root) / TOKENIZER_DIR
+
+    @property
+    def labels(self) -> Path:
+        return Path(self.root) / LABELS_FILE
+
+    @property
+    def meta(self) -> Path:
+        return Path(self.root) / META_FILE
+
+    @property
+    def int8_search(self) -> Path:
+        return Path(self.root) / INT8_SEARCH_FILE
+
+    def bytes(self, form_name: str) -> int:
+        """What the form weighs on disk (an IR with its weights; a program directory whole)."""
+        total = 0
+        for p in self.files(form_name):
+            if p.is_file():
+                total += p.stat().st_size
+            elif p.is_dir():
+                total += sum(q.stat().st_size for q in p.rglob("*") if q.is_file())
+        return total
+
+
+# -- meta.json --------------------------------------------------------------------------------------------------
+
+META_REQUIRED = {"task": str, "max_seq_len": int, "num_labels": int, "labels": list}
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """``meta.json`` as export wrote it, checked: a missing, truncated or hand-edited file is one line naming it and
+    the field.  The kind-specific sections (``reading``, ``uie``) are checked by the kind that reads them."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"{path}: missing (export stage output incomplete)") from None
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: cannot read the export manifest ({exc})") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path}: not an export manifest (a JSON object is expected)")
+    for key, kind in META_REQUIRED.items():
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise ModelError(f"{path}: field {key!r} missing or not {kind.__name__}")
+    task_type = data.get("task_type", TaskKind.CLASSIFICATION.value)
+    if task_type not in {k.value for k in TaskKind}:
+        raise ModelError(f"{path}: task_type {task_type!r} is not one of {', '.join(k.value for k in TaskKind)}")
+    return data
+
+
+def write_meta(path: Path, meta: dict[str, Any]) -> Path:
+    """Write ``meta.json`` (checked as it will be read)."""
+    path = Path(path)
+    path.write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
+    read_meta(path)
+    return path
+
+
+# -- the CPU ------------------------------------------------------------------------------------------------------
+
+# The instruction sets engine choices depend on: int8 dot products (VNNI: u8*s8 straight into int32; without it AVX2's
+# int16 pair sums can saturate), AMX, and bf16 (OpenVINO computes in bf16 by default where the CPU has it).
+CPU_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    model: str
+    flags: tuple[str, ...]  # the CPU_FLAGS this CPU has, in CPU_FLAGS order
+    cores: int
+
+    @property
+    def vnni(self) -> bool:
+        return any(f in self.flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+    @property
+    def int8_saturates(self) -> bool:
+        """u8s8 GEMM can saturate (int16 pair sums): AVX2/AVX512 without a VNNI dot product."""
+        return not self.vnni
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "flags": list(self.flags), "vnni": self.vnni, "int8_saturates": self.int8_saturates}
+
+    def summary(self) -> str:
+        return f"{self.model or platform.machine()} [{' '.join(self.flags) or 'no AVX2'}], {self.cores} cores"
+
+
+def parse_cpuinfo(text: str, cores: int = 0) -> CpuInfo:
+    model, flags = "", set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    return CpuInfo(model, tuple(f for f in CPU_FLAGS if f in flags), cores)
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    """Every flag this CPU reports (None when unknown)."""
+    try:
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("flags", "Features"):
+                return set(value.split())
+    except OSError:
+        pass
+    return None
+
+
+def detect_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        return parse_cpuinfo(cpuinfo.read_text(encoding="utf-8", errors="replace"), cores)
+    except OSError:  # not Linux: nothing known, the recipes assume the conservative case
+        return CpuInfo(platform.processor(), (), cores)

@@ -1,0 +1,155 @@
+"""The ERNIE networks every task kind builds (PaddleNLP's heads), whose layers may have fewer attention heads and
+FFN neurons than stock ERNIE allows.  ``pipeline.modeling`` reads, loads and saves model directories with them;
+``pipeline.compress.dynabert`` prunes them.
+
+Why a class of our own: paddle's ``nn.MultiHeadAttention`` derives ``head_dim = embed_dim // num_heads``
+and builds q/k/v/out projections ``embed_dim`` wide, so a stock PaddleNLP ERNIE cannot express "9 heads
+of 64 with hidden size 768" (q/k/v 576 wide).  DynaBERT's width pruning needs exactly that: heads are
+removed whole and the kept ones keep their size.  (Upstream PaddleNLP only ever exported such models as
+static graphs, by mutating the layers; its pruned *dygraph* directory cannot be reloaded.)
+
+The smallest design that still saves and loads as a PaddleNLP ERNIE directory: ``config.json`` is the
+ordinary ERNIE config with the smaller ``num_attention_heads`` and ``intermediate_size`` plus one extra
+key, ``attention_head_size`` (the kept head width).  This subclass builds the stock network with the
+original head count and then narrows each attention's projections; parameter names and the state-dict
+layout are exactly ERNIE's, so ``from_pretrained``/``save_pretrained``, ``paddle.jit.save`` and
+paddle2onnx see a normal ERNIE.  Paddle's attention forward only uses ``num_heads`` and ``head_dim``,
+which stay consistent after narrowing.  For a config without the extra key this class *is* the stock
+classifier, so a loader can use it for every model.
+
+The intermediate size needs nothing special (stock ERNIE reads it from the config).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from types import SimpleNamespace
+
+from paddlenlp.transformers import ErnieForQuestionAnswering as _StockErnieForQuestionAnswering
+from paddlenlp.transformers import ErnieForSequenceClassification as _StockErnieForSequenceClassification
+from paddlenlp.transformers import ErnieForTokenClassification as _StockErnieForTokenClassification
+
+HEAD_SIZE_KEY = "attention_head_size"
+
+
+def narrow_attention(attn, num_heads: int) -> None:
+    """Keep the first ``num_heads`` heads of a ``paddle.nn.MultiHeadAttention``, physically (in place)."""
+    import paddle
+
+    if not 1 <= num_heads <= attn.num_heads:
+        raise ValueError(f"cannot keep {num_heads} of {attn.num_heads} attention heads")
+    width = num_heads * attn.head_dim
+    for name in ("q_proj", "k_proj", "v_proj"):
+        old = getattr(attn, name)
+        new = paddle.nn.Linear(old.weight.shape[0], width)
+        new.weight.set_value(old.weight[:, :width])
+        new.bias.set_value(old.bias[:width])
+        setattr(attn, name, new)
+    old = attn.out_proj
+    new = paddle.nn.Linear(width, old.weight.shape[1])
+    new.weight.set_value(old.weight[:width, :])
+    new.bias.set_value(old.bias)
+    attn.out_proj = new
+    attn.num_heads = num_heads  # head_dim is unchanged: each kept head keeps its width
+
+
+def narrow_ffn(layer, neurons: int) -> None:
+    """Keep the first ``neurons`` FFN neurons of a ``paddle.nn.TransformerEncoderLayer`` (in place)."""
+    import paddle
+
+    inner = layer.linear1.weight.shape[1]
+    if not 1 <= neurons <= inner:
+        raise ValueError(f"cannot keep {neurons} of {inner} FFN neurons")
+    old1, old2 = layer.linear1, layer.linear2
+    new1 = paddle.nn.Linear(old1.weight.shape[0], neurons)
+    new1.weight.set_value(old1.weight[:, :neurons])
+    new1.bias.set_value(old1.bias[:neurons])
+    new2 = paddle.nn.Linear(neurons, old2.weight.shape[1])
+    new2.weight.set_value(old2.weight[:neurons, :])
+    new2.bias.set_value(old2.bias)
+    layer.linear1, layer.linear2 = new1, new2
+
+
+def _init_narrowed(self, stock_cls, config) -> None:
+    """``stock_cls.__init__`` for ``config``, then heads narrowed when config has ``attention_head_size``."""
+    head_size = getattr(config, HEAD_SIZE_KEY, None)
+    if not head_size or int(head_size) * config.num_attention_heads == config.hidden_size:
+        stock_cls.__init__(self, config)
+        return
+    head_size = int(head_size)
+    if config.hidden_size % head_size:
+        raise ValueError(f"config: hidden_size {config.hidden_size} is not a multiple of {HEAD_SIZE_KEY} {head_size}")
+    kept = config.num_attention_heads
+    full = copy.deepcopy(config)
+    full.num_attention_heads = config.hidden_size // head_size
+    if kept > full.num_attention_heads:
+        raise ValueError(f"config: num_attention_heads {kept} x {HEAD_SIZE_KEY} {head_size} exceeds hidden_size")
+    stock_cls.__init__(self, full)
+    for layer in self.ernie.encoder.layers:
+        narrow_attention(layer.self_attn, kept)
+    # save_pretrained writes self.config: it must say what the network now is.
+    self.config = config
+    self.ernie.config = config
+
+
+class ErnieForSequenceClassification(_StockErnieForSequenceClassification):
+    """PaddleNLP's ERNIE classifier, plus head-pruned attention when config has ``attention_head_size``."""
+
+    def __init__(self, config):
+        _init_narrowed(self, _StockErnieForSequenceClassification, config)
+
+
+class ErnieForTokenClassification(_StockErnieForTokenClassification):
+    """PaddleNLP's ERNIE token classifier (logits [B, T, num_tags]), head-prunable like the above."""
+
+    def __init__(self, config):
+        _init_narrowed(self, _StockErnieForTokenClassification, config)
+
+
+class ErnieForQuestionAnswering(_StockErnieForQuestionAnswering):
+    """PaddleNLP's ERNIE span extractor with ONE output, ``logits`` [B, T, 2] (start, end).
+
+    One output keeps every backend session, the exporters and the served model the same for all task
+    kinds; with ``return_dict`` it returns ``.logits`` and ``.hidden_states`` (DynaBERT distillation).
+    """
+
+    def __init__(self, config):
+        _init_narrowed(self, _StockErnieForQuestionAnswering, config)
+
+    def forward(self, input_ids, token_type_ids=None, position_ids=None, attention_mask=None,
+                output_hidden_states=False, return_dict=False):
+        # Stock forward = classifier over the sequence output, then split into start/end; not splitting
+        # gives [B, T, 2] directly.  (No super(): paddle's dy2static cannot convert it.)
+        out = self.ernie(input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
+                         attention_mask=attention_mask, output_hidden_states=output_hidden_states, return_dict=True)
+        logits = self.classifier(out.last_hidden_state)
+        if return_dict:
+            return SimpleNamespace(logits=logits, hidden_states=out.hidden_states)
+        return logits
+
+
+class ErnieForUIE(ErnieForQuestionAnswering):
+    """UIE's span extractor, ``logits`` [B, T, 2] (start, end) BEFORE the sigmoid: the network of PaddleNLP's
+    ``UIE`` (two ``Linear(hidden, 1)`` heads are one ``Linear(hidden, 2)``; ``pipeline.extraction.checkpoint``
+    converts its checkpoints), with the sigmoid applied where spans are decoded.  Its own name so a
+    reading-comprehension model (softmax over positions) is never taken for it, or the reverse."""
+
+
+ARCHITECTURES = {
+    "ErnieForSequenceClassification": ErnieForSequenceClassification,
+    "ErnieForTokenClassification": ErnieForTokenClassification,
+    "ErnieForQuestionAnswering": ErnieForQuestionAnswering,
+    "ErnieForUIE": ErnieForUIE,
+}
+
+
+def prune_config(config, num_heads: int, intermediate_size: int):
+    """A copy of an ERNIE config describing ``num_heads`` heads (of the original width) and a narrower FFN."""
+    head_size = int(getattr(config, HEAD_SIZE_KEY, None) or config.hidden_size // config.num_attention_heads)
+    out = copy.deepcopy(config)
+    out.num_attention_heads = num_heads
+    out.intermediate_size = intermediate_size
+    setattr(out, HEAD_SIZE_KEY, head_size)
+    return out
+

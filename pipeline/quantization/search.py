@@ -1,0 +1,194 @@
+"""Accuracy-aware choice of the INT8 recipe, judged on held-out training sentences (never on dev).
+
+1. Every base recipe (SmoothQuant strength x weight range) is built and scored on the held-out slice.
+2. When none is within the budget, mixed precision: each weight MatMul's sensitivity is measured (the
+   base recipe with that one MatMul kept in FP32: how much of the output error disappears), and the most
+   sensitive are kept in FP32 one by one until the held-out drop is within budget or ``max_fp32`` is hit.
+3. The pick: within budget, fewest FP32 MatMuls (they are what costs speed), then the highest agreement
+   with the source model's answers, then the smallest drop.
+   No candidate within budget: the smallest drop is returned with ``within_budget`` false, so the gates
+   fail loudly downstream instead of a silent FP32 fallback.
+
+Every built candidate is cached in ``work_dir`` by recipe name and source hash, so a re-run with another
+budget or another alpha list rebuilds nothing it already scored.
+
+The engine comes in as ``build`` (one recipe -> one model file) and ``evaluate`` (a model file -> its held-out
+outputs): ONNX Runtime's (``pipeline.backends.onnxruntime.int8.search``) and OpenVINO's
+(``pipeline.backends.openvino.quantize``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pipeline.quantization.recipe import Int8Recipe, weight_matmuls
+
+
+@dataclass(frozen=True)
+class Scored:
+    recipe: Int8Recipe
+    metric: float  # task metric on the held-out slice (fraction)
+    drop_points: float  # FP32 held-out metric minus this, in points
+    agreement: float  # fraction of held-out rows whose decisions (TaskKind.decisions) equal FP32's
+    path: str
+
+    def as_dict(self) -> dict:
+        return {**self.recipe.as_dict(), "metric": self.metric, "drop_points": self.drop_points,
+                "agreement": self.agreement, "path": self.path}
+
+
+@dataclass
+class SearchResult:
+    chosen: Scored
+    within_budget: bool
+    budget_points: float
+    fp32_metric: float  # the unpruned FP32 baseline's held-out metric, which drops are counted from
+    candidates: list[Scored] = field(default_factory=list)
+    sensitivity: dict[str, float] = field(default_factory=dict)  # MatMul name -> error share removed when FP32
+    search: "Search | None" = field(default=None, repr=False, compare=False)  # what scored them (reusable)
+
+    def as_dict(self) -> dict:
+        return {"chosen": self.chosen.as_dict(), "within_budget": self.within_budget,
+                "budget_points": self.budget_points, "fp32_metric": self.fp32_metric,
+                "candidates": [c.as_dict() for c in self.candidates], "sensitivity": self.sensitivity}
+
+
+Evaluate = Callable[[Path], tuple[float, list[np.ndarray]]]  # model path -> (metric, per-row outputs)
+
+
+Decide = Callable[[np.ndarray], np.ndarray]  # one row's outputs -> what the model decides (TaskKind.decisions)
+
+
+def _argmax(output: np.ndarray) -> np.ndarray:
+    return np.argmax(output, axis=-1)
+
+
+def _agreement(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray], decide: Decide = _argmax) -> float:
+    same = [np.array_equal(decide(o), decide(r)) for o, r in zip(outputs, reference)]
+    return float(np.mean(same)) if same else 1.0
+
+
+def _error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
+    return float(np.mean([np.mean((np.asarray(o) - np.asarray(r)) ** 2) for o, r in zip(outputs, reference)]))
+
+
+Build = Callable[..., Path]  # (fp32_path, out_path, ranges, recipe, *, embeddings) -> out_path
+
+
+class Search:
+    """``build`` and ``form`` name the INT8 form searched: ONNX Runtime's (its ``recipe.build``, form "") or another
+    (its QDQ form, OpenVINO's); ``form_version`` is the builder's version, part of every cache key (bumped when it
+    makes a different model for the same recipe).  ``ranges``: the builder's calibration (ONNX Runtime's
+    activation ranges), handed to ``build`` as they are.  ``reference`` and ``baseline_metric`` reuse another
+    search's FP32 evaluation."""
+
+    def __init__(self, fp32_path: Path, ranges: dict, evaluate: Evaluate, work_dir: Path, *,
+                 build: Build, form_version: int,
+                 embeddings: bool = True, log: Callable[[str], None] = print, cache_key: str = "",
+                 baseline: Path | None = None, decide: Decide = _argmax, form: str = "",
+                 reference: tuple[float, list[np.ndarray]] | None = None, baseline_metric: float | None = None,
+                 suffix: str = ".onnx", promote: Callable[[Path, Path], object] | None = None):
+        import hashlib
+
+        from pipeline.hashing import file_sha256
+
+        self.fp32_path, self.ranges, self.evaluate = Path(fp32_path), ranges, evaluate
+        self.work_dir, self.embeddings, self.log, self.decide = Path(work_dir), embeddings, log, decide
+        self.build, self.form = build, form
+        # The built file's suffix, and how a finished build is moved into the cache (an OpenVINO IR is two files).
+        self.suffix, self.promote = suffix, promote or (lambda src, dst: Path(src).replace(dst))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        # The source model, the calibration and the held-out slice (cache_key) decide a candidate's score.
+        self.key = hashlib.sha256(
+            f"{file_sha256(self.fp32_path)}|{cache_key}|{embeddings}|{form_version}{'|' + form if form else ''}".encode()
+        ).hexdigest()[:12]
+        self.fp32_metric, self.reference = reference if reference is not None else evaluate(self.fp32_path)
+        # A pruned source already spent part of the budget: drops count from the unpruned baseline's metric,
+        # agreement from the source's own outputs.
+        if baseline_metric is not None:
+            self.baseline_metric = baseline_metric
+        else:
+            self.baseline_metric = evaluate(Path(baseline))[0] if baseline else self.fp32_metric
+        self.pruned = baseline is not None or (baseline_metric is not None and baseline_metric != self.fp32_metric)
+
+    def _cache(self, recipe: Int8Recipe) -> tuple[Path, Path]:
+        import hashlib
+
+        tag = hashlib.sha256(json.dumps(recipe.as_dict(), sort_keys=True).encode()).hexdigest()[:10]
+        # Names carry dots (static-sq0.5): never Path.with_suffix, which would cut them at "sq0".
+        stem = f"{self.form + '-' if self.form else ''}{recipe.name}-{tag}-{self.key}"
+        return self.work_dir / f"{stem}{self.suffix}", self.work_dir / f"{stem}.json"
+
+    @staticmethod
+    def _outputs_file(record: Path) -> Path:
+        return record.parent / (record.name[: -len(".json")] + ".npz")
+
+    def score(self, recipe: Int8Recipe) -> tuple[Scored, list[np.ndarray]]:
+        model, record = self._cache(recipe)
+        if model.is_file() and record.is_file():
+            cached = json.loads(record.read_text())
+            with np.load(self._outputs_file(record), allow_pickle=False) as saved:
+                outputs = [np.asarray(saved[f"arr_{i}"], np.float32) for i in range(len(saved.files))]
+            # Drop and agreement are recomputed: the same candidate may be judged against another baseline,
+            # or with another notion of what the model decides.
+            drop = 100.0 * (self.baseline_metric - cached["metric"])
+            return Scored(recipe, cached["metric"], drop, _agreement(outputs, self.reference, self.decide), str(model)), outputs
+        partial = model.with_name(f"{model.name[: -len(self.suffix)]}.partial{self.suffix}")
+        self.build(self.fp32_path, partial, self.ranges, recipe, embeddings=self.embeddings)
+        self.promote(partial, model)
+        metric, outputs = self.evaluate(model)
+        scored = Scored(recipe, metric, 100.0 * (self.baseline_metric - metric), _agreement(outputs, self.reference, self.decide), str(model))
+        np.savez(self._outputs_file(record), *outputs)
+        record.write_text(json.dumps(scored.as_dict()))
+        return scored, outputs
+
+    def run(self, bases: Sequence[Int8Recipe], budget_points: float, max_fp32: int) -> SearchResult:
+        scored = []
+        for recipe in bases:
+            s, _ = self.score(recipe)
+            scored.append(s)
+            self.log(f"[int8] {recipe.name}: held-out drop {s.drop_points:+.2f} pts, agreement {s.agreement:.4f}")
+        ok = [s for s in scored if s.drop_points <= budget_points]
+        sensitivity: dict[str, float] = {}
+        source_drop = 100.0 * (self.baseline_metric - self.fp32_metric)
+        if not ok and self.pruned and source_drop > budget_points:
+            # A pruned source already lost more than the budget in FP32: no FP32 MatMul can win it back.
+            self.log(f"[int8] the FP32 source is itself {source_drop:+.2f} pts below the baseline: mixed precision skipped")
+        elif not ok and max_fp32 > 0:
+            best = min(scored, key=lambda s: s.drop_points)
+            extra, sensitivity = self._mixed_precision(best.recipe, budget_points, max_fp32)
+            scored += extra
+            ok = [s for s in scored if s.drop_points <= budget_points]
+        if ok:
+            # Fewest FP32 MatMuls (speed), then the closest to the source model's own answers: on a slice of a
+            # few thousand rows agreement is a steadier signal than the metric, which moves by tenths of a point.
+            chosen = min(ok, key=lambda s: (len(s.recipe.fp32_matmuls), -s.agreement, s.drop_points))
+        else:
+            chosen = min(scored, key=lambda s: s.drop_points)
+        return SearchResult(chosen, bool(ok), budget_points, self.baseline_metric, scored, sensitivity, search=self)
+
+    def _mixed_precision(self, base: Int8Recipe, budget_points: float, max_fp32: int):
+        import onnx
+
+        names = [n.name for n in weight_matmuls(onnx.load(str(self.fp32_path)))]
+        _, base_out = self.score(base)
+        base_err = _error(base_out, self.reference)
+        sensitivity = {}
+        for name in names:
+            _, out = self.score(Int8Recipe(base.smooth_alpha, base.reduce_range, (name,)))
+            sensitivity[name] = (base_err - _error(out, self.reference)) / max(base_err, 1e-12)
+        ranked = sorted(names, key=lambda n: -sensitivity[n])
+        self.log("[int8] most sensitive MatMuls: " + ", ".join(f"{n} {sensitivity[n]:.2f}" for n in ranked[:5]))
+        extra = []
+        for k in range(1, min(max_fp32, len(ranked)) + 1):
+            s, _ = self.score(Int8Recipe(base.smooth_alpha, base.reduce_range, tuple(ranked[:k])))
+            extra.append(s)
+            self.log(f"[int8] {s.recipe.name}: held-out drop {s.drop_points:+.2f} pts")
+            if s.drop_points <= budget_points:
+                break
+        return extra, sensitivity

@@ -1,0 +1,261 @@
+"""The ``package:`` and ``deploy:`` sections of a task config.  Owned by the package stage / serving.bundle; read by
+``pipeline/config.py`` (the one pipeline module besides the package stage that imports serving).
+
+Validated in ``__post_init__`` so a bad value fails when the config is loaded, naming the key.
+The error type is ``pipeline.errors.ConfigError`` when the pipeline is installed (so the CLI maps
+it to exit code 2), otherwise a plain ``ValueError``: the pipeline is imported only when an error is made,
+so building a bundle's files needs no pipeline import at load time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+# runtime -> (Triton backend, engine inside it)
+RUNTIMES = {
+    # python backend, the engine validation chose (the fastest within the budget on the packaging CPU):
+    # python-onnxruntime or python-openvino, resolved by the package stage (PackageConfig.resolved)
+    "auto": ("python", "auto"),
+    "python-onnxruntime": ("python", "onnxruntime"),  # in-process ORT: runs on any Triton, the one here too
+    "python-openvino": ("python", "openvino"),  # in-process OpenVINO (NNCF INT8 IR)
+    "python-paddle": ("python", "paddle"),  # in-process Paddle Inference
+    "onnxruntime": ("onnxruntime", "onnxruntime"),  # Triton's native ORT backend (optional TensorRT accelerator)
+    "fastdeploy": ("fastdeploy", "fastdeploy"),  # FastDeploy serving image's backend
+}
+PRECISIONS = ("auto", "int8", "fp32")
+ACCELERATORS = ("none", "tensorrt-fp16", "tensorrt-int8")
+FASTDEPLOY_ENGINES = ("paddle", "onnxruntime", "tensorrt", "openvino")
+KINDS = ("CPU", "GPU")
+# ensemble: tokenizer -> model -> postprocess, three Triton models; fused: one python model doing all three
+# in one process (classification on a python runtime: two fewer IPC hops per request); auto: fused where it
+# applies, else ensemble.  Real TNEWS bundle, 2 cores, perf_analyzer c=16: fused 431 req/s (0.93x offline
+# model-only), ensemble 393 (0.87x); c=4 463 vs 379.
+LAYOUTS = ("auto", "ensemble", "fused")
+VERSION_POLICIES = ("latest", "all")
+# The served interface: ernie-bundle (ours: label codes, descriptions, probabilities, top-k, JSON entities/spans) or
+# fastdeploy (the model names, tensors and payloads of FastDeploy's ERNIE 3.0 and UIE serving examples, so their
+# clients work unchanged; serving/bundle/fastdeploy_api.py has the whole contract).
+APIS = ("ernie-bundle", "fastdeploy")
+
+
+def _cores() -> int:
+    """CPU cores this process may use (the affinity mask: a container's share, not the host's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _config_error(message: str) -> Exception:
+    try:
+        from pipeline.errors import ConfigError
+    except ImportError:  # serving installed on its own
+        return ValueError(message)
+    return ConfigError(message)
+
+
+@dataclass
+class PackageConfig:
+    runtime: str = "auto"
+    layout: str = "auto"
+    precision: str = "auto"  # auto: validate's chosen model (int8 when it exists), else fp32
+    accelerator: str = "none"  # runtime=onnxruntime: TensorRT execution accelerator (GPU)
+    fastdeploy_engine: str = "onnxruntime"  # runtime=fastdeploy: paddle | onnxruntime | tensorrt | openvino
+    repository: str = "model_repository"  # relative to the project root; the task's bundle is <repository>/<task>
+    max_batch_size: int = 64  # per model; a request with more texts is refused by Triton; 0: no batching
+    preferred_batch_size: int = 16
+    # 0: no waiting; the batcher still merges requests that queued while an instance was busy.
+    # Measured on the tiny model, 2 cores, gRPC: 0 µs gave 636 req/s at concurrency 1 and 1372 at 16;
+    # 2000 µs gave 98 and 981 (each of the three batched models in the ensemble waits).
+    max_queue_delay_microseconds: int = 0
+    # 0: on CPU, ONNX Runtime gets one instance per core of the packaging machine and OpenVINO one instance with
+    # every core (1 on GPU); each instance cores/instances intra-op threads.  Chosen by make perf on the TNEWS
+    # bundle (MEASUREMENTS.md): ORT served more with 2 instances x 1 thread, OpenVINO with 1 x 2 at every
+    # concurrency (its batches grow larger and its threads split one GEMM better than two processes share cores).
+    instance_count: int = 0
+    kind: str = "CPU"
+    threads: int = 0  # intra-op threads of each in-process engine instance; 0: cores / instances (see above)
+    version_policy: str = "latest"
+    top_k: int = 3
+    max_text_bytes: int = 65536  # longer texts are refused per request (they would be truncated anyway)
+    api: str = "ernie-bundle"  # one of APIS; the task kinds fastdeploy covers are checked with the task (pipeline.config)
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise _config_error(f"package.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        if self.layout not in LAYOUTS:
+            raise _config_error(f"package.layout: {self.layout!r} is not one of {', '.join(LAYOUTS)}")
+        if self.layout == "fused" and RUNTIMES[self.runtime][0] != "python":
+            raise _config_error(f"package.layout: fused needs a python runtime (auto, python-onnxruntime, python-openvino, "
+                                f"python-paddle), not {self.runtime}")
+        if self.precision not in PRECISIONS:
+            raise _config_error(f"package.precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.accelerator not in ACCELERATORS:
+            raise _config_error(f"package.accelerator: {self.accelerator!r} is not one of {', '.join(ACCELERATORS)}")
+        if self.accelerator != "none" and (self.runtime != "onnxruntime" or self.kind != "GPU"):
+            raise _config_error("package.accelerator: TensorRT needs runtime: onnxruntime and kind: GPU")
+        if self.fastdeploy_engine not in FASTDEPLOY_ENGINES:
+            raise _config_error(
+                f"package.fastdeploy_engine: {self.fastdeploy_engine!r} is not one of {', '.join(FASTDEPLOY_ENGINES)}"
+            )
+        if self.runtime == "fastdeploy" and self.fastdeploy_engine == "tensorrt" and self.kind != "GPU":
+            raise _config_error("package.fastdeploy_engine: tensorrt needs kind: GPU")
+        if self.api not in APIS:
+            raise _config_error(f"package.api: {self.api!r} is not one of {', '.join(APIS)}")
+        if self.kind not in KINDS:
+            raise _config_error(f"package.kind: {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.version_policy not in VERSION_POLICIES:
+            raise _config_error(f"package.version_policy: {self.version_policy!r} is not one of {', '.join(VERSION_POLICIES)}")
+        if not self.repository:
+            raise _config_error("package.repository: a directory is required")
+        for name in ("preferred_batch_size", "top_k", "max_text_bytes"):
+            if getattr(self, name) < 1:
+                raise _config_error(f"package.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_batch_size", "max_queue_delay_microseconds", "threads", "instance_count"):
+            if getattr(self, name) < 0:
+                raise _config_error(f"package.{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_batch_size and self.preferred_batch_size > self.max_batch_size:
+            raise _config_error(
+                f"package.preferred_batch_size {self.preferred_batch_size} is larger than max_batch_size {self.max_batch_size}"
+            )
+
+    def layout_for(self, task_type: str) -> str:
+        """The layout a bundle of ``task_type`` gets: ``layout``, or with auto fused for classification on a
+        python runtime (the one kind whose three steps fit one batched model) and ensemble otherwise.  FastDeploy's
+        uie (api fastdeploy) is one python model: fused (serving.bundle.fastdeploy_api refuses an explicit ensemble)."""
+        if self.api == "fastdeploy" and task_type == "uie":
+            return "fused"
+        if self.layout != "auto":
+            return self.layout
+        return "fused" if task_type == "classification" and self.backend == "python" else "ensemble"
+
+    @property
+    def instances(self) -> int:
+        """Instances per model: ``instance_count``, or with 0: 1 on GPU; on CPU one per core here for ONNX Runtime and
+        the other engines, one with every core for OpenVINO (see ``instance_count``)."""
+        if self.instance_count:
+            return self.instance_count
+        return 1 if self.kind == "GPU" or self.engine == "openvino" else _cores()
+
+    @property
+    def engine_threads(self) -> int:
+        """Intra-op threads of each in-process engine: ``threads``, or with 0 the cores shared out among
+        the instances (never more threads than cores in all: oversubscribed pools stall each other)."""
+        return self.threads or max(1, _cores() // self.instances)
+
+    @property
+    def backend(self) -> str:
+        return RUNTIMES[self.runtime][0]
+
+    @property
+    def engine(self) -> str:
+        return RUNTIMES[self.runtime][1]
+
+    def resolved(self, engine: str) -> "PackageConfig":
+        """``runtime: auto`` made concrete for the form being shipped (``engine``: the form's engine, onnxruntime
+        or openvino); any other runtime is returned as it is."""
+        import dataclasses
+
+        if self.runtime != "auto":
+            return self
+        runtime = f"python-{engine}"
+        if runtime not in RUNTIMES:
+            raise _config_error(f"package.runtime auto: no python runtime runs the {engine} engine")
+        return dataclasses.replace(self, runtime=runtime)
+
+
+@dataclass
+class DeployConfig:
+    """The ``deploy:`` section: what the Kubernetes / KServe manifests written beside a bundle say
+    (``serving.bundle.manifests``).  Empty ``cpu``/``memory``: derived from the bundle (the cores its instances
+    and engine threads were validated with; its size)."""
+
+    image: str = "ernie-bundle-{task}:latest"  # the image the Dockerfile builds; {task} is filled in
+    namespace: str = "default"
+    min_replicas: int = 1
+    max_replicas: int = 4
+    cpu: str = ""  # Kubernetes quantity, request = limit (Guaranteed QoS: no CPU throttling surprises)
+    memory: str = ""
+    target_cpu_utilization: int = 70  # HPA target, percent of the CPU request
+    # The bundle as a read-only volume (a PVC holding model_repository/); KServe reads storage_uri instead.
+    bundle_claim: str = "ernie-bundles"
+    storage_uri: str = "pvc://ernie-bundles/{task}"
+    kubernetes_version: str = "1.33"  # schemas the objects are validated against (kubernetes-validate)
+    queue_time_metric: bool = False  # HPA also scales on Triton's queue time (needs a custom-metrics adapter)
+
+    def __post_init__(self) -> None:
+        if not self.image:
+            raise _config_error("deploy.image: an image name is required")
+        if self.min_replicas < 1 or self.max_replicas < self.min_replicas:
+            raise _config_error(f"deploy: need 1 <= min_replicas <= max_replicas, got {self.min_replicas} and "
+                                f"{self.max_replicas}")
+        if not 1 <= self.target_cpu_utilization <= 100:
+            raise _config_error(f"deploy.target_cpu_utilization must be 1..100, got {self.target_cpu_utilization}")
+        for name in ("cpu", "memory"):
+            value = getattr(self, name)
+            if value and not _is_quantity(value):
+                raise _config_error(f"deploy.{name}: {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 1Gi)")
+        # Names Kubernetes checks when the objects are applied (the schemas do not): refused here, not by kubectl.
+        if not _is_dns1123_label(self.namespace):
+            raise _config_error(f"deploy.namespace: {self.namespace!r} is not a DNS-1123 label (lower-case letters, "
+                                "digits and '-', starting and ending with a letter or digit, at most 63 characters)")
+        if not _is_dns1123_subdomain(self.bundle_claim):
+            raise _config_error(f"deploy.bundle_claim: {self.bundle_claim!r} is not a DNS-1123 subdomain (a "
+                                "PersistentVolumeClaim name: lower-case letters, digits, '-' and '.', at most 253 characters)")
+        for name in ("image", "storage_uri"):
+            try:
+                filled = getattr(self, name).format(task="x")
+            except (KeyError, IndexError, ValueError, AttributeError) as exc:
+                raise _config_error(f"deploy.{name}: {getattr(self, name)!r}: only {{task}} is filled in ({exc!r})") from None
+            if name == "image" and not _is_image(filled):
+                raise _config_error(f"deploy.image: {self.image!r} is not an image reference "
+                                    "([registry[:port]/]name[:tag][@digest], lower-case name, no spaces)")
+            if name == "storage_uri" and not re.fullmatch(r"[a-z][a-z0-9+.-]*://\S+", filled):
+                raise _config_error(f"deploy.storage_uri: {self.storage_uri!r} is not a URI KServe reads "
+                                    "(e.g. pvc://<claim>/{task}, s3://bucket/path)")
+        _check_kubernetes_version(self.kubernetes_version)
+
+
+def _check_kubernetes_version(version: str) -> None:
+    """``deploy.kubernetes_version``: MAJOR.MINOR with schemas in kubernetes-validate (when it is installed)."""
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?", str(version))
+    if not m:
+        raise _config_error(f"deploy.kubernetes_version: {version!r} is not a Kubernetes version (e.g. 1.33)")
+    try:
+        from kubernetes_validate.utils import all_versions
+    except ImportError:  # serving installed on its own: the syntax is all that can be checked
+        return
+    known = sorted({tuple(int(x) for x in v.split(".")[:2]) for v in all_versions()})
+    wanted = (int(m.group(1)), int(m.group(2)))
+    if not known[0] <= wanted <= known[-1]:
+        hint = ""
+        if wanted[1] < 10 and (wanted[0], wanted[1] * 10) in known:  # --set parses 1.30 as the number 1.3
+            hint = f"; for {wanted[0]}.{wanted[1] * 10} quote it: deploy.kubernetes_version='\"{wanted[0]}.{wanted[1] * 10}\"'"
+        raise _config_error(f"deploy.kubernetes_version: {version!r} has no schemas here (kubernetes-validate knows "
+                            f"{known[0][0]}.{known[0][1]} to {known[-1][0]}.{known[-1][1]}){hint}")
+
+
+def _is_dns1123_label(value: str) -> bool:
+    return len(value) <= 63 and bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value))
+
+
+def _is_dns1123_subdomain(value: str) -> bool:
+    return len(value) <= 253 and bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", value))
+
+
+def _is_image(value: str) -> bool:
+    """A container image reference as the distribution grammar has it (registry host, path, tag, digest)."""
+    component = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    host = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::\d+)?/)?"
+    grammar = rf"{host}{component}(?:/{component})*(?::[\w][\w.-]{{0,127}})?(?:@[a-z0-9]+:[a-fA-F0-9]{{32,}})?"
+    return len(value) <= 255 and bool(re.fullmatch(grammar, value))
+
+
+def _is_quantity(value: str) -> bool:
+    """Kubernetes' quantity grammar: a number with an optional SI / binary / exponent suffix, positive here."""
+    import re
+
+    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+)?", str(value))
+    return bool(m) and float(m.group(1)) > 0

@@ -1,0 +1,687 @@
+"""Write a task's bundle: a Triton model repository that takes raw text in and gives labels out.
+
+    <repository>/<task>/                  the bundle; itself a Triton --model-repository
+      bundle.json                          manifest: SHA-256 of every file, provenance, metrics, gates, versions
+      README.md                            model card
+      meta.json                            the export stage's model description
+      <task>/config.pbtxt, 1/              ensemble
+      <task>_tokenizer/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, vocab.txt, tokenizer_config.json, special_tokens_map.json}
+      <task>_model/config.pbtxt, 1/{model.onnx | model.pdmodel + model.pdiparams [, model.py, bundle_integrity.py, model_support.py]}
+      <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, labels.json}
+      kubernetes.yaml, kserve.yaml         deployment manifests (package stage; serving.bundle.manifests)
+
+Token classification / reading comprehension bundles (meta.json "task_type") have the same four
+models with other python models (serving/triton/models/{ner,mrc}_*.py) and, next to them, verbatim copies
+of the pipeline's pure pre/post-processing modules (PURE_MODULES: wordpiece.py, bio.py, windows.py, spans.py)
+and of serving/triton/text_input.py, so the served pre/post-processing is the offline code; like every
+file they are hashed in bundle.json.
+
+With package.api fastdeploy (serving/bundle/fastdeploy_api.py) the models are named as FastDeploy's examples name them
+(ernie_seqcls*, ernie_tokencls*, uie) and the python models that format FastDeploy's payloads have
+fastdeploy_payloads.py beside them; FastDeploy's uie is one folder: uie/1/{model.py (uie_fastdeploy.py), runner.py,
+the model file, the tokenizer files, windows.py, spans.py, ...}.
+
+Each task's bundle is its own repository so it can be replaced in one step: it is built in a temp
+dir next to the target and swapped in by renames; a failure before the swap leaves the previous good
+bundle as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import shutil
+import sys
+import uuid
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from serving.bundle import fastdeploy_api, model_io
+from serving.bundle.config import DeployConfig, PackageConfig
+from serving.bundle.model_config import (
+    CLASSIFICATION,
+    READING_COMPREHENSION,
+    TASK_TYPES,
+    UIE,
+    TOKEN_CLASSIFICATION,
+    VERSION,
+    BundleShape,
+    ModelNames,
+    all_configs,
+    to_pbtxt,
+)
+from serving.triton import class_outputs, fastdeploy_payloads, integrity, model_support, text_input
+
+# Copied into bundles as files: the python models (serving/triton/models), the serving/triton helpers beside them
+# (their modules' files) and the pipeline's pure modules (PURE_MODULES, found by path, never imported from here).
+MODELS_DIR = Path(model_support.__file__).resolve().parent / "models"
+PIPELINE_DIR = Path(__file__).resolve().parents[2] / "pipeline"
+# task type -> (python model sources of <task>_tokenizer, <task>_postprocess)
+MODEL_SOURCES = {
+    CLASSIFICATION: ("tokenizer.py", "postprocess.py"),
+    TOKEN_CLASSIFICATION: ("ner_tokenizer.py", "ner_postprocess.py"),
+    READING_COMPREHENSION: ("mrc_tokenizer.py", "mrc_postprocess.py"),
+    UIE: ("uie_tokenizer.py", "uie_postprocess.py"),
+}
+# task type -> pipeline modules (stdlib + numpy [+ tokenizers] only) copied verbatim next to the
+# (tokenizer, postprocess) models; the python models load them with model_support.sibling().
+PURE_MODULES = {
+    CLASSIFICATION: (("wordpiece.py",), ()),
+    TOKEN_CLASSIFICATION: (("wordpiece.py", "labeling/bio.py"), ("labeling/bio.py",)),
+    READING_COMPREHENSION: (("wordpiece.py", "reading/windows.py"), ("reading/spans.py",)),
+    UIE: (("wordpiece.py", "reading/windows.py"), ("extraction/spans.py",)),
+}
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+SERVING_PACKAGES = ("numpy", "onnxruntime", "openvino", "tokenizers", "paddlepaddle", "tritonclient", "nvidia-pytriton", "protobuf")
+PYTRITON_TRITONSERVER = {"0.7.0": "2.51.0"}  # nvidia-pytriton release -> the tritonserver it ships
+
+
+class PackageError(ValueError):
+    """The export output cannot be packaged as asked (missing model form, bad meta.json)."""
+
+
+class BundleTooLarge(PackageError):
+    """The built bundle is over the size limit; it was not swapped in."""
+
+
+@dataclass(frozen=True)
+class ExportArtifacts:
+    """The export stage's output (see the export contract); optional forms are None when absent."""
+
+    onnx_fp32: Path
+    tokenizer_dir: Path
+    labels: Path
+    meta: Path
+    onnx_int8: Path | None = None
+    onnx_int8_qdq: Path | None = None
+    paddle_fp32: Path | None = None  # dir with model.pdmodel + model.pdiparams
+    paddle_int8: Path | None = None
+    openvino_int8: Path | None = None  # IR .xml, its .bin beside it
+
+    @classmethod
+    def from_dir(cls, out: Path) -> "ExportArtifacts":
+        out = Path(out)
+
+        def opt(p: Path) -> Path | None:
+            return p if p.exists() else None
+
+        return cls(
+            onnx_fp32=out / "onnx" / "fp32.onnx",
+            tokenizer_dir=out / "tokenizer",
+            labels=out / "labels.json",
+            meta=out / "meta.json",
+            onnx_int8=opt(out / "onnx" / "int8.onnx"),
+            onnx_int8_qdq=opt(out / "onnx" / "int8_qdq.onnx"),
+            paddle_fp32=opt(out / "paddle_fp32"),
+            paddle_int8=opt(out / "paddle_int8"),
+            openvino_int8=opt(out / "openvino" / "int8.xml"),
+        )
+
+    def read_meta(self) -> dict:
+        try:
+            meta = json.loads(self.meta.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise PackageError(f"{self.meta}: missing (export stage output incomplete)") from None
+        except json.JSONDecodeError as exc:
+            raise PackageError(f"{self.meta}: malformed JSON ({exc.msg})") from None
+        for key in ("task", "max_seq_len", "num_labels"):
+            if key not in meta:
+                raise PackageError(f"{self.meta}: field {key!r} missing")
+        task_type = meta.get("task_type", CLASSIFICATION)
+        if task_type not in TASK_TYPES:
+            raise PackageError(f"{self.meta}: task_type {task_type!r} is not one of {', '.join(TASK_TYPES)}")
+        if task_type == READING_COMPREHENSION:
+            reading = meta.get("reading")
+            if not isinstance(reading, dict):
+                raise PackageError(f"{self.meta}: field 'reading' (doc_stride, max_query_len, max_answer_len) missing")
+            for key in ("doc_stride", "max_query_len", "max_answer_len"):
+                if not isinstance(reading.get(key), int) or reading[key] < 1:
+                    raise PackageError(f"{self.meta}: reading.{key} must be a positive integer, got {reading.get(key)!r}")
+            if reading["max_query_len"] + 3 >= int(meta["max_seq_len"]):
+                raise PackageError(f"{self.meta}: reading.max_query_len {reading['max_query_len']} leaves no room for "
+                                   f"context in max_seq_len {meta['max_seq_len']}")
+        if task_type == UIE:
+            uie = meta.get("uie")
+            if not isinstance(uie, dict):
+                raise PackageError(f"{self.meta}: field 'uie' (doc_stride, max_prompt_len, position_prob, max_span_len) missing")
+            for key in ("doc_stride", "max_prompt_len", "max_span_len"):
+                if not isinstance(uie.get(key), int) or uie[key] < 1:
+                    raise PackageError(f"{self.meta}: uie.{key} must be a positive integer, got {uie.get(key)!r}")
+            if not isinstance(uie.get("position_prob"), (int, float)) or not 0 < uie["position_prob"] < 1:
+                raise PackageError(f"{self.meta}: uie.position_prob must be in (0, 1), got {uie.get('position_prob')!r}")
+        return meta
+
+
+@dataclass
+class Provenance:
+    """Where the bundle came from; goes into bundle.json and the model card."""
+
+    source_model_sha256: str = ""
+    data_fingerprint: str = ""
+    # The data directory the bundle was built and validated from (absolute; "" when none, e.g. paddlenlp's
+    # download): `make smoke` / `make perf` / ... read their dev set there unless DATA_DIR says otherwise.
+    data_dir: str = ""
+    selected_candidate: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    gates: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)  # the pipeline's (training/export) package versions
+    description: str = ""
+    # Validation's result for each exported form (form -> {"backend", "accuracy"}); the packaged form's
+    # entry becomes bundle.json "validated", which the smoke test holds the served accuracy to.
+    validated: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which exported form goes into ``<task>_model/1/`` and under which file names."""
+
+    precision: str  # int8 | fp32
+    sources: tuple[tuple[Path, str], ...]  # (exported file, name in 1/)
+    model_file: str  # the name the config points at
+    form: str  # export artifact role it came from, for the manifest
+
+
+@dataclass(frozen=True)
+class BundleInfo:
+    path: Path
+    manifest: dict
+    choice: ModelChoice
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+
+def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None = None,
+                 preferred_form: str | None = None) -> ModelChoice:
+    """Pick the exported form the runtime can run: int8 where it exists and is wanted, else fp32.
+
+    ``preferred`` (int8/fp32) is what validation chose, ``preferred_form`` the export form it ran (``runtime: auto``
+    ships OpenVINO's form when that is the one); ``package.precision`` other than auto overrides them.
+    """
+    want = pc.precision if pc.precision != "auto" else (preferred or "int8")
+    qdq_chosen = pc.precision == "auto" and preferred == "int8_qdq"  # validation picked the QDQ ONNX
+    want = "int8" if want == "int8_qdq" else want
+
+    def openvino() -> ModelChoice:
+        xml = exp.openvino_int8
+        if want != "int8" or xml is None or not xml.with_suffix(".bin").is_file():
+            raise PackageError(f"runtime {pc.runtime}: the export has no OpenVINO INT8 model (openvino/int8.xml and .bin); "
+                               "it is made when compress.engines lists openvino")
+        return ModelChoice("int8", ((xml, "model.xml"), (xml.with_suffix(".bin"), "model.bin")), "model.xml", "openvino_int8")
+
+    def onnx(int8_form: str | None) -> ModelChoice:
+        if want == "int8" and int8_form:
+            path = exp.onnx_int8_qdq if int8_form == "onnx_int8_qdq" else exp.onnx_int8
+            if path is not None:
+                return ModelChoice("int8", ((path, "model.onnx"),), "model.onnx", int8_form)
+            if pc.precision == "int8":
+                raise PackageError(f"package.precision int8: the export has no {int8_form.replace('onnx_', '')} ONNX model")
+        if not exp.onnx_fp32.is_file():
+            raise PackageError(f"{exp.onnx_fp32}: missing (export stage output incomplete)")
+        return ModelChoice("fp32", ((exp.onnx_fp32, "model.onnx"),), "model.onnx", "onnx_fp32")
+
+    def paddle() -> ModelChoice:
+        d, form, precision = (exp.paddle_int8, "paddle_int8", "int8") if want == "int8" and exp.paddle_int8 else (exp.paddle_fp32, "paddle_fp32", "fp32")
+        if want == "int8" and pc.precision == "int8" and exp.paddle_int8 is None:
+            raise PackageError("package.precision int8: the export has no paddle_int8 model")
+        if d is None or not (d / "model.pdmodel").is_file():
+            raise PackageError(f"runtime {pc.runtime}: the export has no Paddle inference model ({form})")
+        files = ((d / "model.pdmodel", "model.pdmodel"), (d / "model.pdiparams", "model.pdiparams"))
+        return ModelChoice(precision, files, "model.pdmodel", form)
+
+    if pc.runtime == "python-openvino" or (pc.runtime == "auto" and preferred_form == "openvino_int8" and want == "int8"):
+        return openvino()
+    if pc.runtime in ("auto", "python-onnxruntime") or (pc.runtime == "onnxruntime" and pc.kind == "CPU" and pc.accelerator == "none"):
+        if qdq_chosen and exp.onnx_int8_qdq is not None:
+            return onnx("onnx_int8_qdq")
+        return onnx("onnx_int8")  # dynamic-quantized int8: the fast form on CPU
+    if pc.runtime == "python-paddle":
+        return paddle()
+    if pc.runtime == "onnxruntime":
+        if pc.accelerator == "tensorrt-int8":
+            return onnx("onnx_int8_qdq")  # TensorRT builds int8 engines from explicit Q/DQ
+        if pc.accelerator == "tensorrt-fp16" or pc.kind == "GPU":
+            return onnx(None)  # int8.onnx's integer MatMuls are CPU kernels
+        return onnx("onnx_int8")
+    # fastdeploy
+    if pc.fastdeploy_engine == "paddle":
+        return paddle()
+    if pc.fastdeploy_engine == "openvino":
+        # FastDeploy's serving backend opens only <version>/model.onnx or model.pdmodel + model.pdiparams
+        # (serving/src/fastdeploy_runtime.cc, LoadModel), and its OpenVINO backend reads Paddle or ONNX
+        # (fastdeploy/runtime/backends/openvino/ov_backend.cc: InitFromPaddle / InitFromOnnx; ModelFormat has no IR):
+        # the export's OpenVINO IR (openvino/int8.xml + .bin) cannot be loaded there.  The QDQ ONNX carries the same
+        # kind of fixed-scale INT8 recipe, and OpenVINO runs Q/DQ pairs as INT8 (it reads them as FakeQuantize, as
+        # in an NNCF IR); int8.onnx's MatMulIntegerToFloat is an ONNX Runtime contrib op OpenVINO does not read.
+        return onnx("onnx_int8_qdq")
+    if pc.fastdeploy_engine == "tensorrt":
+        return onnx("onnx_int8_qdq")
+    return onnx("onnx_int8" if pc.kind == "CPU" else None)
+
+
+def _engine_properties(meta: dict, choice: ModelChoice) -> str:
+    """The OpenVINO CPU properties the export recorded for its INT8 form (validated with them), as JSON."""
+    if choice.form != "openvino_int8":
+        return ""
+    props = (meta.get("openvino") or {}).get("properties")
+    if not isinstance(props, dict):
+        raise PackageError("meta.json: field 'openvino.properties' missing for the OpenVINO form")
+    return json.dumps(props, sort_keys=True)
+
+
+def _pad_id(vocab: Path) -> int:
+    with open(vocab, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if line.rstrip("\n") == "[PAD]":
+                return i
+    raise PackageError(f"{vocab}: vocabulary has no [PAD] token")
+
+
+def serving_versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0]}
+    for name in SERVING_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    if out.get("nvidia-pytriton") in PYTRITON_TRITONSERVER:
+        out["tritonserver (nvidia-pytriton)"] = PYTRITON_TRITONSERVER[out["nvidia-pytriton"]]
+    return out
+
+
+def _copy_python_model(version_dir: Path, source: str, pure: tuple[str, ...] = ()) -> None:
+    shutil.copyfile(MODELS_DIR / source, version_dir / "model.py")
+    shutil.copyfile(Path(integrity.__file__), version_dir / "bundle_integrity.py")
+    shutil.copyfile(Path(model_support.__file__), version_dir / "model_support.py")
+    for rel in pure:
+        src = PIPELINE_DIR / rel
+        if not src.is_file():
+            raise PackageError(f"{src}: missing; packaging this task kind needs the pipeline's {rel}")
+        shutil.copyfile(src, version_dir / src.name)
+
+
+def _task_type(meta: dict) -> str:
+    return str(meta.get("task_type", CLASSIFICATION))
+
+
+def _names(task: str, pc: PackageConfig, task_type: str) -> ModelNames:
+    """The bundle's model names: the task's, or FastDeploy's example names with package.api fastdeploy."""
+    return ModelNames(fastdeploy_api.served_name(task, task_type, pc), fused=pc.layout_for(task_type) == "fused")
+
+
+def _check_labels(exp: ExportArtifacts, task_type: str, names: list[str]) -> None:
+    """The label rows the served post-processing relies on, per task kind (see the export contract)."""
+    if task_type == TOKEN_CLASSIFICATION:
+        bad = [n for n in names if n != "O" and not (n[:2] in ("B-", "I-") and len(n) > 2)]
+        if not names or names[0] != "O" or bad:
+            raise PackageError(f"{exp.labels}: token classification needs BIO tags with 'O' first, got {names[:5]}")
+    elif task_type in (READING_COMPREHENSION, UIE) and names != ["start", "end"]:
+        raise PackageError(f"{exp.labels}: {task_type} needs the two rows 'start', 'end', got {names[:5]}")
+
+
+def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: dict, choice: ModelChoice) -> BundleShape:
+    names = _names(task, pc, _task_type(meta))
+    vocab = exp.tokenizer_dir / "vocab.txt"
+    if not vocab.is_file():
+        raise PackageError(f"{vocab}: missing (export stage output incomplete)")
+    if not exp.labels.is_file():
+        raise PackageError(f"{exp.labels}: missing (export stage output incomplete)")
+    num_labels = int(meta["num_labels"])
+    label_rows = [line for line in exp.labels.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if len(label_rows) != num_labels:
+        raise PackageError(f"{exp.labels}: {len(label_rows)} labels but meta.json says num_labels={num_labels}")
+    task_type = _task_type(meta)
+    if task_type != CLASSIFICATION:
+        try:
+            label_names = [str(json.loads(line)["label"]) for line in label_rows]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise PackageError(f"{exp.labels}: rows must be JSON objects with a 'label'") from None
+        _check_labels(exp, task_type, label_names)
+    reading = meta.get("reading", {}) if task_type == READING_COMPREHENSION else meta.get("uie", {}) if task_type == UIE else {}
+    uie = meta.get("uie", {}) if task_type == UIE else {}
+    shape = BundleShape(task=names.ensemble, num_labels=num_labels, max_seq_len=int(meta["max_seq_len"]),
+                        model_file=choice.model_file, pad_id=_pad_id(vocab), task_type=task_type,
+                        vocab_size=sum(1 for _ in open(vocab, encoding="utf-8")),
+                        doc_stride=int(reading.get("doc_stride", 0)), max_query_len=int(reading.get("max_query_len", 0)),
+                        max_answer_len=int(reading.get("max_answer_len", 0)),
+                        max_prompt_len=int(uie.get("max_prompt_len", 0)), position_prob=float(uie.get("position_prob", 0.5)),
+                        max_span_len=int(uie.get("max_span_len", 0)), engine_properties=_engine_properties(meta, choice),
+                        model_output=_model_output(exp, pc, choice), schema=tuple(uie.get("schema", ())))
+    fused_uie = task_type == UIE and pc.api == fastdeploy_api.API  # FastDeploy's uie: one python model
+    if names.fused and task_type != CLASSIFICATION and not fused_uie:
+        raise PackageError(f"package.layout: fused is for classification bundles; {task} is {task_type}")
+    tok_source, post_source = MODEL_SOURCES[task_type]
+    tok_pure, post_pure = PURE_MODULES[task_type]
+    configs = all_configs(shape, pc)
+    for name in names.all():
+        (tmp / name / VERSION).mkdir(parents=True)
+        (tmp / name / "config.pbtxt").write_text(to_pbtxt(configs[name]), encoding="utf-8")
+    # The ensemble's version folder stays empty: Triton requires it to exist.
+    tok = tmp / names.tokenizer / VERSION
+    # Fused: the three steps' files share one folder, whose model.py is the fused classifier (or FastDeploy's uie).
+    fused_source = "uie_fastdeploy.py" if fused_uie else "classifier.py"
+    _copy_python_model(tok, fused_source if names.fused else tok_source, tok_pure + (post_pure if fused_uie else ()))
+    shutil.copyfile(Path(text_input.__file__), tok / "text_input.py")
+    for f in TOKENIZER_FILES:
+        if (exp.tokenizer_dir / f).is_file():
+            shutil.copyfile(exp.tokenizer_dir / f, tok / f)
+    post = tmp / names.postprocess / VERSION
+    if not names.fused:
+        _copy_python_model(post, post_source, post_pure)
+    if task_type == CLASSIFICATION:
+        shutil.copyfile(Path(class_outputs.__file__), post / "class_outputs.py")
+    elif pc.api == fastdeploy_api.API:  # FastDeploy's token-classification rows and UIE results
+        shutil.copyfile(Path(fastdeploy_payloads.__file__), post / "fastdeploy_payloads.py")
+    shutil.copyfile(exp.labels, post / "labels.json")
+    model = tmp / names.model / VERSION
+    for src, dst in choice.sources:
+        shutil.copyfile(src, model / dst)
+    if names.fused:  # the model step's engine, loaded by the classifier as its runner.py
+        shutil.copyfile(MODELS_DIR / "runner.py", model / "runner.py")
+    elif pc.backend == "python":
+        _copy_python_model(model, "runner.py")
+    shutil.copyfile(exp.meta, tmp / "meta.json")
+    return shape
+
+
+def _model_output(exp: ExportArtifacts, pc: PackageConfig, choice: ModelChoice) -> str:
+    """The model file's output tensor, which native backends match by name (python runners answer ``logits``);
+    PackageError when the file lacks the inputs the tokenizer feeds."""
+    from serving.bundle.model_config import LOGITS
+
+    if pc.backend == "python":
+        return LOGITS
+    try:
+        return model_io.logits_output(choice.sources[0][0], ("input_ids", "token_type_ids"))
+    except model_io.ModelIOError as exc:
+        raise PackageError(f"runtime {pc.runtime}: {exc}") from None
+
+
+def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig) -> dict:
+    from serving.bundle import manifests
+
+    try:
+        written = manifests.write(tmp, task, {"package": {"instances": pc.instances, "engine_threads": pc.engine_threads}},
+                                  manifests.bundle_bytes(tmp), deploy)
+    except manifests.ManifestError as exc:
+        raise PackageError(f"deploy manifests: {exc}") from None
+    return written.summary()
+
+
+def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance,
+              deployment: dict | None = None) -> dict:
+    layout = pc.layout_for(_task_type(meta))
+    names = _names(task, pc, _task_type(meta))
+    m = {
+        "format": "ernie-bundle/1",
+        "task": task,
+        "task_type": _task_type(meta),
+        "api": pc.api,  # the interface clients call: ernie-bundle, or FastDeploy's examples' (models below)
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "layout": layout,
+        "models": {role: getattr(names, role) for role in ("ensemble", "tokenizer", "model", "postprocess")},
+        "runtime": pc.runtime,
+        "backend": pc.backend,
+        "engine": pc.fastdeploy_engine if pc.runtime == "fastdeploy" else pc.engine,
+        # the engine's CPU settings as validated, served with (OpenVINO); the offline reference uses them too
+        **({"engine_properties": json.loads(_engine_properties(meta, choice))} if choice.form == "openvino_int8" else {}),
+        "accelerator": pc.accelerator,
+        "precision": choice.precision,
+        "model_form": choice.form,
+        "max_seq_len": int(meta["max_seq_len"]),
+        "num_labels": int(meta["num_labels"]),
+        "labels": meta.get("labels", []),
+        "label_names": meta.get("label_names", []),
+        **({"reading": meta["reading"]} if _task_type(meta) == READING_COMPREHENSION else {}),
+        **({"uie": meta["uie"]} if _task_type(meta) == UIE else {}),
+        # as configured, plus what 0 ("auto") resolved to on the packaging machine
+        "package": {**dataclasses.asdict(pc), "instances": pc.instances, "engine_threads": pc.engine_threads},
+        "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint,
+                   **({"data_dir": prov.data_dir} if prov.data_dir else {})},
+        "selected_candidate": prov.selected_candidate or meta.get("selected_candidate", {}),
+        # The CPU the INT8 recipe was chosen and validated on: the launcher warns when the serving CPU lacks
+        # one of its int8 instruction sets (speed, and on AVX2 the u8s8 numerics, differ).
+        "cpu": meta.get("cpu", {}),
+        "int8_recipe": (meta.get("int8") or {}).get("chosen", meta.get("int8", {})),
+        "validated": prov.validated.get(choice.form, {}),
+        "metrics": prov.metrics,
+        "gates": prov.gates,
+        "versions": {"pipeline": prov.versions, "serving": serving_versions()},
+        **({"deploy": deployment} if deployment else {}),  # manifests beside the models, each object's check
+        "files": {rel: integrity.file_sha256(tmp / rel) for rel in integrity.bundle_files(tmp)},
+        "directories": integrity.bundle_dirs(tmp),  # an ensemble's version directory is empty, and still the bundle's
+    }
+    m["manifest_sha256"] = integrity.manifest_sha256(m)
+    return m
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) -> list[str]:
+    """The "What it is" lines of the model card, per task kind."""
+    task_type = _task_type(meta)
+    names = _names(task, pc, task_type)
+    if pc.api == fastdeploy_api.API:
+        return _fastdeploy_card(names, pc, meta, choice, task_type)
+    model_line = (f"- `{names.model}` ({pc.backend} backend, runtime `{pc.runtime}`): {choice.precision} model from `{choice.form}`"
+                  + (f", TensorRT {pc.accelerator}" if pc.accelerator != "none" else "") + ".")
+    batching = (f"- Batching: max_batch_size {pc.max_batch_size}, preferred {pc.preferred_batch_size}, queue delay "
+                f"{pc.max_queue_delay_microseconds} µs; {pc.instances} {pc.kind} instance(s) per model"
+                + (f", {pc.engine_threads} engine thread(s) each." if pc.kind == "CPU" else "."))
+    if task_type == TOKEN_CLASSIFICATION:
+        return [
+            f"- Ensemble `{names.ensemble}`: input `text` (TYPE_STRING, a batch of UTF-8 texts) -> output `entities` "
+            "(TYPE_STRING per text: a JSON list of {\"type\", \"text\", \"start\", \"end\"}, char offsets, end exclusive).",
+            f"- `{names.tokenizer}` (python): bio.encode_token (WordPiece with char offsets), max_seq_len {meta['max_seq_len']}.",
+            model_line,
+            f"- `{names.postprocess}` (python): argmax over {meta['num_labels']} BIO tags, bio.decode_tags.",
+            batching,
+        ]
+    if task_type == READING_COMPREHENSION:
+        r = meta["reading"]
+        return [
+            f"- Ensemble `{names.ensemble}`: inputs `question`, `context` (TYPE_STRING, [N] each) -> outputs `answer` "
+            "(TYPE_STRING), `start`, `end` (INT64 char offsets into the context, end exclusive), `score` (FP32), [N] each.",
+            f"- `{names.tokenizer}` (python): windows.make_windows, max_seq_len {meta['max_seq_len']}, doc_stride "
+            f"{r['doc_stride']}, max_query_len {r['max_query_len']}; one question becomes one or more windows.",
+            model_line,
+            f"- `{names.postprocess}` (python): spans.best_spans over all windows of a question, max_answer_len {r['max_answer_len']}.",
+            f"- Batching: none by Triton (max_batch_size 0: windows per question vary); up to {pc.max_batch_size or 'any number of'} "
+            f"questions per request, {pc.instances} {pc.kind} instance(s) per model.",
+        ]
+    if task_type == UIE:
+        u = meta["uie"]
+        return [
+            f"- Ensemble `{names.ensemble}`: inputs `text` [N] and `schema` [P] (TYPE_STRING: texts, and prompts such as "
+            f"{'、'.join(u.get('schema', [])[:3]) or '姓名'}) -> output `results` [N, P] (TYPE_STRING: per text and prompt a JSON "
+            "list of {\"text\", \"start\", \"end\", \"probability\"}, char offsets, end exclusive).",
+            f"- `{names.tokenizer}` (python): every text x every prompt, windows.make_windows, max_seq_len {meta['max_seq_len']}, "
+            f"doc_stride {u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens.",
+            model_line,
+            f"- `{names.postprocess}` (python): spans.decode_spans (start/end sigmoid >= {u['position_prob']}, UIE's pairing, "
+            f"spans of at most {u['max_span_len']} tokens) over all windows of a pair.",
+            f"- Batching: none by Triton (max_batch_size 0: windows per request vary); up to {pc.max_batch_size or 'any number of'} "
+            f"texts per request, {pc.instances} {pc.kind} instance(s) per model.",
+        ]
+    k = min(pc.top_k, int(meta['num_labels']))
+    io = ("input `text` (TYPE_STRING, a batch of UTF-8 texts) -> outputs `label` (label id), `label_desc`, `confidence` "
+          "(FP32), `probs` (all classes), `topk_label`/`topk_prob`.")
+    if pc.layout_for(task_type) == "fused":
+        return [
+            f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: tokenizer, model and "
+            f"post-processing in one process): {io}",
+            f"- Inside: PaddleNLP WordPiece (max_seq_len {meta['max_seq_len']}), the {choice.precision} model from "
+            f"`{choice.form}`, softmax, label mapping, top-{k}.",
+            batching,
+        ]
+    return [
+        f"- Ensemble `{names.ensemble}`: {io}",
+        f"- `{names.tokenizer}` (python): WordPiece, max_seq_len {meta['max_seq_len']}, padding to the longest text of a request.",
+        model_line,
+        f"- `{names.postprocess}` (python): softmax, label mapping, top-{k}.",
+        batching,
+    ]
+
+
+def _fastdeploy_card(names: ModelNames, pc: PackageConfig, meta: dict, choice: ModelChoice, task_type: str) -> list[str]:
+    """The "What it is" lines of a package.api fastdeploy bundle: FastDeploy's example interface."""
+    engine = f"the {choice.precision} model from `{choice.form}` ({pc.backend} backend, runtime `{pc.runtime}`)"
+    if task_type == UIE:
+        u = meta["uie"]
+        return [
+            f"- `{names.ensemble}` (python, FastDeploy's UIE serving interface, max_batch_size 1): inputs `INPUT_0` (a JSON "
+            "list of texts) and `INPUT_1` (a JSON schema: prompts, {prompt: [child prompts]} for relations, or [] for the "
+            "schema sent last), TYPE_STRING [1, 1] -> `OUTPUT_0` [N]: per text the Python literal of {prompt: [{'start', "
+            "'end', 'probability', 'text'[, 'relation']}]}, as FastDeploy's grpc_client.py reads it (ast.literal_eval).",
+            f"- Inside: WordPiece windows (max_seq_len {meta['max_seq_len']}, doc_stride {u['doc_stride']}, prompts of at "
+            f"most {u['max_prompt_len']} tokens), {engine} in-process, spans.decode_spans (>= {u['position_prob']}).",
+            f"- {pc.instances} {pc.kind} instance(s), {pc.engine_threads} engine thread(s) each; the schema sent last is "
+            "remembered per instance, as FastDeploy's UIEModel.set_schema.",
+        ]
+    what = ("input `INPUT` (TYPE_STRING [B, 1]) -> `label` (TYPE_INT64: the class index in labels.json order) and "
+            "`confidence` (TYPE_FP32), answered as [B] each, as FastDeploy's seq_cls_grpc_client.py reads them"
+            if task_type == CLASSIFICATION else
+            "input `INPUT` (TYPE_STRING [B, 1]) -> `OUTPUT` (TYPE_STRING, answered as [B]): per text the Python literal "
+            "of [{'pos': [start, end], 'label': type}], character offsets with an inclusive end, as FastDeploy's "
+            "token_cls_grpc_client.py reads them (ast.literal_eval)")
+    kind = "ensemble" if not names.fused else f"python, runtime `{pc.runtime}`, layout fused"
+    return [f"- `{names.ensemble}` ({kind}; FastDeploy's ERNIE 3.0 serving interface): {what}.",
+            f"- Models: `{names.tokenizer}` (WordPiece, max_seq_len {meta['max_seq_len']}), `{names.model}` ({engine}), "
+            f"`{names.postprocess}`." if not names.fused else f"- Inside: WordPiece, {engine}, softmax.",
+            f"- Batching: max_batch_size {pc.max_batch_size}; {pc.instances} {pc.kind} instance(s) per model."]
+
+
+_KIND_WORDS = {CLASSIFICATION: "text classifier", TOKEN_CLASSIFICATION: "named entity recognizer",
+               READING_COMPREHENSION: "extractive reading comprehension model",
+               UIE: "schema-prompted information extractor (UIE)"}
+_CLIENT_EXAMPLE = {CLASSIFICATION: "classify --model {task} '今天股市大涨'",
+                   TOKEN_CLASSIFICATION: "extract --model {task} '浙商银行企业信贷部叶老桂博士'",
+                   READING_COMPREHENSION: "answer --model {task} --question '谁发明了造纸术？' --context '蔡伦改进了造纸术。'",
+                   UIE: "ie --model {task} --schema 姓名 --schema 公司 '浙商银行企业信贷部叶老桂博士'"}
+
+
+_FASTDEPLOY_CLIENT = {CLASSIFICATION: "seq_cls_grpc_client.py", TOKEN_CLASSIFICATION: "token_cls_grpc_client.py",
+                      UIE: "grpc_client.py"}
+
+
+def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> str:
+    task_type = _task_type(meta)
+    unit = "labels" if task_type == CLASSIFICATION else "tags" if task_type == TOKEN_CLASSIFICATION else "logits per token"
+    lines = [
+        f"# {task} — ernie-bundle serving bundle",
+        "",
+        prov.description or f"Chinese {_KIND_WORDS[task_type]} for task `{task}` ({meta['num_labels']} {unit}), packaged for Triton Inference Server.",
+        "",
+        "## What it is",
+        *_card_models(task, pc, meta, choice),
+        "",
+        "## How it was made",
+        "finetune -> finetune-check -> compress -> export -> validate -> package (ernie-bundle).",
+    ]
+    if prov.selected_candidate or meta.get("selected_candidate"):
+        lines.append(f"- Selected compression candidate: `{json.dumps(prov.selected_candidate or meta.get('selected_candidate'), ensure_ascii=False)}`")
+    if prov.source_model_sha256:
+        lines.append(f"- Source model SHA-256: `{prov.source_model_sha256}`; data fingerprint `{prov.data_fingerprint}`")
+    if prov.data_dir:
+        lines.append(f"- Data: `{prov.data_dir}` (the serving tools' default dev set: `make smoke`, `make perf`, ...)")
+    lines += ["", "## Measured numbers (validate stage)"]
+    flat = {k: v for k, v in prov.metrics.items() if isinstance(v, (int, float, str))}
+    if flat:
+        lines += ["| metric | value |", "| --- | --- |"] + [f"| {k} | {_fmt(v)} |" for k, v in flat.items()]
+    else:
+        lines.append("No validation metrics were available when this bundle was packaged.")
+    if prov.gates:
+        lines += ["", "## Gates", "```json", json.dumps(prov.gates, indent=2, ensure_ascii=False), "```"]
+    lines += [
+        "", "## Using it",
+        "```",
+        f"python -m serving.server --repository <dir containing {task}/> --task {task}",
+        ("python -m serving.client " + _CLIENT_EXAMPLE[task_type].format(task=task) if pc.api != fastdeploy_api.API else
+         f"python {_FASTDEPLOY_CLIENT[task_type]}   # FastDeploy's own example client, unchanged"),
+        "```",
+        "Every file's SHA-256 is in bundle.json; the server launcher and each python model refuse a bundle that changed.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def check_replaceable(target: Path) -> None:
+    """PackageError unless ``target`` is absent, an empty directory or one of our bundles (a bundle.json whose
+    "format" is ``ernie-bundle/...``, as every bundle has had): packaging replaces the target whole, and must never
+    take a user's folder, or what a symbolic link points to, with it."""
+    target = Path(target)
+    if target.is_symlink():
+        raise PackageError(f"{target} is a symbolic link: not replacing it or what it points to; remove the link "
+                           "or set package.repository to another directory")
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise PackageError(f"{target} is a file, not a bundle: not replacing it; move it away or set package.repository")
+    manifest = target / integrity.MANIFEST
+    try:
+        data = None if manifest.is_symlink() else json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if not (isinstance(fmt, str) and fmt.startswith("ernie-bundle/")) and any(target.iterdir()):
+        raise PackageError(f"{target} exists and is not an ernie-bundle bundle (no {integrity.MANIFEST} with "
+                           "\"format\": \"ernie-bundle/...\"): not replacing it; move it away or set package.repository")
+
+
+def write_repository(
+    repository: Path,
+    task: str,
+    exported: ExportArtifacts,
+    pc: PackageConfig,
+    provenance: Provenance | None = None,
+    preferred_precision: str | None = None,
+    max_mb: float | None = None,
+    deploy: DeployConfig | None = None,
+    preferred_form: str | None = None,
+) -> BundleInfo:
+    """Write ``<repository>/<task>`` atomically and return what was written.  With ``deploy``, the bundle also
+    carries its Kubernetes / KServe manifests (``serving.bundle.manifests``), validated before anything is swapped in.
+    ``preferred_form``: the export form validation chose (``package.runtime: auto`` serves it in its engine)."""
+    if not task or task in (".", "..") or Path(task).name != task:  # the bundle goes *in* the repository
+        raise PackageError(f"task {task!r} is not a plain name: the bundle would not be written inside {repository}")
+    repository = Path(repository)
+    target = repository / task
+    check_replaceable(target)  # first: nothing is built next to what we would refuse to replace
+    repository.mkdir(parents=True, exist_ok=True)
+    prov = provenance or Provenance()
+    meta = exported.read_meta()
+    fastdeploy_api.check(_task_type(meta), pc)  # a combination FastDeploy's examples do not serve: one line, exit 2
+    pc = fastdeploy_api.resolved(pc, _task_type(meta))
+    choice = choose_model(exported, pc, preferred_precision, preferred_form)
+    pc = pc.resolved("openvino" if choice.form == "openvino_int8" else "onnxruntime")
+    tmp = repository / f".{task}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        _build(tmp, task, exported, pc, meta, choice)
+        (tmp / "README.md").write_text(model_card(task, pc, meta, choice, prov), encoding="utf-8")
+        deployment = _deploy_manifests(tmp, task, pc, deploy) if deploy is not None else None
+        manifest = _manifest(tmp, task, pc, meta, choice, prov, deployment)
+        (tmp / integrity.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        integrity.verify_bundle(tmp)  # what we hand over must pass the check the server makes
+        size_mb = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 2**20
+        if max_mb is not None and size_mb > max_mb:
+            raise BundleTooLarge(f"bundle is {size_mb:.1f} MiB, over the limit of {max_mb} MiB")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = repository / f".{task}.old-{uuid.uuid4().hex[:8]}"
+    try:
+        check_replaceable(target)  # again: the build took a while, and the target may have changed meanwhile
+    except PackageError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return BundleInfo(target, manifest, choice)

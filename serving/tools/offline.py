@@ -1,0 +1,260 @@
+"""The bundle's own model run offline (no server): the reference the smoke test and load test compare to.
+
+Tokenizes with ``pipeline.tokenizer.Tokenizer`` over the bundle's vocabulary (the pipeline's code,
+not the served copy) and runs the very model file inside ``<task>_model/1/`` with ONNX Runtime or
+Paddle Inference.  Imports the pipeline lazily: only these developer tools need it.
+
+Token classification (``offline_entities``) and reading comprehension (``offline_answers``) run
+the pipeline's ``bio`` / ``windows`` + ``spans`` modules (the originals of the copies inside the
+bundle) with the same tokenizer settings as the served pre-processing, and group the items into
+requests of ``batch_size`` in order, exactly as ``serving.tools.client`` sends them: every model call
+then sees the same padded shapes as the served one, so even float rounding is the same.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from serving.triton.integrity import verify_bundle
+from serving.bundle.model_config import ModelNames
+
+
+@dataclass(frozen=True)
+class BundleModel:
+    root: Path
+    manifest: dict
+
+    @classmethod
+    def open(cls, root: Path) -> "BundleModel":
+        return cls(Path(root), verify_bundle(root, allow_bytecode=True))  # it may be serving meanwhile
+
+    @property
+    def names(self) -> ModelNames:
+        # the served names (FastDeploy's with package.api fastdeploy), as packaged
+        served = (self.manifest.get("models") or {}).get("ensemble", self.manifest["task"])
+        return ModelNames(served, fused=self.manifest.get("layout") == "fused")
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.root / self.names.tokenizer / "1"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / self.names.model / "1"
+
+    def labels(self) -> list[str]:
+        lines = (self.root / self.names.postprocess / "1" / "labels.json").read_text(encoding="utf-8").splitlines()
+        return [str(json.loads(line)["label"]) for line in lines if line.strip()]
+
+    @property
+    def task_type(self) -> str:
+        return str(self.manifest.get("task_type", "classification"))
+
+    @property
+    def max_seq_len(self) -> int:
+        return int(self.manifest["max_seq_len"])
+
+    def wordpiece(self):
+        """The HF ``tokenizers`` WordPiece the served pre-processing builds: bundle vocab, no truncation."""
+        from serving.triton.text_input import wordpiece
+
+        return wordpiece(self.tokenizer_dir)
+
+    def tokenizer(self):
+        from pipeline.tokenizer import Tokenizer
+
+        return Tokenizer.from_model_dir(self.tokenizer_dir, int(self.manifest["max_seq_len"]))
+
+    def session(self, threads: int = 0):
+        """A callable ``(input_ids, token_type_ids) -> logits`` over the bundle's model file."""
+        xml = self.model_dir / "model.xml"
+        if xml.is_file():  # OpenVINO, with the CPU properties the bundle serves with (bundle.json)
+            import openvino as ov
+
+            props = dict(self.manifest.get("engine_properties") or {})
+            if threads:
+                props["INFERENCE_NUM_THREADS"] = threads
+            core = ov.Core()
+            compiled = core.compile_model(core.read_model(str(xml)), "CPU", props)
+            request, output = compiled.create_infer_request(), compiled.output(0)
+            return lambda ids, types: np.array(request.infer({"input_ids": ids, "token_type_ids": types})[output])
+        onnx = self.model_dir / "model.onnx"
+        if onnx.is_file():
+            import onnxruntime as ort
+
+            so = ort.SessionOptions()
+            if threads:
+                so.intra_op_num_threads = threads
+            sess = ort.InferenceSession(str(onnx), so, providers=["CPUExecutionProvider"])
+            names = {i.name for i in sess.get_inputs()}
+            return lambda ids, types: sess.run(None, {k: v for k, v in (("input_ids", ids), ("token_type_ids", types)) if k in names})[0]
+        import pipeline  # noqa: F401  (numpy before paddle)
+        from paddle import inference
+
+        config = inference.Config(str(self.model_dir / "model.pdmodel"), str(self.model_dir / "model.pdiparams"))
+        config.disable_gpu()
+        config.set_cpu_math_library_num_threads(threads or 1)
+        config.disable_glog_info()
+        pred = inference.create_predictor(config)
+
+        def run(ids, types):
+            feeds = {"input_ids": ids, "token_type_ids": types}
+            for name in pred.get_input_names():
+                pred.get_input_handle(name).copy_from_cpu(feeds[name])
+            pred.run()
+            return pred.get_output_handle(pred.get_output_names()[0]).copy_to_cpu()
+
+        return run
+
+
+def offline_logits(bundle: BundleModel, texts: Sequence[str], batch_size: int = 64, threads: int = 0) -> np.ndarray:
+    """Logits for ``texts`` in order; batches are length-sorted like the pipeline's evaluation."""
+    from pipeline.progress import progress
+
+    tok = bundle.tokenizer()
+    run = bundle.session(threads)
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    out = np.zeros((len(texts), int(bundle.manifest["num_labels"])), dtype=np.float32)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    for idx in progress(batches, desc="offline model", unit="batch"):
+        enc = tok.encode([texts[i] for i in idx])
+        out[idx] = run(enc.input_ids, enc.token_type_ids)
+    return out
+
+
+def model_only_throughput(bundle: BundleModel, texts: Sequence[str], batch_size: int, seconds: float = 5.0, threads: int = 0) -> float:
+    """Texts/s of the model file alone (pre-tokenized batches), the yardstick for served throughput."""
+    tok = bundle.tokenizer()
+    run = bundle.session(threads)
+    batches = [tok.encode(list(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)]
+    run(batches[0].input_ids, batches[0].token_type_ids)  # warm-up
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for b in batches:
+            run(b.input_ids, b.token_type_ids)
+            done += len(b.input_ids)
+            if time.perf_counter() - t0 >= seconds:
+                break
+    return done / (time.perf_counter() - t0)
+
+
+def model_only_question_rate(bundle: BundleModel, pairs: Sequence[tuple[str, str]], seconds: float = 5.0,
+                             threads: int = 0) -> float:
+    """Questions/s of a reading-comprehension model file alone, each question's windows run as one batch:
+    what the served model executes per request (Triton does not batch them: windows per question vary)."""
+    from pipeline.reading import windows
+
+    reading = bundle.manifest["reading"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    batches = [windows.pad_windows(windows.make_windows(tok, [q], [c], max_seq_len=bundle.max_seq_len,
+                                                        doc_stride=int(reading["doc_stride"]),
+                                                        max_query_len=int(reading["max_query_len"])), pad_id)
+               for q, c in pairs[:200]]
+    return _request_rate(bundle.session(threads), batches, seconds)
+
+
+def model_only_schema_rate(bundle: BundleModel, items: Sequence[tuple[str, Sequence[str]]], seconds: float = 5.0,
+                           threads: int = 0) -> float:
+    """UIE: texts/s of the model file alone, each text asked its whole schema, every (text, prompt) window of it run
+    as one batch: what the served model executes for a one-text request (``max_batch_size`` 0, no Triton batching)."""
+    from pipeline.reading import windows
+
+    u = bundle.manifest["uie"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    batches = [windows.pad_windows(windows.make_windows(tok, list(schema), [text] * len(schema), max_seq_len=bundle.max_seq_len,
+                                                        doc_stride=int(u["doc_stride"]), max_query_len=int(u["max_prompt_len"])),
+                                   pad_id)
+               for text, schema in items[:200]]
+    return _request_rate(bundle.session(threads), batches, seconds)
+
+
+def _request_rate(run, batches: Sequence[tuple[np.ndarray, np.ndarray]], seconds: float) -> float:
+    """Requests/s running each prepared batch once in turn for ``seconds`` (after one warm-up call)."""
+    run(*batches[0])
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for ids, types in batches:
+            run(ids, types)
+            done += 1
+            if time.perf_counter() - t0 >= seconds:
+                break
+    return done / (time.perf_counter() - t0)
+
+
+def _groups(n: int, size: int) -> list[range]:
+    return [range(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def offline_entities(bundle: BundleModel, texts: Sequence[str], batch_size: int = 32, threads: int = 0) -> list[list]:
+    """Entities (``pipeline.labeling.bio.Entity``) per text: bio.encode_token + pad_batch, the model, argmax, bio.decode_tags."""
+    from pipeline.labeling import bio
+    from pipeline.progress import progress
+
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    tags = bundle.labels()
+    run = bundle.session(threads)
+    out: list[list] = []
+    for group in progress(_groups(len(texts), batch_size), desc="offline model", unit="batch"):
+        batch = [texts[i] for i in group]
+        ids, types, offsets = bio.pad_batch([bio.encode_token(tok, t, bundle.max_seq_len) for t in batch], pad_id)
+        tag_ids = np.asarray(run(ids, types))[:, : offsets.shape[1]].argmax(-1)
+        out.extend(bio.decode_tags(tag_ids[r], offsets[r], text, tags) for r, text in enumerate(batch))
+    return out
+
+
+def offline_answers(bundle: BundleModel, questions: Sequence[str], contexts: Sequence[str], batch_size: int = 32,
+                    threads: int = 0) -> list:
+    """The best span (``pipeline.reading.spans.Span`` or None) per question: make_windows + pad_windows, the model, best_spans."""
+    from pipeline.progress import progress
+    from pipeline.reading import spans, windows
+
+    if len(questions) != len(contexts):
+        raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+    reading = bundle.manifest["reading"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    run = bundle.session(threads)
+    out: list = []
+    for group in progress(_groups(len(questions), batch_size), desc="offline model", unit="batch"):
+        qs, cs = [questions[i] for i in group], [contexts[i] for i in group]
+        wins = windows.make_windows(tok, qs, cs, max_seq_len=bundle.max_seq_len, doc_stride=int(reading["doc_stride"]),
+                                    max_query_len=int(reading["max_query_len"]))
+        ids, types = windows.pad_windows(wins, pad_id)
+        logits = np.asarray(run(ids, types), dtype=np.float32)
+        out.extend(spans.best_spans(list(logits), wins, cs, max_answer_len=int(reading["max_answer_len"])))
+    return out
+
+
+def offline_extractions(bundle: BundleModel, requests: Sequence[tuple[Sequence[str], Sequence[str]]], threads: int = 0) -> list:
+    """UIE: for each request (texts, schema), per text and prompt the spans (``pipeline.extraction.spans.ExtractedSpan``),
+    ``[request][text][prompt]``: every text x prompt windowed with make_windows as the served pre-processing does (pair
+    n * P + p), the model on all windows of the request at once, decode_spans."""
+    from pipeline.extraction import spans
+    from pipeline.progress import progress
+    from pipeline.reading import windows
+
+    u = bundle.manifest["uie"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    run = bundle.session(threads)
+    out: list = []
+    for texts, schema in progress(requests, desc="offline model", unit="request"):
+        prompts = [p for _ in texts for p in schema]
+        contents = [t for t in texts for _ in schema]
+        wins = windows.make_windows(tok, prompts, contents, max_seq_len=bundle.max_seq_len, doc_stride=int(u["doc_stride"]),
+                                    max_query_len=int(u["max_prompt_len"]))
+        ids, types = windows.pad_windows(wins, pad_id)
+        logits = np.asarray(run(ids, types), dtype=np.float32)
+        found = spans.decode_spans(list(logits), wins, contents, position_prob=float(u["position_prob"]),
+                                   max_span_len=int(u["max_span_len"]))
+        out.append([found[n * len(schema) : (n + 1) * len(schema)] for n in range(len(texts))])
+    return out

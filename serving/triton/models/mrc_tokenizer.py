@@ -1,0 +1,44 @@
+"""``<task>_tokenizer`` of a reading-comprehension bundle: question + context -> model windows.
+
+One request carries N (question, context) pairs; ``windows.make_windows`` (the ``windows.py``
+copied next to this file, a verbatim copy of ``pipeline/reading/windows.py``) cuts each context
+into overlapping ``[CLS] question [SEP] context_slice [SEP]`` windows, ``windows.pad_windows`` pads
+them.  Outputs, all with the WINDOW count W as first dimension (W >= N, it depends on the text):
+``input_ids``/``token_type_ids`` [W, T], ``offsets`` [W, T, 2] (char offsets into the context,
+(-1, -1) outside it and on padding) and ``window_example`` [W] (the pair each window belongs to).
+This is why the reading-comprehension chain runs with max_batch_size 0 (see serving/bundle/model_config.py).
+
+Bad input is refused per request: question/context counts differ, more than ``max_items`` pairs,
+non-UTF-8, empty question or context, an item over ``max_text_bytes``.
+"""
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import model_support  # noqa: E402  (copied next to this file: set-up and the per-request loop of every model)
+
+
+class TritonPythonModel(model_support.PerRequest):
+    folder, siblings, what = HERE, ("windows",), "windowing"
+
+    def setup(self, params):
+        self.text_setup(params)  # no truncation, no padding: make_windows slices and pads itself
+        self.doc_stride = int(params["doc_stride"])
+        self.max_query_len = int(params["max_query_len"])
+
+    def one(self, request):
+        questions, contexts = self.items(request, "question"), self.items(request, "context")
+        bad = self.text_input.BadText
+        if len(questions) != len(contexts):
+            raise bad(f"{len(questions)} questions but {len(contexts)} contexts: send one context per question")
+        if not len(questions):
+            raise bad("no questions in the request")
+        if self.max_items and len(questions) > self.max_items:
+            raise bad(f"{len(questions)} questions in one request, over the limit of {self.max_items} (max_batch_size)")
+        qs, cs = self.texts(questions, "question"), self.texts(contexts, "context")
+        wins = self.windows.make_windows(self.tok, qs, cs, max_seq_len=self.max_seq_len, doc_stride=self.doc_stride,
+                                         max_query_len=self.max_query_len)
+        ids, types, offsets, example = self.windows.window_arrays(wins, self.pad_id)
+        return {"input_ids": ids, "token_type_ids": types, "offsets": offsets, "window_example": example}

@@ -1,0 +1,28 @@
+"""``<task>_postprocess``: logits -> softmax -> label id, label description, confidence, probs and top-k.
+
+Labels come from the bundle's labels.json (JSON lines ``{"label", "label_desc"}``) in model
+output order; the outputs are computed by the copy of ``serving/triton/class_outputs.py`` next to this file
+(softmax in float64, label = argmax of the logits: exactly the offline prediction).  With the parameter
+``api`` fastdeploy it answers FastDeploy's ernie_seqcls outputs instead: ``label`` (class index) and ``confidence``.
+"""
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import model_support  # noqa: E402  (copied next to this file: set-up and the per-request loop of every model)
+
+
+class TritonPythonModel(model_support.PerRequest):
+    folder, siblings, what = HERE, ("class_outputs",), "postprocessing"
+
+    def setup(self, params):
+        self.top_k = int(params["top_k"])
+        self.labels = self.class_outputs.Labels(HERE / "labels.json")
+
+    def one(self, request):
+        logits = self.tensor(request, "logits")
+        if logits.shape[-1] != len(self.labels):
+            raise model_support.Refused(f"logits have {logits.shape[-1]} classes, labels.json has {len(self.labels)}")
+        return self.class_outputs.index_outputs(logits) if self.fastdeploy else self.labels.outputs(logits, self.top_k)
