@@ -54,8 +54,8 @@ QUANTIZED_OP = "matmul_v2"  # every ERNIE Linear in a Paddle 2.x program: the Ma
 TRAINS_HERE = "DynaBERT's distillation (pipeline.compress.dynabert)"
 POST_TRAINING = "INT8 here is post-training (the ONNX Runtime recipe search, ptq)"
 NOT_QAT = "only quant-aware training uses it; " + POST_TRAINING
-SEARCH = ("the INT8 search here tries SmoothQuant strengths (export.int8_smooth_alphas) and FP32 MatMuls "
-          "(export.int8_max_fp32_matmuls), not Paddle's PTQ algorithms")
+SEARCH = ("the INT8 search here tries SmoothQuant strengths (quantization.int8_smooth_alphas) and FP32 MatMuls "
+          "(quantization.int8_max_fp32_matmuls), not Paddle's PTQ algorithms")
 FIXED_DISTILL = (f"{TRAINS_HERE} has a fixed loss: the task loss on the teacher's logits + 0.1 x MSE of every "
                  "layer's output; nodes of a static program do not apply")
 # Keys ACT knows that have no counterpart here, with why (per section; anything else is an unknown key).
@@ -67,7 +67,7 @@ NOT_HERE = {
     "Quant": {"moving_rate": NOT_QAT, "window_size": NOT_QAT, "algo": SEARCH, "hist_percent": SEARCH,
               **dict.fromkeys(("lr", "epochs", "regions", "region_weights_names", "recon_level",
                                "simulate_activation_quant"), "reconstruction (AdaRound-style) PTQ is not done here"),
-              "skip_tensor_list": "FP32 MatMuls are chosen by the INT8 search here (export.int8_max_fp32_matmuls)"},
+              "skip_tensor_list": "FP32 MatMuls are chosen by the INT8 search here (quantization.int8_max_fp32_matmuls)"},
     HPO: dict.fromkeys(("ptq_algo", "bias_correct", "weight_quantize_type", "hist_percent", "batch_num",
                         "max_quant_count"), SEARCH),
     "TrainConfig": {
@@ -252,7 +252,7 @@ class _Translation:
         q.only("use_pact", (False,), "PACT learns clipping ranges in quant-aware training; " + POST_TRAINING)
         q.only("is_full_quantize", (False,), "only MatMuls are quantized here")
         q.only("not_quant_pattern", (["skip_quant"], []), "FP32 MatMuls are chosen by the INT8 search here "
-                                                          "(export.int8_max_fp32_matmuls)")
+                                                          "(quantization.int8_max_fp32_matmuls)")
         q.only("onnx_format", (True,), "the bundle's INT8 models are ONNX (onnx/int8.onnx, onnx/int8_qdq.onnx)")
         q.only("dtype", ("int8",), "INT8 only here")
         q.only("for_tensorrt", (True, False), "true or false (export always writes the TensorRT QDQ form too)")
@@ -261,9 +261,9 @@ class _Translation:
             batch = q.number("batch_size", integer=True, minimum=1)
             batches = q.number("batch_nums", integer=True, minimum=1)
             if batch is not None:
-                self.out["export.calibration_batch_size"] = batch
+                self.out["quantization.calibration_batch_size"] = batch
             if batches is not None:  # calibration examples = batch_size x batch_nums (ACT's batch_size default: 32)
-                self.out["export.calibration_sentences"] = (batch or 32) * batches
+                self.out["quantization.calibration_sentences"] = (batch or 32) * batches
         q.finish(NOT_HERE["Quant"])
 
     def train_config(self, t: _Section) -> None:

@@ -76,7 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clean", help="delete a task's run outputs (all stages, or one)")
     c.add_argument("--task", required=True, help="task name, or a task YAML (its task: name); removes <runs-dir>/<task>")
     c.add_argument("--runs-dir", default=str(PROJECT_ROOT / "runs"))
-    c.add_argument("--stage", choices=STAGE_NAMES, help="only this stage (and its resumable state)")
+    which = c.add_mutually_exclusive_group()
+    which.add_argument("--stage", choices=STAGE_NAMES, help="only this stage (and its resumable state)")
+    which.add_argument("--cache", action="store_true",
+                       help="only the run cache (INT8 candidates, pruned models: runs/<task>/cache), not the stages")
     sub.add_parser("tasks", help="list the task configs")
     # Parsed by pipeline.validation.release (see main); declared here so --help lists it.
     sub.add_parser("gate", help="release gate: compare this bundle's validate report with a previous one "
@@ -145,6 +148,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if holder is not None:
             print(f"a run is in progress (pid {holder or 'unknown'}): these records may change while you read them")
         print(format_table(runner.status_rows()))
+        _print_cache(runner.runs_dir)
         return 0
     selected = select_stages(args.from_, args.until, args.only)
     print(f"task {cfg.task}: stages {' -> '.join(selected)}; outputs in {runner.runs_dir}", flush=True)
@@ -170,12 +174,23 @@ def _tasks() -> int:
     return 2 if broken else 0
 
 
+def _print_cache(runs_dir: Path) -> None:
+    from pipeline.run_cache import RunCache
+
+    parts = RunCache(runs_dir).summary()
+    if parts:
+        print(f"\nrun cache {runs_dir / 'cache'} (reused by later runs; clean --cache removes it):")
+        for part in parts:
+            print(f"  {part.line()}")
+
+
 def _clean(args: argparse.Namespace) -> int:
     """Remove ``<runs-dir>/<task>`` (or one stage of it).  Only a plain task name's directory that looks like a
     runs directory, never through a symbolic link and never while a run holds it: `--task ..`, `--task /` or a
     mistyped --runs-dir must not delete a project."""
     from pipeline.config import check_task_name
     from pipeline.errors import UserInputError
+    from pipeline.run_cache import CACHE
     from pipeline.run_lock import LOCK_NAME, run_lock
 
     task = args.task
@@ -183,7 +198,7 @@ def _clean(args: argparse.Namespace) -> int:
         task = load_task_config(task).task
     check_task_name(task, "--task")
     task_dir = Path(args.runs_dir).expanduser() / task
-    victim = task_dir / args.stage if args.stage else task_dir
+    victim = task_dir / args.stage if args.stage else task_dir / CACHE if args.cache else task_dir
     for p in (task_dir, victim):
         if p.is_symlink():
             raise UserInputError(f"{p} is a symbolic link: clean neither follows nor removes it")
@@ -193,7 +208,7 @@ def _clean(args: argparse.Namespace) -> int:
         if not p.is_dir():
             raise UserInputError(f"{p} is not a directory: clean removes only a task's runs directory")
     names = {p.name for p in task_dir.iterdir()}
-    if names and not names & {*STAGE_NAMES, LOCK_NAME}:
+    if names and not names & {*STAGE_NAMES, LOCK_NAME, CACHE}:
         raise UserInputError(f"{task_dir} does not look like a task's runs directory (no stage directory in it): "
                              "not removing it; check --runs-dir")
     with run_lock(task_dir, doing=f"clean {victim}"):

@@ -20,7 +20,10 @@ import yaml
 
 from pipeline.compress.arguments import CompressConfig
 from pipeline.config_checks import number, one_of
+from pipeline.contract import TaskKind
 from pipeline.errors import ConfigError
+from pipeline.backends.openvino.config import OpenVINOConfig
+from pipeline.quantization.config import QuantizationConfig
 from pipeline.validation.config import ExportConfig, ValidateConfig
 from serving.bundle.config import DeployConfig, PackageConfig
 
@@ -53,9 +56,16 @@ class DataConfig:
 
 
 DATA_FORMATS = ("clue", "cluener", "msra_bio", "squad", "uie")
-FORMATS_BY_TYPE = {"classification": ("clue",), "token_classification": ("cluener", "msra_bio"), "reading_comprehension": ("squad",),
+# Per task kind (`type`, a pipeline.contract.TaskKind value): the data formats its reader takes
+FORMATS_BY_TYPE = {TaskKind.CLASSIFICATION.value: ("clue",), TaskKind.TOKEN_CLASSIFICATION.value: ("cluener", "msra_bio"),
+                   TaskKind.READING_COMPREHENSION.value: ("squad",),
                    # uie: PaddleNLP's UIE JSON lines, or CLUENER converted (one prompt per entity type, uie.prompts)
-                   "uie": ("uie", "cluener")}
+                   TaskKind.UIE.value: ("uie", "cluener")}
+assert set(FORMATS_BY_TYPE) == {k.value for k in TaskKind}, "FORMATS_BY_TYPE: one entry per pipeline.contract.TaskKind"
+# ... and for the kinds whose model input is a first segment (question, prompt) followed by windows of the text: the
+# config key capping the first segment ([CLS] first [SEP] text [SEP] must leave the text room), and what the text is
+FIRST_SEGMENT_BY_TYPE = {TaskKind.READING_COMPREHENSION.value: ("reading", "max_query_len", "passage"),
+                         TaskKind.UIE.value: ("uie", "max_prompt_len", "content")}
 
 
 @dataclass
@@ -246,7 +256,7 @@ def check_task_name(name: Any, key: str = "task") -> str:
 @dataclass
 class TaskConfig:
     task: str
-    type: str = "classification"
+    type: str = TaskKind.CLASSIFICATION.value  # the task kind
     description: str = ""
     labels: list[str] = field(default_factory=list)  # label values as they appear in the data
     label_names: list[str] = field(default_factory=list)  # optional human-readable names, same order
@@ -256,6 +266,8 @@ class TaskConfig:
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     gates: GateConfig = field(default_factory=GateConfig)
     compress: CompressConfig = field(default_factory=CompressConfig)
+    quantization: QuantizationConfig = field(default_factory=QuantizationConfig)
+    openvino: OpenVINOConfig = field(default_factory=OpenVINOConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     package: PackageConfig = field(default_factory=PackageConfig)
@@ -270,12 +282,11 @@ class TaskConfig:
         if self.data.format not in FORMATS_BY_TYPE[self.type]:
             raise ConfigError(f"data.format: {self.data.format!r} does not fit type {self.type!r} "
                               f"(use {' or '.join(FORMATS_BY_TYPE[self.type])})")
-        if self.type == "reading_comprehension" and self.reading.max_query_len + 3 >= self.max_seq_len:
-            raise ConfigError(f"reading.max_query_len {self.reading.max_query_len} leaves no room for the passage "
-                              f"in max_seq_len {self.max_seq_len}")
-        if self.type == "uie" and self.uie.max_prompt_len + 3 >= self.max_seq_len:
-            raise ConfigError(f"uie.max_prompt_len {self.uie.max_prompt_len} leaves no room for the content "
-                              f"in max_seq_len {self.max_seq_len}")
+        if self.type in FIRST_SEGMENT_BY_TYPE:
+            section, key, text = FIRST_SEGMENT_BY_TYPE[self.type]
+            first = getattr(getattr(self, section), key)
+            if first + 3 >= self.max_seq_len:
+                raise ConfigError(f"{section}.{key} {first} leaves no room for the {text} in max_seq_len {self.max_seq_len}")
         from serving.bundle.fastdeploy_api import check as check_api
 
         check_api(self.type, self.package)  # package.api fastdeploy: only the kinds FastDeploy's examples serve
@@ -360,7 +371,18 @@ def _set_dotted(raw: dict, key: str, value: Any) -> None:
 # Keys that moved between sections: a config using the old place is told the new one.
 MOVED = {"export.max_int8_size_ratio": "gates.max_int8_size_ratio",
          "validate.release_max_accuracy_drop": "gates.release_max_accuracy_drop",
-         "validate.release_max_throughput_drop": "gates.release_max_throughput_drop"}
+         "validate.release_max_throughput_drop": "gates.release_max_throughput_drop",
+         "export.calibration_sentences": "quantization.calibration_sentences",
+         "export.calibration_batch_size": "quantization.calibration_batch_size",
+         "export.int8_embeddings": "quantization.int8_embeddings",
+         "export.ort_transformer_optimize": "quantization.ort_transformer_optimize",
+         "export.batch_independent_int8": "quantization.batch_independent_int8",
+         "export.int8_smooth_alphas": "quantization.int8_smooth_alphas",
+         "export.int8_reduce_range": "quantization.int8_reduce_range",
+         "export.int8_search_sentences": "quantization.int8_search_sentences",
+         "export.openvino_smooth_alphas": "quantization.openvino_smooth_alphas",
+         "export.int8_max_fp32_matmuls": "quantization.int8_max_fp32_matmuls",
+         "export.qdq_budget_points": "quantization.qdq_budget_points"}
 
 
 def _build(cls: type, raw: Any, where: str, prefix: str = "") -> Any:
@@ -373,7 +395,8 @@ def _build(cls: type, raw: Any, where: str, prefix: str = "") -> Any:
     moved = [MOVED[prefix + k] for k in unknown if prefix + k in MOVED]
     if moved:
         old = next(prefix + k for k in unknown if prefix + k in MOVED)
-        raise ConfigError(f"{where}: {old} moved to {moved[0]} (every threshold lives in gates:)")
+        why = "every threshold lives in gates:" if moved[0].startswith("gates.") else "the INT8 settings live in quantization:"
+        raise ConfigError(f"{where}: {old} moved to {moved[0]} ({why})")
     if unknown:
         raise ConfigError(
             f"{where}: unknown key {prefix}{unknown[0]} (valid: {', '.join(sorted(prefix + n for n in names))})"

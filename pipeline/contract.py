@@ -127,7 +127,7 @@ class ExportLayout:
 
 # -- meta.json --------------------------------------------------------------------------------------------------
 
-META_REQUIRED = {"task": str, "max_seq_len": int, "num_labels": int, "labels": list}
+META_REQUIRED = {"task": str, "max_seq_len": int, "num_labels": int}
 
 
 def read_meta(path: Path) -> dict[str, Any]:
@@ -142,6 +142,9 @@ def read_meta(path: Path) -> dict[str, Any]:
         raise ModelError(f"{path}: cannot read the export manifest ({exc})") from None
     if not isinstance(data, dict):
         raise ModelError(f"{path}: not an export manifest (a JSON object is expected)")
+    if data.get("format_version", 1) != 1:
+        raise ModelError(f"{path}: export manifest format_version {data.get('format_version')!r}, this code reads 1; "
+                         "re-run the export stage")
     for key, kind in META_REQUIRED.items():
         value = data.get(key)
         if isinstance(value, bool) or not isinstance(value, kind):
@@ -149,6 +152,24 @@ def read_meta(path: Path) -> dict[str, Any]:
     task_type = data.get("task_type", TaskKind.CLASSIFICATION.value)
     if task_type not in {k.value for k in TaskKind}:
         raise ModelError(f"{path}: task_type {task_type!r} is not one of {', '.join(k.value for k in TaskKind)}")
+    windows = {TaskKind.READING_COMPREHENSION.value: ("reading", ("doc_stride", "max_query_len", "max_answer_len")),
+               TaskKind.UIE.value: ("uie", ("doc_stride", "max_prompt_len", "max_span_len"))}
+    if task_type in windows:  # what the served pre/post-processing windows and decodes with
+        section, keys = windows[task_type]
+        values = data.get(section)
+        if not isinstance(values, dict):
+            raise ModelError(f"{path}: field {section!r} ({', '.join(keys)}) missing")
+        for key in keys:
+            if isinstance(values.get(key), bool) or not isinstance(values.get(key), int) or values[key] < 1:
+                raise ModelError(f"{path}: {section}.{key} must be a positive integer, got {values.get(key)!r}")
+        first = values.get("max_query_len", values.get("max_prompt_len"))
+        if first + 3 >= data["max_seq_len"]:
+            raise ModelError(f"{path}: {section}.{keys[1]} {first} leaves no room for context in max_seq_len "
+                             f"{data['max_seq_len']}")
+        if section == "uie":
+            prob = values.get("position_prob")
+            if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0 < prob < 1:
+                raise ModelError(f"{path}: uie.position_prob must be in (0, 1), got {prob!r}")
     return data
 
 
@@ -165,6 +186,7 @@ def write_meta(path: Path, meta: dict[str, Any]) -> Path:
 # The instruction sets engine choices depend on: int8 dot products (VNNI: u8*s8 straight into int32; without it AVX2's
 # int16 pair sums can saturate), AMX, and bf16 (OpenVINO computes in bf16 by default where the CPU has it).
 CPU_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
+INT8_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile", "amx_int8")  # what int8 speed hangs on
 
 
 @dataclass(frozen=True)
@@ -219,3 +241,9 @@ def detect_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
         return parse_cpuinfo(cpuinfo.read_text(encoding="utf-8", errors="replace"), cores)
     except OSError:  # not Linux: nothing known, the recipes assume the conservative case
         return CpuInfo(platform.processor(), (), cores)
+
+
+def missing_int8_flags(validated, here: set[str] | tuple[str, ...]) -> list[str]:
+    """The int8 instruction sets a bundle was validated with that this CPU lacks (speed, and on AVX2 the u8s8
+    numerics, differ)."""
+    return [f for f in validated if f in INT8_FLAGS and f not in set(here)]

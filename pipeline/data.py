@@ -47,6 +47,23 @@ class TaskDataset:
     fingerprint: str  # content hash of everything read; part of the stage cache keys
 
 
+def data_hashes(cfg: TaskConfig) -> dict[str, str]:
+    """Content hashes of the task's data files (no parsing: cheap enough for ``status``): an input of every stage
+    that reads the data."""
+    from pipeline.hashing import file_sha256
+
+    d = cfg.data_dir()
+    if d is not None and d.is_dir():
+        out = {}
+        for name in (cfg.data.train_file, cfg.data.dev_file, cfg.data.labels_file):
+            if name and (d / name).is_file():
+                out[f"data:{name}"] = file_sha256(d / name)
+        return out
+    if d is not None and d.exists():
+        raise DataError(f"data dir is not a directory: {d}")
+    return {"data": f"paddlenlp:clue/{cfg.data.clue_name}"}
+
+
 def heldout_examples(train: Sequence, skip: int, n: int) -> list:
     """The last ``n`` training rows, never overlapping the first ``skip`` (the calibration rows), unless the
     data is too small to have both (tiny test data: the calibration rows are all there is)."""

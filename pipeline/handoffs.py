@@ -2,6 +2,7 @@
 
     finetune-check --Baseline--------> compress, validate
     compress ------SelectedCandidate-> export
+    compress ------CompressOutputs---> export                 (the programs and the shipped forms, by path)
     export --------ExportManifest----> validate, package      (meta.json; serving reads it on its own)
     validate ------Validation--------> package                (metrics.json; the release gate reads gates.json)
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.contract import META_FILE
 from pipeline.errors import ModelError
 
 FORMAT_VERSION = 1
@@ -135,11 +137,39 @@ class SelectedCandidate:
 
 
 @dataclass
-class ExportManifest:
-    """export's ``meta.json``: the model contract (inputs, outputs, labels) plus how the INT8 forms were made.
-    ``serving`` reads the same file with its own reader (it never imports ``pipeline``)."""
+class CompressOutputs:
+    """What compress hands export, by path relative to compress's ``out/``: the FP32 baseline program, the selected
+    candidate's program and FP32 dygraph directory (its tokenizer), and its shipped forms (``pipeline.compress.shipped``:
+    every INT8 form, already searched and built; export only assembles them)."""
 
-    FILE, ROLE = "meta.json", "meta"
+    FILE, ROLE = "outputs.json", "outputs"
+
+    fp32_infer_dir: str
+    selected_infer_dir: str
+    selected_model_dir: str
+    shipped_dir: str
+    quantized_program: bool  # the selected candidate is a quantized Paddle program (PTQ/QAT): export keeps it
+
+    def to_json(self) -> str:
+        return _dump({"fp32_infer_dir": self.fp32_infer_dir, "selected_infer_dir": self.selected_infer_dir,
+                      "selected_model_dir": self.selected_model_dir, "shipped_dir": self.shipped_dir,
+                      "quantized_program": self.quantized_program, "format_version": FORMAT_VERSION})
+
+    @classmethod
+    def read(cls, path: Path) -> "CompressOutputs":
+        what = "compress outputs"
+        d = _load(path, what)
+        return cls(*(str(_field(d, k, path, what, str)) for k in ("fp32_infer_dir", "selected_infer_dir",
+                                                                  "selected_model_dir", "shipped_dir")),
+                   bool(_field(d, "quantized_program", path, what, bool)))
+
+
+@dataclass
+class ExportManifest:
+    """export's ``meta.json``: the model contract (inputs, outputs, labels) plus how the INT8 forms were made, typed.
+    The file is read and written by ``pipeline.contract`` (the package stage's bundle builder reads it there too)."""
+
+    FILE, ROLE = META_FILE, "meta"
 
     task: str
     task_type: str
@@ -160,7 +190,7 @@ class ExportManifest:
         return _dump(self.data)
 
     @classmethod
-    def from_dict(cls, d: dict, path: Path | str = "meta.json") -> "ExportManifest":
+    def from_dict(cls, d: dict, path: Path | str = META_FILE) -> "ExportManifest":
         what = "export manifest"
         return cls(str(_field(d, "task", path, what, str)), str(d.get("task_type", "classification")),
                    str(d.get("metric", "accuracy")), int(_field(d, "max_seq_len", path, what, int)),
@@ -169,7 +199,14 @@ class ExportManifest:
 
     @classmethod
     def read(cls, path: Path) -> "ExportManifest":
-        return cls.from_dict(_load(path, "export manifest"), path)
+        from pipeline.contract import read_meta
+
+        return cls.from_dict(read_meta(path), path)
+
+    def write(self, path: Path) -> Path:
+        from pipeline.contract import write_meta
+
+        return write_meta(path, self.data)
 
 
 @dataclass(frozen=True)
@@ -177,7 +214,7 @@ class MeasuredForm:
     """One backend validate measured: which exported model it ran and what it scored."""
 
     backend: str  # e.g. onnxruntime-cpu-int8
-    form: str  # the export artifact role it ran: onnx_fp32 | onnx_int8 | onnx_int8_qdq | paddle_fp32 | paddle_int8
+    form: str  # the exported form it ran (pipeline.contract.FORMS)
     runtime: str
     precision: str
     metric: str
@@ -208,9 +245,9 @@ class Validation:
     @property
     def chosen_precision(self) -> str | None:
         """int8 / int8_qdq / fp32: the form validate chose (None when it chose none we export)."""
-        from pipeline.backends.registry import FORM_PRECISIONS
+        from pipeline.contract import form
 
-        return FORM_PRECISIONS.get(self.chosen_form) if self.chosen_form else None
+        return form(self.chosen_form).precision.value if self.chosen_form else None
 
     def by_form(self) -> dict[str, dict]:
         """form -> {"backend", "metric", "value", "accuracy", <every metric>} (the bundle manifest's ``validated``)."""

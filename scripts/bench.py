@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pipeline  # noqa: F401,E402  (before paddle)
+from pipeline.contract import ExportLayout  # noqa: E402
 
 
 def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: Path, cfg, tok, data, kind,
@@ -45,12 +46,12 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
     from pipeline.modeling import inspect_model, load_classifier
 
     forms = {}
-    calib = kind.featurize(tok, data.train.examples[: cfg.export.calibration_sentences], cfg)
-    feeds = calibration_feeds(calib, cfg.export.calibration_batch_size)
+    calib = kind.featurize(tok, data.train.examples[: cfg.quantization.calibration_sentences], cfg)
+    feeds = calibration_feeds(calib, cfg.quantization.calibration_batch_size)
     if unpruned_fp32 is not None:  # what pruning adds on top of the same recipe
         ranges = activation_ranges(unpruned_fp32, feeds, tok.pad_id)
         forms[f"onnxruntime-int8 (unpruned, {recipe.name})"] = build(unpruned_fp32, work / "unpruned-int8.onnx", ranges, recipe,
-                                                          embeddings=cfg.export.int8_embeddings)
+                                                          embeddings=cfg.quantization.int8_embeddings)
     table = compress_out / "candidates.json"
     rows = json.loads(table.read_text(encoding="utf-8"))["candidates"] if table.is_file() else []
     onnx_rows = [r for r in rows if r.get("model_path") and r["width_mult"] < 1.0 and r.get("runtime") == "onnxruntime"
@@ -70,7 +71,7 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
         ranges = activation_ranges(fp32, feeds, tok.pad_id)
         forms[f"{tag}-fp32"] = fp32
         forms[f"{tag}-int8 ({recipe.name})"] = build(fp32, work / tag / "int8.onnx", ranges, recipe,
-                                                       embeddings=cfg.export.int8_embeddings)
+                                                       embeddings=cfg.quantization.int8_embeddings)
     return forms
 
 
@@ -85,7 +86,7 @@ def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, width
     if missing():
         return {}
     forms = {OPENVINO_FP32: fp32}
-    shipped = export_dir / "openvino" / "int8.xml"
+    shipped = ExportLayout(export_dir).path("openvino_int8")
     recipe = ((meta.data.get("openvino") or {}).get("chosen") or {}).get("name", "?")
     if shipped.is_file():
         forms[f"openvino-int8 ({f'w{width:g}, ' if width < 1.0 else 'unpruned, '}{recipe})"] = shipped
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pipeline.backends.onnxruntime.quantize import quantize_anchor
     from pipeline.config import load_task_config
-    from pipeline.cpu import detect
+    from pipeline.contract import detect_cpu as detect
     from pipeline.kinds import load_task_data
     from pipeline.errors import ConfigError, ModelError
     from pipeline.evaluation import evaluate_session
@@ -156,20 +157,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runs = Path(args.runs_dir) / cfg.task
     export_dir = runs / "export" / "out"
-    if not (export_dir / "meta.json").is_file():
-        print(f"error: {export_dir}/meta.json: no finished export; run `make bundle TASK={args.task}` first", file=sys.stderr)
+    layout = ExportLayout(export_dir)
+    if not layout.meta.is_file():
+        print(f"error: {layout.meta}: no finished export; run `make bundle TASK={args.task}` first", file=sys.stderr)
         return 2
     try:
-        meta = ExportManifest.read(export_dir / ExportManifest.FILE)
+        meta = ExportManifest.read(layout.meta)
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     data, kind = load_task_data(cfg), get_kind(cfg)
-    tok = Tokenizer.from_model_dir(export_dir / "tokenizer", cfg.max_seq_len)
+    tok = Tokenizer.from_model_dir(layout.tokenizer_dir, cfg.max_seq_len)
     dev = kind.featurize(tok, data.dev.examples, cfg)
     cpu = detect()
     work = Path(tempfile.mkdtemp(prefix="bench-"))
-    fp32 = export_dir / "onnx" / "fp32.onnx"
+    fp32 = layout.path("onnx_fp32")
     chosen = meta.int8.get("chosen") or {}
     recipe = Int8Recipe(chosen.get("smooth_alpha"), bool(chosen.get("reduce_range", False)))
     shipped_name = chosen.get("name", meta.int8.get("recipe", "?"))
@@ -177,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     width = meta.selected_candidate.get("width_mult", 1.0)
     models = {"ort-fp32": fp32, "anchor": quantize_anchor(fp32, work / "anchor.onnx"),
               "anchor-reduce_range": quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
-              f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": export_dir / "onnx" / "int8_qdq.onnx",
-              f"onnxruntime-int8 ({f'w{width:g}' if width < 1.0 else 'unpruned'}, {shipped_name})": export_dir / "onnx" / "int8.onnx"}
+              f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": layout.path("onnx_int8_qdq"),
+              f"onnxruntime-int8 ({f'w{width:g}' if width < 1.0 else 'unpruned'}, {shipped_name})": layout.path("onnx_int8")}
     models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind,
                                shipped=width))
     models.update(openvino_forms(runs / "compress" / "out", export_dir, meta, fp32, width))

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
 
     from paddlenlp.transformers import AutoTokenizer
 
-    from pipeline.cpu import detect
+    from pipeline.contract import detect_cpu as detect
     from pipeline.reading.squad import read_squad
     from pipeline.tokenizer import Tokenizer
 

@@ -2,11 +2,11 @@
 
     serving/bundle/   building a bundle (the package stage, ``make manifests``): the model repository, Triton
                       configs, deployment manifests, the Helm chart, the package / deploy config.  May import
-                      ``pipeline`` (errors, config overrides), lazily.
+                      ``pipeline`` (the export contract, errors, config overrides).
     serving/triton/   what is copied into a bundle and runs inside Triton's python backend: the python models
                       and the helpers beside them.  Imports neither ``pipeline`` nor the rest of ``serving``:
                       neither is installed there (tests/test_imports.py checks it).
-    serving/server.py the launcher (``python -m serving.server``); never imports ``pipeline``.
+    serving/server.py the launcher (``python -m serving.server``); of ``pipeline`` only the contract (CPU flags).
     serving/client.py ``python -m serving.client``, the command bundles' model cards print (serving/tools/client.py).
     serving/tools/    developer tools against a bundle or a running server (client, smoke, perf, loadtest, replicas,
                       the offline reference); they import ``pipeline`` for dev data, metrics and the reference.

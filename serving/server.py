@@ -34,6 +34,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.contract import cpu_flags, missing_int8_flags
 from serving.triton.integrity import BundleIntegrityError, clear_bytecode, verify_bundle
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -339,28 +340,13 @@ def resolve_repository(repository: Path | str, task: str | None) -> Path:
     raise ServerError(f"no bundle at {where} (bundle.json missing): run `make bundle TASK={task or '<task>'}` first")
 
 
-INT8_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile", "amx_int8")
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
-    """This CPU's flags (None when unknown).  Same reading as pipeline.cpu; the launcher never imports pipeline."""
-    try:
-        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("flags", "Features"):
-                return set(value.split())
-    except OSError:
-        pass
-    return None
-
-
 def cpu_warnings(manifest: dict, flags: set[str] | None = None) -> list[str]:
     """One line per int8 instruction set the bundle was validated with that this CPU lacks."""
     validated = (manifest.get("cpu") or {}).get("flags") or []
     flags = cpu_flags() if flags is None else flags
     if flags is None or manifest.get("precision") != "int8":
         return []
-    missing = [f for f in validated if f in INT8_FLAGS and f not in flags]
+    missing = missing_int8_flags(validated, flags)
     if not missing:
         return []
     engine = f" ({manifest['engine']}, chosen by measurement there)" if manifest.get("engine") else ""

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pipeline  # noqa: F401  (numpy before paddle)
+from pipeline.contract import ExportLayout, write_meta
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -68,7 +69,7 @@ def export_layer(model, out: Path, tokenizer_src: Path, labels: list[str], label
         **({} if task_type == "classification" else {"task_type": task_type}),
         **(extra_meta or {}),
     }
-    (out / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
+    write_meta(ExportLayout(out).meta, meta)  # the contract's writer: checked as the package stage reads it
     return out
 
 

@@ -49,7 +49,7 @@ MAPPINGS = [
      "  not_quant_pattern: [skip_quant]\n  onnx_format: true\n  is_full_quantize: false\n  dtype: int8",
      {"compress.strategy": "ptq"}),
     ("QuantPost: {batch_size: 8, batch_nums: 4, bias_correction: false}",
-     {"compress.strategy": "ptq", "export.calibration_batch_size": 8, "export.calibration_sentences": 32}),
+     {"compress.strategy": "ptq", "quantization.calibration_batch_size": 8, "quantization.calibration_sentences": 32}),
     ("HyperParameterOptimization:\nQuantization:\nDistillation:", {"compress.strategy": "ptq"}),  # empty sections
     ("Prune: {prune_algo: transformer_pruner, pruned_ratio: 0.25}",
      {"compress.strategy": "dynabert", "compress.width_mult_list": [0.75]}),

@@ -38,13 +38,18 @@ def _out(runs: Path) -> Path:
 def _check_contract(runs: Path, tiny_finetuned) -> dict:
     out = _out(runs)
     record = json.loads((runs / "tiny" / "compress" / "record.json").read_text())
-    arts = record["artifacts"]
-    assert set(arts) >= {"candidates", "selected", "selected_infer_dir", "fp32_infer_dir"}
+    assert set(record["artifacts"]) == {"candidates", "selected", "outputs"}
+    outputs = json.loads((out / "outputs.json").read_text())  # the typed hand-off to export (pipeline.handoffs)
+    arts = {"selected_infer_dir": outputs["selected_infer_dir"], "fp32_infer_dir": outputs["fp32_infer_dir"]}
+    shipped = out / outputs["shipped_dir"]  # every form of the selected candidate, built here
+    for rel in ("onnx/fp32.onnx", "onnx/int8.onnx", "onnx/int8_qdq.onnx", "int8_search.json"):
+        assert (shipped / rel).is_file(), rel
+    assert (out / outputs["selected_model_dir"] / "vocab.txt").is_file()
     table = json.loads((out / "candidates.json").read_text())
     selected = json.loads((out / "selected.json").read_text())
     assert set(selected) == {"name", "width_mult", "quantization", "embeddings_int8", "accuracy", "accuracy_drop_points",
                              "throughput", "size_bytes", "settings", "runtime"}
-    assert selected["quantization"] in ("none", "ptq", "qat", "ort") and table["selected"] == selected["name"]
+    assert selected["quantization"] in ("none", "ptq", "qat", "ort", "nncf") and table["selected"] == selected["name"]
     for role in ("selected_infer_dir", "fp32_infer_dir"):
         assert (out / arts[role] / "model.pdmodel").is_file() and (out / arts[role] / "model.pdiparams").is_file()
     baseline = json.loads(tiny_finetuned["baseline"].read_text())
@@ -60,14 +65,15 @@ def _check_contract(runs: Path, tiny_finetuned) -> dict:
         assert row["accuracy"] is not None and row["throughput"] > 0 and row["size_bytes"] > 0
         lo, hi = row["throughput_ratio_range"]  # interleaved rounds: median inside the per-round spread
         assert lo <= row["throughput_ratio"] <= hi
-    return {"record": record, "table": table, "selected": selected, "names": [r["name"] for r in table["candidates"]]}
+    return {"record": record, "table": table, "selected": selected, "names": [r["name"] for r in table["candidates"]],
+            "outputs": outputs}
 
 
 def test_ptq_and_embeddings(tiny_finetuned, runs):
     assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=ptq+embeddings", "--set", "compress.algo_list=[mse,avg]") == 0
     got = _check_contract(runs, tiny_finetuned)
     assert got["names"] == ["fp32", "ptq-mse-bs4-bn1", "ptq-avg-bs4-bn1", "fp32+emb", "ptq-mse-bs4-bn1+emb", "ptq-avg-bs4-bn1+emb"]
-    sel_dir = _out(runs) / got["record"]["artifacts"]["selected_fp32_model_dir"]
+    sel_dir = _out(runs) / got["outputs"]["selected_model_dir"]
     assert (sel_dir / "model_state.pdparams").is_file() and (sel_dir / "vocab.txt").is_file()
     emb = next(r for r in got["table"]["candidates"] if r["name"] == "fp32+emb")
     assert emb["embeddings_int8"] and emb["settings"]["embeddings"]["int8_bytes"] < 0.3 * emb["settings"]["embeddings"]["fp32_bytes"]
@@ -105,7 +111,8 @@ def test_static_input_model(tiny_finetuned, runs, tmp_path):
     assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=ptq+embeddings",
                      "--set", f"compress.input_infer_model_path={static}") == 0
     got = _check_contract(runs, tiny_finetuned)
-    assert "selected_fp32_model_dir" not in got["record"]["artifacts"]  # a static input has no dygraph model
+    sel_dir = _out(runs) / got["outputs"]["selected_model_dir"]  # a static input has no dygraph model: its vocabulary
+    assert (sel_dir / "vocab.txt").is_file() and not (sel_dir / "model_state.pdparams").exists()
     assert got["table"]["candidates"][0]["settings"]["input_dtype"] == "int32"
 
 
@@ -122,8 +129,8 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert rows["w0.75-ov-int8"]["quantization"] == "nncf" and rows["w0.75-ov-int8"]["settings"]["int8_recipe"]["name"]
     assert rows["w0.75-int8"]["size_bytes"] < 0.5 * rows["w0.75"]["size_bytes"]
     assert rows["w0.75-ov-int8"]["model_path"].endswith("model.xml")
-    arts = got["record"]["artifacts"]
-    assert (_out(runs) / arts["fp32_onnx"]).is_file() and (_out(runs) / arts["selected_fp32_onnx"]).is_file()
+    shipped = _out(runs) / got["outputs"]["shipped_dir"]
+    assert (shipped / "openvino" / "int8.xml").is_file() and (shipped / "openvino" / "int8.bin").is_file()
     assert "| onnxruntime |" in (_out(runs) / "candidates.md").read_text()
 
     assert main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--only", "export", *FAST, "--set",
@@ -149,6 +156,16 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert "dynabert w0.75: reusing" in log and "dynabert width 0.5:" in log and "dynabert width 0.75:" not in log
     assert [r["name"] for r in json.loads((_out(runs) / "candidates.json").read_text())["candidates"]] == \
         ["fp32", "int8", "ov-int8", "w0.75", "w0.75-int8", "w0.75-ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"]
+
+    # The run cache is one folder, shown by status and removed alone by clean --cache (the records stay).
+    cache = runs / "tiny" / "cache"
+    assert sorted(p.name for p in cache.iterdir()) == ["dynabert", "int8"]
+    capsys.readouterr()
+    assert main(["status", *tiny_cli_args(tiny_finetuned["task_yaml"], runs)]) == 0
+    out = capsys.readouterr().out
+    assert "run cache" in out and "pruned models (DynaBERT)" in out and "INT8 candidates" in out
+    assert main(["clean", "--task", str(tiny_finetuned["task_yaml"]), "--runs-dir", str(runs), "--cache"]) == 0
+    assert not cache.exists() and (runs / "tiny" / "compress" / "record.json").is_file()
 
 
 @pytest.mark.parametrize(

@@ -23,20 +23,35 @@ def make_ctx(stage_name: str, cfg, out_dir: Path, work_dir: Path, upstream: dict
     return StageContext(cfg, get_stage(stage_name), out_dir, work_dir, upstream, runs_dir, lambda m: None)
 
 
-def standin_compress(tiny: dict, root: Path, quantization: str = "ptq") -> "pipeline.records.StageRecord":
-    """What the compress stage hands over, built from the tiny model: its FP32 static export serves as
-    both the baseline and the 'selected' program (Paddle's int8 switch leaves an unquantized program as is)."""
+def standin_compress(tiny: dict, root: Path, quantization: str = "ptq", cfg=None) -> "pipeline.records.StageRecord":
+    """What the compress stage hands over, built from the tiny model: its FP32 static export serves as both the
+    baseline and the 'selected' program (Paddle's int8 switch leaves an unquantized program as is), and its shipped
+    forms are made by compress's own code (pipeline.compress.shipped) from that program's ONNX."""
+    from pipeline.backends.onnxruntime.convert import export_onnx
     from pipeline.backends.paddle.convert import export_static
+    from pipeline.compress.shipped import SHIPPED_DIR, ShippedInputs, make
+    from pipeline.contract import detect_cpu
+    from pipeline.handoffs import CompressOutputs
+    from pipeline.kinds import get_kind, load_task_data
     from pipeline.modeling import load_classifier
+    from pipeline.quantization.select import search_rows
+    from pipeline.run_cache import RunCache
     from pipeline.records import StageRecord, StageStatus
+    from pipeline.tokenizer import Tokenizer
 
+    cfg = cfg or tiny_cfg(tiny)
     model = load_classifier(tiny["model_dir"], 3)
     static = export_static(model, root / "fp32_infer")
+    fp32 = export_onnx(static, root / "fp32.onnx")
+    kind = get_kind(cfg)
+    rows = search_rows(cfg, Tokenizer.from_model_dir(tiny["model_dir"], cfg.max_seq_len), load_task_data(cfg).train.examples, kind)
+    make(root, ShippedInputs(fp32, fp32, False), rows, cfg, detect_cpu(), RunCache(root).int8, lambda m: None)
     selected = {"name": f"tiny-{quantization}", "width_mult": 1.0, "quantization": quantization,
                 "embeddings_int8": False, "accuracy": None}
     (root / "selected.json").write_text(json.dumps(selected))
-    arts = {"selected": str(root / "selected.json"), "selected_infer_dir": str(static),
-            "selected_fp32_model_dir": str(tiny["model_dir"]), "fp32_infer_dir": str(static)}
+    (root / CompressOutputs.FILE).write_text(CompressOutputs(str(static), str(static), str(tiny["model_dir"]), SHIPPED_DIR,
+                                                             quantization in ("ptq", "qat")).to_json())
+    arts = {"selected": str(root / "selected.json"), "outputs": str(root / CompressOutputs.FILE)}
     return StageRecord(stage="compress", status=StageStatus.OK, key="standin", params={}, inputs={}, artifacts=arts)
 
 
@@ -55,8 +70,8 @@ def exported(tiny_finetuned, tmp_path_factory) -> dict:
 
     root = tmp_path_factory.mktemp("export")
     # The tiny model is mostly LayerNorm/bias/scale overhead: 35% is a target for real models (make bench).
-    cfg = tiny_cfg(tiny_finetuned, **{"export.calibration_sentences": 32, "gates.max_int8_size_ratio": 0.5})
-    upstream = {"compress": standin_compress(tiny_finetuned, root / "compress"),
+    cfg = tiny_cfg(tiny_finetuned, **{"quantization.calibration_sentences": 32, "gates.max_int8_size_ratio": 0.5})
+    upstream = {"compress": standin_compress(tiny_finetuned, root / "compress", cfg=cfg),
                 "finetune-check": read_record(tiny_finetuned["runs_dir"] / "tiny" / "finetune-check")}
     ctx = make_ctx("export", cfg, root / "out", root / "work", upstream, tiny_finetuned["runs_dir"] / "tiny")
     result = export.run(ctx)

@@ -23,7 +23,8 @@ from serving_fixtures import (SPAN_FILLER, _tiny_ernie_config, export_layer, ner
 from pipeline.errors import ConfigError
 from serving.bundle.config import PackageConfig
 from serving.triton.integrity import verify_bundle
-from serving.bundle.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.bundle.kinds import all_configs
+from serving.bundle.model_config import BundleShape, parse_pbtxt, to_pbtxt
 from serving.bundle.repository import ExportArtifacts, PackageError, choose_model, write_repository
 from tritonclient.grpc import model_config_pb2 as mc
 

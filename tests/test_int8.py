@@ -1,5 +1,5 @@
 """Accuracy-aware, batch-independent INT8 (pipeline.backends.onnxruntime.int8 with the engine-neutral search of
-pipeline.quantization) and CPU awareness (pipeline.cpu) on the tiny model."""
+pipeline.quantization) and CPU awareness (pipeline.contract) on the tiny model."""
 
 from __future__ import annotations
 
@@ -317,9 +317,9 @@ def test_export_config_refuses_bad_int8_settings(tiny_finetuned):
 
     base = str(tiny_finetuned["task_yaml"])
     with pytest.raises(ConfigError, match=r"int8_smooth_alphas\[0\]"):
-        load_task_config(base, {**TINY_MODEL_OVERRIDES, "export.int8_smooth_alphas": [1.5]})
+        load_task_config(base, {**TINY_MODEL_OVERRIDES, "quantization.int8_smooth_alphas": [1.5]})
     with pytest.raises(ConfigError, match="int8_reduce_range"):
-        load_task_config(base, {**TINY_MODEL_OVERRIDES, "export.int8_reduce_range": "sometimes"})
+        load_task_config(base, {**TINY_MODEL_OVERRIDES, "quantization.int8_reduce_range": "sometimes"})
 
 
 CPUINFO_AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC 7B12\nflags\t\t: fpu sse2 avx avx2 fma\n"
@@ -327,7 +327,7 @@ CPUINFO_VNNI = "processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: avx2 avx
 
 
 def test_cpu_flags_decide_reduce_range_and_serving_warns():
-    from pipeline.cpu import missing_flags, parse_cpuinfo
+    from pipeline.contract import missing_int8_flags, parse_cpuinfo
     from pipeline.backends.onnxruntime.int8.search import reduce_range_options
     from serving.server import cpu_warnings
 
@@ -337,7 +337,7 @@ def test_cpu_flags_decide_reduce_range_and_serving_warns():
     assert reduce_range_options("auto", avx2) == [False, True]
     assert reduce_range_options("auto", vnni) == [False]
     assert reduce_range_options(True, vnni) == [True]
-    assert missing_flags(vnni.flags, avx2) == ["avx512f", "avx512bw", "avx512_vnni"]
+    assert missing_int8_flags(vnni.flags, avx2.flags) == ["avx512f", "avx512bw", "avx512_vnni"]
     manifest = {"precision": "int8", "cpu": vnni.as_dict()}
     (line,) = cpu_warnings(manifest, flags=set(avx2.flags))
     assert "avx512_vnni" in line and "saturate" in line
@@ -363,12 +363,12 @@ def test_qdq_form_keeps_the_searched_recipe_within_its_target_and_searches_other
 
     import pipeline.backends.onnxruntime.int8.recipe as R
     from pipeline.backends.onnxruntime.int8.search import search_qdq, search_recipe
-    from pipeline.cpu import detect
+    from pipeline.contract import detect_cpu as detect
     from pipeline.quantization.select import SearchRows
-    from pipeline.validation.config import ExportConfig
+    from pipeline.quantization.config import QuantizationConfig
 
     rows = SearchRows(tiny_onnx["feeds"], tiny_onnx["held"], tiny_onnx["tok"].pad_id)
-    ecfg = ExportConfig(int8_smooth_alphas=[0.5, 0.7], int8_reduce_range=False)
+    ecfg = QuantizationConfig(int8_smooth_alphas=[0.5, 0.7], int8_reduce_range=False)
     cache = tmp_path / "cache"
     int8 = search_recipe(tiny_onnx["fp32"], tmp_path / "int8.onnx", rows, ecfg, 100.0, detect(), cache,
                          ranges=tiny_onnx["ranges"], log=lambda m: None)
@@ -400,12 +400,12 @@ def test_a_pruned_sources_verdict_says_what_the_pruning_itself_cost(tiny_onnx, t
     import shutil
 
     from pipeline.backends.onnxruntime.int8.search import search_recipe
-    from pipeline.cpu import detect
+    from pipeline.contract import detect_cpu as detect
     from pipeline.quantization.select import SearchRows
-    from pipeline.validation.config import ExportConfig
+    from pipeline.quantization.config import QuantizationConfig
 
     rows = SearchRows(tiny_onnx["feeds"], tiny_onnx["held"], tiny_onnx["tok"].pad_id)
-    ecfg = ExportConfig(int8_smooth_alphas=[], int8_reduce_range=False)
+    ecfg = QuantizationConfig(int8_smooth_alphas=[], int8_reduce_range=False)
     unpruned = shutil.copyfile(tiny_onnx["fp32"], tmp_path / "unpruned.onnx")  # same model: the source loses 0.00
     verdicts = {}
     for name, baseline in (("plain", None), ("pruned", unpruned)):

@@ -94,11 +94,11 @@ def test_nncf_int8_is_batch_independent(tiny_onnx, ov_int8):
 def test_search_caches_every_candidate_and_picks_within_budget(tiny_onnx, tmp_path, monkeypatch):
     from pipeline.backends.openvino import quantize
     from pipeline.quantization.select import SearchRows
-    from pipeline.validation.config import ExportConfig
+    from pipeline.quantization.config import QuantizationConfig
 
     rows = SearchRows(tiny_onnx["feeds"], tiny_onnx["held"], tiny_onnx["tok"].pad_id)
-    ecfg = ExportConfig(openvino_smooth_alphas=[0.5], int8_max_fp32_matmuls=0)
-    first = quantize.search_recipe(tiny_onnx["fp32"], tmp_path / "a" / "int8.xml", rows, ecfg, 1.0, tmp_path / "cache", log=lambda m: None)
+    qcfg = QuantizationConfig(openvino_smooth_alphas=[0.5], int8_max_fp32_matmuls=0)
+    first = quantize.search_recipe(tiny_onnx["fp32"], tmp_path / "a" / "int8.xml", rows, qcfg, 1.0, tmp_path / "cache", log=lambda m: None)
     assert [c.recipe.name for c in first.candidates] == ["static-nosq", "static-sq0.5"]
     assert first.within_budget and (tmp_path / "a" / "int8.bin").is_file()
     assert all(Path(c.path).suffix == ".xml" and Path(c.path).with_suffix(".bin").is_file() for c in first.candidates)
@@ -107,14 +107,31 @@ def test_search_caches_every_candidate_and_picks_within_budget(tiny_onnx, tmp_pa
         raise AssertionError("a cached candidate was rebuilt")
 
     monkeypatch.setattr(quantize, "build", no_build)
-    again = quantize.search_recipe(tiny_onnx["fp32"], tmp_path / "b" / "int8.xml", rows, ecfg, 0.5, tmp_path / "cache",
+    again = quantize.search_recipe(tiny_onnx["fp32"], tmp_path / "b" / "int8.xml", rows, qcfg, 0.5, tmp_path / "cache",
                                    log=lambda m: None)  # another budget: judged again, rebuilt never
     assert (tmp_path / "b" / "int8.xml").read_bytes() == Path(again.chosen.path).read_bytes()
     assert json.loads(json.dumps(again.as_dict()))["chosen"]["name"] == again.chosen.recipe.name
 
 
+def test_the_openvino_section_is_checked_before_any_work(tiny_task, tmp_path, capsys):
+    """openvino.properties reach every session (compress, the search, validate, the bundle); one the CPU plugin refuses
+    stops `run` in one line naming it, before the first stage; a bad precision is refused when the config loads."""
+    from pipeline.cli import main
+
+    from conftest import tiny_cli_args
+
+    runs = tmp_path / "runs"
+    assert main(["run", *tiny_cli_args(tiny_task, runs), "--set", "openvino.properties={NUM_STREAMS: lots}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "openvino.properties: OpenVINO refuses NUM_STREAMS='lots'" in err[0]
+    assert not (runs / "tiny" / "finetune").exists()
+    assert main(["run", *tiny_cli_args(tiny_task, runs), "--set", "openvino.inference_precision=fp8"]) == 2
+    assert "openvino.inference_precision: 'fp8' is not one of f32, bf16" in capsys.readouterr().err
+
+
 def test_a_property_openvino_refuses_is_named_in_one_line(tiny_onnx):
-    from pipeline.backends.openvino.session import CpuProperties, Session
+    from pipeline.backends.openvino.config import CpuProperties
+    from pipeline.backends.openvino.session import Session
 
     with pytest.raises(ConfigError) as err:
         Session(tiny_onnx["fp32"], properties=CpuProperties(extra={"NUM_STREAMS": "lots"}))

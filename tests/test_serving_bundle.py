@@ -13,7 +13,8 @@ from serving_fixtures import tiny_bundle, tiny_export  # noqa: F401  (fixtures)
 from pipeline.errors import ConfigError
 from serving.bundle.config import ACCELERATORS, FASTDEPLOY_ENGINES, PackageConfig
 from serving.triton.integrity import BundleIntegrityError, verify_bundle
-from serving.bundle.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.bundle.kinds import all_configs
+from serving.bundle.model_config import BundleShape, parse_pbtxt, to_pbtxt
 from serving.bundle.repository import BundleTooLarge, ExportArtifacts, PackageError, choose_model, write_repository
 from tritonclient.grpc import model_config_pb2 as mc
 

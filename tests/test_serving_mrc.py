@@ -18,7 +18,8 @@ from serving_fixtures import mrc_bundle, mrc_data, mrc_export  # noqa: F401  (fi
 from serving.tools.client import ClassifierClient, RequestRejected
 from serving.bundle.config import PackageConfig
 from serving.triton.integrity import BundleIntegrityError, verify_bundle
-from serving.bundle.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.bundle.kinds import all_configs
+from serving.bundle.model_config import BundleShape, parse_pbtxt, to_pbtxt
 from serving.bundle.repository import ExportArtifacts, PackageError, write_repository
 from serving.server import TritonServer, start_server
 
@@ -144,10 +145,10 @@ def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_pat
     import dataclasses
 
     from serving.tools import client as client_cli
-    from serving.tools.smoke import run_mrc_smoke
+    from serving.tools.kinds.reading_comprehension import run_smoke
 
     with ClassifierClient(server.http_url, "http", "cmrc2018", retries=0) as client:
-        result = run_mrc_smoke(bundle, client, dev, batch_size=8)
+        result = run_smoke(bundle, client, dev, batch_size=8)
     assert result.ok and result.mismatches == 0 and result.examples == len(dev)
     assert (result.served_em, result.served_f1) == (result.offline_em, result.offline_f1)
     assert result.max_score_diff < 1e-5

@@ -17,7 +17,8 @@ from serving_fixtures import ner_bundle, ner_data, ner_export  # noqa: F401  (fi
 from serving.tools.client import ClassifierClient, RequestRejected
 from serving.bundle.config import PackageConfig
 from serving.triton.integrity import BundleIntegrityError, verify_bundle
-from serving.bundle.model_config import BundleShape, all_configs, parse_pbtxt, to_pbtxt
+from serving.bundle.kinds import all_configs
+from serving.bundle.model_config import BundleShape, parse_pbtxt, to_pbtxt
 from serving.bundle.repository import ExportArtifacts, PackageError, write_repository
 from serving.server import ServerError, TritonServer, start_server
 from tritonclient.grpc import model_config_pb2 as mc
@@ -160,10 +161,10 @@ def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_pat
     from pipeline.labeling.metric import chunk_f1
     from serving.tools import client as client_cli
     from serving.tools.offline import offline_entities
-    from serving.tools.smoke import run_ner_smoke
+    from serving.tools.kinds.token_classification import run_smoke
 
     with ClassifierClient(server.http_url, "http", "cluener", retries=0) as client:
-        result = run_ner_smoke(bundle, client, dev, batch_size=8)
+        result = run_smoke(bundle, client, dev, batch_size=8)
     assert result.ok and result.mismatches == 0 and result.examples == len(dev)
     expected_f1 = chunk_f1([e.entities for e in dev], offline_entities(bundle, [e.text for e in dev], 8)).f1
     assert result.served_f1 == result.offline_f1 == expected_f1

@@ -25,7 +25,7 @@ def openvino_export(tiny_export, tiny_finetuned, tiny_splits, tmp_path_factory) 
     from conftest import features
     from pipeline.quantization.select import calibration_feeds
     from pipeline.backends.openvino.quantize import build, calibration_items
-    from pipeline.backends.openvino.session import CpuProperties
+    from pipeline.backends.openvino.config import CpuProperties
     from pipeline.quantization.recipe import Int8Recipe
     from pipeline.tokenizer import Tokenizer
 

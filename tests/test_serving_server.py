@@ -167,7 +167,7 @@ def test_concurrent_requests_are_batched_and_answered_correctly(layout, request,
 def test_client_cli_and_smoke_and_loadtest(server, dev, offline, tmp_path, capsys):
     from serving.tools import client as client_cli
     from serving.tools.loadtest import run_level
-    from serving.tools.smoke import run_smoke
+    from serving.tools.kinds.classification import run_smoke
 
     texts, gold = dev
     f = tmp_path / "texts.txt"
@@ -282,8 +282,10 @@ def test_fused_layout_is_refused_where_it_cannot_work():
         PackageConfig(layout="fused", runtime="onnxruntime")
     with pytest.raises(ConfigError, match="package.layout: 'tree' is not one of auto, ensemble, fused"):
         PackageConfig(layout="tree")
-    assert PackageConfig(runtime="onnxruntime").layout_for("classification") == "ensemble"  # native model backend
-    assert PackageConfig().layout_for("token_classification") == "ensemble"
+    from serving.bundle.kinds import bundle_kind
+
+    assert bundle_kind("classification").layout(PackageConfig(runtime="onnxruntime")) == "ensemble"  # native model backend
+    assert bundle_kind("token_classification").layout(PackageConfig()) == "ensemble"
 
 
 @LAYOUTS

@@ -16,7 +16,7 @@ from tests.test_export_onnx import make_ctx, standin_compress, tiny_cfg
 
 FAST_VALIDATE = {"validate.batch_sizes": [1, 4], "validate.seq_lens": [8, 16], "validate.warmup": 0,
                  "validate.repeats": 1, "validate.dev_benchmark_limit": 32, "validate.throughput_batch_size": 8,
-                 "gates.min_throughput_ratio": 0.0, "gates.min_anchor_ratio": 0.0, "export.calibration_sentences": 32,
+                 "gates.min_throughput_ratio": 0.0, "gates.min_anchor_ratio": 0.0, "quantization.calibration_sentences": 32,
                  "gates.max_int8_size_ratio": 0.5}
 
 
@@ -203,7 +203,8 @@ def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_pa
     from pipeline.backends.onnxruntime.quantize import quantize_int8_qdq
     from pipeline.validation.parity import Reference, compare_outputs
     from serving.bundle.config import PackageConfig
-    from serving.bundle.model_config import BundleShape, all_configs
+    from serving.bundle.kinds import all_configs
+    from serving.bundle.model_config import BundleShape
 
     class Ev:
         metric, outputs = 0.5, []

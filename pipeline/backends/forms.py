@@ -3,7 +3,7 @@
 A Paddle inference program is a directory with ``model.pdmodel`` + ``model.pdiparams``: written by
 ``pipeline.backends.paddle.convert.export_static`` and Paddle's quantizers (``paddle.quantize``), run by Paddle
 sessions, and read by ONNX Runtime's ``convert.export_onnx`` (the FP32 ONNX both CPU engines start from).
-Which form the export keeps where, and which engine runs it, is the registry's table (``registry.EXPORT_FILES``).
+Which form the export keeps where, and which engine runs it, is the export contract (``pipeline.contract.FORMS``).
 """
 
 from __future__ import annotations

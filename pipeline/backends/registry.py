@@ -17,15 +17,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-# The export stage's model files by artifact role (what a runtime runs).
-EXPORT_FILES = {"onnx_fp32": "onnx/fp32.onnx", "onnx_int8": "onnx/int8.onnx", "onnx_int8_qdq": "onnx/int8_qdq.onnx",
-                "openvino_int8": "openvino/int8.xml", "paddle_fp32": "paddle_fp32", "paddle_int8": "paddle_int8"}
-# What the package stage ships for a form (serving.repository.choose_model's precision names).
-FORM_PRECISIONS = {"onnx_fp32": "fp32", "paddle_fp32": "fp32", "onnx_int8": "int8", "paddle_int8": "int8",
-                   "onnx_int8_qdq": "int8_qdq", "openvino_int8": "int8"}
-# The served engine a form runs in (serving.config's python runtimes: python-<engine>).
-FORM_ENGINES = {"onnx_fp32": "onnxruntime", "onnx_int8": "onnxruntime", "onnx_int8_qdq": "onnxruntime",
-                "openvino_int8": "openvino", "paddle_fp32": "paddle", "paddle_int8": "paddle"}
+from pipeline.contract import ExportLayout
 
 
 class Session(Protocol):
@@ -41,6 +33,7 @@ class RunOptions:
     threads: int | None = None  # CPU threads (None: the runtime's default)
     seq_lens: np.ndarray | None = None  # dev token lengths: TensorRT's dynamic-shape profile
     max_seq_len: int = 512
+    openvino: object | None = None  # the task's openvino: section (OpenVINOConfig): the CPU properties its sessions get
 
 
 @dataclass(frozen=True)
@@ -49,7 +42,7 @@ class Runtime:
     runtime: str  # onnxruntime | paddle: ratios are to the FP32 of the same runtime (and device, when measured)
     device: str  # cpu | gpu
     precision: str  # fp32 | fp16 | int8: how it computes
-    form: str  # the exported model it runs (EXPORT_FILES key)
+    form: str  # the exported model it runs (a pipeline.contract.FORMS name)
     open: Callable[[Path, RunOptions], Session]
     available: Callable[[], str | None] = lambda: None  # None: can run here; otherwise why not
     # The backend its throughput ratio is taken to (None: the FP32 of its own runtime).  OpenVINO's INT8 is
@@ -61,7 +54,7 @@ class Runtime:
         return self.precision == "int8"
 
     def artifact(self, export_dir: Path) -> Path:
-        return Path(export_dir) / EXPORT_FILES[self.form]
+        return ExportLayout(Path(export_dir)).path(self.form)
 
 
 @dataclass(frozen=True)
@@ -107,7 +100,8 @@ def _openvino_cpu(precision: str, name: str):
     def open_(path: Path, opts: RunOptions):
         from pipeline.backends.openvino.session import session
 
-        return _named(session(path, precision=precision, threads=opts.threads), name)
+        props = opts.openvino.cpu_properties(opts.threads or 0) if opts.openvino is not None else None
+        return _named(session(path, precision=precision, threads=opts.threads, properties=props), name)
     return open_
 
 
@@ -188,7 +182,7 @@ def plan(export_dir: Path) -> tuple[list[Runtime], dict[str, str]]:
     simply not part of this bundle."""
     run, skipped = [], {}
     for rt in RUNTIMES:
-        exported = rt.artifact(export_dir).exists()
+        exported = ExportLayout(Path(export_dir)).has(rt.form)
         if rt.device == "cpu" and not exported:
             continue
         reason = rt.available()

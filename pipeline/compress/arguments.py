@@ -158,7 +158,7 @@ class CompressConfig:
             raise ConfigError(f"compress.engines: an engine is repeated in {self.engines!r}")
         if self.runtime == "onnxruntime":
             paddle_only = {"qat": "QAT trains a Paddle int8 program", "embeddings": "the ONNX Runtime INT8 form already "
-                           "stores int8 embeddings (export.int8_embeddings)"}
+                           "stores int8 embeddings (quantization.int8_embeddings)"}
             for part in self.parts():
                 if part in paddle_only:
                     raise ConfigError(f"compress.strategy {self.strategy!r}: {part} needs compress.runtime: paddle "

@@ -99,105 +99,133 @@ def build_and_evaluate(
     quantize_openvino: Callable | None = None,
     int8_embeddings: bool = True,
     opset: int = 13,
+    openvino: dict | None = None,
 ):
     """Create every candidate under ``out_dir/candidates/<name>/``, evaluate each as it is made, then time
     them all in interleaved rounds; returns (candidates, timing).
 
     ``work_dir`` keeps the expensive trained models (pruned, QAT) so an interrupted run reuses them.
     ``quantize_onnx(fp32_onnx, out_onnx, baseline_onnx | None) -> SearchResult``: the INT8 recipe search,
-    for ``compress.runtime: onnxruntime`` with ``ptq``; ``quantize_openvino``: OpenVINO's (NNCF), same shape.
+    for ``compress.runtime: onnxruntime`` with ``ptq``; ``quantize_openvino``: OpenVINO's (NNCF), same shape;
+    ``openvino``: the ``openvino:`` config section its candidates are timed with.
     """
-    out_dir, work_dir = Path(out_dir), Path(work_dir)
     parts = cfg.parts()
     grid = preflight(cfg, train_size=len(inp.train), static_model_dir=inp.static_model_dir)
-    cands: list[Candidate] = []
+    b = _Candidates(cfg, inp, Path(out_dir), Path(work_dir), log, accuracy_fn)
+    sources = [b.baseline()]  # 1. the FP32 baseline
+    if "dynabert" in parts:  # 2. DynaBERT width pruning
+        sources += b.pruned_widths()
+    if cfg.runtime == "onnxruntime":  # 3. every width's ONNX forms, each engine's INT8
+        from pipeline.compress.onnx_candidates import onnx_candidates
 
-    baseline = [inp.baseline_accuracy]
+        ptq = "ptq" in parts
+        for c in onnx_candidates(sources, b.out_dir, quantize=quantize_onnx if ptq else None,
+                                 quantize_openvino=quantize_openvino if ptq else None,
+                                 quantize_unpruned=cfg.quantize_unpruned or len(sources) == 1,
+                                 int8_embeddings=int8_embeddings, opset=opset, log=log, openvino=openvino):
+            b.add(c, None)  # build_seconds set where it was built
+        return b.timed()
+    # 3. Paddle quantization: the PTQ grid, QAT, then int8 word embeddings on top of every candidate
+    if "dynabert" in parts and not cfg.quantize_unpruned and len(sources) > 1:
+        sources = sources[1:]
+    if grid:
+        b.ptq(sources, grid)
+    if "qat" in parts:
+        b.qat(sources)
+    if "embeddings" in parts:
+        b.int8_embeddings()
+    return b.timed()
 
-    onnx = cfg.runtime == "onnxruntime"
 
-    def add(c: Candidate, started: float | None) -> None:
+class _Candidates:
+    """The candidates made so far, each evaluated on the full dev set as it is added (the first is the FP32
+    baseline, unless the caller gave its accuracy)."""
+
+    def __init__(self, cfg: CompressConfig, inp: CompressInputs, out_dir: Path, work_dir: Path, log, accuracy_fn):
+        self.cfg, self.inp, self.out_dir, self.work_dir, self.log, self.accuracy_fn = cfg, inp, out_dir, work_dir, log, accuracy_fn
+        self.cands: list[Candidate] = []
+        self.baseline_accuracy = inp.baseline_accuracy
+        self.input_dtype = cfg.input_dtype
+
+    def add(self, c: Candidate, started: float | None) -> None:
         if started is not None:
             c.build_seconds = round(time.monotonic() - started, 2)
-        if onnx and c.runtime == "paddle":  # only a source here: its ONNX forms are the candidates
+        if self.cfg.runtime == "onnxruntime" and c.runtime == "paddle":  # only a source here: its ONNX forms are the candidates
             return
-        evaluate(c, inp.dev, baseline_accuracy=baseline[0] if baseline[0] is not None else float("nan"),
-                 eval_batch_size=cfg.eval_batch_size, log=log, accuracy_fn=accuracy_fn)
-        if baseline[0] is None:  # the first candidate is the FP32 baseline
-            baseline[0], c.accuracy_drop_points = c.accuracy, 0.0
-        cands.append(c)
+        evaluate(c, self.inp.dev, baseline_accuracy=self.baseline_accuracy if self.baseline_accuracy is not None else float("nan"),
+                 eval_batch_size=self.cfg.eval_batch_size, log=self.log, accuracy_fn=self.accuracy_fn)
+        if self.baseline_accuracy is None:  # the first candidate is the FP32 baseline
+            self.baseline_accuracy, c.accuracy_drop_points = c.accuracy, 0.0
+        self.cands.append(c)
 
-    def finish():
-        timing = time_candidates(cands, inp.dev, batch_size=cfg.throughput_batch_size, batches=cfg.throughput_batches,
-                                 rounds=cfg.timing_rounds, log=log)
-        return cands, timing
+    def timed(self):
+        cfg = self.cfg
+        timing = time_candidates(self.cands, self.inp.dev, batch_size=cfg.throughput_batch_size,
+                                 batches=cfg.throughput_batches, rounds=cfg.timing_rounds, log=self.log)
+        return self.cands, timing
 
-    # 1. FP32 baseline
-    t0 = time.monotonic()
-    fp32_dir = out_dir / "candidates" / "fp32" / "infer"
-    if inp.static_model_dir is not None:
-        copy_static(inp.static_model_dir, fp32_dir)
-        input_dtype = program_input_dtype(fp32_dir)
-    else:
-        export_static(load_classifier(inp.model_dir, inp.num_labels), fp32_dir, cfg.input_dtype)
-        input_dtype = cfg.input_dtype
-    add(Candidate("fp32", 1.0, "none", False, fp32_dir, inp.model_dir, {"input_dtype": input_dtype}), t0)
-    sources = [Source(1.0, inp.model_dir, fp32_dir, "")]
+    def baseline(self) -> Source:
+        """The FP32 baseline as a static program: exported from the dygraph model, or the given static model."""
+        inp, t0 = self.inp, time.monotonic()
+        fp32_dir = self.out_dir / "candidates" / "fp32" / "infer"
+        if inp.static_model_dir is not None:
+            copy_static(inp.static_model_dir, fp32_dir)
+            self.input_dtype = program_input_dtype(fp32_dir)
+        else:
+            export_static(load_classifier(inp.model_dir, inp.num_labels), fp32_dir, self.cfg.input_dtype)
+        self.add(Candidate("fp32", 1.0, "none", False, fp32_dir, inp.model_dir, {"input_dtype": self.input_dtype}), t0)
+        return Source(1.0, inp.model_dir, fp32_dir, "")
 
-    # 2. DynaBERT width pruning
-    if "dynabert" in parts:
+    def pruned_widths(self) -> list[Source]:
+        """One physically pruned model per width (DynaBERT distillation; kept in the run cache by what made it)."""
         from pipeline.compress.dynabert import prune_width
 
+        cfg, inp, sources = self.cfg, self.inp, []
         for width in cfg.widths():
             if width == 1.0:
                 continue
             t0 = time.monotonic()
             name = f"w{width:.4g}"
-            pruned = _pruned_dir(cfg, inp, width, work_dir / "dynabert" / name)
+            pruned = _pruned_dir(cfg, inp, width, self.work_dir / "dynabert" / name)
             if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
                 tmp = pruned.parent / f".{pruned.name}.tmp"
                 shutil.rmtree(tmp, ignore_errors=True)
                 prune_width(inp.model_dir, width, inp.train, inp.heldout, max_seq_len=inp.max_seq_len, out_dir=tmp,
                             epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,
-                            batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=log)
+                            batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=self.log)
                 shutil.rmtree(pruned, ignore_errors=True)
                 tmp.rename(pruned)
             else:
-                log(f"[compress] dynabert {name}: reusing {pruned}")
-            model_dir = out_dir / "candidates" / name / "model"
+                self.log(f"[compress] dynabert {name}: reusing {pruned}")
+            model_dir = self.out_dir / "candidates" / name / "model"
             shutil.copytree(pruned, model_dir)
-            infer = export_static(load_classifier(model_dir, inp.num_labels), out_dir / "candidates" / name / "infer", input_dtype)
-            add(Candidate(name, width, "none", False, infer, model_dir, {"width_mult": width, "input_dtype": input_dtype}), t0)
+            infer = export_static(load_classifier(model_dir, inp.num_labels), self.out_dir / "candidates" / name / "infer",
+                                  self.input_dtype)
+            self.add(Candidate(name, width, "none", False, infer, model_dir, {"width_mult": width, "input_dtype": self.input_dtype}), t0)
             sources.append(Source(width, model_dir, infer, name + "-"))
+        return sources
 
-    if onnx:
-        from pipeline.compress.onnx_candidates import onnx_candidates
-
-        for c in onnx_candidates(sources, out_dir, quantize=quantize_onnx if "ptq" in parts else None,
-                                 quantize_openvino=quantize_openvino if "ptq" in parts else None,
-                                 quantize_unpruned=cfg.quantize_unpruned or len(sources) == 1,
-                                 int8_embeddings=int8_embeddings, opset=opset, log=log):
-            add(c, None)  # build_seconds set where it was built
-        return finish()
-
-    # 3. quantization
-    if "dynabert" in parts and not cfg.quantize_unpruned and len(sources) > 1:
-        sources = sources[1:]
-    if grid:
-        calib = calibration_examples(inp.train, max(s.calibration_examples for s in grid), cfg.seed)
+    def ptq(self, sources: list[Source], grid) -> None:
+        """PaddleSlim post-training quantization: every grid point for every source."""
+        calib = calibration_examples(self.inp.train, max(s.calibration_examples for s in grid), self.cfg.seed)
         for src in sources:
             for s in grid:
                 t0 = time.monotonic()
                 name = src.prefix + s.name
-                infer = quantize_static(src.infer_dir, out_dir / "candidates" / name / "infer", calib, s,
-                                        input_dtype=input_dtype, log=log)
-                add(Candidate(name, src.width, "ptq", False, infer, src.model_dir, {**s.to_dict(), "width_mult": src.width, "input_dtype": input_dtype}), t0)
-    if "qat" in parts:
+                infer = quantize_static(src.infer_dir, self.out_dir / "candidates" / name / "infer", calib, s,
+                                        input_dtype=self.input_dtype, log=self.log)
+                self.add(Candidate(name, src.width, "ptq", False, infer, src.model_dir,
+                                   {**s.to_dict(), "width_mult": src.width, "input_dtype": self.input_dtype}), t0)
+
+    def qat(self, sources: list[Source]) -> None:
+        """One quantization-aware-trained program per source (kept in work/: an interrupted run reuses it)."""
         from pipeline.backends.paddle.quantize.qat import quant_aware_train
+
+        cfg, inp = self.cfg, self.inp
         for src in sources:
             t0 = time.monotonic()
             name = src.prefix + "qat"
-            trained = work_dir / "qat" / name
+            trained = self.work_dir / "qat" / name
             settings = {
                 "use_pact": cfg.use_pact, "moving_rate": cfg.moving_rate, "weight_quantize_type": cfg.weight_quantize_type,
                 "activation_quantize_type": cfg.qat_activation_type(), "epochs": cfg.num_train_epochs,
@@ -205,25 +233,25 @@ def build_and_evaluate(
                 "seed": cfg.seed, "warmup_ratio": cfg.warmup_ratio, "weight_decay": cfg.weight_decay,
             }
             if not (trained / MODEL_FILE).is_file():
-                tmp = work_dir / "qat" / f".{name}.tmp"
+                tmp = self.work_dir / "qat" / f".{name}.tmp"
                 shutil.rmtree(tmp, ignore_errors=True)
                 quant_aware_train(src.model_dir, inp.train, inp.dev, max_seq_len=inp.max_seq_len, out_dir=tmp,
-                                  input_dtype=input_dtype, log=log, **settings)
+                                  input_dtype=self.input_dtype, log=self.log, **settings)
                 shutil.rmtree(trained, ignore_errors=True)
                 tmp.rename(trained)
             else:
-                log(f"[compress] qat {name}: reusing {trained}")
-            infer = copy_static(trained, out_dir / "candidates" / name / "infer")
-            add(Candidate(name, src.width, "qat", False, infer, src.model_dir, {**settings, "width_mult": src.width, "input_dtype": input_dtype}), t0)
+                self.log(f"[compress] qat {name}: reusing {trained}")
+            infer = copy_static(trained, self.out_dir / "candidates" / name / "infer")
+            self.add(Candidate(name, src.width, "qat", False, infer, src.model_dir,
+                               {**settings, "width_mult": src.width, "input_dtype": self.input_dtype}), t0)
 
-    # 4. int8 word embeddings on top of every candidate
-    if "embeddings" in parts:
-        for base in list(cands):
+    def int8_embeddings(self) -> None:
+        """An int8-embedding variant of every candidate so far."""
+        for base in list(self.cands):
             t0 = time.monotonic()
             name = base.name + "+emb"
-            infer = out_dir / "candidates" / name / "infer"
-            info = quantize_embeddings(base.infer_dir, infer, log=log)
-            settings = {**base.settings, "embeddings": {"table": info.table, "fp32_bytes": info.fp32_bytes, "int8_bytes": info.int8_bytes,
-                                                        "max_abs_error": info.max_abs_error}}
-            add(Candidate(name, base.width_mult, base.quantization, True, infer, base.source_model_dir, settings), t0)
-    return finish()
+            infer = self.out_dir / "candidates" / name / "infer"
+            info = quantize_embeddings(base.infer_dir, infer, log=self.log)
+            settings = {**base.settings, "embeddings": {"table": info.table, "fp32_bytes": info.fp32_bytes,
+                                                        "int8_bytes": info.int8_bytes, "max_abs_error": info.max_abs_error}}
+            self.add(Candidate(name, base.width_mult, base.quantization, True, infer, base.source_model_dir, settings), t0)

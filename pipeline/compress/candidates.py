@@ -87,9 +87,11 @@ def make_session(cand: Candidate):
 
         return session(cand.model_path, precision=cand.precision)
     if cand.runtime == "openvino":
+        from pipeline.backends.openvino.config import OpenVINOConfig
         from pipeline.backends.openvino.session import session
 
-        return session(cand.model_path, precision=cand.precision)
+        return session(cand.model_path, precision=cand.precision,
+                       properties=OpenVINOConfig(**cand.settings.get("openvino", {})).cpu_properties())
     from pipeline.backends.paddle.session import session
 
     return session(cand.infer_dir, precision=cand.precision)

@@ -6,7 +6,7 @@ each width's FP32 program becomes an FP32 ONNX, and with ``ptq`` in the strategy
 ``compress.engines`` gives its batch-independent INT8 form: ONNX Runtime's from the recipe search of
 ``pipeline.backends.onnxruntime.int8``, OpenVINO's from NNCF (``pipeline.backends.openvino.quantize``).  Every form is a candidate,
 scored and timed in its own engine in the same interleaved rounds: the engine is chosen by measurement on
-this CPU.  Both searches are cached under ``runs/<task>/int8_candidates`` and export repeats them for the
+this CPU.  Both searches are cached under ``runs/<task>/cache/int8`` and compress repeats them for the
 selected width (cache hits), so the shipped INT8 files are the measured ones.
 """
 
@@ -25,7 +25,7 @@ INT8_NAMES = {"onnxruntime": "int8", "openvino": "ov-int8"}  # candidate names: 
 
 def onnx_candidates(sources: Sequence, out_dir: Path, *, quantize: Callable | None, quantize_unpruned: bool,
                     int8_embeddings: bool = True, opset: int = 13, log: Callable[[str], None] = print,
-                    quantize_openvino: Callable | None = None) -> Iterator[Candidate]:
+                    quantize_openvino: Callable | None = None, openvino: dict | None = None) -> Iterator[Candidate]:
     """For every source (``build.Source``: width, dygraph dir, static program): its FP32 ONNX candidate,
     then, with ``quantize``, its ONNX Runtime INT8 candidate, and with ``quantize_openvino`` its OpenVINO INT8
     candidate (same call shape; the result's ``chosen.path`` is an IR ``.xml``).  The first source is the
@@ -56,9 +56,10 @@ def onnx_candidates(sources: Sequence, out_dir: Path, *, quantize: Callable | No
             result = search(fp32, path, baseline)
             recipe = result.chosen.recipe
             log(f"[compress] {int8_name}: recipe {recipe.name}")
+            engine_settings = {"openvino": dict(openvino or {})} if engine == "openvino" else {}  # timed with these
             yield _done(Candidate(int8_name, src.width, quantization, embeddings, src.infer_dir, src.model_dir,
                                   {**settings, "int8_recipe": recipe.as_dict(), "heldout_drop_points": result.chosen.drop_points,
-                                   "recipe_within_budget": result.within_budget},
+                                   "recipe_within_budget": result.within_budget, **engine_settings},
                                   runtime=engine, model_path=path), t0)
 
 

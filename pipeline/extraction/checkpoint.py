@@ -11,6 +11,7 @@ from pathlib import Path
 from pipeline.errors import ModelError
 
 HEADS = ("linear_start", "linear_end")
+ARCHITECTURE = "UIE"  # PaddleNLP's model class, as its config.json names it in "architectures" (not a task kind)
 CONFIG_FILES = ("config.json", "model_config.json")
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -28,7 +29,7 @@ def is_paddlenlp_uie(model_dir: Path) -> bool:
     """A PaddleNLP UIE directory (config ``architectures: ["UIE"]``)."""
     _, config = _config(Path(model_dir))
     arch = config.get("architectures")
-    return isinstance(arch, list) and arch[:1] == ["UIE"]
+    return isinstance(arch, list) and arch[:1] == [ARCHITECTURE]
 
 
 def convert_uie_checkpoint(src: Path, dst: Path) -> Path:

@@ -107,6 +107,22 @@ class TaskKind:
     loss_version: str = ""
 
     # -- data ---------------------------------------------------------------------------------------
+    uses_uie_checkpoints: bool = False  # finetune takes a PaddleNLP UIE checkpoint directory as is (converted)
+
+    def feature_params(self, cfg) -> dict:
+        """The config values that change this kind's features beyond the shared ones (part of the cache key of every
+        stage that reads the data): none for classification."""
+        return {}
+
+    def baseline_details(self, ev, fs: FeatureSet, labels) -> tuple[dict, str]:
+        """(what finetune-check's baseline adds for this kind, the log line's detail): every metric by default."""
+        return {}, " (" + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in ev.score.metrics.items()) + ")"
+
+    def manifest_sections(self, cfg) -> dict:
+        """What meta.json carries for this kind's served pre/post-processing beyond the model contract (the windowing
+        and decoding it was evaluated with): none for classification."""
+        return {}
+
     def load(self, cfg) -> "Any":  # -> pipeline.data.TaskDataset
         raise NotImplementedError
 
@@ -154,6 +170,11 @@ class TaskKind:
 
     def describe(self, score: Score) -> str:
         return f"{self.metric_label} {score.value:.4f}"
+
+
+def span_feature_params(cfg) -> dict:
+    """What changes the features of every kind but classification: its type, data format and files."""
+    return {"type": cfg.type, "format": cfg.data.format, "files": [cfg.data.train_file, cfg.data.dev_file]}
 
 
 def request_shaped_batches(fs: FeatureSet, batch_size: int) -> list[np.ndarray]:

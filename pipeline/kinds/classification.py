@@ -16,6 +16,17 @@ class Classification(TaskKind):
     metric = "accuracy"
     metric_label = "accuracy"
 
+
+    def baseline_details(self, ev, fs: FeatureSet, labels) -> tuple[dict, str]:
+        """Macro-F1, the majority class's accuracy (what a model that learned nothing scores) and per-class recall."""
+        targets = np.array([f.target for f in fs.features], dtype=np.int64)
+        pred = ev.flat().argmax(-1)
+        majority = float(max((targets == c).mean() for c in range(len(labels))))
+        recall = [float((pred[targets == c] == c).mean()) if (targets == c).any() else None for c in range(len(labels))]
+        details = {"macro_f1": ev.score.metrics["macro_f1"], "majority_class_accuracy": majority,
+                   "per_class_recall": dict(zip(labels, recall))}
+        return details, f" (macro-F1 {ev.score.metrics['macro_f1']:.4f}, majority class {majority:.4f})"
+
     def load(self, cfg):
         from pipeline.data import load_classification_data
 

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, request_shaped_batches
+from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, request_shaped_batches, span_feature_params
 
 LABELS = ("start", "end")
 
@@ -29,6 +29,20 @@ class UniversalExtraction(TaskKind):
     token_level_outputs = True
     token_level_targets = True
     loss_version = "logit-adjusted"  # uie.positive_weight shifts the logits by its log (see loss)
+
+
+    uses_uie_checkpoints = True
+
+    def manifest_sections(self, cfg) -> dict:
+        u = cfg.uie
+        return {"uie": {"doc_stride": u.doc_stride, "max_prompt_len": u.max_prompt_len, "position_prob": u.position_prob,
+                        "max_span_len": u.max_span_len, "schema": [u.prompts[t] for t in cfg.labels if t in u.prompts]}}
+
+    def feature_params(self, cfg) -> dict:
+        """The data format and files plus ``uie:`` (part of every data-reading stage's key)."""
+        import dataclasses
+
+        return {**span_feature_params(cfg), "uie": dataclasses.asdict(cfg.uie), "labels": list(cfg.labels)}
 
     def __init__(self, cfg):
         self.uc = cfg.uie

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, masked_positions, request_shaped_batches
+from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, masked_positions, request_shaped_batches, span_feature_params
 
 LABELS = ("start", "end")
 
@@ -27,6 +27,17 @@ class ReadingComprehension(TaskKind):
     metric = "f1"
     metric_label = "F1"
     token_level_outputs = True
+
+
+    def manifest_sections(self, cfg) -> dict:
+        r = cfg.reading
+        return {"reading": {"doc_stride": r.doc_stride, "max_query_len": r.max_query_len, "max_answer_len": r.max_answer_len}}
+
+    def feature_params(self, cfg) -> dict:
+        """The data format and files plus ``reading:`` (part of every data-reading stage's key)."""
+        import dataclasses
+
+        return {**span_feature_params(cfg), "reading": dataclasses.asdict(cfg.reading)}
 
     def __init__(self, cfg):
         self.rc = cfg.reading
@@ -77,7 +88,7 @@ class ReadingComprehension(TaskKind):
 
     def eval_batches(self, fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
         # Shaped like the served requests (data order, ``batch_size`` items each): with a per-batch INT8
-        # form (export.batch_independent_int8: false) validated, offline and served numbers stay equal.
+        # form (quantization.batch_independent_int8: false) validated, offline and served numbers stay equal.
         return request_shaped_batches(fs, batch_size)
 
     def training_texts(self, examples) -> Iterator[str]:

@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, request_shaped_batches
+from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, request_shaped_batches, span_feature_params
 
 
 class TokenClassification(TaskKind):
@@ -24,6 +24,14 @@ class TokenClassification(TaskKind):
     metric_label = "entity F1"
     token_level_outputs = True
     token_level_targets = True
+
+
+    def manifest_sections(self, cfg) -> dict:
+        return {"entity_types": list(cfg.labels)}
+
+    def feature_params(self, cfg) -> dict:
+        """The data format and files (part of every data-reading stage's key)."""
+        return span_feature_params(cfg)
 
     def __init__(self, cfg):
         from pipeline.labeling.bio import tag_names
@@ -74,7 +82,7 @@ class TokenClassification(TaskKind):
 
     def eval_batches(self, fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
         # Shaped like the served requests (data order, ``batch_size`` items each): with a per-batch INT8
-        # form (export.batch_independent_int8: false) validated, offline and served numbers stay equal.
+        # form (quantization.batch_independent_int8: false) validated, offline and served numbers stay equal.
         return request_shaped_batches(fs, batch_size)
 
     def training_texts(self, examples) -> Iterator[str]:

@@ -6,7 +6,7 @@ given.  Both CPU engines use it, each with its own builder; it imports no engine
     search.py   ``Search``: each recipe built by the engine's builder and scored on held-out training rows (never
                 dev), the greedy FP32-MatMul fallback, every built candidate cached
     select.py   the searches as the stages set them up: ``SearchRows`` (calibration and held-out training rows,
-                ``calibration_feeds``), ``CACHE_DIR`` (shared by compress and export), the settings in the stages'
+                ``calibration_feeds``), the settings in the stages'
                 cache keys
 
 The builders: ONNX Runtime's fixed-scale form (``pipeline.backends.onnxruntime.int8``) and OpenVINO's NNCF

@@ -18,13 +18,12 @@ import numpy as np
 from pipeline.data import heldout_examples
 from pipeline.kinds.base import FeatureSet
 
-CACHE_DIR = "int8_candidates"  # under runs/<task>/, shared by compress and export
 
 
 @dataclass(frozen=True)
 class SearchRows:
-    """Calibration feeds (the first ``export.calibration_sentences`` training rows) and the held-out slice
-    (the last ``export.int8_search_sentences``) that scores every recipe.  Dev is never used here."""
+    """Calibration feeds (the first ``quantization.calibration_sentences`` training rows) and the held-out slice
+    (the last ``quantization.int8_search_sentences``) that scores every recipe.  Dev is never used here."""
 
     feeds: list[dict[str, np.ndarray]]
     held: FeatureSet
@@ -52,20 +51,20 @@ def calibration_feeds(features, batch_size: int = 16) -> list[dict[str, np.ndarr
 
 
 def search_rows(cfg, tokenizer, train_examples: Sequence, kind) -> SearchRows:
-    ecfg = cfg.export
-    calib = kind.featurize(tokenizer, list(train_examples[: ecfg.calibration_sentences]), cfg)
-    held = kind.featurize(tokenizer, heldout_examples(train_examples, ecfg.calibration_sentences, ecfg.int8_search_sentences), cfg)
-    return SearchRows(calibration_feeds(calib, ecfg.calibration_batch_size), held, tokenizer.pad_id)
+    qcfg = cfg.quantization
+    calib = kind.featurize(tokenizer, list(train_examples[: qcfg.calibration_sentences]), cfg)
+    held = kind.featurize(tokenizer, heldout_examples(train_examples, qcfg.calibration_sentences, qcfg.int8_search_sentences), cfg)
+    return SearchRows(calibration_feeds(calib, qcfg.calibration_batch_size), held, tokenizer.pad_id)
 
 
 def search_params(cfg) -> dict:
     """Every setting that decides what ONNX Runtime's search builds and picks, with the rows and budget every
     engine's search shares (part of both stages' cache keys)."""
-    e = cfg.export
-    return {"alphas": e.int8_smooth_alphas, "reduce_range": e.int8_reduce_range, "sentences": e.int8_search_sentences,
-            "max_fp32_matmuls": e.int8_max_fp32_matmuls, "budget_points": cfg.gates.max_accuracy_drop,
-            "calibration_sentences": e.calibration_sentences, "calibration_batch_size": e.calibration_batch_size,
-            "embeddings": e.int8_embeddings, "opset": e.opset}
+    q = cfg.quantization
+    return {"alphas": q.int8_smooth_alphas, "reduce_range": q.int8_reduce_range, "sentences": q.int8_search_sentences,
+            "max_fp32_matmuls": q.int8_max_fp32_matmuls, "budget_points": cfg.gates.max_accuracy_drop,
+            "calibration_sentences": q.calibration_sentences, "calibration_batch_size": q.calibration_batch_size,
+            "embeddings": q.int8_embeddings, "opset": cfg.export.opset}
 
 
 def openvino_params(cfg) -> dict | None:
@@ -80,4 +79,5 @@ def openvino_params(cfg) -> dict | None:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
-    return {"alphas": cfg.export.openvino_smooth_alphas, **versions}
+    return {"alphas": cfg.quantization.openvino_smooth_alphas, "inference_precision": cfg.openvino.inference_precision,
+            "properties": dict(cfg.openvino.properties), **versions}

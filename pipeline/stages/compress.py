@@ -23,11 +23,10 @@ from pathlib import Path
 
 from pipeline.stage import Stage
 from pipeline.config import TaskConfig
-from pipeline.kinds import load_task_data
-from pipeline.stages.finetune import data_inputs, kind_params
+from pipeline.kinds import get_kind, load_task_data
+from pipeline.data import data_hashes
 
 SELECTED_MODEL_DIR = "selected_model"
-PRUNED_CACHE = "dynabert_cache"  # under runs/<task>/: pruned models by content key (see compress.build)
 
 
 def params(cfg: TaskConfig) -> dict:
@@ -37,11 +36,13 @@ def params(cfg: TaskConfig) -> dict:
         "compress": dataclasses.asdict(cfg.compress),
         "int8_search": search_params(cfg) if cfg.compress.runtime == "onnxruntime" else None,
         "openvino": openvino_params(cfg),
+        # compress builds every INT8 form of the selected candidate (pipeline.compress.shipped)
+        "quantization": dataclasses.asdict(cfg.quantization), "opset": cfg.export.opset,
         "max_seq_len": cfg.max_seq_len,
         "labels": list(cfg.labels),
         "max_accuracy_drop": cfg.gates.max_accuracy_drop,
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
-        **kind_params(cfg),
+        **get_kind(cfg).feature_params(cfg),
     }
 
 
@@ -54,10 +55,11 @@ def check(cfg: TaskConfig) -> None:
         why = missing()
         if why:
             raise ConfigError(f"compress.engines: openvino cannot run here: {why} (or --set 'compress.engines=[onnxruntime]')")
+        cfg.openvino.check()  # a property the CPU plugin refuses: named now, not after DynaBERT
 
 
 def inputs(cfg: TaskConfig) -> dict[str, str]:
-    out = data_inputs(cfg)
+    out = data_hashes(cfg)
     static = cfg.compress.input_infer_model_path
     if static:
         from pipeline.backends.forms import check_static_dir
@@ -68,31 +70,65 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 
 
 def run(ctx):
-    from pipeline.compress.build import CompressInputs, build_and_evaluate, preflight
-    from pipeline.compress.candidates import select, selected_candidate, write_table
+    """Make and measure every candidate (width x engine x recipe), select the fastest within the budget, build
+    every shipped form of the selected one, hand export its paths."""
+    from pipeline.compress.build import build_and_evaluate
+    from pipeline.compress.candidates import select, write_table
+    from pipeline.compress.shipped import fp32_sources, make as make_shipped
+    from pipeline.contract import detect_cpu
     from pipeline.handoffs import Baseline
-    from pipeline.cpu import detect as detect_cpu
-    from pipeline.backends.onnxruntime.int8.search import search_recipe
-    from pipeline.quantization.select import CACHE_DIR, search_rows
-    from pipeline.kinds import get_kind
     from pipeline.records import StageResult
+    from pipeline.run_cache import RunCache
+
+    cfg, ccfg = ctx.cfg, ctx.cfg.compress
+    baseline = ctx.handoff("finetune-check", Baseline)
+    inp, rows, vocab_dir = _inputs(ctx, baseline)
+    quantize_onnx, quantize_openvino = _engine_searches(ctx, rows)
+    cands, timing = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log, quantize_onnx=quantize_onnx,
+                                       quantize_openvino=quantize_openvino,
+                                       int8_embeddings=cfg.quantization.int8_embeddings, opset=cfg.export.opset,
+                                       openvino=dataclasses.asdict(cfg.openvino))
+    selection = select(cands, cfg.gates.max_accuracy_drop, timing)
+    chosen = selection.selected
+    ctx.log(f"[compress] {selection.message}")
+    if chosen is not None:
+        # The selected candidate's every shipped form, before the unselected programs go (a pruned FP32 program is
+        # what a Paddle-runtime pick's ONNX is converted from).
+        sources = fp32_sources(cands, chosen, ctx.out_dir, ctx.work_dir, cfg.export.opset, ctx.log)
+        make_shipped(ctx.out_dir, sources, rows, cfg, detect_cpu(), RunCache(ctx.runs_dir).int8, ctx.log)
+        _drop_unselected_programs(cands, chosen, ccfg.keep_all_candidates)
+    write_table(ctx.out_dir, cands, selection, baseline.value, cfg.gates.max_accuracy_drop, baseline.metric_label)
+    fp32 = cands[0]
+    metrics = {"candidates": len(cands), "fp32_accuracy": fp32.accuracy, "fp32_throughput": fp32.throughput}
+    if chosen is None:
+        return StageResult(metrics=metrics, artifacts={"candidates": "candidates.json"}, gate_error=selection.message,
+                           message=selection.message)
+    metrics = {"selected": chosen.name, "accuracy": chosen.accuracy, "accuracy_drop_points": chosen.accuracy_drop_points,
+               "speedup": (chosen.throughput / fp32.throughput) if fp32.throughput else 0.0,
+               "throughput": chosen.throughput, **metrics}
+    return StageResult(metrics=metrics, artifacts=_hand_off(ctx, fp32, chosen, vocab_dir), message=selection.message)
+
+
+def _inputs(ctx, baseline):
+    """(CompressInputs, the INT8 searches' rows, the vocabulary's directory): the training, dev and held-out features
+    every candidate is made and judged with.  Bad input (strategy, grid, static model) fails here, before any work."""
+    from pipeline.compress.build import CompressInputs, preflight
+    from pipeline.quantization.select import search_rows
+    from pipeline.run_cache import RunCache
     from pipeline.tokenizer import Tokenizer
 
-    cfg = ctx.cfg
-    kind = get_kind(cfg)
-    ccfg = cfg.compress
+    cfg, ccfg = ctx.cfg, ctx.cfg.compress
+    kind, data = get_kind(cfg), load_task_data(cfg)
     model_dir = ctx.artifact("finetune", "model_dir")
-    baseline = ctx.handoff("finetune-check", Baseline)
-    data = load_task_data(cfg)
     static = Path(ccfg.input_infer_model_path).expanduser() if ccfg.input_infer_model_path else None
     vocab_dir = static if static is not None and (static / "vocab.txt").is_file() else model_dir
     tokenizer = Tokenizer.from_model_dir(vocab_dir, cfg.max_seq_len)
     train = kind.featurize(tokenizer, data.train.examples, cfg)
-    preflight(ccfg, train_size=len(train), static_model_dir=static)  # bad input fails here, before any work
-    ecfg = cfg.export
-    # The INT8 search's calibration and held-out training rows; DynaBERT's importance and best epoch come from
+    preflight(ccfg, train_size=len(train), static_model_dir=static)
+    # The INT8 searches' calibration and held-out training rows; DynaBERT's importance and best epoch come from
     # the same held-out rows.
     rows = search_rows(cfg, tokenizer, data.train.examples, kind)
+    qcfg = cfg.quantization
     inp = CompressInputs(
         model_dir=None if static is not None else model_dir,
         static_model_dir=static,
@@ -100,83 +136,101 @@ def run(ctx):
         train=kind.for_training(train, ccfg.seed),
         dev=kind.featurize(tokenizer, data.dev.examples, cfg),
         heldout=rows.held,
-        pruned_cache=ctx.runs_dir / PRUNED_CACHE,
+        pruned_cache=RunCache(ctx.runs_dir).dynabert,
         # The model (finetune's outputs) and every data row and setting that shapes training and held-out rows.
-        source_key=json.dumps([ctx.upstream["finetune"].output_hash, data.fingerprint, kind_params(cfg),
-                               ecfg.calibration_sentences, ecfg.int8_search_sentences], sort_keys=True, default=str),
+        source_key=json.dumps([ctx.upstream["finetune"].output_hash, data.fingerprint, kind.feature_params(cfg),
+                               qcfg.calibration_sentences, qcfg.int8_search_sentences], sort_keys=True, default=str),
         num_labels=len(data.labels),
         max_seq_len=cfg.max_seq_len,
         baseline_accuracy=baseline.value,
     )
     ctx.log(f"[compress] strategy {ccfg.strategy} in {ccfg.runtime}: FP32 baseline {kind.metric_label} {inp.baseline_accuracy:.4f}, "
             f"budget {cfg.gates.max_accuracy_drop:g} points, {len(data.dev.examples)} dev examples ({len(inp.dev)} model inputs)")
-    quantize_onnx = quantize_openvino = None
-    if ccfg.runtime == "onnxruntime":
-        cpu = detect_cpu()
-        budget, cache = cfg.gates.max_accuracy_drop, ctx.runs_dir / CACHE_DIR
-        if "onnxruntime" in ccfg.engines:
-            def quantize_onnx(fp32, out_path, unpruned):
-                return search_recipe(fp32, out_path, rows, ecfg, budget, cpu, cache, baseline=unpruned, log=ctx.log)
-        if "openvino" in ccfg.engines:
-            from pipeline.backends.openvino.quantize import search_recipe as openvino_search
+    return inp, rows, vocab_dir
 
-            def quantize_openvino(fp32, out_path, unpruned):
-                return openvino_search(fp32, out_path, rows, ecfg, budget, cache, baseline=unpruned, log=ctx.log)
-    cands, timing = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log, quantize_onnx=quantize_onnx,
-                                       quantize_openvino=quantize_openvino, int8_embeddings=ecfg.int8_embeddings,
-                                       opset=ecfg.opset)
-    selection = select(cands, cfg.gates.max_accuracy_drop, timing)
-    chosen = selection.selected
-    if not ccfg.keep_all_candidates:
-        # Static models are cheap to remake; the pruned dygraph dirs (candidates/<w>/model) are the
-        # product of training and stay.  ONNX candidates share their width's program and stay too.
-        for c in cands:
-            if c.name != "fp32" and c is not chosen and c.runtime == "paddle":
-                shutil.rmtree(c.infer_dir, ignore_errors=True)
-                if not any(c.infer_dir.parent.iterdir()):
-                    c.infer_dir.parent.rmdir()
-                c.kept = False
-    write_table(ctx.out_dir, cands, selection, baseline.value, cfg.gates.max_accuracy_drop, baseline.metric_label)
-    ctx.log(f"[compress] {selection.message}")
-    fp32 = cands[0]
-    metrics = {"candidates": len(cands), "fp32_accuracy": fp32.accuracy, "fp32_throughput": fp32.throughput}
-    artifacts = {"candidates": "candidates.json", "fp32_infer_dir": str(fp32.infer_dir.relative_to(ctx.out_dir))}
-    if fp32.model_path is not None:
-        artifacts["fp32_onnx"] = str(fp32.model_path.relative_to(ctx.out_dir))
-    if chosen is None:
-        return StageResult(metrics=metrics, artifacts=artifacts, gate_error=selection.message, message=selection.message)
-    (ctx.out_dir / "selected.json").write_text(selected_candidate(chosen).to_json(), encoding="utf-8")
-    artifacts.update({"selected": "selected.json", "selected_infer_dir": str(chosen.infer_dir.relative_to(ctx.out_dir))})
-    if chosen.model_path is not None:  # the FP32 ONNX of the selected width: export builds its INT8 from it
-        width_fp32 = next(c for c in cands if c.quantization == "none" and c.width_mult == chosen.width_mult)
-        artifacts["selected_fp32_onnx"] = str(width_fp32.model_path.relative_to(ctx.out_dir))
-    if chosen.source_model_dir is not None:
-        src = Path(chosen.source_model_dir)
-        if src.is_relative_to(ctx.out_dir):  # a pruned model already lives under candidates/
-            artifacts["selected_fp32_model_dir"] = str(src.relative_to(ctx.out_dir))
-        else:
-            shutil.copytree(src, ctx.out_dir / SELECTED_MODEL_DIR)
-            artifacts["selected_fp32_model_dir"] = SELECTED_MODEL_DIR
-    metrics = {
-        "selected": chosen.name,
-        "accuracy": chosen.accuracy,
-        "accuracy_drop_points": chosen.accuracy_drop_points,
-        "speedup": (chosen.throughput / fp32.throughput) if fp32.throughput else 0.0,
-        "throughput": chosen.throughput,
-        **metrics,
-    }
-    return StageResult(metrics=metrics, artifacts=artifacts, message=selection.message)
+
+def _engine_searches(ctx, rows):
+    """(ONNX Runtime's search, OpenVINO's search) as ``build_and_evaluate`` calls them per width: each engine of
+    ``compress.engines`` when the candidates are ONNX (``compress.runtime: onnxruntime``), else none."""
+    from pipeline.contract import detect_cpu
+    from pipeline.run_cache import RunCache
+
+    cfg, ccfg = ctx.cfg, ctx.cfg.compress
+    if ccfg.runtime != "onnxruntime":
+        return None, None
+    qcfg, cpu = cfg.quantization, detect_cpu()
+    budget, cache = cfg.gates.max_accuracy_drop, RunCache(ctx.runs_dir).int8
+    quantize_onnx = quantize_openvino = None
+    if "onnxruntime" in ccfg.engines:
+        from pipeline.backends.onnxruntime.int8.search import search_recipe
+
+        def quantize_onnx(fp32, out_path, unpruned):
+            return search_recipe(fp32, out_path, rows, qcfg, budget, cpu, cache, baseline=unpruned, log=ctx.log)
+    if "openvino" in ccfg.engines:
+        from pipeline.backends.openvino.quantize import search_recipe as openvino_search
+
+        def quantize_openvino(fp32, out_path, unpruned):
+            return openvino_search(fp32, out_path, rows, qcfg, budget, cache, baseline=unpruned, log=ctx.log,
+                                   properties=cfg.openvino.cpu_properties())
+    return quantize_onnx, quantize_openvino
+
+
+def _hand_off(ctx, fp32, chosen, vocab_dir: Path) -> dict:
+    """selected.json and outputs.json (the typed records export reads); returns the stage's artifacts."""
+    from pipeline.compress.candidates import selected_candidate
+    from pipeline.compress.shipped import SHIPPED_DIR
+    from pipeline.handoffs import CompressOutputs, SelectedCandidate
+
+    out = ctx.out_dir
+    (out / SelectedCandidate.FILE).write_text(selected_candidate(chosen).to_json(), encoding="utf-8")
+    outputs = CompressOutputs(str(fp32.infer_dir.relative_to(out)), str(chosen.infer_dir.relative_to(out)),
+                              _selected_model_dir(chosen, out, vocab_dir), SHIPPED_DIR, chosen.quantization in ("ptq", "qat"))
+    (out / CompressOutputs.FILE).write_text(outputs.to_json(), encoding="utf-8")
+    return {"candidates": "candidates.json", SelectedCandidate.ROLE: SelectedCandidate.FILE,
+            CompressOutputs.ROLE: CompressOutputs.FILE}
+
+
+def _drop_unselected_programs(cands, chosen, keep_all: bool) -> None:
+    """Static models are cheap to remake; the pruned dygraph dirs (candidates/<w>/model) are the product of training
+    and stay.  ONNX candidates share their width's program and stay too."""
+    if keep_all:
+        return
+    for c in cands:
+        if c.name != "fp32" and c is not chosen and c.runtime == "paddle":
+            shutil.rmtree(c.infer_dir, ignore_errors=True)
+            if not any(c.infer_dir.parent.iterdir()):
+                c.infer_dir.parent.rmdir()
+            c.kept = False
+
+
+def _selected_model_dir(chosen, out_dir: Path, vocab_dir: Path) -> str:
+    """The FP32 dygraph directory the selected candidate was made from (export takes its tokenizer files from it),
+    inside ``out_dir``; for a static input model, its tokenizer files alone."""
+    from pipeline.contract import TOKENIZER_FILES
+
+    src = Path(chosen.source_model_dir) if chosen.source_model_dir is not None else None
+    if src is not None and src.is_relative_to(out_dir):  # a pruned model already lives under candidates/
+        return str(src.relative_to(out_dir))
+    if src is not None:
+        shutil.copytree(src, out_dir / SELECTED_MODEL_DIR)
+    else:
+        (out_dir / SELECTED_MODEL_DIR).mkdir()
+        for name in TOKENIZER_FILES:
+            if (vocab_dir / name).is_file():
+                shutil.copyfile(vocab_dir / name, out_dir / SELECTED_MODEL_DIR / name)
+    return SELECTED_MODEL_DIR
 
 
 STAGE = Stage(
     name="compress",
-    description="DynaBERT width pruning, then INT8; every candidate scored and timed in the runtime that ships",
+    description="DynaBERT width pruning, then INT8 per engine; every candidate scored and timed; the selected one's forms built",
     requires=("finetune", "finetune-check"),  # the model from finetune, the baseline from finetune-check
     params=params,
     inputs=inputs,
     run=run,
     check=check,
     # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.int8.fusion); 3: and with K^T folded into the
-    # attention-score GEMM (fold_key_transpose); 4: OpenVINO INT8 candidates (compress.engines)
-    version="4",
+    # attention-score GEMM (fold_key_transpose); 4: OpenVINO INT8 candidates (compress.engines); 5: every shipped
+    # form of the selected candidate (shipped/), outputs.json for export
+    version="5",
 )

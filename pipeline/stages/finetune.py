@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from pathlib import Path
 
 from pipeline.stage import Stage
 from pipeline.extraction.checkpoint import convert_uie_checkpoint, is_paddlenlp_uie
 from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, TaskConfig
-from pipeline.kinds import load_task_data
 from pipeline.hashing import tree_sha256
-from pipeline.kinds import get_kind
+from pipeline.data import data_hashes
+from pipeline.kinds import get_kind, load_task_data
 from pipeline.modeling import (
     check_head,
     create_scratch_classifier,
@@ -43,7 +44,7 @@ def params(cfg: TaskConfig) -> dict:
         "max_seq_len": cfg.max_seq_len,
         "finetune": dataclasses.asdict(dataclasses.replace(cfg.finetune, learning_rate=learning_rate(cfg))),
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
-        **kind_params(cfg),
+        **get_kind(cfg).feature_params(cfg),
     }
     if not cfg.model.name_or_path:
         p["scratch"] = dataclasses.asdict(cfg.model.scratch)
@@ -53,38 +54,8 @@ def params(cfg: TaskConfig) -> dict:
     return p
 
 
-def kind_params(cfg: TaskConfig) -> dict:
-    """What changes the features of a non-classification task (part of every data-reading stage's key)."""
-    if cfg.type == "classification":
-        return {}
-    out = {"type": cfg.type, "format": cfg.data.format, "files": [cfg.data.train_file, cfg.data.dev_file]}
-    if cfg.type == "reading_comprehension":
-        out["reading"] = dataclasses.asdict(cfg.reading)
-    if cfg.type == "uie":
-        out["uie"] = dataclasses.asdict(cfg.uie)
-        out["labels"] = list(cfg.labels)
-    return out
-
-
-def data_inputs(cfg: TaskConfig) -> dict[str, str]:
-    """Content hashes of the data files (no parsing: cheap enough for ``status``)."""
-    from pipeline.errors import DataError
-    from pipeline.hashing import file_sha256
-
-    d = cfg.data_dir()
-    if d is not None and d.is_dir():
-        out = {}
-        for name in (cfg.data.train_file, cfg.data.dev_file, cfg.data.labels_file):
-            if name and (d / name).is_file():
-                out[f"data:{name}"] = file_sha256(d / name)
-        return out
-    if d is not None and d.exists():
-        raise DataError(f"data dir is not a directory: {d}")
-    return {"data": f"paddlenlp:clue/{cfg.data.clue_name}"}
-
-
 def inputs(cfg: TaskConfig) -> dict[str, str]:
-    out = data_inputs(cfg)
+    out = data_hashes(cfg)
     model_dir = resolve_model_dir(cfg.model)
     if model_dir is not None:
         # Fail fast on a broken model dir, before anything runs; ``status`` comes here too, so the weights are not
@@ -95,54 +66,73 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 
 
 def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph import-light
+    """Take the model as it is when it already has the task's head (or is a PaddleNLP UIE checkpoint: converted);
+    otherwise fine-tune one: the given encoder with a new head, or the small ERNIE from scratch."""
+    cfg = ctx.cfg
+    model_dir = resolve_model_dir(cfg.model)
+    if model_dir is not None and get_kind(cfg).uses_uie_checkpoints and is_paddlenlp_uie(model_dir):
+        return _convert_uie(ctx, model_dir)
+    data = load_task_data(cfg)
+    if model_dir is not None:
+        ready = _model_as_is(ctx, model_dir, data)
+        if ready is not None:
+            return ready
+    _report_data(ctx, data)
+    model, tokenizer, vocab_dir = _model_to_train(ctx, model_dir, data)
+    return _train(ctx, model, tokenizer, vocab_dir, data)
+
+
+def _convert_uie(ctx, model_dir: Path):
     from pipeline.records import StageResult
 
-    cfg = ctx.cfg
-    kind = get_kind(cfg)
-    model_dir = resolve_model_dir(cfg.model)
-    if model_dir is not None and cfg.type == "uie" and is_paddlenlp_uie(model_dir):
-        convert_uie_checkpoint(model_dir, ctx.out_dir / "model")
-        ctx.log(f"[finetune] {model_dir} is a PaddleNLP UIE checkpoint: converted (heads merged), no training needed")
-        return StageResult(artifacts={"model_dir": "model"}, message="converted a PaddleNLP UIE checkpoint",
-                           metrics={"trained": 0, "converted": 1})
-    if model_dir is not None:
-        info = inspect_model(model_dir)
-        data = load_task_data(cfg)
-        if check_head(info, data.labels, cfg.max_seq_len, kind.model_class().__name__):
-            ctx.log(f"[finetune] {model_dir} already has the task's {len(data.labels)}-output head: no training needed")
-            return StageResult(
-                artifacts={"model_dir": str(model_dir)},
-                external_outputs={str(model_dir): tree_sha256(model_dir)},
-                message="skipped training: model already has the task's head",
-                metrics={"trained": 0},
-            )
-    else:
-        data = load_task_data(cfg)
-    _report_data(ctx, data)
+    convert_uie_checkpoint(model_dir, ctx.out_dir / "model")
+    ctx.log(f"[finetune] {model_dir} is a PaddleNLP UIE checkpoint: converted (heads merged), no training needed")
+    return StageResult(artifacts={"model_dir": "model"}, message="converted a PaddleNLP UIE checkpoint",
+                       metrics={"trained": 0, "converted": 1})
 
-    vocab_dir = ctx.work_dir / "vocab"
-    if model_dir is None:
-        if not (vocab_dir / "vocab.txt").is_file():
-            vocab_dir.mkdir(parents=True, exist_ok=True)
-            vocab = build_char_vocab(kind.training_texts(data.train.examples), cfg.model.scratch.min_char_freq)
-            write_vocab(vocab, vocab_dir)
-        tokenizer = Tokenizer.from_model_dir(vocab_dir, cfg.max_seq_len)
-        model = create_scratch_classifier(cfg.model.scratch, tokenizer.vocab_size, len(data.labels), cfg.finetune.seed,
-                                          kind.model_class())
-        s = cfg.model.scratch
-        ctx.log(
-            f"[finetune] no model given: training a {s.num_hidden_layers}-layer, {s.hidden_size}-hidden ERNIE from scratch "
-            f"(vocabulary {tokenizer.vocab_size} characters from the training text)"
-        )
-    else:
-        vocab_dir = model_dir
-        tokenizer = Tokenizer.from_model_dir(model_dir, cfg.max_seq_len)
+
+def _model_as_is(ctx, model_dir: Path, data):
+    """The model already has the task's head over exactly its labels: nothing to train (None otherwise)."""
+    from pipeline.records import StageResult
+
+    cfg, kind = ctx.cfg, get_kind(ctx.cfg)
+    info = inspect_model(model_dir)
+    if not check_head(info, data.labels, cfg.max_seq_len, kind.model_class().__name__):
+        return None
+    ctx.log(f"[finetune] {model_dir} already has the task's {len(data.labels)}-output head: no training needed")
+    return StageResult(artifacts={"model_dir": str(model_dir)}, external_outputs={str(model_dir): tree_sha256(model_dir)},
+                       message="skipped training: model already has the task's head", metrics={"trained": 0})
+
+
+def _model_to_train(ctx, model_dir: Path | None, data):
+    """(model, tokenizer, vocabulary dir): the given encoder with the kind's head, or the scratch ERNIE with a
+    character vocabulary from the training text (kept in work/, so a resumed run tokenizes the same)."""
+    cfg, kind = ctx.cfg, get_kind(ctx.cfg)
+    if model_dir is not None:
         import paddle
 
         paddle.seed(cfg.finetune.seed)
         model = load_classifier(model_dir, len(data.labels), kind.model_class())
         ctx.log(f"[finetune] {model_dir} has no {kind.name} head for the task: fine-tuning one")
+        return model, Tokenizer.from_model_dir(model_dir, cfg.max_seq_len), model_dir
+    vocab_dir = ctx.work_dir / "vocab"
+    if not (vocab_dir / "vocab.txt").is_file():
+        vocab_dir.mkdir(parents=True, exist_ok=True)
+        write_vocab(build_char_vocab(kind.training_texts(data.train.examples), cfg.model.scratch.min_char_freq), vocab_dir)
+    tokenizer = Tokenizer.from_model_dir(vocab_dir, cfg.max_seq_len)
+    model = create_scratch_classifier(cfg.model.scratch, tokenizer.vocab_size, len(data.labels), cfg.finetune.seed,
+                                      kind.model_class())
+    s = cfg.model.scratch
+    ctx.log(f"[finetune] no model given: training a {s.num_hidden_layers}-layer, {s.hidden_size}-hidden ERNIE from scratch "
+            f"(vocabulary {tokenizer.vocab_size} characters from the training text)")
+    return model, tokenizer, vocab_dir
 
+
+def _train(ctx, model, tokenizer, vocab_dir: Path, data):
+    """The training loop (resumable from work/), keeping the best epoch on dev; its model is the stage's output."""
+    from pipeline.records import StageResult
+
+    cfg, kind = ctx.cfg, get_kind(ctx.cfg)
     lr = learning_rate(cfg)
     train_cfg = dataclasses.replace(cfg.finetune, learning_rate=lr)
     ctx.log(f"[finetune] {cfg.finetune.epochs} epoch(s), batch {cfg.finetune.batch_size}, learning rate {lr:g}")
@@ -165,20 +155,12 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
     if not (best_dir / "model_state.pdparams").is_file():
         save_best(model)
     shutil.copytree(best_dir, ctx.out_dir / "model")
-    metrics = {
-        f"best_dev_{kind.metric}": result.best_accuracy,
-        "best_epoch": result.best_epoch,
-        "steps": result.steps,
-        "trained": 1,
-        "train_examples": len(data.train.examples),
-    }
+    metrics = {f"best_dev_{kind.metric}": result.best_accuracy, "best_epoch": result.best_epoch, "steps": result.steps,
+               "trained": 1, "train_examples": len(data.train.examples)}
     if result.resumed_from_step:
         metrics["resumed_from_step"] = result.resumed_from_step
-    return StageResult(
-        metrics=metrics,
-        artifacts={"model_dir": "model"},
-        message=f"best dev {kind.metric_label} {result.best_accuracy:.4f} at epoch {result.best_epoch}",
-    )
+    return StageResult(metrics=metrics, artifacts={"model_dir": "model"},
+                       message=f"best dev {kind.metric_label} {result.best_accuracy:.4f} at epoch {result.best_epoch}")
 
 
 def _report_data(ctx, data) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pipeline.stage import Stage
 from pipeline.config import TaskConfig
-from pipeline.kinds import load_task_data
+from pipeline.kinds import get_kind, load_task_data
 from pipeline.handoffs import Baseline
 from pipeline.modeling import check_head, inspect_model, load_classifier
-from pipeline.stages.finetune import data_inputs, kind_params
+from pipeline.data import data_hashes
 from pipeline.tokenizer import Tokenizer
 
 BASELINE_FILE = Baseline.FILE
@@ -30,19 +30,18 @@ def params(cfg: TaskConfig) -> dict:
         "max_seq_len": cfg.max_seq_len,
         "labels": list(cfg.labels),
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
-        **kind_params(cfg),
+        **get_kind(cfg).feature_params(cfg),
     }
 
 
 def inputs(cfg: TaskConfig) -> dict[str, str]:
-    return data_inputs(cfg)
+    return data_hashes(cfg)
 
 
 def run(ctx):
     import numpy as np
 
     from pipeline.evaluation import evaluate_dygraph
-    from pipeline.kinds import get_kind
     from pipeline.records import StageResult
 
     cfg = ctx.cfg
@@ -65,17 +64,7 @@ def run(ctx):
         # rows dropped on purpose while reading (bad spans, overlaps, answers not in the passage, ...)
         skipped={split.name: {"count": split.skipped, **split.skip_reasons} for split in (data.train, data.dev) if split.skipped},
         labels=list(data.labels), model_dir=str(model_dir), max_seq_len=cfg.max_seq_len)
-    detail = ""
-    if cfg.type == "classification":
-        labels = np.array([f.target for f in dev.features], dtype=np.int64)
-        pred = ev.flat().argmax(-1)
-        majority = float(max((labels == c).mean() for c in range(len(data.labels))))
-        recall = [float((pred[labels == c] == c).mean()) if (labels == c).any() else None for c in range(len(data.labels))]
-        baseline.classification = {"macro_f1": ev.score.metrics["macro_f1"], "majority_class_accuracy": majority,
-                                   "per_class_recall": dict(zip(data.labels, recall))}
-        detail = f" (macro-F1 {ev.score.metrics['macro_f1']:.4f}, majority class {majority:.4f})"
-    else:
-        detail = " (" + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in ev.score.metrics.items()) + ")"
+    baseline.classification, detail = kind.baseline_details(ev, dev, data.labels)
     (ctx.out_dir / BASELINE_FILE).write_text(baseline.to_json(), encoding="utf-8")
     np.save(ctx.out_dir / "dev_logits.npy", ev.flat())  # the FP32 reference for later parity checks
     ctx.log(f"[finetune-check] FP32 dev {kind.metric_label} {ev.metric:.4f} on {len(data.dev.examples)} examples{detail}")

@@ -116,7 +116,7 @@ def run(ctx):
     from pipeline.errors import ModelError
     from pipeline.handoffs import ExportManifest, Validation
     from pipeline.records import StageResult
-    from pipeline.stages.finetune import data_inputs
+    from pipeline.data import data_hashes
     from pipeline.hashing import file_sha256, json_sha256
     from serving.bundle.repository import BundleTooLarge, PackageError, Provenance, write_repository
 
@@ -126,7 +126,7 @@ def run(ctx):
     finetune = ctx.upstream.get("finetune")
     prov = Provenance(
         source_model_sha256=json_sha256(finetune.outputs) if finetune else "",
-        data_fingerprint=json_sha256(data_inputs(cfg)),
+        data_fingerprint=json_sha256(data_hashes(cfg)),
         selected_candidate=ctx.handoff("export", ExportManifest).selected_candidate,
         metrics=validation.data,
         gates=_gates(ctx),

@@ -30,8 +30,8 @@ FASTDEPLOY_ENGINES = ("paddle", "onnxruntime", "tensorrt", "openvino")
 KINDS = ("CPU", "GPU")
 # ensemble: tokenizer -> model -> postprocess, three Triton models; fused: one python model doing all three
 # in one process (classification on a python runtime: two fewer IPC hops per request); auto: fused where it
-# applies, else ensemble.  Real TNEWS bundle, 2 cores, perf_analyzer c=16: fused 431 req/s (0.93x offline
-# model-only), ensemble 393 (0.87x); c=4 463 vs 379.
+# applies, else ensemble (the task kind decides: serving.bundle.kinds.BundleKind.layout).  Real TNEWS bundle,
+# 2 cores, perf_analyzer c=16: fused 431 req/s (0.93x offline model-only), ensemble 393 (0.87x); c=4 463 vs 379.
 LAYOUTS = ("auto", "ensemble", "fused")
 VERSION_POLICIES = ("latest", "all")
 # The served interface: ernie-bundle (ours: label codes, descriptions, probabilities, top-k, JSON entities/spans) or
@@ -120,16 +120,6 @@ class PackageConfig:
             raise _config_error(
                 f"package.preferred_batch_size {self.preferred_batch_size} is larger than max_batch_size {self.max_batch_size}"
             )
-
-    def layout_for(self, task_type: str) -> str:
-        """The layout a bundle of ``task_type`` gets: ``layout``, or with auto fused for classification on a
-        python runtime (the one kind whose three steps fit one batched model) and ensemble otherwise.  FastDeploy's
-        uie (api fastdeploy) is one python model: fused (serving.bundle.fastdeploy_api refuses an explicit ensemble)."""
-        if self.api == "fastdeploy" and task_type == "uie":
-            return "fused"
-        if self.layout != "auto":
-            return self.layout
-        return "fused" if task_type == "classification" and self.backend == "python" else "ensemble"
 
     @property
     def instances(self) -> int:

@@ -39,11 +39,28 @@ and ``<name>_postprocess`` (FastDeploy's model names), with our tensor names bet
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from pipeline.contract import TaskKind
 from serving.bundle.config import PackageConfig, _config_error
 
 API = "fastdeploy"
-# task kind -> the served model's name in FastDeploy's examples
-MODEL_NAMES = {"classification": "ernie_seqcls", "token_classification": "ernie_tokencls", "uie": "uie"}
+
+
+@dataclass(frozen=True)
+class Example:
+    """FastDeploy's serving example for one task kind."""
+
+    model: str  # the served model's name
+    client: str  # FastDeploy's own client script for it
+    one_model: bool = False  # one python model that windows, runs the engine in-process and decodes (uie)
+
+
+# task kind (a TaskKind value) -> its example; the kinds not here have none
+EXAMPLES = {TaskKind.CLASSIFICATION.value: Example("ernie_seqcls", "seq_cls_grpc_client.py"),
+            TaskKind.TOKEN_CLASSIFICATION.value: Example("ernie_tokencls", "token_cls_grpc_client.py"),
+            TaskKind.UIE.value: Example("uie", "grpc_client.py", one_model=True)}
+MODEL_NAMES = {kind: example.model for kind, example in EXAMPLES.items()}
 # ernie_seqcls / ernie_tokencls ensemble tensors
 INPUT, OUTPUT = "INPUT", "OUTPUT"
 # uie tensors
@@ -55,15 +72,16 @@ def check(task_type: str, pc: PackageConfig) -> None:
     """Refuse, naming package.api, a package config FastDeploy's examples have no served interface for."""
     if pc.api != API:
         return
-    if task_type not in MODEL_NAMES:
+    example = EXAMPLES.get(task_type)
+    if example is None:
         raise _config_error(f"package.api: fastdeploy has serving examples for classification (ernie_seqcls), "
                             f"token_classification (ernie_tokencls) and uie (uie), not {task_type}; use package.api "
                             "ernie-bundle")
-    if task_type == "uie" and pc.backend != "python":
+    if example.one_model and pc.backend != "python":
         raise _config_error(f"package.api: fastdeploy's uie is one python model running the engine in-process (as "
                             f"FastDeploy's example does): use a python runtime (auto, python-onnxruntime, "
                             f"python-openvino, python-paddle), not {pc.runtime}")
-    if task_type == "uie" and pc.layout == "ensemble":
+    if example.one_model and pc.layout == "ensemble":
         raise _config_error("package.api: fastdeploy's uie is one python model (layout fused), not an ensemble")
 
 
@@ -78,6 +96,7 @@ def resolved(pc: PackageConfig, task_type: str) -> PackageConfig:
     in FastDeploy's config, and every core as engine threads: then "the schema sent last" is one per server."""
     import dataclasses
 
-    if pc.api == API and task_type == "uie" and pc.instance_count == 0:
+    example = EXAMPLES.get(task_type)
+    if pc.api == API and example is not None and example.one_model and pc.instance_count == 0:
         return dataclasses.replace(pc, instance_count=1)
     return pc

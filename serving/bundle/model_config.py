@@ -9,7 +9,8 @@ templates, so a config that Triton would reject for its structure cannot be writ
     <task>_postprocess  python backend: softmax, label mapping, top-k
 
 That is the classification bundle.  The other task kinds (``BundleShape.task_type``) keep the four
-model names, with other tensors:
+model names, with other tensors (which builders make a kind's configs: its object in serving/bundle/kinds.py,
+``all_configs`` there):
 
     token_classification (NER), batched like classification (max_batch_size from package):
       <task>              text -> entities (JSON list of {type, text, start, end} per text)
@@ -17,7 +18,7 @@ model names, with other tensors:
       <task>_model        -> logits [T, num_tags]
       <task>_postprocess  logits + offsets + text -> entities  (argmax, bio.decode_tags)
 
-    reading_comprehension (MRC), max_batch_size 0 everywhere (see _mrc_package for why):
+    reading_comprehension (MRC), max_batch_size 0 everywhere (see windowed_package for why):
       <task>              question [N], context [N] -> answer [N], start [N], end [N], score [N]
       <task>_tokenizer    -> input_ids, token_type_ids [W, T], offsets [W, T, 2], window_example [W]
       <task>_model        -> logits [W, T, 2]
@@ -43,8 +44,9 @@ from dataclasses import dataclass
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pipeline.contract import TaskKind
 from serving.bundle import fastdeploy_api as fd
-from serving.bundle.config import PackageConfig, _config_error
+from serving.bundle.config import PackageConfig
 
 TEXT = "text"
 INPUT_IDS = "input_ids"
@@ -57,9 +59,6 @@ QUESTION, CONTEXT, WINDOW_EXAMPLE = "question", "context", "window_example"
 ANSWER, START, END, SCORE = "answer", "start", "end", "score"
 # uie
 SCHEMA, RESULTS = "schema", "results"
-CLASSIFICATION, TOKEN_CLASSIFICATION, READING_COMPREHENSION = "classification", "token_classification", "reading_comprehension"
-UIE = "uie"
-TASK_TYPES = (CLASSIFICATION, TOKEN_CLASSIFICATION, READING_COMPREHENSION, UIE)
 # Ensemble outputs, in the order clients see them.
 LABEL, LABEL_DESC, CONFIDENCE, PROBS, TOPK_LABEL, TOPK_PROB = "label", "label_desc", "confidence", "probs", "topk_label", "topk_prob"
 VERSION = "1"
@@ -100,7 +99,7 @@ class BundleShape:
     model_file: str  # inside 1/ of <task>_model: model.onnx, or model.pdmodel (+ model.pdiparams)
     pad_id: int = 0  # the vocabulary's [PAD] id: the python runner re-pads merged requests with it
     vocab_size: int = 0  # the python runner refuses ids outside it (0: not checked)
-    task_type: str = CLASSIFICATION  # one of TASK_TYPES; num_labels = tags (NER) or 2 (MRC: start, end)
+    task_type: str = TaskKind.CLASSIFICATION.value  # a TaskKind value; num_labels = tags (NER) or 2 (MRC: start, end)
     # reading comprehension only (meta.json "reading")
     doc_stride: int = 0
     max_query_len: int = 0
@@ -166,7 +165,8 @@ def tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     return cfg
 
 
-def model_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+def model_config(shape: BundleShape, pc: PackageConfig, per_token: bool = False) -> mc.ModelConfig:
+    """The model step; ``per_token``: its logits are [T, C] (every kind but classification), not [C]."""
     names = ModelNames(shape.task)
     cfg = mc.ModelConfig(name=names.model)
     # The python runner re-pads requests of different lengths into one batch itself, so Triton may
@@ -176,7 +176,6 @@ def model_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
         _inp(INPUT_IDS, mc.TYPE_INT64, [-1], pc, allow_ragged_batch=ragged and bool(pc.max_batch_size)),
         _inp(TOKEN_TYPE_IDS, mc.TYPE_INT64, [-1], pc, allow_ragged_batch=ragged and bool(pc.max_batch_size)),
     ])
-    per_token = shape.task_type != CLASSIFICATION
     cfg.output.append(_out(_model_output(shape, pc), mc.TYPE_FP32, [-1, shape.num_labels] if per_token else [shape.num_labels], pc))
     _common(cfg, pc)
     if pc.backend == "python":
@@ -366,8 +365,8 @@ def ner_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
 # -- reading comprehension (MRC) ---------------------------------------------------------------
 
 
-def _mrc_package(pc: PackageConfig) -> PackageConfig:
-    """The package settings every model of the MRC chain runs with: max_batch_size 0.
+def windowed_package(pc: PackageConfig) -> PackageConfig:
+    """The package settings every model of a windowed kind's chain (MRC, UIE) runs with: max_batch_size 0.
 
     One question + context becomes W >= 1 windows, W known only after tokenizing.  Triton's batch
     dimension must mean the same thing in every model of an ensemble (it is split back per request
@@ -384,9 +383,9 @@ def _mrc_package(pc: PackageConfig) -> PackageConfig:
 
 def _windowing_tokenizer_config(shape: BundleShape, pc: PackageConfig, inputs: tuple[str, ...], params: dict) -> mc.ModelConfig:
     """The pre-processing model of a windowed kind (MRC, UIE): string ``inputs`` [N] -> windows [W, T] + offsets +
-    window_example, max_batch_size 0 (see _mrc_package)."""
+    window_example, max_batch_size 0 (see windowed_package)."""
     names = ModelNames(shape.task)
-    pc0 = _mrc_package(pc)
+    pc0 = windowed_package(pc)
     cfg = mc.ModelConfig(name=names.tokenizer, backend="python")
     cfg.input.extend([_inp(name, mc.TYPE_STRING, [], pc0) for name in inputs])
     cfg.output.extend([
@@ -408,7 +407,7 @@ def mrc_tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfi
 
 def mrc_postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     names = ModelNames(shape.task)
-    pc0 = _mrc_package(pc)
+    pc0 = windowed_package(pc)
     cfg = mc.ModelConfig(name=names.postprocess, backend="python")
     cfg.input.extend([
         _inp(LOGITS, mc.TYPE_FP32, [-1, 2], pc0), _inp(OFFSETS, mc.TYPE_INT64, [-1, 2], pc0),
@@ -429,7 +428,7 @@ def _mrc_outputs(pc0: PackageConfig) -> list[mc.ModelOutput]:
 
 def mrc_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     names = ModelNames(shape.task)
-    pc0 = _mrc_package(pc)
+    pc0 = windowed_package(pc)
     cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
     cfg.input.extend([_inp(QUESTION, mc.TYPE_STRING, [], pc0), _inp(CONTEXT, mc.TYPE_STRING, [], pc0)])
     cfg.output.extend(_mrc_outputs(pc0))
@@ -443,13 +442,13 @@ def mrc_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
 
 
 def uie_tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    # texts x prompts -> a varying number of windows: no Triton batching (see _mrc_package)
+    # texts x prompts -> a varying number of windows: no Triton batching (see windowed_package)
     return _windowing_tokenizer_config(shape, pc, (TEXT, SCHEMA), {"max_prompt_len": shape.max_prompt_len})
 
 
 def uie_postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     names = ModelNames(shape.task)
-    pc0 = _mrc_package(pc)
+    pc0 = windowed_package(pc)
     cfg = mc.ModelConfig(name=names.postprocess, backend="python")
     cfg.input.extend([
         _inp(LOGITS, mc.TYPE_FP32, [-1, 2], pc0), _inp(OFFSETS, mc.TYPE_INT64, [-1, 2], pc0),
@@ -466,7 +465,7 @@ def uie_postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelCon
 
 def uie_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     names = ModelNames(shape.task)
-    pc0 = _mrc_package(pc)
+    pc0 = windowed_package(pc)
     cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
     cfg.input.extend([_inp(TEXT, mc.TYPE_STRING, [], pc0), _inp(SCHEMA, mc.TYPE_STRING, [], pc0)])
     cfg.output.append(_out(RESULTS, mc.TYPE_STRING, [-1], pc0))
@@ -495,29 +494,6 @@ def uie_fastdeploy_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConf
     if shape.engine_properties:
         _param(cfg, "engine_properties", shape.engine_properties)
     return cfg
-
-
-def all_configs(shape: BundleShape, pc: PackageConfig) -> dict[str, mc.ModelConfig]:
-    if pc.layout_for(shape.task_type) == "fused":
-        if shape.task_type == UIE and pc.api == fd.API:
-            return {shape.task: uie_fastdeploy_config(shape, pc)}
-        if shape.task_type != CLASSIFICATION:
-            raise _config_error(f"package.layout: fused is for classification bundles, not {shape.task_type}")
-        return {shape.task: fused_config(shape, pc)}
-    if shape.task_type == TOKEN_CLASSIFICATION:
-        configs = (ner_ensemble_config(shape, pc), ner_tokenizer_config(shape, pc), model_config(shape, pc),
-                   ner_postprocess_config(shape, pc))
-    elif shape.task_type == READING_COMPREHENSION:
-        configs = (mrc_ensemble_config(shape, pc), mrc_tokenizer_config(shape, pc), model_config(shape, _mrc_package(pc)),
-                   mrc_postprocess_config(shape, pc))
-    elif shape.task_type == UIE:
-        configs = (uie_ensemble_config(shape, pc), uie_tokenizer_config(shape, pc), model_config(shape, _mrc_package(pc)),
-                   uie_postprocess_config(shape, pc))
-    elif shape.task_type == CLASSIFICATION:
-        configs = (ensemble_config(shape, pc), tokenizer_config(shape, pc), model_config(shape, pc), postprocess_config(shape, pc))
-    else:
-        raise _config_error(f"task_type {shape.task_type!r} is not one of {', '.join(TASK_TYPES)}")
-    return {c.name: c for c in configs}
 
 
 def to_pbtxt(cfg: mc.ModelConfig) -> str:

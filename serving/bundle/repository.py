@@ -12,7 +12,8 @@
 
 Token classification / reading comprehension bundles (meta.json "task_type") have the same four
 models with other python models (serving/triton/models/{ner,mrc}_*.py) and, next to them, verbatim copies
-of the pipeline's pure pre/post-processing modules (PURE_MODULES: wordpiece.py, bio.py, windows.py, spans.py)
+of the pipeline's pure pre/post-processing modules (wordpiece.py, bio.py, windows.py, spans.py: each kind's object
+in serving/bundle/kinds.py names its sources and modules)
 and of serving/triton/text_input.py, so the served pre/post-processing is the offline code; like every
 file they are hashed in bundle.json.
 
@@ -39,41 +40,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pipeline.contract import META_FILE, ExportLayout, TaskKind, read_meta
+from pipeline.errors import ModelError
 from serving.bundle import fastdeploy_api, model_io
 from serving.bundle.config import DeployConfig, PackageConfig
-from serving.bundle.model_config import (
-    CLASSIFICATION,
-    READING_COMPREHENSION,
-    TASK_TYPES,
-    UIE,
-    TOKEN_CLASSIFICATION,
-    VERSION,
-    BundleShape,
-    ModelNames,
-    all_configs,
-    to_pbtxt,
-)
-from serving.triton import class_outputs, fastdeploy_payloads, integrity, model_support, text_input
+from serving.bundle.kinds import BundleKind, all_configs, bundle_kind
+from serving.bundle.model_config import VERSION, BundleShape, ModelNames, to_pbtxt
+from serving.triton import integrity, model_support, text_input
 
 # Copied into bundles as files: the python models (serving/triton/models), the serving/triton helpers beside them
-# (their modules' files) and the pipeline's pure modules (PURE_MODULES, found by path, never imported from here).
+# (their modules' files) and the pipeline's pure modules (each kind's, found by path, never imported from here).
 MODELS_DIR = Path(model_support.__file__).resolve().parent / "models"
 PIPELINE_DIR = Path(__file__).resolve().parents[2] / "pipeline"
-# task type -> (python model sources of <task>_tokenizer, <task>_postprocess)
-MODEL_SOURCES = {
-    CLASSIFICATION: ("tokenizer.py", "postprocess.py"),
-    TOKEN_CLASSIFICATION: ("ner_tokenizer.py", "ner_postprocess.py"),
-    READING_COMPREHENSION: ("mrc_tokenizer.py", "mrc_postprocess.py"),
-    UIE: ("uie_tokenizer.py", "uie_postprocess.py"),
-}
-# task type -> pipeline modules (stdlib + numpy [+ tokenizers] only) copied verbatim next to the
-# (tokenizer, postprocess) models; the python models load them with model_support.sibling().
-PURE_MODULES = {
-    CLASSIFICATION: (("wordpiece.py",), ()),
-    TOKEN_CLASSIFICATION: (("wordpiece.py", "labeling/bio.py"), ("labeling/bio.py",)),
-    READING_COMPREHENSION: (("wordpiece.py", "reading/windows.py"), ("reading/spans.py",)),
-    UIE: (("wordpiece.py", "reading/windows.py"), ("extraction/spans.py",)),
-}
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 SERVING_PACKAGES = ("numpy", "onnxruntime", "openvino", "tokenizers", "paddlepaddle", "tritonclient", "nvidia-pytriton", "protobuf")
 PYTRITON_TRITONSERVER = {"0.7.0": "2.51.0"}  # nvidia-pytriton release -> the tritonserver it ships
@@ -103,56 +81,21 @@ class ExportArtifacts:
 
     @classmethod
     def from_dir(cls, out: Path) -> "ExportArtifacts":
-        out = Path(out)
+        layout = ExportLayout(Path(out))
 
-        def opt(p: Path) -> Path | None:
-            return p if p.exists() else None
+        def opt(form_name: str) -> Path | None:
+            return layout.path(form_name) if layout.has(form_name) else None
 
-        return cls(
-            onnx_fp32=out / "onnx" / "fp32.onnx",
-            tokenizer_dir=out / "tokenizer",
-            labels=out / "labels.json",
-            meta=out / "meta.json",
-            onnx_int8=opt(out / "onnx" / "int8.onnx"),
-            onnx_int8_qdq=opt(out / "onnx" / "int8_qdq.onnx"),
-            paddle_fp32=opt(out / "paddle_fp32"),
-            paddle_int8=opt(out / "paddle_int8"),
-            openvino_int8=opt(out / "openvino" / "int8.xml"),
-        )
+        return cls(onnx_fp32=layout.path("onnx_fp32"), tokenizer_dir=layout.tokenizer_dir, labels=layout.labels,
+                   meta=layout.meta, onnx_int8=opt("onnx_int8"), onnx_int8_qdq=opt("onnx_int8_qdq"),
+                   paddle_fp32=opt("paddle_fp32"), paddle_int8=opt("paddle_int8"), openvino_int8=opt("openvino_int8"))
 
     def read_meta(self) -> dict:
+        """meta.json through the export contract's one reader."""
         try:
-            meta = json.loads(self.meta.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise PackageError(f"{self.meta}: missing (export stage output incomplete)") from None
-        except json.JSONDecodeError as exc:
-            raise PackageError(f"{self.meta}: malformed JSON ({exc.msg})") from None
-        for key in ("task", "max_seq_len", "num_labels"):
-            if key not in meta:
-                raise PackageError(f"{self.meta}: field {key!r} missing")
-        task_type = meta.get("task_type", CLASSIFICATION)
-        if task_type not in TASK_TYPES:
-            raise PackageError(f"{self.meta}: task_type {task_type!r} is not one of {', '.join(TASK_TYPES)}")
-        if task_type == READING_COMPREHENSION:
-            reading = meta.get("reading")
-            if not isinstance(reading, dict):
-                raise PackageError(f"{self.meta}: field 'reading' (doc_stride, max_query_len, max_answer_len) missing")
-            for key in ("doc_stride", "max_query_len", "max_answer_len"):
-                if not isinstance(reading.get(key), int) or reading[key] < 1:
-                    raise PackageError(f"{self.meta}: reading.{key} must be a positive integer, got {reading.get(key)!r}")
-            if reading["max_query_len"] + 3 >= int(meta["max_seq_len"]):
-                raise PackageError(f"{self.meta}: reading.max_query_len {reading['max_query_len']} leaves no room for "
-                                   f"context in max_seq_len {meta['max_seq_len']}")
-        if task_type == UIE:
-            uie = meta.get("uie")
-            if not isinstance(uie, dict):
-                raise PackageError(f"{self.meta}: field 'uie' (doc_stride, max_prompt_len, position_prob, max_span_len) missing")
-            for key in ("doc_stride", "max_prompt_len", "max_span_len"):
-                if not isinstance(uie.get(key), int) or uie[key] < 1:
-                    raise PackageError(f"{self.meta}: uie.{key} must be a positive integer, got {uie.get(key)!r}")
-            if not isinstance(uie.get("position_prob"), (int, float)) or not 0 < uie["position_prob"] < 1:
-                raise PackageError(f"{self.meta}: uie.position_prob must be in (0, 1), got {uie.get('position_prob')!r}")
-        return meta
+            return read_meta(self.meta)
+        except ModelError as exc:
+            raise PackageError(str(exc)) from None
 
 
 @dataclass
@@ -304,27 +247,19 @@ def _copy_python_model(version_dir: Path, source: str, pure: tuple[str, ...] = (
         shutil.copyfile(src, version_dir / src.name)
 
 
-def _task_type(meta: dict) -> str:
-    return str(meta.get("task_type", CLASSIFICATION))
+def _kind(meta: dict) -> BundleKind:
+    """The bundle's kind object, from meta.json's task_type (read_meta checked it is a TaskKind value)."""
+    return bundle_kind(meta.get("task_type", TaskKind.CLASSIFICATION.value))
 
 
-def _names(task: str, pc: PackageConfig, task_type: str) -> ModelNames:
+def _names(task: str, pc: PackageConfig, kind: BundleKind) -> ModelNames:
     """The bundle's model names: the task's, or FastDeploy's example names with package.api fastdeploy."""
-    return ModelNames(fastdeploy_api.served_name(task, task_type, pc), fused=pc.layout_for(task_type) == "fused")
-
-
-def _check_labels(exp: ExportArtifacts, task_type: str, names: list[str]) -> None:
-    """The label rows the served post-processing relies on, per task kind (see the export contract)."""
-    if task_type == TOKEN_CLASSIFICATION:
-        bad = [n for n in names if n != "O" and not (n[:2] in ("B-", "I-") and len(n) > 2)]
-        if not names or names[0] != "O" or bad:
-            raise PackageError(f"{exp.labels}: token classification needs BIO tags with 'O' first, got {names[:5]}")
-    elif task_type in (READING_COMPREHENSION, UIE) and names != ["start", "end"]:
-        raise PackageError(f"{exp.labels}: {task_type} needs the two rows 'start', 'end', got {names[:5]}")
+    return ModelNames(fastdeploy_api.served_name(task, kind.name, pc), fused=kind.layout(pc) == "fused")
 
 
 def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: dict, choice: ModelChoice) -> BundleShape:
-    names = _names(task, pc, _task_type(meta))
+    kind = _kind(meta)
+    names = _names(task, pc, kind)
     vocab = exp.tokenizer_dir / "vocab.txt"
     if not vocab.is_file():
         raise PackageError(f"{vocab}: missing (export stage output incomplete)")
@@ -334,28 +269,17 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     label_rows = [line for line in exp.labels.read_text(encoding="utf-8").splitlines() if line.strip()]
     if len(label_rows) != num_labels:
         raise PackageError(f"{exp.labels}: {len(label_rows)} labels but meta.json says num_labels={num_labels}")
-    task_type = _task_type(meta)
-    if task_type != CLASSIFICATION:
-        try:
-            label_names = [str(json.loads(line)["label"]) for line in label_rows]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise PackageError(f"{exp.labels}: rows must be JSON objects with a 'label'") from None
-        _check_labels(exp, task_type, label_names)
-    reading = meta.get("reading", {}) if task_type == READING_COMPREHENSION else meta.get("uie", {}) if task_type == UIE else {}
-    uie = meta.get("uie", {}) if task_type == UIE else {}
+    problem = kind.label_problem(label_rows)  # the label rows the served post-processing relies on
+    if problem:
+        raise PackageError(f"{exp.labels}: {problem}")
     shape = BundleShape(task=names.ensemble, num_labels=num_labels, max_seq_len=int(meta["max_seq_len"]),
-                        model_file=choice.model_file, pad_id=_pad_id(vocab), task_type=task_type,
+                        model_file=choice.model_file, pad_id=_pad_id(vocab), task_type=kind.name,
                         vocab_size=sum(1 for _ in open(vocab, encoding="utf-8")),
-                        doc_stride=int(reading.get("doc_stride", 0)), max_query_len=int(reading.get("max_query_len", 0)),
-                        max_answer_len=int(reading.get("max_answer_len", 0)),
-                        max_prompt_len=int(uie.get("max_prompt_len", 0)), position_prob=float(uie.get("position_prob", 0.5)),
-                        max_span_len=int(uie.get("max_span_len", 0)), engine_properties=_engine_properties(meta, choice),
-                        model_output=_model_output(exp, pc, choice), schema=tuple(uie.get("schema", ())))
-    fused_uie = task_type == UIE and pc.api == fastdeploy_api.API  # FastDeploy's uie: one python model
-    if names.fused and task_type != CLASSIFICATION and not fused_uie:
-        raise PackageError(f"package.layout: fused is for classification bundles; {task} is {task_type}")
-    tok_source, post_source = MODEL_SOURCES[task_type]
-    tok_pure, post_pure = PURE_MODULES[task_type]
+                        engine_properties=_engine_properties(meta, choice), model_output=_model_output(exp, pc, choice),
+                        **kind.shape_fields(meta))
+    one_model = kind.one_model(pc)  # FastDeploy's uie: one python model
+    if names.fused and not kind.fusable and not one_model:
+        raise PackageError(f"package.layout: fused is for classification bundles; {task} is {kind.name}")
     configs = all_configs(shape, pc)
     for name in names.all():
         (tmp / name / VERSION).mkdir(parents=True)
@@ -363,19 +287,17 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     # The ensemble's version folder stays empty: Triton requires it to exist.
     tok = tmp / names.tokenizer / VERSION
     # Fused: the three steps' files share one folder, whose model.py is the fused classifier (or FastDeploy's uie).
-    fused_source = "uie_fastdeploy.py" if fused_uie else "classifier.py"
-    _copy_python_model(tok, fused_source if names.fused else tok_source, tok_pure + (post_pure if fused_uie else ()))
+    _copy_python_model(tok, kind.fused_source if names.fused else kind.tokenizer_source,
+                       kind.tokenizer_pure + (kind.postprocess_pure if names.fused else ()))
     shutil.copyfile(Path(text_input.__file__), tok / "text_input.py")
     for f in TOKENIZER_FILES:
         if (exp.tokenizer_dir / f).is_file():
             shutil.copyfile(exp.tokenizer_dir / f, tok / f)
     post = tmp / names.postprocess / VERSION
     if not names.fused:
-        _copy_python_model(post, post_source, post_pure)
-    if task_type == CLASSIFICATION:
-        shutil.copyfile(Path(class_outputs.__file__), post / "class_outputs.py")
-    elif pc.api == fastdeploy_api.API:  # FastDeploy's token-classification rows and UIE results
-        shutil.copyfile(Path(fastdeploy_payloads.__file__), post / "fastdeploy_payloads.py")
+        _copy_python_model(post, kind.postprocess_source, kind.postprocess_pure)
+    for helper in kind.postprocess_helpers(pc):  # class_outputs.py; FastDeploy's token-classification rows and UIE results
+        shutil.copyfile(helper, post / helper.name)
     shutil.copyfile(exp.labels, post / "labels.json")
     model = tmp / names.model / VERSION
     for src, dst in choice.sources:
@@ -384,7 +306,7 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
         shutil.copyfile(MODELS_DIR / "runner.py", model / "runner.py")
     elif pc.backend == "python":
         _copy_python_model(model, "runner.py")
-    shutil.copyfile(exp.meta, tmp / "meta.json")
+    shutil.copyfile(exp.meta, tmp / META_FILE)
     return shape
 
 
@@ -414,15 +336,15 @@ def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployCon
 
 def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance,
               deployment: dict | None = None) -> dict:
-    layout = pc.layout_for(_task_type(meta))
-    names = _names(task, pc, _task_type(meta))
+    kind = _kind(meta)
+    names = _names(task, pc, kind)
     m = {
         "format": "ernie-bundle/1",
         "task": task,
-        "task_type": _task_type(meta),
+        "task_type": kind.name,
         "api": pc.api,  # the interface clients call: ernie-bundle, or FastDeploy's examples' (models below)
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "layout": layout,
+        "layout": kind.layout(pc),
         "models": {role: getattr(names, role) for role in ("ensemble", "tokenizer", "model", "postprocess")},
         "runtime": pc.runtime,
         "backend": pc.backend,
@@ -436,8 +358,7 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "num_labels": int(meta["num_labels"]),
         "labels": meta.get("labels", []),
         "label_names": meta.get("label_names", []),
-        **({"reading": meta["reading"]} if _task_type(meta) == READING_COMPREHENSION else {}),
-        **({"uie": meta["uie"]} if _task_type(meta) == UIE else {}),
+        **kind.meta_sections(meta),  # what the tools window and decode with (reading, uie)
         # as configured, plus what 0 ("auto") resolved to on the packaging machine
         "package": {**dataclasses.asdict(pc), "instances": pc.instances, "engine_threads": pc.engine_threads},
         "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint,
@@ -464,119 +385,26 @@ def _fmt(v: Any) -> str:
 
 
 def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) -> list[str]:
-    """The "What it is" lines of the model card, per task kind."""
-    task_type = _task_type(meta)
-    names = _names(task, pc, task_type)
-    if pc.api == fastdeploy_api.API:
-        return _fastdeploy_card(names, pc, meta, choice, task_type)
+    """The "What it is" lines of the model card: the kind's, around the lines every kind shares."""
+    kind = _kind(meta)
+    names = _names(task, pc, kind)
+    if pc.api == fastdeploy_api.API:  # FastDeploy's example interface
+        engine = f"the {choice.precision} model from `{choice.form}` ({pc.backend} backend, runtime `{pc.runtime}`)"
+        return kind.fastdeploy_card_lines(names, pc, meta, engine)
     model_line = (f"- `{names.model}` ({pc.backend} backend, runtime `{pc.runtime}`): {choice.precision} model from `{choice.form}`"
                   + (f", TensorRT {pc.accelerator}" if pc.accelerator != "none" else "") + ".")
     batching = (f"- Batching: max_batch_size {pc.max_batch_size}, preferred {pc.preferred_batch_size}, queue delay "
                 f"{pc.max_queue_delay_microseconds} µs; {pc.instances} {pc.kind} instance(s) per model"
                 + (f", {pc.engine_threads} engine thread(s) each." if pc.kind == "CPU" else "."))
-    if task_type == TOKEN_CLASSIFICATION:
-        return [
-            f"- Ensemble `{names.ensemble}`: input `text` (TYPE_STRING, a batch of UTF-8 texts) -> output `entities` "
-            "(TYPE_STRING per text: a JSON list of {\"type\", \"text\", \"start\", \"end\"}, char offsets, end exclusive).",
-            f"- `{names.tokenizer}` (python): bio.encode_token (WordPiece with char offsets), max_seq_len {meta['max_seq_len']}.",
-            model_line,
-            f"- `{names.postprocess}` (python): argmax over {meta['num_labels']} BIO tags, bio.decode_tags.",
-            batching,
-        ]
-    if task_type == READING_COMPREHENSION:
-        r = meta["reading"]
-        return [
-            f"- Ensemble `{names.ensemble}`: inputs `question`, `context` (TYPE_STRING, [N] each) -> outputs `answer` "
-            "(TYPE_STRING), `start`, `end` (INT64 char offsets into the context, end exclusive), `score` (FP32), [N] each.",
-            f"- `{names.tokenizer}` (python): windows.make_windows, max_seq_len {meta['max_seq_len']}, doc_stride "
-            f"{r['doc_stride']}, max_query_len {r['max_query_len']}; one question becomes one or more windows.",
-            model_line,
-            f"- `{names.postprocess}` (python): spans.best_spans over all windows of a question, max_answer_len {r['max_answer_len']}.",
-            f"- Batching: none by Triton (max_batch_size 0: windows per question vary); up to {pc.max_batch_size or 'any number of'} "
-            f"questions per request, {pc.instances} {pc.kind} instance(s) per model.",
-        ]
-    if task_type == UIE:
-        u = meta["uie"]
-        return [
-            f"- Ensemble `{names.ensemble}`: inputs `text` [N] and `schema` [P] (TYPE_STRING: texts, and prompts such as "
-            f"{'、'.join(u.get('schema', [])[:3]) or '姓名'}) -> output `results` [N, P] (TYPE_STRING: per text and prompt a JSON "
-            "list of {\"text\", \"start\", \"end\", \"probability\"}, char offsets, end exclusive).",
-            f"- `{names.tokenizer}` (python): every text x every prompt, windows.make_windows, max_seq_len {meta['max_seq_len']}, "
-            f"doc_stride {u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens.",
-            model_line,
-            f"- `{names.postprocess}` (python): spans.decode_spans (start/end sigmoid >= {u['position_prob']}, UIE's pairing, "
-            f"spans of at most {u['max_span_len']} tokens) over all windows of a pair.",
-            f"- Batching: none by Triton (max_batch_size 0: windows per request vary); up to {pc.max_batch_size or 'any number of'} "
-            f"texts per request, {pc.instances} {pc.kind} instance(s) per model.",
-        ]
-    k = min(pc.top_k, int(meta['num_labels']))
-    io = ("input `text` (TYPE_STRING, a batch of UTF-8 texts) -> outputs `label` (label id), `label_desc`, `confidence` "
-          "(FP32), `probs` (all classes), `topk_label`/`topk_prob`.")
-    if pc.layout_for(task_type) == "fused":
-        return [
-            f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: tokenizer, model and "
-            f"post-processing in one process): {io}",
-            f"- Inside: PaddleNLP WordPiece (max_seq_len {meta['max_seq_len']}), the {choice.precision} model from "
-            f"`{choice.form}`, softmax, label mapping, top-{k}.",
-            batching,
-        ]
-    return [
-        f"- Ensemble `{names.ensemble}`: {io}",
-        f"- `{names.tokenizer}` (python): WordPiece, max_seq_len {meta['max_seq_len']}, padding to the longest text of a request.",
-        model_line,
-        f"- `{names.postprocess}` (python): softmax, label mapping, top-{k}.",
-        batching,
-    ]
-
-
-def _fastdeploy_card(names: ModelNames, pc: PackageConfig, meta: dict, choice: ModelChoice, task_type: str) -> list[str]:
-    """The "What it is" lines of a package.api fastdeploy bundle: FastDeploy's example interface."""
-    engine = f"the {choice.precision} model from `{choice.form}` ({pc.backend} backend, runtime `{pc.runtime}`)"
-    if task_type == UIE:
-        u = meta["uie"]
-        return [
-            f"- `{names.ensemble}` (python, FastDeploy's UIE serving interface, max_batch_size 1): inputs `INPUT_0` (a JSON "
-            "list of texts) and `INPUT_1` (a JSON schema: prompts, {prompt: [child prompts]} for relations, or [] for the "
-            "schema sent last), TYPE_STRING [1, 1] -> `OUTPUT_0` [N]: per text the Python literal of {prompt: [{'start', "
-            "'end', 'probability', 'text'[, 'relation']}]}, as FastDeploy's grpc_client.py reads it (ast.literal_eval).",
-            f"- Inside: WordPiece windows (max_seq_len {meta['max_seq_len']}, doc_stride {u['doc_stride']}, prompts of at "
-            f"most {u['max_prompt_len']} tokens), {engine} in-process, spans.decode_spans (>= {u['position_prob']}).",
-            f"- {pc.instances} {pc.kind} instance(s), {pc.engine_threads} engine thread(s) each; the schema sent last is "
-            "remembered per instance, as FastDeploy's UIEModel.set_schema.",
-        ]
-    what = ("input `INPUT` (TYPE_STRING [B, 1]) -> `label` (TYPE_INT64: the class index in labels.json order) and "
-            "`confidence` (TYPE_FP32), answered as [B] each, as FastDeploy's seq_cls_grpc_client.py reads them"
-            if task_type == CLASSIFICATION else
-            "input `INPUT` (TYPE_STRING [B, 1]) -> `OUTPUT` (TYPE_STRING, answered as [B]): per text the Python literal "
-            "of [{'pos': [start, end], 'label': type}], character offsets with an inclusive end, as FastDeploy's "
-            "token_cls_grpc_client.py reads them (ast.literal_eval)")
-    kind = "ensemble" if not names.fused else f"python, runtime `{pc.runtime}`, layout fused"
-    return [f"- `{names.ensemble}` ({kind}; FastDeploy's ERNIE 3.0 serving interface): {what}.",
-            f"- Models: `{names.tokenizer}` (WordPiece, max_seq_len {meta['max_seq_len']}), `{names.model}` ({engine}), "
-            f"`{names.postprocess}`." if not names.fused else f"- Inside: WordPiece, {engine}, softmax.",
-            f"- Batching: max_batch_size {pc.max_batch_size}; {pc.instances} {pc.kind} instance(s) per model."]
-
-
-_KIND_WORDS = {CLASSIFICATION: "text classifier", TOKEN_CLASSIFICATION: "named entity recognizer",
-               READING_COMPREHENSION: "extractive reading comprehension model",
-               UIE: "schema-prompted information extractor (UIE)"}
-_CLIENT_EXAMPLE = {CLASSIFICATION: "classify --model {task} '今天股市大涨'",
-                   TOKEN_CLASSIFICATION: "extract --model {task} '浙商银行企业信贷部叶老桂博士'",
-                   READING_COMPREHENSION: "answer --model {task} --question '谁发明了造纸术？' --context '蔡伦改进了造纸术。'",
-                   UIE: "ie --model {task} --schema 姓名 --schema 公司 '浙商银行企业信贷部叶老桂博士'"}
-
-
-_FASTDEPLOY_CLIENT = {CLASSIFICATION: "seq_cls_grpc_client.py", TOKEN_CLASSIFICATION: "token_cls_grpc_client.py",
-                      UIE: "grpc_client.py"}
+    return kind.card_lines(names, pc, meta, model_line, batching, choice)
 
 
 def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> str:
-    task_type = _task_type(meta)
-    unit = "labels" if task_type == CLASSIFICATION else "tags" if task_type == TOKEN_CLASSIFICATION else "logits per token"
+    kind = _kind(meta)
     lines = [
         f"# {task} — ernie-bundle serving bundle",
         "",
-        prov.description or f"Chinese {_KIND_WORDS[task_type]} for task `{task}` ({meta['num_labels']} {unit}), packaged for Triton Inference Server.",
+        prov.description or f"Chinese {kind.describes} for task `{task}` ({meta['num_labels']} {kind.unit}), packaged for Triton Inference Server.",
         "",
         "## What it is",
         *_card_models(task, pc, meta, choice),
@@ -602,8 +430,8 @@ def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, pr
         "", "## Using it",
         "```",
         f"python -m serving.server --repository <dir containing {task}/> --task {task}",
-        ("python -m serving.client " + _CLIENT_EXAMPLE[task_type].format(task=task) if pc.api != fastdeploy_api.API else
-         f"python {_FASTDEPLOY_CLIENT[task_type]}   # FastDeploy's own example client, unchanged"),
+        ("python -m serving.client " + kind.client_example.format(task=task) if pc.api != fastdeploy_api.API else
+         f"python {kind.fastdeploy.client}   # FastDeploy's own example client, unchanged"),
         "```",
         "Every file's SHA-256 is in bundle.json; the server launcher and each python model refuse a bundle that changed.",
     ]
@@ -655,8 +483,9 @@ def write_repository(
     repository.mkdir(parents=True, exist_ok=True)
     prov = provenance or Provenance()
     meta = exported.read_meta()
-    fastdeploy_api.check(_task_type(meta), pc)  # a combination FastDeploy's examples do not serve: one line, exit 2
-    pc = fastdeploy_api.resolved(pc, _task_type(meta))
+    kind = _kind(meta)
+    fastdeploy_api.check(kind.name, pc)  # a combination FastDeploy's examples do not serve: one line, exit 2
+    pc = fastdeploy_api.resolved(pc, kind.name)
     choice = choose_model(exported, pc, preferred_precision, preferred_form)
     pc = pc.resolved("openvino" if choice.form == "openvino_int8" else "onnxruntime")
     tmp = repository / f".{task}.tmp-{uuid.uuid4().hex[:8]}"

@@ -18,11 +18,13 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+
+from serving.tools.kinds import COMMANDS, kind_of_outputs, tool_kind
 
 OUTPUTS = ("label", "label_desc", "confidence", "probs", "topk_label", "topk_prob")
 NER_OUTPUTS = ("entities",)
@@ -82,10 +84,6 @@ def _as_bytes(t: str | bytes) -> bytes:
 
 def _as_str(t: str | bytes) -> str:
     return t if isinstance(t, str) else t.decode("utf-8", errors="replace")
-
-
-COMMANDS = {"classify": "classification", "extract": "token_classification", "answer": "reading_comprehension",
-            "ie": "uie"}
 
 
 def _transient(exc: Exception) -> bool:
@@ -157,14 +155,7 @@ class ClassifierClient:
         except Exception as exc:  # noqa: BLE001 - any failure: the model is not there
             raise ClientError(f"model {self.model!r} at {self.url} ({self.protocol}): no metadata ({exc})") from None
         outputs = meta["outputs"] if isinstance(meta, dict) else meta.outputs
-        names = {o["name"] if isinstance(o, dict) else o.name for o in outputs}
-        if "entities" in names:
-            return "token_classification"
-        if "answer" in names:
-            return "reading_comprehension"
-        if "results" in names:
-            return "uie"
-        return "classification"
+        return kind_of_outputs(o["name"] if isinstance(o, dict) else o.name for o in outputs).name
 
     def infer_raw(self, texts: Sequence[str | bytes]) -> dict[str, np.ndarray]:
         """One request with ``len(texts)`` texts; returns the ensemble's outputs by name."""
@@ -319,41 +310,6 @@ def _read_pairs(args) -> tuple[list[str], list[str]]:
     return questions, contexts
 
 
-def _print_classified(preds: list[Prediction], as_json: bool) -> None:
-    for pr in preds:
-        if as_json:
-            print(json.dumps(asdict(pr), ensure_ascii=False))
-        else:
-            print(f"{pr.label}\t{pr.label_desc}\t{pr.confidence:.3f}\t{pr.text}")
-
-
-def _print_entities(texts: list[str], found: list[list[ServedEntity]], as_json: bool) -> None:
-    for text, ents in zip(texts, found):
-        if as_json:
-            print(json.dumps({"text": text, "entities": [asdict(e) for e in ents]}, ensure_ascii=False))
-        else:
-            spans = " ".join(f"{e.type}:{e.text}[{e.start},{e.end})" for e in ents) or "-"
-            print(f"{spans}\t{text}")
-
-
-def _print_extractions(texts: list[str], found: list[dict], as_json: bool) -> None:
-    for text, by_prompt in zip(texts, found):
-        if as_json:
-            print(json.dumps({"text": text, "results": {p: [asdict(s) for s in spans] for p, spans in by_prompt.items()}},
-                             ensure_ascii=False))
-        else:
-            cells = " ".join(f"{p}:{s.text}[{s.start},{s.end})" for p, spans in by_prompt.items() for s in spans) or "-"
-            print(f"{cells}\t{text}")
-
-
-def _print_answers(answers: list[ServedAnswer], as_json: bool) -> None:
-    for a in answers:
-        if as_json:
-            print(json.dumps(asdict(a), ensure_ascii=False))
-        else:
-            print(f"{a.text or '-'}\t[{a.start},{a.end})\t{a.score:.3f}\t{a.question}")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m serving.client", description="Query a served bundle.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -406,7 +362,7 @@ def _run_command(args, client: ClassifierClient) -> int:
         except RequestRejected:
             served = client.task_type() if args.command in COMMANDS else kind
             if served != kind:  # e.g. extract asked of a classification bundle: say so, not Triton's output error
-                command = {v: k for k, v in COMMANDS.items()}[served]
+                command = tool_kind(served).command
                 raise ClientError(f"model {args.model!r} is a {served.replace('_', ' ')} bundle: use `{command}` "
                                   f"(or `predict`), not `{args.command}`") from None
             raise
@@ -417,19 +373,10 @@ def _run_command(args, client: ClassifierClient) -> int:
 
 
 def _predict(args, client: ClassifierClient, kind: str) -> None:
-    if kind == "reading_comprehension":
-        questions, contexts = _read_pairs(args)
-        _print_answers(client.answer(questions, contexts, args.batch_size), args.json)
-    elif kind == "token_classification":
-        texts = _read_texts(args)
-        _print_entities(texts, client.extract_entities(texts, args.batch_size), args.json)
-    elif kind == "uie":
-        if not args.schema:
-            raise ValueError("--schema: give at least one prompt, e.g. --schema 姓名")
-        texts = _read_texts(args)
-        _print_extractions(texts, client.extract_schema(texts, args.schema, args.batch_size), args.json)
-    else:
-        _print_classified(client.classify(_read_texts(args), args.batch_size), args.json)
+    """Ask the served ensemble (of ``kind``) what the command line gives and print its answers."""
+    k = tool_kind(kind)
+    k.check_cli(args)
+    k.print_served(client, _read_pairs(args) if k.question_pairs else _read_texts(args), args)
 
 
 if __name__ == "__main__":

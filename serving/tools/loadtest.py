@@ -22,10 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
+from pipeline.contract import TaskKind
 from serving.tools.client import ClassifierClient, ClientError
-
-SAMPLE_TEXTS = ("国足今晚出战世预赛", "央行宣布下调存款准备金率", "新款手机搭载自研芯片", "这部电影票房突破十亿",
-                "房价连续三个月下跌", "高考志愿填报指南发布", "新能源汽车销量创新高", "航母编队完成远海训练")
+from serving.tools.kinds import tool_kind
 
 
 @dataclass(frozen=True)
@@ -55,19 +54,13 @@ def check_loopback(url: str) -> None:
 
 def send(client: ClassifierClient, batch: Sequence, task_type: str) -> None:
     """One request of ``batch`` items the way the bundle's kind takes them."""
-    if task_type == "reading_comprehension":
-        client.answer_batch([q for q, _ in batch], [c for _, c in batch])
-    elif task_type == "uie":  # items (text, schema); a request asks the first item's schema of every text
-        client.extract_schema_batch([t for t, _ in batch], list(batch[0][1]))
-    elif task_type == "token_classification":
-        client.extract_entities_batch(batch)
-    else:
-        client.infer_raw(batch)
+    tool_kind(task_type).send(client, batch)
 
 
 def run_level(url: str, protocol: str, model: str, texts: Sequence, concurrency: int, seconds: float,
-              batch_size: int = 1, max_requests: int = 100_000, task_type: str = "classification") -> LevelResult:
+              batch_size: int = 1, max_requests: int = 100_000, task_type: str = TaskKind.CLASSIFICATION.value) -> LevelResult:
     """``texts``: strings, or (question, context) pairs for a reading-comprehension bundle."""
+    kind = tool_kind(task_type)
     latencies: list[float] = []
     errors = [0]
     sent = [0]
@@ -87,7 +80,7 @@ def run_level(url: str, protocol: str, model: str, texts: Sequence, concurrency:
                 i += batch_size * concurrency
                 t0 = time.perf_counter()
                 try:
-                    send(client, batch, task_type)
+                    kind.send(client, batch)
                     ok = True
                 except ClientError:
                     ok = False
@@ -129,7 +122,9 @@ def _bundle_manifest(args, model: str) -> dict | None:
         return None
 
 
-def _texts(args, task_type: str = "classification", manifest: dict | None = None) -> list:
+def _texts(args, task_type: str = TaskKind.CLASSIFICATION.value, manifest: dict | None = None) -> list:
+    """--file's texts; else the dev set as the bundle's requests carry it; for a kind with built-in sample texts
+    (classification) those when there is no dev set to read."""
     if args.file:
         path = Path(args.file)
         try:
@@ -141,27 +136,19 @@ def _texts(args, task_type: str = "classification", manifest: dict | None = None
         if not texts:
             raise ClientError(f"--file {path}: no texts in it (one per line)")
         return texts
-    if task_type != "classification":
-        from serving.tools.smoke import _dev_examples
+    from serving.tools.smoke import _dev_items
 
-        examples = _dev_examples(args.task, args.data_dir, task_type, manifest=manifest)
-        if task_type == "reading_comprehension":
-            return [(e.question, e.context) for e in examples]
-        if task_type == "uie":
-            from serving.tools.smoke import uie_requests
-
-            return [(t, tuple(schema)) for texts, schema, _ in uie_requests(examples, 1) for t in texts]
-        return [e.text for e in examples]
+    kind = tool_kind(task_type)
+    if not kind.sample_texts:
+        return _dev_items(args.task, args.data_dir, task_type, manifest=manifest)
     if args.task:
         try:
-            from serving.tools.smoke import _dev_set
-
-            texts, _, _ = _dev_set(args.task, args.data_dir, manifest=manifest)
+            texts = _dev_items(args.task, args.data_dir, task_type, manifest=manifest)
             if texts:
                 return texts
         except Exception as exc:  # no data here: the built-in sentences still exercise the server
             print(f"note: using built-in sample texts ({exc})", file=sys.stderr)
-    return list(SAMPLE_TEXTS)
+    return list(kind.sample_texts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         probe.wait_ready(30)
         task_type = probe.task_type()
         probe.close()
-        if task_type in ("reading_comprehension", "uie") and args.file:
+        kind = tool_kind(task_type)
+        if kind.windowed and args.file:
             p.error(f"--file holds single texts; a {task_type} bundle is load-tested with its dev set (--task)")
         texts = _texts(args, task_type, _bundle_manifest(args, model))
         rows = [run_level(url, args.protocol, model, texts, c, args.seconds, args.batch_size, args.max_requests, task_type)
@@ -219,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows))
     report = {"model": model, "protocol": args.protocol, "batch_size": args.batch_size, "levels": [asdict(r) for r in rows]}
     repo = Path(args.repository) / model
-    if task_type in ("reading_comprehension", "uie") and not args.no_offline:
+    if kind.windowed and not args.no_offline:
         print(f"offline model-only comparison: not available for {task_type} (windows per request vary)")
     elif not args.no_offline and (repo / "bundle.json").is_file():
         from serving.triton.integrity import BundleIntegrityError

@@ -92,16 +92,10 @@ class Level:
 
 def input_data(task_type: str, items: Sequence, path: Path, limit: int = 2000) -> Path:
     """perf_analyzer's ``--input-data`` JSON: one entry per request, each a single dev item."""
-    rows = []
-    for item in list(items)[:limit]:
-        if task_type == "reading_comprehension":
-            q, c = item
-            rows.append({"question": {"content": [q], "shape": [1]}, "context": {"content": [c], "shape": [1]}})
-        elif task_type == "uie":
-            text, schema = item
-            rows.append({"text": {"content": [text], "shape": [1]}, "schema": {"content": list(schema), "shape": [len(schema)]}})
-        else:
-            rows.append({"text": {"content": [item], "shape": [1]}})
+    from serving.tools.kinds import tool_kind
+
+    kind = tool_kind(task_type)
+    rows = [kind.perf_input(item) for item in list(items)[:limit]]
     path.write_text(json.dumps({"data": rows}, ensure_ascii=False), encoding="utf-8")
     return path
 
@@ -227,34 +221,26 @@ def format_markdown(report: dict) -> str:
 
 
 def _item_note(report: dict) -> str:
-    if report["task_type"] == "uie":
-        return f" (a text asked its whole schema, {report.get('schema_size', '?')} prompts: req/s are texts/s)"
-    return ""
+    from serving.tools.kinds import tool_kind
+
+    return tool_kind(report["task_type"]).perf_note(report)
 
 
 def _items(task: str, data_dir: str | None, task_type: str, manifest: dict | None = None) -> list:
-    """The dev items perf_analyzer sends; ``manifest``: the bundle's (its recorded data dir, without ``data_dir``)."""
-    from serving.tools.smoke import _dev_examples, _dev_set
+    """The dev items perf_analyzer sends (texts, (question, context) pairs, a UIE text with every prompt the dev set
+    asks it); ``manifest``: the bundle's (its recorded data dir, without ``data_dir``)."""
+    from serving.tools.smoke import _dev_items
 
-    if task_type == "classification":
-        texts, _, _ = _dev_set(task, data_dir, manifest=manifest)
-        return list(texts)
-    examples = _dev_examples(task, data_dir, task_type, manifest=manifest)
-    if task_type == "reading_comprehension":
-        return [(e.question, e.context) for e in examples]
-    if task_type == "uie":  # one text with every prompt the dev set asks it (CLUENER converted: the whole schema)
-        from serving.tools.smoke import uie_requests
-
-        return [(texts[0], schema) for texts, schema, _ in uie_requests(examples, batch_size=1)]
-    return [e.text for e in examples]
+    return _dev_items(task, data_dir, task_type, manifest=manifest)
 
 
 def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequence[int], seconds: float,
             url: str | None = None, offline_seconds: float = 10.0, items: Sequence | None = None) -> dict:
     """The report ``main`` writes; ``items`` (texts, (question, context) pairs, or (text, schema) pairs) replace the dev set."""
     import pipeline  # noqa: F401  (numpy before paddle, for the offline measurement)
-    from pipeline.cpu import detect
-    from serving.tools.offline import BundleModel, model_only_question_rate, model_only_schema_rate, model_only_throughput
+    from pipeline.contract import detect_cpu as detect
+    from serving.tools.kinds import tool_kind
+    from serving.tools.offline import BundleModel
     from serving.server import start_server
 
     pa = find_perf_analyzer()
@@ -262,6 +248,7 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
     if url:
         _model_stats(url)  # a server answers there, before the offline measurement takes its seconds
     task_type = bundle.task_type
+    kind = tool_kind(task_type)
     items = list(items) if items is not None else _items(task, data_dir, task_type, bundle.manifest)
     if not items:
         raise PerfError(f"no dev items to send (task {task}): perf_analyzer needs at least one")
@@ -269,22 +256,8 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
     report = {"model": names.ensemble, "task_type": task_type, "repository": str(repository), "seconds": seconds,
               "perf_analyzer": pa.version(), "cpu": detect().as_dict(), "package": bundle.manifest.get("package", {}),
               "layout": bundle.manifest.get("layout", "ensemble")}
-    if task_type == "reading_comprehension":
-        # One request is one question; the model runs its windows as one batch (no Triton batching).
-        rounds = sorted(model_only_question_rate(bundle, items, seconds=offline_seconds / 3) for _ in range(3))
-        report.update({"offline_batch_size": "one question's windows", "offline_model_only_items_per_s": rounds[1],
-                       "offline_rounds": rounds})
-    elif task_type == "uie":
-        # One request is one text with its schema: every (text, prompt) window runs as one batch, as served.
-        rounds = sorted(model_only_schema_rate(bundle, items, seconds=offline_seconds / 3) for _ in range(3))
-        report.update({"offline_batch_size": "one text's windows, every prompt", "offline_model_only_items_per_s": rounds[1],
-                       "offline_rounds": rounds, "schema_size": len(items[0][1]) if items else 0})
-    else:
-        # Before the server starts, on an idle machine: three rounds, the median is the yardstick.
-        bs = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
-        rounds = sorted(model_only_throughput(bundle, items, bs, seconds=offline_seconds / 3) for _ in range(3))
-        report.update({"offline_batch_size": bs, "offline_model_only_items_per_s": rounds[1],
-                       "offline_rounds": rounds})
+    # the kind's offline yardstick: three rounds before the server starts, the median
+    report.update(kind.offline_rate(bundle, items, offline_seconds / 3))
     # The server dies with this process: a kill -9 of `make perf` leaves no tritonserver, stubs or shared memory.
     server = None if url else start_server(repository, die_with_parent=True)
     try:
@@ -316,7 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     import pipeline  # noqa: F401  (process setup before anything imports paddle)
     from pipeline.errors import UserInputError
     from serving.tools.client import ClientError
+    from pipeline.contract import TaskKind
     from serving.server import ServerError, resolve_repository
+    from serving.tools.kinds import tool_kind
     from serving.tools.smoke import check_out_file
 
     out = Path(args.json_out or f"runs/{args.task}/perf.json")
@@ -329,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             raise PerfError(f"--seconds {args.seconds}: the measurement window, 0.001 to 3600 s")
         check_out_file(str(out))
         repo = resolve_repository(Path(args.repository), args.task)
-        seconds = args.seconds or (10.0 if json.loads((repo / "bundle.json").read_text()).get("task_type")
-                                   == "reading_comprehension" else 5.0)
+        task_type = json.loads((repo / "bundle.json").read_text()).get("task_type", TaskKind.CLASSIFICATION.value)
+        seconds = args.seconds or tool_kind(task_type).perf_seconds
         report = measure(repo, args.task, args.data_dir, args.concurrency, seconds, args.url)
     except (PerfError, ServerError, ClientError, UserInputError, FileNotFoundError, ValueError) as exc:
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)

@@ -27,9 +27,12 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from serving.tools.kinds import ToolKind
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".venv" / "haproxy"
@@ -157,15 +160,15 @@ def server_status(stats_socket: Path, server: str) -> str:
 def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float = 20.0, kill_at: float = 8.0,
         log=print) -> ReplicaReport:
     """Two replicas + HAProxy on ``bundle_dir``; ``items`` are texts (or (question, context) pairs)."""
+    from serving.tools.kinds import tool_kind
     from serving.tools.offline import BundleModel
     from serving.server import die_with_parent_preexec, free_port, start_server
-    from serving.tools.smoke import offline_keys
 
     if not 0 < kill_at < seconds:
         raise ReplicaError(f"--kill-at {kill_at} must be inside the run (0, {seconds})")
     haproxy = find_haproxy()
     bundle = BundleModel.open(bundle_dir)
-    task_type, model = bundle.task_type, bundle.manifest["task"]
+    kind, model = tool_kind(bundle.task_type), bundle.manifest["task"]
     started: list = []
     lb = None
     work = Path(tempfile.mkdtemp(prefix="replicas-"))
@@ -184,7 +187,7 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
         if not _wait_http(f"http://127.0.0.1:{port}/v2/health/ready", 15):
             raise ReplicaError(f"haproxy on 127.0.0.1:{port} never answered: {(work / 'haproxy.log').read_text()[-500:]}")
         log(f"[replicas] haproxy on 127.0.0.1:{port}: {concurrency} clients for {seconds:g}s, replica1 killed at {kill_at:g}s")
-        samples, down_at = _load(f"127.0.0.1:{port}", model, task_type, items, concurrency, seconds, kill_at,
+        samples, down_at = _load(f"127.0.0.1:{port}", model, kind, items, concurrency, seconds, kill_at,
                                  started[0], stats)
     finally:
         if lb is not None and lb.poll() is None:
@@ -194,7 +197,7 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
             s.stop(10)
     done = [s for s in samples if s.ok]
     asked = sorted({s.item for s in done})
-    by_item = dict(zip(asked, offline_keys(bundle, [items[i] for i in asked])))
+    by_item = dict(zip(asked, kind.offline_keys(bundle, [items[i] for i in asked])))
     differing = [s for s in done if tuple(s.answer) != tuple(by_item[s.item])]
     edge = down_at if down_at is not None else seconds
     report = ReplicaReport(
@@ -207,10 +210,9 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
     return report
 
 
-def _load(url: str, model: str, task_type: str, items: Sequence, concurrency: int, seconds: float, kill_at: float,
+def _load(url: str, model: str, kind: "ToolKind", items: Sequence, concurrency: int, seconds: float, kill_at: float,
           victim, stats_socket: Path) -> tuple[list[Sample], float | None]:
     from serving.tools.client import ClassifierClient
-    from serving.tools.smoke import _answer_key
 
     samples: list[Sample] = []
     lock = threading.Lock()
@@ -225,15 +227,8 @@ def _load(url: str, model: str, task_type: str, items: Sequence, concurrency: in
             item = items[i]
             start = time.monotonic()
             try:
-                if task_type == "token_classification":
-                    answer = client.extract_entities_batch([item])[0]
-                elif task_type == "uie":
-                    answer = client.extract_schema_batch([item[0]], list(item[1]))[0]
-                elif task_type == "reading_comprehension":
-                    answer = client.answer_batch([item[0]], [item[1]])[0]
-                else:
-                    answer = client.classify_batch([item])[0]
-                sample = Sample(start - t0, 1000 * (time.monotonic() - start), True, i, _answer_key(task_type, answer))
+                answer = kind.ask(client, item)
+                sample = Sample(start - t0, 1000 * (time.monotonic() - start), True, i, kind.answer_key(answer))
             except Exception as exc:  # noqa: BLE001 - a failure is data here
                 sample = Sample(start - t0, 1000 * (time.monotonic() - start), False, i, error=str(exc)[:200])
             with lock:

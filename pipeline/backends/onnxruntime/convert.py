@@ -95,6 +95,7 @@ def export_onnx(static_dir: Path, out_path: Path, opset: int = DEFAULT_OPSET) ->
         raise ModelError(f"{static_dir}: paddle2onnx produced nothing (corrupt {MODEL_FILE} or {PARAMS_FILE}?)")
     model = onnx.load_from_string(raw)
     _constants_to_initializers(model)
+    _int64_inputs(model)
     _rename_output(model, OUTPUT_NAME)
     _name_dynamic_dims(model)
     check_io_names(model, static_dir)
@@ -108,6 +109,22 @@ def export_onnx(static_dir: Path, out_path: Path, opset: int = DEFAULT_OPSET) ->
     onnx.save(folded, str(out_path))
     check_onnx(out_path)
     return out_path
+
+
+def _int64_inputs(model) -> None:
+    """The contract's inputs are int64 (every session and served model feeds int64).  A program saved with int32 inputs
+    (``compress.input_dtype: int32``, a user's static model) gets int64 graph inputs cast to int32 inside the graph."""
+    from onnx import TensorProto, helper
+
+    for inp in model.graph.input:
+        tensor = inp.type.tensor_type
+        if inp.name in INPUT_NAMES and tensor.elem_type == TensorProto.INT32:
+            inner = f"{inp.name}_int32"
+            for node in model.graph.node:
+                node.input[:] = [inner if i == inp.name else i for i in node.input]
+            model.graph.node.insert(0, helper.make_node("Cast", [inp.name], [inner], to=TensorProto.INT32,
+                                                        name=f"{inp.name}_to_int32"))
+            tensor.elem_type = TensorProto.INT64
 
 
 def _constants_to_initializers(model) -> None:

@@ -5,7 +5,7 @@ INT8 forms built from the FP32 ONNX (int8 weight initializers with per-channel s
 
 * ``quantize_int8_dynamic``: ``quantize_dynamic`` per-channel (DynamicQuantizeMatMul / MatMulInteger: activations quantized on
   the fly, one scale per batch), then the word-embedding table stored int8 (Gather on int8 + per-row scale).
-  Shipped only with ``export.batch_independent_int8: false``; the default form is ``int8``'s
+  Shipped only with ``quantization.batch_independent_int8: false``; the default form is ``int8``'s
   (``pipeline.backends.onnxruntime.int8``: fixed activation scales chosen by an accuracy-aware search).
 * ``quantize_int8_qdq``: static QuantizeLinear/DequantizeLinear per-channel calibrated on training
   sentences: the explicit-quantization form TensorRT accepts.  Slower than FP32 on ORT CPU.
@@ -114,7 +114,7 @@ def quantize_int8_qdq(fp32_path: Path, out_path: Path, calibration: Sequence[dic
     if not calibration:
         from pipeline.errors import DataError
 
-        raise DataError("QDQ INT8: no calibration batch (export.calibration_sentences is 0 or the training split is empty)")
+        raise DataError("QDQ INT8: no calibration batch (quantization.calibration_sentences is 0 or the training split is empty)")
     out_path = Path(out_path)
     with tempfile.TemporaryDirectory() as tmp:
         quant = Path(tmp) / "qdq.onnx"

@@ -13,7 +13,7 @@ The recipe search is ``pipeline.quantization.search.Search`` with this builder: 
 ``smooth_quant_alphas.matmul``; ``None`` turns it off) is built and scored on the held-out training rows (dev
 only reports and gates); when none is within the budget, the most sensitive MatMuls are kept in FP32 one by
 one (NNCF's ``ignored_scope``), the same greedy fallback as ONNX Runtime's.  Every built model is cached
-in ``runs/<task>/int8_candidates`` beside the ONNX Runtime ones (compress measures, export ships the same file).
+in the run cache beside the ONNX Runtime ones (``runs/<task>/cache/int8``: compress measures, and ships, the same file).
 """
 
 from __future__ import annotations
@@ -68,11 +68,12 @@ def build(fp32_path: Path, out_path: Path, calibration: Sequence[dict[str, np.nd
     return save_ir(quantized, out_path)
 
 
-def search_recipe(source: Path, out_path: Path, rows, ecfg, budget_points: float, cache_dir: Path, *,
-                  baseline: Path | None = None, log: Callable[[str], None] = print):
+def search_recipe(source: Path, out_path: Path, rows, qcfg, budget_points: float, cache_dir: Path, *,
+                  baseline: Path | None = None, log: Callable[[str], None] = print, properties=None):
     """Search NNCF recipes for ``source`` (an FP32 ONNX) on ``rows`` (``pipeline.quantization.select.SearchRows``) and
     copy the chosen IR to ``out_path`` (``.xml``, its ``.bin`` beside it).  ``baseline``: the unpruned FP32 ONNX
-    when ``source`` is pruned (drops count from it).  Returns the ``SearchResult``."""
+    when ``source`` is pruned (drops count from it).  ``properties``: the sessions' ``CpuProperties`` (the task's
+    ``openvino:`` section; a precision hint changes the scores).  Returns the ``SearchResult``."""
     import nncf
 
     from pipeline.backends.openvino.session import session
@@ -82,7 +83,7 @@ def search_recipe(source: Path, out_path: Path, rows, ecfg, budget_points: float
     calibration = calibration_items(rows.feeds, rows.pad_id)
 
     def evaluate(path: Path):
-        ev = evaluate_session(session(path, precision="int8" if path.suffix == IR_SUFFIX else "fp32"), rows.held, 64,
+        ev = evaluate_session(session(path, precision="int8" if path.suffix == IR_SUFFIX else "fp32", properties=properties), rows.held, 64,
                               desc=f"openvino int8 search {path.stem[:24]}")
         return ev.score.value, ev.outputs
 
@@ -91,11 +92,12 @@ def search_recipe(source: Path, out_path: Path, rows, ecfg, budget_points: float
 
     search = Search(source, {}, evaluate, cache_dir, build=builder, form_version=KEY_VERSION, embeddings=True, log=log,
                     cache_key=rows.content_key(), baseline=baseline, decide=rows.held.kind.decisions,
-                    form=f"{FORM}{FORM_VERSION}-nncf{nncf.__version__}", suffix=IR_SUFFIX, promote=move_ir)
-    bases = [Int8Recipe(alpha) for alpha in [None, *ecfg.openvino_smooth_alphas]]
+                    form=f"{FORM}{FORM_VERSION}-nncf{nncf.__version__}{_properties_tag(properties)}", suffix=IR_SUFFIX,
+                    promote=move_ir)
+    bases = [Int8Recipe(alpha) for alpha in [None, *qcfg.openvino_smooth_alphas]]
     log(f"[openvino] NNCF INT8: {len(bases)} recipes on {len(rows.held)} held-out training rows "
         f"({len(calibration)} calibration sentences)")
-    result = search.run(bases, budget_points, ecfg.int8_max_fp32_matmuls)
+    result = search.run(bases, budget_points, qcfg.int8_max_fp32_matmuls)
     pruned = (f"; the pruned FP32 source alone {100.0 * (search.baseline_metric - search.fp32_metric):+.2f}"
               if search.pruned else "")
     log(f"[openvino] {Path(source).stem}: recipe {result.chosen.recipe.name}, held-out drop {result.chosen.drop_points:+.2f} "
@@ -106,3 +108,19 @@ def search_recipe(source: Path, out_path: Path, rows, ecfg, budget_points: float
 
 
 __all__ = ["FORM", "build", "calibration_items", "search_recipe"]
+
+
+def _properties_tag(properties) -> str:
+    """Part of the cache key when the sessions' properties are not the defaults (a bf16 hint changes the scores)."""
+    import hashlib
+    import json
+
+    from pipeline.backends.openvino.config import CpuProperties
+
+    if properties is None:
+        return ""
+    mine, default = (dict(p.as_dict(), INFERENCE_NUM_THREADS=0) for p in (properties, CpuProperties()))
+    if mine == default:
+        return ""
+    return "-props" + hashlib.sha256(json.dumps(mine, sort_keys=True, default=str).encode()).hexdigest()[:8]
+

@@ -18,45 +18,16 @@ The properties are chosen, not left to the plugin's defaults, and recorded in ea
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from pipeline.backends.openvino.config import CpuProperties, refused_property
 from pipeline.errors import ConfigError, ModelError
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
 OUTPUT_NAME = "logits"
 PRECISIONS = ("fp32", "int8")
-INFERENCE_PRECISIONS = ("f32", "bf16")
-
-
-@dataclass(frozen=True)
-class CpuProperties:
-    threads: int = 0  # 0: OMP_NUM_THREADS (the cores this process may use)
-    inference_precision: str = "f32"
-    streams: int = 1
-    extra: dict = field(default_factory=dict)  # any other CPU property, as given (openvino.properties in a task config)
-
-    def __post_init__(self) -> None:
-        if self.inference_precision not in INFERENCE_PRECISIONS:
-            raise ConfigError(f"openvino.inference_precision: {self.inference_precision!r} is not one of "
-                              f"{', '.join(INFERENCE_PRECISIONS)}")
-
-    def as_dict(self) -> dict[str, object]:
-        """The CPU plugin's property names and values (what ``compile_model`` gets and ``bundle.json`` records)."""
-        props: dict[str, object] = {
-            "INFERENCE_NUM_THREADS": self.threads or int(os.environ.get("OMP_NUM_THREADS", "1")),
-            "NUM_STREAMS": self.streams,
-            "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_PRECISION_HINT": self.inference_precision,
-            "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
-            "ENABLE_CPU_PINNING": False,
-        }
-        props.update(self.extra)
-        return props
 
 
 def compile_model(model, properties: dict, where: str):
@@ -66,28 +37,10 @@ def compile_model(model, properties: dict, where: str):
     try:
         return core().compile_model(model, "CPU", dict(properties))
     except Exception as exc:
-        bad = _refused_property(properties)
+        bad = refused_property(properties)
         if bad is not None:
             raise ConfigError(f"OpenVINO refuses property {bad[0]}={properties[bad[0]]!r} ({bad[1]})") from None
         raise ModelError(f"{where}: OpenVINO cannot compile it for the CPU ({type(exc).__name__}: {reason(exc)})") from None
-
-
-def _refused_property(properties: dict) -> tuple[str, str] | None:
-    """(name, reason) of the first property the CPU plugin refuses on its own (each tried on a one-op model:
-    OpenVINO's message does not always name it, e.g. "Could not read number of streams from str: lots")."""
-    import openvino as ov
-    import openvino.opset13 as ops
-
-    from pipeline.backends.openvino.convert import core, reason
-
-    x = ops.parameter([1, 2], ov.Type.f32)
-    probe = ov.Model([ops.relu(x)], [x])
-    for key, value in properties.items():
-        try:
-            core().compile_model(probe, "CPU", {key: value})
-        except Exception as exc:
-            return key, reason(exc)
-    return None
 
 
 class Session:
@@ -130,7 +83,3 @@ def session(model_path: Path, *, precision: str = "fp32", threads: int | None = 
     if threads and properties is not None:
         props = CpuProperties(threads, props.inference_precision, props.streams, dict(props.extra))
     return Session(Path(model_path), precision, props)
-
-
-def properties_json(props: CpuProperties) -> str:
-    return json.dumps(props.as_dict(), sort_keys=True)

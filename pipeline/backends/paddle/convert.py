@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pipeline.backends.forms import MODEL_FILE, PARAMS_FILE
+from pipeline.backends.forms import MODEL_FILE, PARAMS_FILE, check_static_dir
 from pipeline.errors import ModelError
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
@@ -86,6 +86,8 @@ def rename_output(model_dir: Path, name: str = OUTPUT_NAME) -> None:
 
 
 def copy_static(src: Path, dst: Path) -> Path:
+    """Copy a Paddle inference program (a missing file is one line naming it)."""
+    check_static_dir(src)
     dst = Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     for name in (MODEL_FILE, PARAMS_FILE):

@@ -3,7 +3,7 @@
 :func:`search_recipe` is the fixed-scale form (``recipe.build``), each recipe scored in an ONNX Runtime session on
 the held-out training rows; which recipes are tried depends on this CPU (``reduce_range_options``).
 :func:`search_qdq` is the TensorRT (QDQ) form (``recipe.build_qdq``), starting from the recipe the first search
-chose.  Both cache their candidates in the directory the stages share (``pipeline.quantization.select.CACHE_DIR``).
+chose.  Both cache their candidates in the run cache (``pipeline.run_cache``: ``runs/<task>/cache/int8``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def reduce_range_options(setting, cpu) -> list[bool]:
     return [bool(setting)]
 
 
-def search_recipe(source: Path, out_path: Path, rows: SearchRows, ecfg, budget_points: float, cpu, cache_dir: Path, *,
+def search_recipe(source: Path, out_path: Path, rows: SearchRows, qcfg, budget_points: float, cpu, cache_dir: Path, *,
                   baseline: Path | None = None, ranges: dict | None = None,
                   log: Callable[[str], None] = print) -> SearchResult:
     """Search the recipes for ``source`` (an FP32 ONNX) and copy the chosen one to ``out_path``.
@@ -44,12 +44,12 @@ def search_recipe(source: Path, out_path: Path, rows: SearchRows, ecfg, budget_p
         return ev.score.value, ev.outputs
 
     search = Search(source, ranges, evaluate, cache_dir, build=build, form_version=FORM_VERSION,
-                    embeddings=ecfg.int8_embeddings, log=log, cache_key=rows.content_key(), baseline=baseline,
+                    embeddings=qcfg.int8_embeddings, log=log, cache_key=rows.content_key(), baseline=baseline,
                     decide=rows.held.kind.decisions)
-    bases = [Int8Recipe(alpha, rr) for rr in reduce_range_options(ecfg.int8_reduce_range, cpu)
-             for alpha in [None, *ecfg.int8_smooth_alphas]]
+    bases = [Int8Recipe(alpha, rr) for rr in reduce_range_options(qcfg.int8_reduce_range, cpu)
+             for alpha in [None, *qcfg.int8_smooth_alphas]]
     log(f"[int8] CPU {cpu.summary()}; {len(bases)} recipes on {len(rows.held)} held-out training rows")
-    result = search.run(bases, budget_points, ecfg.int8_max_fp32_matmuls)
+    result = search.run(bases, budget_points, qcfg.int8_max_fp32_matmuls)
     # A pruned source's drops count from the unpruned baseline: say how much of that the pruning itself cost, or
     # "OUTSIDE the budget" reads as an INT8 failure when the FP32 width alone is as far off on this slice.
     pruned = (f"; the pruned FP32 source alone {100.0 * (search.baseline_metric - search.fp32_metric):+.2f}"
@@ -61,10 +61,10 @@ def search_recipe(source: Path, out_path: Path, rows: SearchRows, ecfg, budget_p
     return result
 
 
-def search_qdq(source: Path, out_path: Path, rows: SearchRows, ecfg, int8: SearchResult, cache_dir: Path, ranges: dict,
+def search_qdq(source: Path, out_path: Path, rows: SearchRows, qcfg, int8: SearchResult, cache_dir: Path, ranges: dict,
                log: Callable[[str], None] = print) -> SearchResult:
     """The TensorRT (QDQ) form's recipe: the ONNX Runtime search's own (its SmoothQuant migration and FP32
-    MatMuls) when that is within ``export.qdq_budget_points`` of FP32 on the held-out slice; otherwise each
+    MatMuls) when that is within ``quantization.qdq_budget_points`` of FP32 on the held-out slice; otherwise each
     SmoothQuant strength is tried for it (QDQ has no 7-bit weights: the symmetric int8 activations are what
     differ), and the best is kept: within the budget, the closest to FP32's decisions; else the smallest drop."""
     from pipeline.backends.onnxruntime.int8.recipe import FORM_VERSION, build_qdq
@@ -77,13 +77,13 @@ def search_qdq(source: Path, out_path: Path, rows: SearchRows, ecfg, int8: Searc
     first = Int8Recipe(int8.chosen.recipe.smooth_alpha, False, int8.chosen.recipe.fp32_matmuls)
     prior = int8.search
     search = Search(source, ranges, prior.evaluate, cache_dir, build=build, form_version=FORM_VERSION,
-                    embeddings=ecfg.int8_embeddings, log=log, cache_key=rows.content_key(), decide=prior.decide,
+                    embeddings=qcfg.int8_embeddings, log=log, cache_key=rows.content_key(), decide=prior.decide,
                     form="qdq", reference=(prior.fp32_metric, prior.reference), baseline_metric=prior.baseline_metric)
-    budget = ecfg.qdq_budget_points
+    budget = qcfg.qdq_budget_points
     scored = [search.score(first)[0]]
     log(f"[int8] QDQ {first.name}: held-out drop {scored[0].drop_points:+.2f} pts, agreement {scored[0].agreement:.4f}")
     if scored[0].drop_points > budget:
-        for alpha in [None, *ecfg.int8_smooth_alphas]:
+        for alpha in [None, *qcfg.int8_smooth_alphas]:
             recipe = Int8Recipe(alpha, False, first.fp32_matmuls)
             if recipe != first:
                 s = search.score(recipe)[0]

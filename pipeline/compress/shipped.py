@@ -1,0 +1,99 @@
+"""The selected candidate's shipped forms, made by compress where it was selected: export only assembles them.
+
+Under ``compress/out/shipped/`` in the export contract's layout (``pipeline.contract.ExportLayout``):
+
+    onnx/fp32.onnx          the unpruned FP32 ONNX (every ratio's base; validate's anchor is built from it)
+    onnx/int8.onnx          ONNX Runtime's INT8 of the selected width: the recipe search's pick (fixed scales), or
+                            with ``quantization.batch_independent_int8: false`` the per-batch dynamic form
+    onnx/int8_qdq.onnx      the TensorRT (QDQ) form of the same width, from that recipe
+    openvino/int8.{xml,bin} OpenVINO's INT8 of the same width (NNCF's search), when openvino is a compress engine
+    int8_search.json        the CPU and every search's result (what meta.json reports)
+
+Each search is the one compress ran per width (``pipeline.run_cache``, ``runs/<task>/cache/int8``): for the selected width
+it is a cache hit, so the shipped file is the one compress measured.  With ``compress.runtime: paddle`` the widths
+were judged in Paddle, and their FP32 ONNX is converted here first.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from pipeline.contract import ExportLayout
+
+SHIPPED_DIR = "shipped"
+
+
+@dataclass(frozen=True)
+class ShippedInputs:
+    fp32_onnx: Path  # the unpruned FP32 ONNX
+    source_onnx: Path  # the FP32 ONNX of the selected width (== fp32_onnx when unpruned)
+    pruned: bool
+
+
+def fp32_sources(cands, chosen, out_dir: Path, work_dir: Path, opset: int, log: Callable[[str], None]) -> ShippedInputs:
+    """The unpruned FP32 ONNX and the selected width's: compress's own ONNX candidates, or (Paddle runtime) converted
+    from the static programs (a pruned width from its dygraph directory, whose head decides the label count)."""
+    from pipeline.backends.onnxruntime.convert import export_onnx
+
+    fp32 = cands[0]
+    pruned = chosen.width_mult < 1.0
+    width_fp32 = next((c for c in cands if c.quantization == "none" and c.width_mult == chosen.width_mult), None)
+    if fp32.model_path is not None and width_fp32 is not None and width_fp32.model_path is not None:
+        return ShippedInputs(fp32.model_path, width_fp32.model_path, pruned)
+    log("[compress] Paddle static -> ONNX (FP32 baseline)")
+    base = export_onnx(fp32.infer_dir, Path(work_dir) / "shipped_sources" / "fp32.onnx", opset)
+    if not pruned:
+        return ShippedInputs(base, base, False)
+    source = export_onnx(width_fp32.infer_dir if width_fp32 is not None else chosen.infer_dir,
+                         Path(work_dir) / "shipped_sources" / "selected_fp32.onnx", opset)
+    return ShippedInputs(base, source, True)
+
+
+def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path, log: Callable[[str], None]) -> ExportLayout:
+    """Write every shipped form of the selected width into ``out_dir/shipped`` (see the module docstring)."""
+    from pipeline.backends.onnxruntime import quantize as ort_quantize
+    from pipeline.backends.onnxruntime.int8.search import search_qdq, search_recipe
+    from pipeline.backends.onnxruntime.int8.stats import activation_ranges
+    from pipeline.quantization.select import openvino_params
+
+    qcfg, budget = cfg.quantization, cfg.gates.max_accuracy_drop
+    layout = ExportLayout(Path(out_dir) / SHIPPED_DIR)
+    fp32, source = layout.path("onnx_fp32"), sources.source_onnx
+    fp32.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(sources.fp32_onnx, fp32)
+    baseline = fp32 if sources.pruned else None
+    which = "the pruned" if sources.pruned else "the"
+    searches: dict = {"cpu": cpu.as_dict()}
+    if qcfg.batch_independent_int8:
+        log(f"[compress] INT8 ONNX of the selected width: the recipe search from {which} FP32 ONNX (cached)")
+        ranges = activation_ranges(source, rows.feeds, rows.pad_id)  # measured once: both ORT forms use them
+        int8 = search_recipe(source, layout.path("onnx_int8"), rows, qcfg, budget, cpu, cache_dir, baseline=baseline,
+                             ranges=ranges, log=log)
+        log(f"[compress] INT8 QDQ ONNX (TensorRT form) from recipe {int8.chosen.recipe.name}, scored on the same held-out rows")
+        qdq = search_qdq(source, layout.path("onnx_int8_qdq"), rows, qcfg, int8, cache_dir, ranges, log=log)
+        searches.update({**int8.as_dict(), "qdq": qdq.as_dict()})
+    else:
+        log(f"[compress] INT8 ONNX (dynamic per-channel, per-batch scales) from {which} FP32 ONNX")
+        ort_quantize.quantize_int8_dynamic(source, layout.path("onnx_int8"), optimize=qcfg.ort_transformer_optimize,
+                                           embeddings=qcfg.int8_embeddings)
+        n_calib = sum(len(f["input_ids"]) for f in rows.feeds)
+        log(f"[compress] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences)")
+        ort_quantize.quantize_int8_qdq(source, layout.path("onnx_int8_qdq"), rows.feeds, embeddings=qcfg.int8_embeddings)
+        searches.update({"recipe": "dynamic-per-batch", "batch_independent": False, "qdq": {"recipe": "static-minmax"}})
+    if qcfg.batch_independent_int8 and openvino_params(cfg) is not None:
+        from pipeline.backends.openvino.quantize import search_recipe as openvino_search
+
+        log(f"[compress] OpenVINO INT8 of the selected width: NNCF's recipe search from {which} FP32 ONNX (cached)")
+        ov = openvino_search(source, layout.path("openvino_int8"), rows, qcfg, budget, cache_dir, baseline=baseline, log=log,
+                             properties=cfg.openvino.cpu_properties())
+        searches["openvino"] = ov.as_dict()
+    layout.int8_search.write_text(json.dumps(searches, indent=2), encoding="utf-8")
+    return layout
+
+
+def read_searches(layout: ExportLayout) -> dict:
+    return json.loads(layout.int8_search.read_text(encoding="utf-8"))

@@ -1,0 +1,40 @@
+"""The serving tools' side of the task kinds: one object per ``pipeline.contract.TaskKind`` (a ``ToolKind``,
+``serving/tools/kinds/base.py``), each in its kind's module with what only it does (its smoke run and result, how its
+requests and answers look, how the client prints them).  The tools look the object up once, from the bundle's
+``task_type`` (``tool_kind``) or the served ensemble's outputs (``kind_of_outputs``), and call it."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from pipeline.contract import TaskKind
+from pipeline.errors import ModelError
+from serving.tools.kinds.base import ToolKind
+from serving.tools.kinds.classification import Classification
+from serving.tools.kinds.reading_comprehension import ReadingComprehension
+from serving.tools.kinds.token_classification import TokenClassification
+from serving.tools.kinds.uie import UniversalExtraction
+
+KINDS: dict[str, ToolKind] = {k.name: k for k in (Classification(), TokenClassification(), ReadingComprehension(),
+                                                  UniversalExtraction())}
+assert set(KINDS) == {k.value for k in TaskKind}, "serving/tools/kinds: one object per pipeline.contract.TaskKind"
+COMMANDS = {k.command: k.name for k in KINDS.values()}  # serving.client's command -> the kind it asks
+
+
+def tool_kind(task_type: str | TaskKind) -> ToolKind:
+    """The kind object of a bundle's ``task_type`` (a TaskKind value)."""
+    name = task_type.value if isinstance(task_type, TaskKind) else str(task_type)
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ModelError(f"task_type {name!r} is not one of {', '.join(KINDS)}") from None
+
+
+def kind_of_outputs(names: Iterable[str]) -> ToolKind:
+    """The kind of a served ensemble with these outputs: the one whose own output is there; classification else."""
+    names = set(names)
+    otherwise = KINDS[TaskKind.CLASSIFICATION.value]  # none of the kinds' own outputs (FastDeploy's api): as before
+    return next((k for k in KINDS.values() if k.output in names), otherwise)
+
+
+__all__ = ["COMMANDS", "KINDS", "ToolKind", "kind_of_outputs", "tool_kind"]

@@ -1,0 +1,120 @@
+"""The interface every task kind offers the serving tools (``ToolKind``), and what the kinds' smoke runs share.
+
+One object per ``pipeline.contract.TaskKind`` (``serving.tools.kinds.tool_kind``), looked up once from the bundle's
+``task_type`` (or, in the client, from the served ensemble's outputs); the tools call it and compare no kind names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from pipeline.contract import TaskKind
+
+if TYPE_CHECKING:
+    from serving.tools.client import ClassifierClient
+    from serving.tools.offline import BundleModel
+
+SPAN_FAILURE = "served predictions or scores differ from the offline/validated model's"
+
+
+class ToolKind:
+    """What the serving tools (smoke, perf, loadtest, replicas, client) do differently for one task kind."""
+
+    kind: TaskKind
+    command: str  # serving.client's command for it (classify, extract, answer, ie)
+    output: str  # the ensemble output that tells this kind apart (ClassifierClient.task_type)
+    # An item becomes a varying number of windows: max_batch_size 0, no Triton batching, requests carry more than
+    # single texts (loadtest: no --file of texts, no offline model-only comparison at a batch size)
+    windowed: bool = False
+    question_pairs: bool = False  # the client reads (question, context) pairs, not texts
+    perf_seconds: float = 5.0  # perf_analyzer's window unless --seconds says otherwise
+    sample_texts: tuple[str, ...] = ()  # loadtest's texts when the dev set cannot be read (none: it must be read)
+    smoke_failure: str = SPAN_FAILURE  # the smoke test's FAIL line
+
+    @property
+    def name(self) -> str:
+        return self.kind.value
+
+    # -- the dev set as requests carry it --------------------------------------------------------------------------
+    def items(self, examples: Sequence) -> list:
+        """One request item per dev example (or per text of a UIE schema request): texts, (question, context) pairs,
+        (text, schema) pairs."""
+        raise NotImplementedError
+
+    def dev_items(self, task: str, data) -> list:
+        """The dev split of ``data`` (``pipeline.data.TaskDataset``) as request items."""
+        return self.items(list(data.dev.examples))
+
+    def smoke_problem(self, bundle: "BundleModel", data) -> str | None:
+        """Why the smoke test cannot score this bundle on ``data`` (None: it can)."""
+        return None
+
+    # -- one served answer -----------------------------------------------------------------------------------------
+    def ask(self, client: "ClassifierClient", item) -> Any:
+        """The served answer of one item sent alone."""
+        raise NotImplementedError
+
+    def send(self, client: "ClassifierClient", batch: Sequence) -> None:
+        """One request of ``batch`` items (loadtest)."""
+        raise NotImplementedError
+
+    def answer_key(self, served) -> tuple:
+        """What must be identical between a served answer and the offline one (label, entities, span, spans)."""
+        raise NotImplementedError
+
+    def offline_keys(self, bundle: "BundleModel", items: Sequence) -> list[tuple]:
+        """The offline answer of each item run alone (batch of one), in the form ``answer_key`` gives served ones."""
+        raise NotImplementedError
+
+    # -- smoke -----------------------------------------------------------------------------------------------------
+    def smoke(self, bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int):
+        """The dev examples through the server and offline: the kind's smoke result (``.ok``)."""
+        raise NotImplementedError
+
+    def print_smoke(self, task: str, protocol: str, result, backend: str | None) -> None:
+        raise NotImplementedError
+
+    # -- perf ------------------------------------------------------------------------------------------------------
+    def perf_input(self, item) -> dict:
+        """One perf_analyzer ``--input-data`` entry: a request of one item."""
+        raise NotImplementedError
+
+    def offline_rate(self, bundle: "BundleModel", items: Sequence, seconds: float) -> dict:
+        """perf's offline yardstick, three rounds of ``seconds``: the model file alone at the served preferred batch
+        size (the median is the yardstick), as report fields."""
+        from serving.tools.offline import model_only_throughput
+
+        # Before the server starts, on an idle machine: three rounds, the median is the yardstick.
+        bs = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
+        rounds = sorted(model_only_throughput(bundle, items, bs, seconds=seconds) for _ in range(3))
+        return {"offline_batch_size": bs, "offline_model_only_items_per_s": rounds[1], "offline_rounds": rounds}
+
+    def perf_note(self, report: dict) -> str:
+        """What one request is, where it is more than one item (perf's Markdown)."""
+        return ""
+
+    # -- the client's command line ---------------------------------------------------------------------------------
+    def check_cli(self, args) -> None:
+        """ValueError when the command line lacks what this kind's requests need."""
+
+    def print_served(self, client: "ClassifierClient", items, args) -> None:
+        """Send ``items`` (texts, or (questions, contexts)) in requests of ``args.batch_size``; print the answers."""
+        raise NotImplementedError
+
+
+def validated(manifest: dict) -> tuple[str | None, float | None]:
+    """bundle.json "validated" -> (metric name, value); (None, None) when validation left no number."""
+    v = manifest.get("validated") or {}
+    value = v.get("value", v.get("accuracy"))
+    if not isinstance(value, (int, float)):
+        return None, None
+    return str(v.get("metric", "accuracy")), float(value)
+
+
+def same(a: float, b: float | None) -> bool:
+    return b is None or abs(a - b) < 1e-9
+
+
+def text_row(item) -> dict:
+    """A perf_analyzer request of one text."""
+    return {"text": {"content": [item], "shape": [1]}}

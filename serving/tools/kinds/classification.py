@@ -1,0 +1,124 @@
+"""Classification in the serving tools: single texts in, a label out (smoke: accuracy and every label equal to the
+offline one, probabilities within float noise)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from pipeline.contract import TaskKind
+from serving.tools.kinds.base import ToolKind, text_row
+
+if TYPE_CHECKING:
+    from serving.tools.client import ClassifierClient
+    from serving.tools.offline import BundleModel
+
+# loadtest's texts when there is no dev set to draw from
+SAMPLE_TEXTS = ("国足今晚出战世预赛", "央行宣布下调存款准备金率", "新款手机搭载自研芯片", "这部电影票房突破十亿",
+                "房价连续三个月下跌", "高考志愿填报指南发布", "新能源汽车销量创新高", "航母编队完成远海训练")
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    examples: int
+    served_accuracy: float
+    offline_accuracy: float
+    mismatches: int  # examples whose served label differs from the offline one
+    max_prob_diff: float  # largest |served prob - offline softmax| over all examples and classes
+    validated_accuracy: float | None  # bundle.json "validated": validate's accuracy for the packaged model file
+
+    @property
+    def ok(self) -> bool:
+        same_as_validated = self.validated_accuracy is None or abs(self.served_accuracy - self.validated_accuracy) < 1e-9
+        return self.mismatches == 0 and self.served_accuracy == self.offline_accuracy and same_as_validated
+
+
+def run_smoke(bundle: "BundleModel", client: "ClassifierClient", texts: Sequence[str], gold: Sequence[int], batch_size: int = 32) -> SmokeResult:
+    from pipeline.progress import progress
+    from serving.tools.offline import offline_logits
+
+    labels = bundle.labels()
+    index = {v: i for i, v in enumerate(labels)}
+    served = np.zeros(len(texts), dtype=np.int64)
+    served_probs = np.zeros((len(texts), len(labels)), dtype=np.float32)
+    for start in progress(range(0, len(texts), batch_size), desc="served", unit="batch"):
+        preds = client.classify_batch(list(texts[start : start + batch_size]))
+        for j, p in enumerate(preds):
+            served[start + j] = index[p.label]
+            served_probs[start + j] = p.probs
+    logits = offline_logits(bundle, texts)
+    offline = logits.argmax(-1)
+    z = np.exp(logits - logits.max(-1, keepdims=True))
+    probs = z / z.sum(-1, keepdims=True)
+    gold_arr = np.asarray(gold)
+    validated = bundle.manifest.get("validated", {}).get("accuracy")  # validate's number for this very model file
+    return SmokeResult(
+        examples=len(texts),
+        served_accuracy=float((served == gold_arr).mean()),
+        offline_accuracy=float((offline == gold_arr).mean()),
+        mismatches=int((served != offline).sum()),
+        max_prob_diff=float(np.abs(served_probs - probs).max()) if len(texts) else 0.0,
+        validated_accuracy=float(validated) if isinstance(validated, (int, float)) else None,
+    )
+
+
+class Classification(ToolKind):
+    kind = TaskKind.CLASSIFICATION
+    command = "classify"
+    output = "label"
+    sample_texts = SAMPLE_TEXTS
+    smoke_failure = "served predictions or accuracy differ from the offline/validated model's"
+
+    def items(self, examples: Sequence) -> list:
+        return [e.text_a for e in examples]
+
+    def dev_items(self, task: str, data) -> list:
+        from pipeline.errors import ConfigError
+
+        if any(e.text_b is not None for e in data.dev.examples):
+            raise ConfigError(f"task {task} has text pairs; the served ensemble takes single texts")
+        return super().dev_items(task, data)
+
+    def smoke_problem(self, bundle: "BundleModel", data) -> str | None:
+        if tuple(bundle.labels()) != tuple(data.labels):
+            return f"the bundle's labels {bundle.labels()[:5]}... differ from the dev data's"
+        return None
+
+    def ask(self, client, item):
+        return client.classify_batch([item])[0]
+
+    def send(self, client, batch: Sequence) -> None:
+        client.infer_raw(batch)
+
+    def answer_key(self, served) -> tuple:
+        return (served.label,)
+
+    def offline_keys(self, bundle: "BundleModel", items: Sequence) -> list[tuple]:
+        from serving.tools.offline import offline_logits
+
+        labels = bundle.labels()
+        return [(labels[int(i)],) for i in offline_logits(bundle, list(items), batch_size=1).argmax(-1)]
+
+    def smoke(self, bundle, client, examples: Sequence, batch_size: int) -> SmokeResult:
+        return run_smoke(bundle, client, self.items(examples), [e.label for e in examples], batch_size)
+
+    def print_smoke(self, task: str, protocol: str, r: SmokeResult, backend: str | None) -> None:
+        print(f"smoke {task}: {r.examples} dev examples via {protocol}")
+        print(f"  served accuracy   {r.served_accuracy:.4f}")
+        print(f"  offline accuracy  {r.offline_accuracy:.4f}  (same model file, pipeline tokenizer)")
+        if r.validated_accuracy is not None:
+            print(f"  validated accuracy {r.validated_accuracy:.4f}  (validate stage, {backend})")
+        print(f"  predictions differing: {r.mismatches}; max |prob diff| {r.max_prob_diff:.2e}")
+
+    def perf_input(self, item) -> dict:
+        return text_row(item)
+
+    def print_served(self, client, texts, args) -> None:
+        for pr in client.classify(texts, args.batch_size):
+            if args.json:
+                print(json.dumps(asdict(pr), ensure_ascii=False))
+            else:
+                print(f"{pr.label}\t{pr.label_desc}\t{pr.confidence:.3f}\t{pr.text}")

@@ -1,0 +1,118 @@
+"""Reading comprehension (MRC) in the serving tools: (question, context) pairs in, an answer span out (smoke:
+CMRC2018 EM/F1, ``pipeline.reading.metric.cmrc_scores``, and every answer span equal to the offline one)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from pipeline.contract import TaskKind
+from serving.tools.kinds.base import ToolKind, same, validated
+
+if TYPE_CHECKING:
+    from serving.tools.client import ClassifierClient
+    from serving.tools.offline import BundleModel
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    examples: int
+    served_em: float  # CMRC2018 exact match (fraction)
+    served_f1: float  # CMRC2018 character F1 (fraction)
+    offline_em: float
+    offline_f1: float
+    mismatches: int  # questions whose served answer (text, start, end) differs from the offline one
+    max_score_diff: float  # largest |served score - offline score| over questions with an answer
+    validated_metric: str | None
+    validated_value: float | None
+
+    @property
+    def ok(self) -> bool:
+        served = self.served_em if self.validated_metric == "em" else self.served_f1
+        return (self.mismatches == 0 and (self.served_em, self.served_f1) == (self.offline_em, self.offline_f1)
+                and same(served, self.validated_value))
+
+
+def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
+    """``examples``: ``pipeline.reading.squad.QAExample`` (id, question, context, answers)."""
+    from pipeline.progress import progress
+    from pipeline.reading.metric import cmrc_scores
+    from serving.tools.offline import offline_answers
+
+    questions, contexts = [e.question for e in examples], [e.context for e in examples]
+    served: list = []
+    for start in progress(range(0, len(questions), batch_size), desc="served", unit="batch"):
+        served.extend(client.answer_batch(questions[start : start + batch_size], contexts[start : start + batch_size]))
+    offline = offline_answers(bundle, questions, contexts, batch_size)
+    gold = [[a.text for a in e.answers] for e in examples]
+    s = cmrc_scores([a.text for a in served], gold)
+    o = cmrc_scores([sp.text if sp else "" for sp in offline], gold)
+    mismatches, diff = 0, 0.0
+    for a, sp in zip(served, offline):
+        if (a.text, a.start, a.end) != ((sp.text, sp.start, sp.end) if sp else ("", -1, -1)):
+            mismatches += 1
+        elif sp is not None:
+            diff = max(diff, abs(a.score - sp.score))
+    metric, value = validated(bundle.manifest)
+    return SmokeResult(examples=len(examples), served_em=s.em, served_f1=s.f1, offline_em=o.em, offline_f1=o.f1,
+                       mismatches=mismatches, max_score_diff=diff, validated_metric=metric, validated_value=value)
+
+
+class ReadingComprehension(ToolKind):
+    kind = TaskKind.READING_COMPREHENSION
+    command = "answer"
+    output = "answer"
+    windowed = True
+    question_pairs = True
+    # requests take 0.2-2 s: 5 s windows did not give perf_analyzer a stable measurement at concurrency 4 on CMRC2018
+    perf_seconds = 10.0
+
+    def items(self, examples: Sequence) -> list:
+        return [(e.question, e.context) for e in examples]
+
+    def ask(self, client, item):
+        return client.answer_batch([item[0]], [item[1]])[0]
+
+    def send(self, client, batch: Sequence) -> None:
+        client.answer_batch([q for q, _ in batch], [c for _, c in batch])
+
+    def answer_key(self, served) -> tuple:
+        return (served.text, served.start, served.end)
+
+    def offline_keys(self, bundle: "BundleModel", items: Sequence) -> list[tuple]:
+        from serving.tools.offline import offline_answers
+
+        qs, cs = [q for q, _ in items], [c for _, c in items]
+        return [(o.text, o.start, o.end) if o else ("", -1, -1) for o in offline_answers(bundle, qs, cs, batch_size=1)]
+
+    def smoke(self, bundle, client, examples: Sequence, batch_size: int) -> SmokeResult:
+        return run_smoke(bundle, client, examples, batch_size)
+
+    def print_smoke(self, task: str, protocol: str, r: SmokeResult, backend: str | None) -> None:
+        print(f"smoke {task}: {r.examples} dev questions via {protocol}")
+        print(f"  served EM {r.served_em:.4f}  F1 {r.served_f1:.4f}")
+        print(f"  offline EM {r.offline_em:.4f}  F1 {r.offline_f1:.4f}  (same model file, pipeline windows.py + spans.py)")
+        if r.validated_value is not None:
+            print(f"  validated {r.validated_metric} {r.validated_value:.4f}  (validate stage, {backend})")
+        print(f"  answers differing: {r.mismatches}; max |score diff| {r.max_score_diff:.2e}")
+
+    def perf_input(self, item) -> dict:
+        q, c = item
+        return {"question": {"content": [q], "shape": [1]}, "context": {"content": [c], "shape": [1]}}
+
+    def offline_rate(self, bundle: "BundleModel", items: Sequence, seconds: float) -> dict:
+        from serving.tools.offline import model_only_question_rate
+
+        # One request is one question; the model runs its windows as one batch (no Triton batching).
+        rounds = sorted(model_only_question_rate(bundle, items, seconds=seconds) for _ in range(3))
+        return {"offline_batch_size": "one question's windows", "offline_model_only_items_per_s": rounds[1],
+                "offline_rounds": rounds}
+
+    def print_served(self, client, pairs, args) -> None:
+        questions, contexts = pairs
+        for a in client.answer(questions, contexts, args.batch_size):
+            if args.json:
+                print(json.dumps(asdict(a), ensure_ascii=False))
+            else:
+                print(f"{a.text or '-'}\t[{a.start},{a.end})\t{a.score:.3f}\t{a.question}")
