@@ -102,13 +102,26 @@ class ToolKind:
         raise NotImplementedError
 
 
-def validated(manifest: dict) -> tuple[str | None, float | None]:
-    """bundle.json "validated" -> (metric name, value); (None, None) when validation left no number."""
+def validated(manifest: dict, scored: int | None = None, count_key: str = "") -> tuple[str | None, float | None]:
+    """bundle.json "validated" -> (metric name, value); (None, None) when validation left no number, or when it
+    scored another dev set than this run (``other_dev_set``): then the two numbers are not comparable."""
     v = manifest.get("validated") or {}
     value = v.get("value", v.get("accuracy"))
-    if not isinstance(value, (int, float)):
+    if not isinstance(value, (int, float)) or other_dev_set(manifest, scored, count_key):
         return None, None
     return str(v.get("metric", "accuracy")), float(value)
+
+
+def other_dev_set(manifest: dict, scored: int | None, count_key: str) -> str:
+    """A line saying validate scored another number of dev items (recorded under ``count_key``) than this run's
+    ``scored``, as a ``--set`` such as ``uie.max_eval_texts`` makes happen; "" when the counts agree or are unknown."""
+    v = manifest.get("validated") or {}
+    count, value = v.get(count_key), v.get("value", v.get("accuracy"))
+    if not count_key or scored is None or not isinstance(count, int) or count == scored:
+        return ""
+    shown = f"{value:.4f} " if isinstance(value, (int, float)) else ""
+    return (f"  validated {v.get('metric', 'accuracy')} {shown}was on {count} {count_key}, this run scored {scored}: "
+            "another dev set, not compared")
 
 
 def same(a: float, b: float | None) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from pipeline.contract import TaskKind
-from serving.tools.kinds.base import ToolKind, same, validated
+from serving.tools.kinds.base import ToolKind, other_dev_set, same, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import ClassifierClient
@@ -26,6 +26,7 @@ class SmokeResult:
     max_score_diff: float  # largest |served score - offline score| over questions with an answer
     validated_metric: str | None
     validated_value: float | None
+    validated_note: str = ""  # validate scored another dev set (other_dev_set): said, not compared
 
     @property
     def ok(self) -> bool:
@@ -54,9 +55,10 @@ def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Seque
             mismatches += 1
         elif sp is not None:
             diff = max(diff, abs(a.score - sp.score))
-    metric, value = validated(bundle.manifest)
+    metric, value = validated(bundle.manifest, len(examples), "questions")
     return SmokeResult(examples=len(examples), served_em=s.em, served_f1=s.f1, offline_em=o.em, offline_f1=o.f1,
-                       mismatches=mismatches, max_score_diff=diff, validated_metric=metric, validated_value=value)
+                       mismatches=mismatches, max_score_diff=diff, validated_metric=metric, validated_value=value,
+                       validated_note=other_dev_set(bundle.manifest, len(examples), "questions"))
 
 
 class ReadingComprehension(ToolKind):
@@ -95,6 +97,8 @@ class ReadingComprehension(ToolKind):
         print(f"  offline EM {r.offline_em:.4f}  F1 {r.offline_f1:.4f}  (same model file, pipeline windows.py + spans.py)")
         if r.validated_value is not None:
             print(f"  validated {r.validated_metric} {r.validated_value:.4f}  (validate stage, {backend})")
+        if r.validated_note:
+            print(r.validated_note)
         print(f"  answers differing: {r.mismatches}; max |score diff| {r.max_score_diff:.2e}")
 
     def perf_input(self, item) -> dict:

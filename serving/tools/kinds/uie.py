@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from pipeline.contract import TaskKind
-from serving.tools.kinds.base import ToolKind, same, validated
+from serving.tools.kinds.base import ToolKind, other_dev_set, same, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import ClassifierClient
@@ -29,6 +29,7 @@ class SmokeResult:
     max_prob_diff: float  # largest |served - offline probability| over spans found by both
     validated_metric: str | None
     validated_value: float | None
+    validated_note: str = ""  # validate scored another dev set (other_dev_set): said, not compared
 
     @property
     def ok(self) -> bool:
@@ -84,10 +85,11 @@ def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Seque
             mismatches += 1
         else:
             diff = max([diff, *(abs(x[3] - y[3]) for x, y in zip(a, b))])
-    metric, value = validated(bundle.manifest)
+    metric, value = validated(bundle.manifest, len(examples), "pairs")
     return SmokeResult(examples=len(examples), texts=sum(len(t) for t, _, _ in requests), requests=len(requests),
                        served_f1=s.f1, served_precision=s.precision, served_recall=s.recall, offline_f1=o.f1,
-                       mismatches=mismatches, max_prob_diff=diff, validated_metric=metric, validated_value=value)
+                       mismatches=mismatches, max_prob_diff=diff, validated_metric=metric, validated_value=value,
+                       validated_note=other_dev_set(bundle.manifest, len(examples), "pairs"))
 
 
 class UniversalExtraction(ToolKind):
@@ -126,6 +128,8 @@ class UniversalExtraction(ToolKind):
         print(f"  offline span F1  {r.offline_f1:.4f}  (same model file, pipeline windows.py + extraction/spans.py)")
         if r.validated_value is not None:
             print(f"  validated {r.validated_metric} {r.validated_value:.4f}  (validate stage, {backend})")
+        if r.validated_note:
+            print(r.validated_note)
         print(f"  pairs whose spans differ: {r.mismatches}; max |probability diff| {r.max_prob_diff:.2e}")
 
     def perf_input(self, item) -> dict:
