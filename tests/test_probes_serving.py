@@ -202,7 +202,9 @@ def test_a_second_server_on_held_ports_is_refused(served, tiny_bundle, tmp_path,
 
     repo = tmp_path / "repo"
     shutil.copytree(tiny_bundle, repo / "tiny")
-    ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
+    ports: dict[str, int] = {}
+    for name in ("http", "grpc", "metrics"):  # distinct, as the launcher picks them (two free_port() can agree)
+        ports[name] = free_port(avoid=(*ports.values(), served.http_port, served.grpc_port, served.metrics_port))
     ports[held] = getattr(served, f"{held}_port")
     run = _launch("--repository", str(repo), "--task", "tiny", "--detach", *(
         x for name, port in ports.items() for x in (f"--{name}-port", str(port))))
