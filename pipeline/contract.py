@@ -15,7 +15,7 @@ import platform
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pipeline.errors import ModelError
 
@@ -27,6 +27,22 @@ class TaskKind(str, Enum):
     TOKEN_CLASSIFICATION = "token_classification"
     READING_COMPREHENSION = "reading_comprehension"
     UIE = "uie"
+
+
+def kind_table(objects, where: str) -> dict:
+    """One object per TaskKind, keyed by its ``name`` (a TaskKind value): a side's per-kind table (``where`` names it)."""
+    table = {o.name: o for o in objects}
+    assert set(table) == {k.value for k in TaskKind}, f"{where}: one object per pipeline.contract.TaskKind"
+    return table
+
+
+def lookup_kind(table: dict, task_type: str | TaskKind, error: Callable[[str], Exception]):
+    """The object of ``task_type`` (a TaskKind or its value) in a ``kind_table``; ``error`` naming the kinds when none."""
+    name = task_type.value if isinstance(task_type, TaskKind) else str(task_type)
+    try:
+        return table[name]
+    except KeyError:
+        raise error(f"task_type {name!r} is not one of {', '.join(table)}") from None
 
 
 class Precision(str, Enum):

@@ -227,7 +227,15 @@ def make_ner_export(out: Path, vocab_dir: Path, max_seq_len: int = 32, task: str
 
 def make_mrc_export(out: Path, vocab_dir: Path, max_seq_len: int = 48, task: str = "cmrc2018", seed: int = 0,
                     reading: dict | None = None) -> Path:
-    """A random tiny ErnieForQuestionAnswering whose forward returns stack([start, end], -1): logits [B, T, 2]."""
+    """A random tiny reading-comprehension export (``make_pointer_export``)."""
+    reading = reading or {"doc_stride": 10, "max_query_len": 12, "max_answer_len": 8}
+    return make_pointer_export(out, vocab_dir, max_seq_len, task, seed, "reading_comprehension", {"reading": reading})
+
+
+def make_pointer_export(out: Path, vocab_dir: Path, max_seq_len: int, task: str, seed: int, task_type: str,
+                        sections: dict) -> Path:
+    """A random tiny ErnieForQuestionAnswering whose forward returns stack([start, end], -1): logits [B, T, 2]
+    (reading comprehension's and UIE's model; ``sections``: the kind's meta.json section)."""
     import paddle
     from paddlenlp.transformers import ErnieForQuestionAnswering
 
@@ -244,9 +252,8 @@ def make_mrc_export(out: Path, vocab_dir: Path, max_seq_len: int = 48, task: str
             start, end = self.model(input_ids, token_type_ids=token_type_ids)[:2]
             return paddle.stack([start, end], axis=-1)
 
-    reading = reading or {"doc_stride": 10, "max_query_len": 12, "max_answer_len": 8}
     return export_layer(SpanLogits(inner), out, vocab_dir, ["start", "end"], ["start", "end"], max_seq_len, task,
-                        "reading_comprehension", {"reading": reading})
+                        task_type, sections)
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from serving_fixtures import (SPAN_FILLER, _tiny_ernie_config, export_layer, ner_data, ner_export,  # noqa: F401
-                              tiny_export, write_char_vocab)
+from serving_fixtures import (SPAN_FILLER, make_pointer_export, ner_data, ner_export, tiny_export,  # noqa: F401
+                              write_char_vocab)
 
 from pipeline.errors import ConfigError
 from serving.bundle.config import PackageConfig
@@ -40,26 +40,10 @@ UIE_META = {"doc_stride": 10, "max_prompt_len": 12, "position_prob": 0.5, "max_s
 def uie_export(ner_data, tmp_path_factory) -> Path:
     """A random tiny ERNIE with start/end pointer logits [B, T, 2], exported as a UIE model (served == offline and
     FastDeploy's payloads are what is checked, not quality)."""
-    import paddle
-    from paddlenlp.transformers import ErnieForQuestionAnswering
-
     rows = [json.loads(line)["text"] for line in (ner_data / "dev.json").read_text(encoding="utf-8").splitlines()]
     vocab = write_char_vocab(tmp_path_factory.mktemp("uie_vocab"), rows + [SPAN_FILLER, "姓名公司时间"])
-    vocab_size = len((vocab / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    paddle.seed(1)
-    inner = ErnieForQuestionAnswering(_tiny_ernie_config(vocab_size))
-
-    class Pointers(paddle.nn.Layer):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, token_type_ids):
-            start, end = self.model(input_ids, token_type_ids=token_type_ids)[:2]
-            return paddle.stack([start, end], axis=-1)
-
-    return export_layer(Pointers(inner), tmp_path_factory.mktemp("uie_export") / "out", vocab, ["start", "end"],
-                        ["start", "end"], 48, "tinyuie", "uie", {"uie": UIE_META})
+    return make_pointer_export(tmp_path_factory.mktemp("uie_export") / "out", vocab, 48, "tinyuie", 1, "uie",
+                               {"uie": UIE_META})
 
 
 def _package(export: Path, task: str, folder: Path, **package) -> Path:

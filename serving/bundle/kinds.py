@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.contract import TaskKind
+from pipeline.contract import TaskKind, kind_table, lookup_kind
 from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig, _config_error
@@ -299,18 +299,13 @@ class UniversalExtraction(_Windowed):
         ]
 
 
-KINDS: dict[str, BundleKind] = {k.name: k for k in (Classification(), TokenClassification(), ReadingComprehension(),
-                                                    UniversalExtraction())}
-assert set(KINDS) == {k.value for k in TaskKind}, "serving/bundle/kinds.py: one object per pipeline.contract.TaskKind"
+KINDS: dict[str, BundleKind] = kind_table((Classification(), TokenClassification(), ReadingComprehension(),
+                                           UniversalExtraction()), "serving/bundle/kinds.py")
 
 
 def bundle_kind(task_type: str | TaskKind) -> BundleKind:
     """The kind object of a meta.json / bundle.json ``task_type`` (a TaskKind value)."""
-    name = task_type.value if isinstance(task_type, TaskKind) else str(task_type)
-    try:
-        return KINDS[name]
-    except KeyError:
-        raise _config_error(f"task_type {name!r} is not one of {', '.join(KINDS)}") from None
+    return lookup_kind(KINDS, task_type, _config_error)
 
 
 def all_configs(shape: BundleShape, pc: PackageConfig) -> dict:

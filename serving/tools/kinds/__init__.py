@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from pipeline.contract import TaskKind
+from pipeline.contract import TaskKind, kind_table, lookup_kind
 from pipeline.errors import ModelError
 from serving.tools.kinds.base import ToolKind
 from serving.tools.kinds.classification import Classification
@@ -15,19 +15,14 @@ from serving.tools.kinds.reading_comprehension import ReadingComprehension
 from serving.tools.kinds.token_classification import TokenClassification
 from serving.tools.kinds.uie import UniversalExtraction
 
-KINDS: dict[str, ToolKind] = {k.name: k for k in (Classification(), TokenClassification(), ReadingComprehension(),
-                                                  UniversalExtraction())}
-assert set(KINDS) == {k.value for k in TaskKind}, "serving/tools/kinds: one object per pipeline.contract.TaskKind"
+KINDS: dict[str, ToolKind] = kind_table((Classification(), TokenClassification(), ReadingComprehension(),
+                                         UniversalExtraction()), "serving/tools/kinds")
 COMMANDS = {k.command: k.name for k in KINDS.values()}  # serving.client's command -> the kind it asks
 
 
 def tool_kind(task_type: str | TaskKind) -> ToolKind:
     """The kind object of a bundle's ``task_type`` (a TaskKind value)."""
-    name = task_type.value if isinstance(task_type, TaskKind) else str(task_type)
-    try:
-        return KINDS[name]
-    except KeyError:
-        raise ModelError(f"task_type {name!r} is not one of {', '.join(KINDS)}") from None
+    return lookup_kind(KINDS, task_type, ModelError)
 
 
 def kind_of_outputs(names: Iterable[str]) -> ToolKind:

@@ -124,6 +124,14 @@ def other_dev_set(manifest: dict, scored: int | None, count_key: str) -> str:
             "another dev set, not compared")
 
 
+def print_validated(metric: str | None, value: float | None, backend: str | None, note: str = "") -> None:
+    """The smoke printout's line for validate's number (and, when validate scored another dev set, why it is not)."""
+    if value is not None:
+        print(f"  validated {metric} {value:.4f}  (validate stage, {backend})")
+    if note:
+        print(note)
+
+
 def same(a: float, b: float | None) -> bool:
     return b is None or abs(a - b) < 1e-9
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from pipeline.contract import TaskKind
-from serving.tools.kinds.base import ToolKind, text_row
+from serving.tools.kinds.base import ToolKind, print_validated, text_row
 
 if TYPE_CHECKING:
     from serving.tools.client import ClassifierClient
@@ -109,8 +109,7 @@ class Classification(ToolKind):
         print(f"smoke {task}: {r.examples} dev examples via {protocol}")
         print(f"  served accuracy   {r.served_accuracy:.4f}")
         print(f"  offline accuracy  {r.offline_accuracy:.4f}  (same model file, pipeline tokenizer)")
-        if r.validated_accuracy is not None:
-            print(f"  validated accuracy {r.validated_accuracy:.4f}  (validate stage, {backend})")
+        print_validated("accuracy", r.validated_accuracy, backend)
         print(f"  predictions differing: {r.mismatches}; max |prob diff| {r.max_prob_diff:.2e}")
 
     def perf_input(self, item) -> dict:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from pipeline.contract import TaskKind
-from serving.tools.kinds.base import ToolKind, other_dev_set, same, validated
+from serving.tools.kinds.base import ToolKind, other_dev_set, print_validated, same, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import ClassifierClient
@@ -95,10 +95,7 @@ class ReadingComprehension(ToolKind):
         print(f"smoke {task}: {r.examples} dev questions via {protocol}")
         print(f"  served EM {r.served_em:.4f}  F1 {r.served_f1:.4f}")
         print(f"  offline EM {r.offline_em:.4f}  F1 {r.offline_f1:.4f}  (same model file, pipeline windows.py + spans.py)")
-        if r.validated_value is not None:
-            print(f"  validated {r.validated_metric} {r.validated_value:.4f}  (validate stage, {backend})")
-        if r.validated_note:
-            print(r.validated_note)
+        print_validated(r.validated_metric, r.validated_value, backend, r.validated_note)
         print(f"  answers differing: {r.mismatches}; max |score diff| {r.max_score_diff:.2e}")
 
     def perf_input(self, item) -> dict:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from pipeline.contract import TaskKind
-from serving.tools.kinds.base import ToolKind, same, text_row, validated
+from serving.tools.kinds.base import ToolKind, print_validated, same, text_row, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import ClassifierClient
@@ -85,8 +85,7 @@ class TokenClassification(ToolKind):
         print(f"smoke {task}: {r.examples} dev texts via {protocol}")
         print(f"  served entity F1   {r.served_f1:.4f}  (P {r.served_precision:.4f}, R {r.served_recall:.4f})")
         print(f"  offline entity F1  {r.offline_f1:.4f}  (same model file, pipeline bio.py)")
-        if r.validated_value is not None:
-            print(f"  validated {r.validated_metric} {r.validated_value:.4f}  (validate stage, {backend})")
+        print_validated(r.validated_metric, r.validated_value, backend)
         print(f"  texts whose entities differ: {r.mismatches}")
 
     def perf_input(self, item) -> dict:

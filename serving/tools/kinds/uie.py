@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from pipeline.contract import TaskKind
-from serving.tools.kinds.base import ToolKind, other_dev_set, same, validated
+from serving.tools.kinds.base import ToolKind, other_dev_set, print_validated, same, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import ClassifierClient
@@ -126,10 +126,7 @@ class UniversalExtraction(ToolKind):
         print(f"smoke {task}: {r.examples} dev (text, prompt) pairs ({r.texts} texts, {r.requests} requests) via {protocol}")
         print(f"  served span F1   {r.served_f1:.4f}  (P {r.served_precision:.4f}, R {r.served_recall:.4f})")
         print(f"  offline span F1  {r.offline_f1:.4f}  (same model file, pipeline windows.py + extraction/spans.py)")
-        if r.validated_value is not None:
-            print(f"  validated {r.validated_metric} {r.validated_value:.4f}  (validate stage, {backend})")
-        if r.validated_note:
-            print(r.validated_note)
+        print_validated(r.validated_metric, r.validated_value, backend, r.validated_note)
         print(f"  pairs whose spans differ: {r.mismatches}; max |probability diff| {r.max_prob_diff:.2e}")
 
     def perf_input(self, item) -> dict:
