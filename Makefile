@@ -18,7 +18,7 @@ RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command 
             $(if $(STRATEGY),--set compress.strategy=$(STRATEGY)) \
             $(if $(ACT_CONFIG),--act-config $(ACT_CONFIG))
 
-.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf perf-tools manifests lb-tools replicas helm-tools
+.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf tune perf-tools manifests lb-tools replicas helm-tools
 
 help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ACT_CONFIG=act.yaml] [ARGS='--set finetune.epochs=1']"
@@ -26,9 +26,10 @@ help:
 	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
 	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again, + helm-values.yaml for serving/bundle/chart (ARGS='--set deploy.key=value')"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
-	@echo "make perf TASK=..    perf_analyzer on the served bundle (c=1/4/16), per-model breakdown, served/offline"
+	@echo "make perf TASK=..    perf_analyzer on the served bundle: served vs the model alone and the platform's floor, CPU by process ([ARGS=--profile 10]: py-spy)"
+	@echo "make tune TASK=..    engine instances x threads chosen by measurement here; the next make bundle packages with them"
 	@echo "make replicas TASK=.. two servers behind HAProxy, one killed mid-run: failures, p99, answers == offline"
-	@echo "make gate TASK=.. BASELINE=previous/gates.json   release gate against a previous bundle"
+	@echo "make gate TASK=.. BASELINE=previous/gates.json [BASELINE_PERF=previous/perf.json]   release gate against a previous bundle (accuracy, speed-up, served speed)"
 	@echo "make status TASK=..  what has run; make clean TASK=.. removes runs/<task>"
 	@echo "make setup           create $(VENV) from requirements.lock (done automatically)"
 
@@ -71,7 +72,7 @@ loadtest: setup
 # exits 2 for any failed recipe; `ernie-bundle gate` itself exits 3 for a regression and 2 for bad input.
 gate: setup
 	@test -n "$(BASELINE)" || { echo "error: BASELINE=<previous gates.json or metrics.json> is required"; exit 2; }
-	$(BIN)/ernie-bundle gate --task $(TASK) --baseline $(BASELINE) $(ARGS)
+	$(BIN)/ernie-bundle gate --task $(TASK) --baseline $(BASELINE) $(if $(BASELINE_PERF),--baseline-perf $(BASELINE_PERF)) $(ARGS)
 
 # Every INT8 form vs ORT's quantize_dynamic one-liner (the anchor), on this CPU, after `make bundle`.
 manifests: setup
@@ -132,6 +133,10 @@ replicas: lb-tools
 
 perf: perf-tools
 	$(BIN)/python -m serving.tools.perf --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/perf.json $(ARGS)
+
+# Serving settings (engine instances x threads) chosen by measurement on this CPU; the next make bundle packages with them.
+tune: perf-tools
+	$(BIN)/python -m serving.tools.tune --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
 test: perf-tools lb-tools helm-tools
 	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 ERNIE_BUNDLE_REQUIRE_HELM=1 $(BIN)/python -m pytest $(ARGS)

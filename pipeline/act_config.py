@@ -28,7 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pipeline import yaml_input
 
 from pipeline.errors import ConfigError
 from pipeline.modeling import CONFIG_FILES, VOCAB_FILE, WEIGHTS_FILE
@@ -90,7 +90,7 @@ class _Section:
         if raw is None:
             raw = {}  # `Distillation:` with nothing under it: the section with its defaults, as ACT reads it
         if not isinstance(raw, dict):
-            raise ConfigError(f"{where}: {name}: expected a mapping of keys, got {raw!r}")
+            raise ConfigError(f"{where}: {name}: expected a mapping of keys, got {yaml_input.short(raw)}")
         self.where, self.name, self.keys, self.read = where, name, dict(raw), []
 
     def error(self, key: str, reason: str) -> ConfigError:
@@ -103,7 +103,7 @@ class _Section:
     def only(self, key: str, allowed: tuple, reason: str) -> Any:
         value = self.take(key)
         if value is not None and value not in allowed:
-            raise self.error(key, f"{value!r} is not supported: {reason}")
+            raise self.error(key, f"{yaml_input.short(value)} is not supported: {reason}")
         return value
 
     def number(self, key: str, *, integer: bool = False, minimum: float | None = None,
@@ -117,13 +117,13 @@ class _Section:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
-            raise self.error(key, f"expected {'an integer' if integer else 'a number'}, got {value!r}")
+            raise self.error(key, f"expected {'an integer' if integer else 'a number'}, got {yaml_input.short(value)}")
         if minimum is not None and not value >= minimum:  # `not >=`: NaN fails too
-            raise self.error(key, f"must be >= {minimum}, got {value!r}")
+            raise self.error(key, f"must be >= {minimum}, got {yaml_input.short(value)}")
         if above is not None and not value > above:
-            raise self.error(key, f"must be > {above}, got {value!r}")
+            raise self.error(key, f"must be > {above}, got {yaml_input.short(value)}")
         if maximum is not None and not value <= maximum:
-            raise self.error(key, f"must be <= {maximum}, got {value!r}")
+            raise self.error(key, f"must be <= {maximum}, got {yaml_input.short(value)}")
         return int(value) if integer else value
 
     def finish(self, not_here: dict[str, str] | None = None) -> None:
@@ -149,10 +149,7 @@ class _Translation:
     def run(self) -> dict[str, object]:
         if not self.path.is_file():
             raise ConfigError(f"ACT config not found: {self.path}")
-        try:
-            raw = yaml.safe_load(self.path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{self.where}: invalid YAML: {exc}".replace("\n", " ")) from None
+        raw = yaml_input.load_file(self.path, self.where)
         if not isinstance(raw, dict) or not raw:
             raise ConfigError(f"{self.where}: expected a mapping of ACT sections ({', '.join(READ)})")
         for name in raw:
@@ -196,7 +193,7 @@ class _Translation:
             self.out["model.name_or_path"] = model
         task_name = g.take("task_name")
         if task_name is not None and self.task is not None and str(task_name) != self.task:
-            raise g.error("task_name", f"{task_name!r} but the task is {self.task!r} (--task)")
+            raise g.error("task_name", f"{yaml_input.short(task_name)} but the task is {self.task!r} (--task)")
         g.only("dataset", ("clue",), "the task's own data is read here (data.dir: CLUE JSON lines)")
         batch = g.number("batch_size", integer=True, minimum=1)
         if batch is not None:  # ACT's loaders train and evaluate with it
@@ -225,13 +222,13 @@ class _Translation:
             algo = p.take("prune_algo")
             if algo != "transformer_pruner":
                 why = {"prune": "channel pruning is for convolutions", "asp": "2:4 sparsity needs sparse tensor cores",
-                       None: "it is required"}.get(algo, f"{algo!r} is not supported")
+                       None: "it is required"}.get(algo, f"{yaml_input.short(algo)} is not supported")
                 raise p.error("prune_algo", f"{why}; use transformer_pruner (heads and FFN neurons, DynaBERT width)")
         ratio = p.take("pruned_ratio")
         if ratio is not None:
             ratios = ratio if isinstance(ratio, list) else [ratio]
             if not ratios or any(isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < 1 for r in ratios):
-                raise p.error("pruned_ratio", f"expected a fraction in (0, 1) or a list of them, got {ratio!r}")
+                raise p.error("pruned_ratio", f"expected a fraction in (0, 1) or a list of them, got {yaml_input.short(ratio)}")
             self.out["compress.width_mult_list"] = [round(1 - r, 6) for r in ratios]  # widths kept
         p.finish(NOT_HERE["Prune"])
 
@@ -242,10 +239,10 @@ class _Translation:
         if ops is not None:
             if not isinstance(ops, list) or QUANTIZED_OP not in ops:
                 raise q.error("quantize_op_types", f"must include {QUANTIZED_OP} (ERNIE's Linear layers: the MatMuls "
-                                                   f"INT8 quantizes here), got {ops!r}")
+                                                   f"INT8 quantizes here), got {yaml_input.short(ops)}")
             other = [op for op in ops if op not in ACT_OP_TYPES]
             if other:
-                raise q.error("quantize_op_types", f"{other[0]!r} is not supported: only MatMuls are quantized here")
+                raise q.error("quantize_op_types", f"{yaml_input.short(other[0])} is not supported: only MatMuls are quantized here")
         q.only("weight_quantize_type", ("channel_wise_abs_max",), "INT8 weights here are per channel (channel_wise_abs_max)")
         q.only("activation_quantize_type", ("moving_average_abs_max", "range_abs_max"),
                "activation scales here are fixed, calibrated on training sentences (abs_max would set them per batch)")
@@ -290,7 +287,7 @@ class _Translation:
         origin = t.number("origin_metric", minimum=0.0)
         if origin is not None:
             if origin > 1:
-                raise t.error("origin_metric", f"expected a fraction (0.7473, not 74.73), got {origin!r}")
+                raise t.error("origin_metric", f"expected a fraction (0.7473, not 74.73), got {yaml_input.short(origin)}")
             self.out["gates.origin_metric"] = float(origin)
         target = t.number("target_metric", minimum=0.0)
         if target is not None:  # the compressed model's floor, as a drop from the FP32 metric: our accuracy budget
@@ -325,7 +322,7 @@ class _Translation:
                 raise s.error(next(iter(files)), f"names a file but {s.name}.{dir_key} is not given")
             return None
         if not isinstance(value, str) or not value.strip():
-            raise s.error(dir_key, f"expected a directory path, got {value!r}")
+            raise s.error(dir_key, f"expected a directory path, got {yaml_input.short(value)}")
         d = self.resolve(value)
         if not d.is_dir():
             raise s.error(dir_key, f"{d} is not a directory")
@@ -361,7 +358,7 @@ def _task_name(task: str | None) -> str | None:
     if task is None or Path(task).suffix not in (".yaml", ".yml"):
         return task
     try:
-        raw = yaml.safe_load(Path(task).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        raw = yaml_input.load_file(Path(task))
+    except ConfigError:
         return None  # load_task_config reports it
     return str(raw["task"]) if isinstance(raw, dict) and raw.get("task") is not None else None

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from pipeline.config import PROJECT_ROOT, known_tasks, load_task_config, parse_override
-from pipeline.errors import GateFailed, PipelineError
+from pipeline.errors import GateFailed, NoSpace, PipelineError, no_space
 from pipeline.graph import STAGE_NAMES, STAGES
 
 DESCRIPTION = """\
@@ -129,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: nothing was marked complete; run the same command again to resume", file=sys.stderr)
         return 130
+    except OSError as exc:  # outside a stage (the lock, a record): a full disk is said as such, anything else raised
+        full = no_space(exc, getattr(args, "runs_dir", "."))
+        if full is None:
+            raise
+        print(f"error: {full}", file=sys.stderr)
+        return NoSpace.exit_code
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -185,13 +191,14 @@ def _print_cache(runs_dir: Path) -> None:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    """Remove ``<runs-dir>/<task>`` (or one stage of it).  Only a plain task name's directory that looks like a
-    runs directory, never through a symbolic link and never while a run holds it: `--task ..`, `--task /` or a
-    mistyped --runs-dir must not delete a project."""
+    """Remove ``<runs-dir>/<task>`` (or one stage of it).  Only a plain task name's directory that a run of ours made
+    (it holds the run lock's file, ``run_lock.is_runs_dir``), never through a symbolic link and never while a run
+    holds it: `--task ..`, `--task /`, a mistyped --runs-dir or a project folder that happens to have an ``export/``
+    must not be deleted."""
     from pipeline.config import check_task_name
     from pipeline.errors import UserInputError
     from pipeline.run_cache import CACHE
-    from pipeline.run_lock import LOCK_NAME, run_lock
+    from pipeline.run_lock import LOCK_NAME, is_runs_dir, run_lock
 
     task = args.task
     if Path(task).suffix in (".yaml", ".yml"):  # as run and status read --task: the YAML's task name
@@ -207,10 +214,13 @@ def _clean(args: argparse.Namespace) -> int:
             return 0
         if not p.is_dir():
             raise UserInputError(f"{p} is not a directory: clean removes only a task's runs directory")
-    names = {p.name for p in task_dir.iterdir()}
-    if names and not names & {*STAGE_NAMES, LOCK_NAME, CACHE}:
-        raise UserInputError(f"{task_dir} does not look like a task's runs directory (no stage directory in it): "
-                             "not removing it; check --runs-dir")
+    if not is_runs_dir(task_dir):
+        if any(task_dir.iterdir()):
+            raise UserInputError(f"{task_dir} is not a runs directory made by ernie-bundle (no {LOCK_NAME} in it): "
+                                 "not removing it; check --runs-dir and --task")
+        task_dir.rmdir()  # empty: nothing of anyone's to lose
+        print(f"removed {task_dir}")
+        return 0
     with run_lock(task_dir, doing=f"clean {victim}"):
         try:
             shutil.rmtree(victim)

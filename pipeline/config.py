@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from pipeline import yaml_input
 from pipeline.compress.arguments import CompressConfig
 from pipeline.config_checks import number, one_of
 from pipeline.contract import TaskKind
@@ -218,6 +217,9 @@ class GateConfig:
     # release gate (make gate BASELINE=...): against the previous bundle's report
     release_max_accuracy_drop: float = 0.2  # points
     release_max_throughput_drop: float = 0.15  # fraction of the previous speed-up over FP32
+    # fraction of the previous served efficiency (make perf: served / ceiling, per request shape); the spread between
+    # perf's rounds on a quiet 2-core machine is about +-5%
+    release_max_served_drop: float = 0.15
     # finetune-check: the FP32 metric the user expects (PaddleSlim ACT's TrainConfig.origin_metric, a fraction);
     # measured further than origin_metric_tolerance points from it means another model, data or evaluation.
     origin_metric: float | None = None
@@ -238,6 +240,7 @@ class GateConfig:
         number("gates.max_int8_size_ratio", self.max_int8_size_ratio, minimum=0.0, maximum=1.0)
         number("gates.release_max_accuracy_drop", self.release_max_accuracy_drop, minimum=0.0)
         number("gates.release_max_throughput_drop", self.release_max_throughput_drop, minimum=0.0, maximum=1.0)
+        number("gates.release_max_served_drop", self.release_max_served_drop, minimum=0.0, maximum=1.0)
 
 
 # A task name becomes a directory (runs/<task>/, <package.repository>/<task>/) and Triton model names: a plain
@@ -248,7 +251,7 @@ TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 def check_task_name(name: Any, key: str = "task") -> str:
     """``name`` when it is a plain task name; otherwise ConfigError naming ``key`` (exit 2)."""
     if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
-        raise ConfigError(f"{key}: {name!r} is not a plain task name (letters, digits, '.', '_', '-', at most 64, "
+        raise ConfigError(f"{key}: {yaml_input.short(name)} is not a plain task name (letters, digits, '.', '_', '-', at most 64, "
                           "starting with a letter or digit): it names the task's directory under runs/ and the bundle's")
     return name
 
@@ -290,6 +293,10 @@ class TaskConfig:
         from serving.bundle.fastdeploy_api import check as check_api
 
         check_api(self.type, self.package)  # package.api fastdeploy: only the kinds FastDeploy's examples serve
+        if self.data.text_b and self.package.api == "fastdeploy":
+            raise ConfigError(f"package.api: fastdeploy: FastDeploy's ernie_seqcls example takes one text per item "
+                              f"(INPUT [B, 1]); task {self.task} classifies text pairs (data.text_b): package it with "
+                              "package.api ernie-bundle (inputs text and text_pair)")
         if self.label_names and len(self.label_names) != len(self.labels):
             raise ConfigError(
                 f"label_names has {len(self.label_names)} entries but labels has {len(self.labels)}"
@@ -323,10 +330,7 @@ def load_task_config(task: str, overrides: dict[str, Any] | None = None) -> Task
         path = TASKS_DIR / f"{task}.yaml"
         if not path.is_file():
             raise ConfigError(f"unknown task {task!r}; known tasks: {', '.join(known_tasks())}")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}".replace("\n", " ")) from exc
+    raw = yaml_input.load_file(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     for key, value in (overrides or {}).items():
@@ -337,11 +341,13 @@ def load_task_config(task: str, overrides: dict[str, Any] | None = None) -> Task
 def parse_override(text: str) -> tuple[str, Any]:
     """``"finetune.epochs=3"`` -> ``("finetune.epochs", 3)``; the value is parsed as YAML."""
     if "=" not in text:
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. finetune.epochs=3")
+        raise ConfigError(f"--set {yaml_input.short(text)}: expected KEY=VALUE, e.g. finetune.epochs=3")
     key, value = text.split("=", 1)
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError:
+        parsed = yaml_input.load(value, f"--set {key.strip()}") if value.strip() else None
+    except yaml_input.ExpandsTooFar:
+        raise
+    except ConfigError:  # not YAML: the text itself
         parsed = value
     return key.strip(), parsed
 
@@ -353,7 +359,7 @@ def section_from_overrides(cls: type, section: str, sets: list[str]) -> Any:
     for text in sets:
         key, value = parse_override(text)
         if not key.startswith(section + "."):
-            raise ConfigError(f"--set {text!r}: only {section}.<key>=<value> applies here")
+            raise ConfigError(f"--set {yaml_input.short(text)}: only {section}.<key>=<value> applies here")
         _set_dotted(raw, key[len(section) + 1 :], value)
     return _build(cls, raw, "--set", section + ".")
 
@@ -428,16 +434,16 @@ def _coerce(tp: Any, value: Any, where: str, key: str) -> Any:
                 return _coerce(option, value, where, key)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[-1] if errors else f"{where}: {key}: invalid value {value!r}")
+        raise ConfigError(errors[-1] if errors else f"{where}: {key}: invalid value {yaml_input.short(value)}")
     if origin is dict:
         key_type, value_type = typing.get_args(tp)
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {key} must be a mapping, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be a mapping, got {yaml_input.short(value)}")
         return {_coerce(key_type, k, where, f"{key}.{k}"): _coerce(value_type, v, where, f"{key}.{k}") for k, v in value.items()}
     if origin is list:
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise ConfigError(f"{where}: {key} must be a list, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be a list, got {yaml_input.short(value)}")
         return [_coerce(item, v, where, f"{key}[{i}]") for i, v in enumerate(value)]
     if tp is float:
         if isinstance(value, str):
@@ -447,20 +453,20 @@ def _coerce(tp: Any, value: Any, where: str, key: str) -> Any:
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be a number, got {yaml_input.short(value)}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be an integer, got {yaml_input.short(value)}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be true or false, got {yaml_input.short(value)}")
         return value
     if tp is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)  # labels like 100 written without quotes
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be a string, got {yaml_input.short(value)}")
         return value
     return value

@@ -44,3 +44,35 @@ class StageCrashed(PipelineError):
     and the traceback in the stage's ``stage.log`` are written before this is raised."""
 
     exit_code = 1
+
+
+class NoSpace(PipelineError):
+    """The disk (or quota) under the runs directory is full: said as such, not as the error some library made of a
+    short write (paddle2onnx's "InvalidProtobuf", a truncated pickle)."""
+
+    exit_code = 1
+
+
+# Below this, an unexpected failure is most likely a write that did not fit (libraries rarely say ENOSPC).
+LOW_SPACE_BYTES = 64 * 2**20
+
+
+def no_space(exc: BaseException | None, path) -> str | None:
+    """The one-line reason when ``exc`` (or what caused it) is a full disk or quota at ``path``, else None: an
+    ``OSError`` ENOSPC/EDQUOT anywhere in its chain, or any failure while less than ``LOW_SPACE_BYTES`` are free."""
+    import errno
+    import shutil
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return f"no space left on {path} (errno {errno.errorcode[exc.errno]}): free some space and run again"
+        exc = exc.__cause__ or exc.__context__
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return None
+    if free < LOW_SPACE_BYTES:
+        return f"no space left on {path} ({free / 2**20:.1f} MiB free): free some space and run again"
+    return None

@@ -1,5 +1,9 @@
 """One run per task's runs directory at a time: an exclusive ``flock`` on ``runs/<task>/.ernie-bundle.lock``.
 
+The lock file is also what marks a directory as a runs directory this project made (``is_runs_dir``): every run
+creates it before its first stage, and ``clean`` removes only a folder that holds it.  A folder's other entries
+say nothing: a user's project may well have an ``export/`` or a ``cache/`` (and ``/var`` has one).
+
 Two runs on one directory delete each other's unfinished attempts (``.tmp-*``, ``work/``) and can record a stage
 OK whose outputs the other run removed.  The second one is refused at once (it does not wait), naming the pid
 that holds the lock.  The kernel releases a flock when its holder dies, so ``kill -9`` leaves no stale lock; the
@@ -11,6 +15,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,17 +23,31 @@ from typing import Iterator
 
 from pipeline.errors import UserInputError
 
-LOCK_NAME = ".ernie-bundle.lock"  # specific: clean takes it as a sign that a directory is a runs dir
+LOCK_NAME = ".ernie-bundle.lock"  # the runs directory's marker too: clean removes only a folder holding it
 # `status` probes the lock with a brief shared lock; a run that starts at that instant retries this long.
 _RETRY_S = 1.0
 
 
-def _open(path: Path) -> int:
+def _open(path: Path, flags: int = os.O_RDWR | os.O_CREAT) -> int:
+    """The lock file, opened without following a link and without blocking (a FIFO planted at its place would
+    block ``open`` until a writer came); anything but a regular file is refused in one line."""
     try:  # O_NOFOLLOW: a link planted at the lock's place is refused, never followed
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as exc:
         why = "it is a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
         raise UserInputError(f"cannot open the run lock {path}: {why}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserInputError(f"cannot open the run lock {path}: it is not a regular file (move it away)")
+    return fd
+
+
+def is_runs_dir(path: Path) -> bool:
+    """``path`` holds the run lock as a regular file: a runs directory made by ``ernie-bundle run`` (not a link)."""
+    try:
+        return stat.S_ISREG(os.stat(Path(path) / LOCK_NAME, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 @contextmanager
@@ -72,8 +91,8 @@ def lock_holder(runs_dir: Path) -> int | None:
     """The pid of the run holding ``runs_dir``'s lock (0: held, pid unknown); None when it is free.  Never waits."""
     path = Path(runs_dir) / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+        fd = _open(path, os.O_RDONLY)
+    except UserInputError:  # absent, a link, a FIFO ...: no run holds a lock there
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

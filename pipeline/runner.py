@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from pipeline.config import TaskConfig
 from pipeline.env import versions
-from pipeline.errors import GateFailed, PipelineError, StageCrashed, StageNotReady, UserInputError
+from pipeline.errors import GateFailed, NoSpace, PipelineError, StageCrashed, StageNotReady, UserInputError, no_space
 from pipeline.graph import STAGE_NAMES, STAGES, get_stage
 from pipeline.stage import Stage
 from pipeline.hashing import stage_key, tree_hashes
@@ -175,17 +175,22 @@ class Runner:
             rec.duration_s = time.monotonic() - t0
             rec.message = str(exc)
             shutil.rmtree(tmp, ignore_errors=True)
-            atomic_write_text(sdir / "record.json", rec.to_json())
+            _write_failure(sdir / "record.json", rec.to_json())
             raise
         except Exception as exc:  # a crash: still a FAIL record, the traceback in the stage log, one line on stderr
             rec.duration_s = time.monotonic() - t0
+            shutil.rmtree(tmp, ignore_errors=True)  # first: it may be what filled the disk
+            full = no_space(exc, self.runs_dir)
             first = (str(exc).strip().splitlines() or [""])[0]
-            rec.message = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-            shutil.rmtree(tmp, ignore_errors=True)
+            rec.message = full or (f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
             log_path = sdir / STAGE_LOG
-            atomic_write_text(log_path, f"{started} {stage.name} crashed after {_fmt_s(rec.duration_s)}\n{traceback.format_exc()}")
-            atomic_write_text(sdir / "record.json", rec.to_json())
-            raise StageCrashed(f"stage {stage.name} crashed: {rec.message} (traceback in {log_path})") from exc
+            logged = _write_failure(log_path, f"{started} {stage.name} crashed after {_fmt_s(rec.duration_s)}\n"
+                                              f"{traceback.format_exc()}")
+            _write_failure(sdir / "record.json", rec.to_json())
+            if full:
+                raise NoSpace(f"stage {stage.name}: {full}") from exc
+            where = f"traceback in {log_path}" if logged else "its traceback could not be written either"
+            raise StageCrashed(f"stage {stage.name} crashed: {rec.message} ({where})") from exc
         except BaseException:  # interrupted: nothing is marked; the next run resumes
             shutil.rmtree(tmp, ignore_errors=True)  # kill -9 cannot get here: the next run removes it
             raise
@@ -243,6 +248,16 @@ class Runner:
             detail = rec.message if rec.status != StageStatus.OK else _fmt_metrics(rec.metrics)
             rows.append((stage.name, state, rec.duration_s, f"why: {why}" if why else detail))
         return rows
+
+
+def _write_failure(path: Path, text: str) -> bool:
+    """Write a FAIL record or a crash log; False when it cannot be written (a full disk): the failure being reported
+    matters more than its paperwork, and a stage without a record reads as not run."""
+    try:
+        atomic_write_text(path, text)
+        return True
+    except OSError:
+        return False
 
 
 def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -26,7 +26,8 @@ BIG_PARAMS = "UnpackBigParamInfor@@"  # paddle.save (protocol 2/3) splits arrays
 
 
 class UnsafeWeights(ModelError):
-    """A weights file names a Python global outside the allow-list: it is refused, nothing of it is run."""
+    """A weights file that would run code (it names a Python global outside the allow-list) or exhaust the machine
+    (containers shared or nested as no weights file has) when read: refused, nothing of it is run or walked."""
 
 
 class _NdarrayToken:
@@ -79,16 +80,24 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("persistent ids (not a Paddle weights file)")
 
 
+# A state dict is shallow (a dict of arrays; an optimizer state one or two levels more) and no container in it is
+# reached twice.  A pickle can share one container at many places ("billion laughs": 40 levels of {'a': y, 'b': y}
+# in 418 bytes) so that a naive walk never ends; these bounds and the shared-container check refuse it at once.
+MAX_DEPTH = 32
+MAX_NODES = 5_000_000
+
+
 def load(path: Path):
     """What ``paddle.load(path, return_numpy=True)`` gives for a pickled Paddle file, read with the allow-list.
 
-    Raises :class:`UnsafeWeights` for a disallowed global, :class:`ModelError` for an unreadable file."""
+    Raises :class:`UnsafeWeights` for a disallowed global, :class:`ModelError` for an unreadable file or one whose
+    structure no weights file has (a container reached twice, nesting over ``MAX_DEPTH``, over ``MAX_NODES`` values)."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
             obj = _Unpickler(fh, path).load()
+        _check_structure(path, obj)  # first: every later walk may then trust it is a small tree
         obj = _as_paddle_loads(obj)
-        _check_arrays(path, obj)
     except ModelError:  # UnsafeWeights included
         raise
     except Exception as exc:  # truncated, not a pickle, a directory, a malformed big-parameter table, too deep ...
@@ -120,8 +129,13 @@ def _as_paddle_loads(obj):
     return _tensors_to_arrays(obj)
 
 
+def _is_tensor(obj) -> bool:
+    """paddle.save's form of a tensor outside a state dict: tuple(name, array)."""
+    return isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], np.ndarray)
+
+
 def _tensors_to_arrays(obj):
-    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], np.ndarray):
+    if _is_tensor(obj):
         return obj[1]
     if isinstance(obj, dict):
         for k in list(obj):
@@ -132,14 +146,31 @@ def _tensors_to_arrays(obj):
     return obj
 
 
-def _check_arrays(path: Path, obj) -> None:
-    """No array of Python objects (weights are numbers), however deep."""
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject:
-            raise ModelError(f"{path}: holds an array of Python objects, not numbers (not a Paddle weights file)")
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _check_arrays(path, v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _check_arrays(path, v)
+def _check_structure(path: Path, obj) -> None:
+    """The unpickled object is a tree of dicts, lists and tuples over numeric arrays, strings and numbers: no
+    container reached twice (a tensor's (name, array) may be: paddle.save shares a tensor saved at two places), at most ``MAX_DEPTH`` deep and ``MAX_NODES`` values in all, no array of Python objects.
+    One iterative pass, each container visited once: a 418-byte pickle cannot make it run for ever."""
+    seen: set[int] = set()
+    stack = [(obj, 0)]
+    nodes = 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise UnsafeWeights(f"{path}: refused: more than {MAX_NODES:,} values (not a Paddle weights file)")
+        if isinstance(node, np.ndarray):
+            if node.dtype.hasobject:
+                raise ModelError(f"{path}: holds an array of Python objects, not numbers (not a Paddle weights file)")
+            continue
+        if _is_tensor(node):  # (name, array): one tensor, which paddle.save shares where it is saved twice
+            stack.append((node[1], depth + 1))
+            continue
+        if isinstance(node, (dict, list, tuple)):
+            if depth >= MAX_DEPTH:
+                raise UnsafeWeights(f"{path}: refused: containers nested over {MAX_DEPTH} deep (not a Paddle weights file)")
+            if node and id(node) in seen:  # an empty tuple is one shared object in Python itself
+                raise UnsafeWeights(f"{path}: refused: one {type(node).__name__} appears at several places, which no "
+                                 "weights file has (a pickle that shares containers can expand without end)")
+            seen.add(id(node))
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)

@@ -79,18 +79,11 @@ class Tokenizer:
         return Encoded(ids, types, lengths)
 
     def _pairs(self, texts_a: Sequence[str], texts_b: Sequence[str | None]) -> list[tuple[list[int], list[int]]]:
-        """``[CLS] a [SEP] b [SEP]`` cut by PaddleNLP's ``longest_first`` rule (``wordpiece.truncate_pair``)."""
-        from pipeline.wordpiece import truncate_pair
+        """``[CLS] a [SEP] b [SEP]`` cut by PaddleNLP's ``longest_first`` rule (``wordpiece.encode_pairs``, the code
+        the served pre-processing runs)."""
+        from pipeline.wordpiece import encode_pairs
 
-        cls_id, sep_id = self._raw.token_to_id("[CLS]"), self._raw.token_to_id("[SEP]")
-        firsts = self._raw.encode_batch(list(texts_a), add_special_tokens=False)
-        seconds = self._raw.encode_batch([b or "" for b in texts_b], add_special_tokens=False)
-        rows = []
-        for a, b in zip(firsts, seconds):
-            na, nb = truncate_pair(len(a.ids), len(b.ids), self.max_seq_len - 3)
-            ids = [cls_id, *a.ids[:na], sep_id, *b.ids[:nb], sep_id]
-            rows.append((ids, [0] * (na + 2) + [1] * (nb + 1)))
-        return rows
+        return encode_pairs(self._raw, texts_a, [b or "" for b in texts_b], self.max_seq_len)
 
 
 def build_char_vocab(texts: Iterable[str], min_freq: int = 2) -> list[str]:

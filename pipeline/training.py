@@ -213,13 +213,20 @@ class CheckpointDir:
         import paddle
 
         self.root.mkdir(parents=True, exist_ok=True)
+        # One run holds the runs dir (run_lock): any other partial checkpoint is an earlier try's, killed or out of
+        # space; left there, ~25 MB each, they would keep the disk full for every later try.
+        for stale in [*self.root.glob(".checkpoint-*"), *self.root.glob(".old-*")]:
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = self.root / f".checkpoint-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        paddle.save(model.state_dict(), str(tmp / "model.pdparams"))
-        paddle.save(opt.state_dict(), str(tmp / "optimizer.pdopt"))
-        paddle.save(sched.state_dict(), str(tmp / "scheduler.pdparams"))
-        (tmp / "state.json").write_text(json.dumps(asdict(state)), encoding="utf-8")
+        try:
+            paddle.save(model.state_dict(), str(tmp / "model.pdparams"))
+            paddle.save(opt.state_dict(), str(tmp / "optimizer.pdopt"))
+            paddle.save(sched.state_dict(), str(tmp / "scheduler.pdparams"))
+            (tmp / "state.json").write_text(json.dumps(asdict(state)), encoding="utf-8")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         old = self.root / f".old-{os.getpid()}"
         if self.current.exists():
             self.current.rename(old)

@@ -71,6 +71,20 @@ def _read_vocab(vocab_file) -> dict[str, int]:
     return vocab
 
 
+def encode_pairs(tok, texts_a, texts_b, max_seq_len: int) -> list[tuple[list[int], list[int]]]:
+    """``[CLS] a [SEP] b [SEP]`` ids and segment ids of each pair, cut to ``max_seq_len`` by PaddleNLP's
+    ``longest_first`` rule (``truncate_pair``); ``tok`` is ``build``'s tokenizer (no truncation, no padding).  The
+    offline tokenizer (``pipeline.tokenizer``) and the served pre-processing both call this."""
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    firsts = tok.encode_batch(list(texts_a), add_special_tokens=False)
+    seconds = tok.encode_batch(list(texts_b), add_special_tokens=False)
+    rows = []
+    for a, b in zip(firsts, seconds):
+        na, nb = truncate_pair(len(a.ids), len(b.ids), max_seq_len - 3)
+        rows.append(([cls_id, *a.ids[:na], sep_id, *b.ids[:nb], sep_id], [0] * (na + 2) + [1] * (nb + 1)))
+    return rows
+
+
 def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
     """Token counts kept of a pair when at most ``budget`` body tokens fit: PaddleNLP's ``longest_first``
     removes one token at a time from the longer side, from the second on a tie."""

@@ -1,4 +1,4 @@
-"""Tokenizer parity against PaddleNLP's own tokenizer, on every dev example of tnews, cluener and cmrc2018.
+"""Tokenizer parity against PaddleNLP's own tokenizer, on every dev example of tnews, cluener, cmrc2018 and ocnli.
 
     python scripts/tokenizer_parity.py [--model DIR] [--data-root ../shared/data] [--json-out FILE]
 
@@ -11,7 +11,8 @@ model directory (the oracle: what a PaddleNLP-fine-tuned model was trained on), 
 
 What is compared: tnews, the padded ids of the title at max_seq_len 64; cluener, ids and char offsets of the
 text at max_seq_len 128 (what the BIO tagger sees); cmrc2018, ids and offsets of question and context
-(what the windows are cut from) and the ``[CLS] q [SEP] c [SEP]`` pair cut at 64 tokens (pair truncation).
+(what the windows are cut from) and the ``[CLS] q [SEP] c [SEP]`` pair cut at 64 tokens (pair truncation); ocnli,
+the ids and segment ids of every sentence pair at 128 tokens (what a pair classifier is served).
 
 Offsets are counted apart where only ``[UNK]`` tokens differ: PaddleNLP's offset mapping (a heuristic over
 the normalized text) starts an ``[UNK]`` that follows whitespace at the whitespace; HF's alignment gives the
@@ -119,6 +120,29 @@ def main(argv=None) -> int:
 
     pairs = [(e.question, e.context[: 40 + 7 * (i % 9)]) for i, e in enumerate(squad)]  # varied lengths
     check("cmrc2018 pair@64", pairs, pair)
+
+    # Sentence pairs as a pair classifier (OCNLI) serves them: ids and segment ids at the task's 128 tokens, from
+    # the same wordpiece.encode_pairs the served pre-processing calls.
+    nli_tokenizer = Tokenizer.from_model_dir(model, 128)
+
+    def nli_pair(tok, item) -> str:
+        a, b = item
+        want = oracle(a, b, max_length=128, truncation=True)
+        if tok is ours["ernie-bundle"]:
+            enc = nli_tokenizer.encode([a], [b])
+            n = int(enc.lengths[0])
+            got = (enc.input_ids[0, :n].tolist(), enc.token_type_ids[0, :n].tolist())
+        else:
+            tok.enable_truncation(128, strategy="longest_first")
+            e = tok.encode(a, b)
+            got = (e.ids, e.type_ids)
+            tok.no_truncation()
+        return "same" if got == (want["input_ids"], want["token_type_ids"]) else "ids"
+
+    ocnli = data / "ocnli/dev.json"
+    if ocnli.is_file():
+        rows = [json.loads(line) for line in ocnli.read_text(encoding="utf-8").splitlines() if line.strip()]
+        check("ocnli pair@128 (ids and segment ids)", [(r["sentence1"], r["sentence2"]) for r in rows], nli_pair)
 
     titles = _read_lines(data / "tnews/dev.json", "sentence")
     batches = [titles[i : i + 64] for i in range(0, len(titles), 64)]

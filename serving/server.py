@@ -23,7 +23,9 @@ import json
 import os
 import shutil
 import signal
+import re
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -294,19 +296,58 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
+# What a server of ours runs: a recorded group is only ever reaped of these (a state file can be forged or stale,
+# and a process group id is reused once its leader and members are gone).
+SERVER_PROGRAMS = ("tritonserver", "triton_python_backend_stub")
+# The python backend's shared-memory prefix exactly as start_server makes it: nothing in it globs.
+SHM_PREFIX = re.compile(r"ernie_bundle_[0-9]{1,10}_[0-9a-f]{8}_")
+
+
+def _program(pid: int) -> str:
+    try:
+        return Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode("utf-8", "replace")).name
+    except (OSError, IndexError):
+        return ""
+
+
+def server_members(pgid: int) -> list[int]:
+    """The tritonserver and python stub processes of process group ``pgid`` (anything else in it is left alone)."""
+    return [pid for pid in group_members(pgid) if _program(pid) in SERVER_PROGRAMS]
+
+
+def shm_regions(shm_prefix: str) -> list[Path]:
+    """The /dev/shm regions a server started with ``shm_prefix`` made: regular files of this user whose names start
+    with it.  A prefix not of start_server's form gives none."""
+    if not SHM_PREFIX.fullmatch(shm_prefix or ""):
+        return []
+    out = []
+    for region in Path("/dev/shm").iterdir():
+        if region.name.startswith(shm_prefix):
+            try:
+                st = region.lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                out.append(region)
+    return out
+
+
 def reap_group(pgid: int, shm_prefix: str, timeout: float = 5.0) -> None:
-    """SIGKILL what is left of the server's process group (its python stubs outlive a killed server) and remove
-    its shared-memory regions, which nothing removes after a kill."""
+    """SIGKILL the server processes left in the server's process group (its python stubs outlive a killed server)
+    and remove its shared-memory regions, which nothing removes after a kill."""
     deadline = time.monotonic() + timeout
-    while group_members(pgid) and time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
+    while time.monotonic() < deadline:
+        members = server_members(pgid)
+        if not members:
             break
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         time.sleep(0.1)
-    if shm_prefix:
-        for region in Path("/dev/shm").glob(f"{shm_prefix}*"):
-            region.unlink(missing_ok=True)
+    for region in shm_regions(shm_prefix):
+        region.unlink(missing_ok=True)
 
 
 def die_with_parent_preexec():
@@ -394,11 +435,15 @@ def start_server(
     verify: bool = True,
     extra_args: tuple[str, ...] = (),
     die_with_parent: bool = False,
+    on_started=None,
 ) -> TritonServer:
     """Start tritonserver on ``repository`` in a process group of its own and wait until it is ready.
 
     ``die_with_parent``: the server gets SIGTERM when the calling process dies (a foreground launcher killed
-    with SIGKILL must not leave a server behind)."""
+    with SIGKILL must not leave a server behind).  ``on_started(server)`` is called as soon as the process exists,
+    before the wait (the launcher records it there, so that a launcher killed while the models load leaves a
+    server ``--stop`` can find).  Whatever ends the wait early (not ready, Ctrl-C, an error in ``on_started``)
+    stops the server before it propagates."""
     repository = Path(repository).resolve()
     if verify:
         clear_bytecode(repository)  # what an earlier serve cached; anything else unlisted is refused below
@@ -451,21 +496,34 @@ def start_server(
         log.close()
     server = TritonServer(proc, repository, host, http_port, grpc_port, metrics_port, Path(log_path), shm_prefix,
                           server_id)
+    try:
+        if on_started is not None:
+            on_started(server)
+        _wait_ready(server, timeout)
+    except BaseException:
+        server.stop(5)
+        raise
+    return server
+
+
+def _wait_ready(server: TritonServer, timeout: float) -> None:
+    """Until ``server`` answers ready under its own ``--id``; ServerError when it exits, another server answers its
+    port, or ``timeout`` passes (the caller stops it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not server.alive():
-            raise ServerError(f"tritonserver exited with code {proc.returncode} while loading {repository}:\n{server.log_tail()}")
+            raise ServerError(f"tritonserver exited with code {server.process.returncode} while loading "
+                              f"{server.repository}:\n{server.log_tail()}")
         answering = server.answering_id()
-        if answering is not None and answering != server_id:
+        if answering is not None and answering != server.server_id:
             # Another server holds the HTTP port (taken after the check above): its answers are not ours.
-            server.stop(5)
-            raise ServerError(f"http port {http_port} on {host} is answered by another server ({answering!r}), not the "
-                              f"one just started: stop it, or pass --http-port with another port (0: a free one)")
-        if answering == server_id and server.ready() and server.alive():
-            return server
+            raise ServerError(f"http port {server.http_port} on {server.host} is answered by another server "
+                              f"({answering!r}), not the one just started: stop it, or pass --http-port with another "
+                              "port (0: a free one)")
+        if answering == server.server_id and server.ready() and server.alive():
+            return
         time.sleep(0.25)
-    server.stop(5)
-    raise ServerError(f"tritonserver not ready after {timeout:.0f}s on {repository}:\n{server.log_tail()}")
+    raise ServerError(f"tritonserver not ready after {timeout:.0f}s on {server.repository}:\n{server.log_tail()}")
 
 
 def _bundle_dir(repository: Path | str, task: str | None) -> Path:
@@ -493,11 +551,16 @@ class ServerState:
     def read(cls, path: Path) -> "ServerState":
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(int(data["pid"]), int(data["start_time"]), str(data["repository"]), str(data["shm_prefix"]),
-                       str(data.get("http", "")), str(data.get("grpc", "")), str(data.get("log", "")))
+            state = cls(int(data["pid"]), int(data["start_time"]), str(data["repository"]), str(data["shm_prefix"]),
+                        str(data.get("http", "")), str(data.get("grpc", "")), str(data.get("log", "")))
+            if state.pid < 2:  # kill(0/-1) would mean "every process of mine"
+                raise ValueError(f"pid {state.pid}")
+            if not SHM_PREFIX.fullmatch(state.shm_prefix):
+                raise ValueError(f"shm_prefix {state.shm_prefix[:40]!r} is not of the form this launcher writes")
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ServerError(f"{path}: unreadable server state ({type(exc).__name__}: {exc}); "
+            raise ServerError(f"{path}: unreadable server state ({type(exc).__name__}: {str(exc)[:200]}); "
                               "if no server runs for this bundle, remove the file") from None
+        return state
 
     def write(self, path: Path) -> None:
         tmp = path.with_name(path.name + ".tmp")
@@ -573,31 +636,56 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         _check_args(args)
         repo = resolve_repository(args.repository, args.task)
-        server = start_server(repo, args.host, args.http_port, args.grpc_port, args.metrics_port, args.timeout,
-                              Path(args.log) if args.log else None, die_with_parent=not args.detach)
     except (ServerError, BundleIntegrityError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # SIGTERM while the models load ends the launcher as Ctrl-C does: through start_server's clean-up, which stops
+    # the server it started (Python's default would end the launcher there and leave the server running).
+    handlers = {sig: signal.signal(sig, _interrupt if sig == signal.SIGTERM else signal.getsignal(sig))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _launch(args, repo, state_path)
+    finally:  # main() is also called in-process (tests): leave the caller's handlers as they were
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def _launch(args, repo: Path, state_path: Path) -> int:
+    """Start the server (recorded at ``state_path`` from its first moment), then detach or serve until Ctrl-C."""
+
+    def record(server: TritonServer) -> None:
+        """Recorded as soon as the process exists, in both modes: a launcher killed (-9) while the models load
+        leaves a server that --stop finds, and that the next launch reports instead of finding its ports taken.
+        The repository as tritonserver was given it (absolute): --stop recognises its server by that command line,
+        and `make serve` / `make stop` pass a relative --repository."""
+        try:
+            ServerState(server.process.pid, process_start_time(server.process.pid) or 0, str(server.repository),
+                        server.shm_prefix, server.http_url, server.grpc_url, str(server.log_path)).write(state_path)
+        except OSError as exc:
+            if args.detach:  # --stop could never find it: not left running (start_server stops it)
+                raise ServerError(f"cannot record the server at {state_path} ({exc.strerror}); a detached server needs "
+                                  "it for --stop: serve the bundle from a folder that can be written, or run without "
+                                  "--detach") from None
+            print(f"warning: cannot record the server at {state_path} ({exc.strerror}): --stop from another shell "
+                  "will not find it", file=sys.stderr)
+
+    try:
+        server = start_server(repo, args.host, args.http_port, args.grpc_port, args.metrics_port, args.timeout,
+                              Path(args.log) if args.log else None, die_with_parent=not args.detach, on_started=record)
+    except (ServerError, BundleIntegrityError) as exc:
+        _forget(state_path)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the models loaded: start_server stopped the server
+        _forget(state_path)
+        print("\ninterrupted: the server being started was stopped", file=sys.stderr)
+        return 130
     if process_start_time(server.process.pid) is None or not server.ready():  # died right after answering
         server.stop(5)
+        _forget(state_path)
         print(f"error: tritonserver exited with code {server.process.returncode} right after it became ready:\n"
               f"{server.log_tail()}", file=sys.stderr)
         return 1
-    # Recorded in both modes: --stop from another shell finds it, and only it.
-    # The repository as tritonserver was given it (absolute): --stop recognises its server by that command line,
-    # and `make serve` / `make stop` pass a relative --repository.
-    try:
-        ServerState(server.process.pid, process_start_time(server.process.pid) or 0, str(server.repository),
-                    server.shm_prefix, server.http_url, server.grpc_url, str(server.log_path)).write(state_path)
-    except OSError as exc:
-        if args.detach:  # --stop could never find it: not left running
-            server.stop(5)
-            print(f"error: cannot record the server at {state_path} ({exc.strerror}); a detached server needs it "
-                  "for --stop: serve the bundle from a folder that can be written, or run without --detach",
-                  file=sys.stderr)
-            return 2
-        print(f"warning: cannot record the server at {state_path} ({exc.strerror}): --stop from another shell "
-              "will not find it", file=sys.stderr)
     print(f"Triton is serving {repo}")
     print(f"  HTTP     http://{server.http_url}   (v2 API; e.g. curl http://{server.http_url}/v2/health/ready)")
     print(f"  gRPC     {server.grpc_url}")
@@ -626,7 +714,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         server.stop(5)  # idempotent: also reaps the stubs and shared memory after a crash
+        _forget(state_path)
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def _forget(state_path: Path) -> None:
+    """Remove the server record; where it cannot be removed (a read-only repository) there was none to remove, or
+    --stop will find its server gone."""
+    try:
         state_path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

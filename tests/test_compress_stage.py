@@ -168,6 +168,21 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert not cache.exists() and (runs / "tiny" / "compress" / "record.json").is_file()
 
 
+def test_per_batch_int8_is_what_compress_measures_and_export_ships(tiny_finetuned, runs):
+    """quantization.batch_independent_int8: false (issue 40): compress used to measure the searched fixed-scale
+    forms of both engines and then ship quantize_dynamic's, which nobody had measured; now it measures the per-batch
+    form, offers no OpenVINO candidate (none would ship), and export ships the measured file byte for byte."""
+    sets = ["--set", "compress.strategy=ptq", "--set", "quantization.batch_independent_int8=false"]
+    assert _compress(tiny_finetuned, runs, *sets, runtime=[]) == 0
+    got = _check_contract(runs, tiny_finetuned)
+    assert got["names"] == ["fp32", "int8"]
+    rows = {r["name"]: r for r in got["table"]["candidates"]}
+    assert rows["int8"]["settings"]["int8_recipe"] == {"name": "dynamic-per-batch", "batch_independent": False}
+    shipped = _out(runs) / got["outputs"]["shipped_dir"] / "onnx" / "int8.onnx"
+    assert shipped.read_bytes() == (_out(runs) / "candidates" / "int8" / "model.onnx").read_bytes()  # one width
+    assert not (_out(runs) / got["outputs"]["shipped_dir"] / "openvino").exists()
+
+
 @pytest.mark.parametrize(
     "sets, message",
     [

@@ -87,7 +87,14 @@ def test_an_invalid_object_leaves_the_previous_bundle(tiny_export, tmp_path, mon
 
 @pytest.mark.parametrize("override, field", [({"deploy.cpu": "2 cores"}, "deploy.cpu"),
                                              ({"deploy.memory": "-1Gi"}, "deploy.memory"),
-                                             ({"deploy.max_replicas": 0}, "min_replicas")])
+                                             ({"deploy.max_replicas": 0}, "min_replicas"),
+                                             # issue 37 item 11: values no cluster schedules, URIs KServe cannot read
+                                             ({"deploy.max_replicas": 10**9}, "deploy.max_replicas"),
+                                             ({"deploy.cpu": "0.0001"}, "deploy.cpu"),
+                                             ({"deploy.cpu": "1000"}, "deploy.cpu"),
+                                             ({"deploy.memory": "1e100"}, "deploy.memory"),
+                                             ({"deploy.memory": "1Ki"}, "deploy.memory"),
+                                             ({"deploy.storage_uri": "file:///models/{task}"}, "deploy.storage_uri")])
 def test_bad_deploy_values_name_their_field(override, field):
     from pipeline.config import load_task_config
     from pipeline.errors import ConfigError
@@ -137,6 +144,16 @@ def test_dockerfile_lints_clean_and_pins_the_served_tokenizer():
     for endpoint in ("http", "grpc", "metrics"):
         assert f"--{endpoint}-address=${{BIND_ADDRESS}}" in docker
 
+
+
+def test_schedulable_deploy_values_are_kept():
+    """The bounds refuse only what no cluster schedules: ordinary requests and every KServe scheme pass."""
+    from pipeline.config import load_task_config
+
+    cfg = load_task_config("tnews", {"deploy.cpu": "500m", "deploy.memory": "2Gi", "deploy.max_replicas": 1000,
+                                     "deploy.storage_uri": "s3://bucket/bundles/{task}"})
+    assert (cfg.deploy.cpu, cfg.deploy.memory, cfg.deploy.max_replicas) == ("500m", "2Gi", 1000)
+    assert cfg.deploy.storage_uri == "s3://bucket/bundles/{task}"
 
 @pytest.mark.parametrize("sets, says", [
     (["deploy.kubernetes_version=9.99"], "deploy.kubernetes_version: '9.99' has no schemas here"),

@@ -104,6 +104,19 @@ def _run_bundle(tmp_path: Path, task: dict, extra: dict):
     return task_yaml, runs / task["task"], cfg
 
 
+def _assert_one_selection(runs: Path) -> None:
+    """What compress selected is what validate verified and package shipped (issue 40: validate re-picked)."""
+    from pipeline.backends.registry import by_name
+
+    selected = json.loads((runs / "compress" / "out" / "selected.json").read_text())
+    metrics = json.loads((runs / "validate" / "out" / "metrics.json").read_text())
+    chosen = by_name(metrics["chosen_backend"])
+    assert metrics["chosen_by"] == f"compress selected {selected['name']!r}", metrics["chosen_by"]
+    assert chosen.runtime == selected["runtime"] and (chosen.precision == "fp32") == (selected["quantization"] == "none")
+    bundle = json.loads((runs.parent.parent / "repo" / runs.name / "bundle.json").read_text())
+    assert bundle["validated"]["backend"] == metrics["chosen_backend"]
+
+
 def _assert_batch_independent(runs: Path, cfg) -> None:
     """The shipped INT8 gives a text the same answer alone and inside any batch (issue: under Triton's
     dynamic batching a text's entities must not change with load).  Per-batch activation scales fail this."""
@@ -180,6 +193,7 @@ def test_ner_bundle_end_to_end(tmp_path, capsys):
     cands = {c["name"]: c for c in json.loads((runs / "compress" / "out" / "candidates.json").read_text())["candidates"]}
     assert set(cands) == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}  # DynaBERT on a token classifier, judged in ORT and OpenVINO
     _assert_batch_independent(runs, cfg)
+    _assert_one_selection(runs)
     meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
     assert meta["task_type"] == "token_classification" and meta["outputs"][0]["shape"] == [-1, -1, 5]
     metrics = json.loads((runs / "validate" / "out" / "metrics.json").read_text())
@@ -231,6 +245,7 @@ def test_reading_bundle_end_to_end(tmp_path, capsys):
     task_yaml, runs, cfg = _run_bundle(tmp_path, task, {"finetune.epochs": 6, "gates.min_accuracy": 0.0,
                                                          "max_seq_len": 40, "validate.dev_batch_size": 8})
     _assert_batch_independent(runs, cfg)
+    _assert_one_selection(runs)
 
     baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
     assert baseline["metric"] == "f1" and {"em", "f1"} <= set(baseline["metrics"])
@@ -263,6 +278,7 @@ def test_uie_bundle_end_to_end(tmp_path, capsys):
     cands = {c["name"] for c in json.loads((runs / "compress" / "out" / "candidates.json").read_text())["candidates"]}
     assert cands == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}
     _assert_batch_independent(runs, cfg)
+    _assert_one_selection(runs)
     meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
     assert meta["task_type"] == "uie" and meta["uie"]["schema"] == ["姓名", "公司"] and meta["uie"]["doc_stride"] == 8
 

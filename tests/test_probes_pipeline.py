@@ -47,6 +47,8 @@ def _fake_record(runs: Path, stage: str, task: str = "tiny") -> Path:
     """An OK record for ``stage`` written by hand (status and --from only read records: no training needed)."""
     sdir = runs / task / stage
     (sdir / "out").mkdir(parents=True)
+    with run_lock(runs / task):  # what every run does first: the runs dir's marker (clean needs it)
+        pass
     rec = StageRecord(stage=stage, status=StageStatus.OK, key="0" * 64, params={}, inputs={})
     (sdir / "record.json").write_text(rec.to_json(), encoding="utf-8")
     return sdir
@@ -86,7 +88,7 @@ def test_clean_refuses_a_folder_that_is_not_a_runs_dir(tmp_path, capsys):
     """A mistyped --runs-dir (`--runs-dir . --task pipeline`) must not delete a project's folder."""
     victim = _victim(tmp_path)
     rc, _, err = _cli(capsys, "clean", "--task", "victim", "--runs-dir", str(tmp_path))
-    assert rc == 2 and "does not look like a task's runs directory" in _refusal(err)
+    assert rc == 2 and "is not a runs directory made by ernie-bundle" in _refusal(err)
     assert (victim / "thesis.tex").exists()
     (tmp_path / "afile").write_text("x")
     rc, _, err = _cli(capsys, "clean", "--task", "afile", "--runs-dir", str(tmp_path))

@@ -23,7 +23,7 @@ import pytest
 
 import pipeline  # noqa: F401  (before paddle)
 from conftest import write_tiny_task_yaml
-from serving_fixtures import tiny_bundle, tiny_export, tool_or_skip  # noqa: F401  (fixtures)
+from serving_fixtures import servers_on, tiny_bundle, tiny_export, tool_or_skip  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -228,19 +228,6 @@ class _Impostor(BaseHTTPRequestHandler):
         pass
 
 
-def _tritonservers_on(repository: Path) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if f"--model-repository={repository}".encode() in cmd:
-                out.append(int(entry.name))
-    return out
-
-
 def test_readiness_is_asked_of_the_server_just_started(tiny_bundle, tmp_path, monkeypatch):
     """A port taken between the check and the bind (or a server the check could not see): the answer of a server
     with another --id is not taken for this one's; the new server is stopped."""
@@ -257,9 +244,9 @@ def test_readiness_is_asked_of_the_server_just_started(tiny_bundle, tmp_path, mo
     finally:
         impostor.shutdown()
     deadline = time.time() + 15
-    while _tritonservers_on(bundle.resolve()) and time.time() < deadline:
+    while servers_on(bundle.resolve()) and time.time() < deadline:
         time.sleep(0.2)
-    assert _tritonservers_on(bundle.resolve()) == []
+    assert servers_on(bundle.resolve()) == []
 
 
 # ------------------------------------------------------------------------------------------------
@@ -288,7 +275,7 @@ def test_serve_flags_are_checked_before_anything_starts(tiny_bundle, tmp_path, c
     assert server.main(["--repository", str(repo), "--task", "tiny", "--detach", *free, *args]) == 2
     captured = capsys.readouterr()
     one_line(captured.err, says)
-    assert "Triton is serving" not in captured.out and _tritonservers_on((repo / "tiny").resolve()) == []
+    assert "Triton is serving" not in captured.out and servers_on((repo / "tiny").resolve()) == []
 
 
 # ------------------------------------------------------------------------------------------------
@@ -491,14 +478,14 @@ def test_replicas_probes(probe_bundle, task_without_data, capsys, args, says):
     (["health", "--url", "localhost"], "expected host:port"),
 ])
 def test_client_probes_without_a_server(capsys, args, says):
-    from serving.tools import client
+    from serving.tools import client_cli as client
 
     assert client.main([*args[:1], "--model", "tiny", *args[1:]]) == 2
     one_line(capsys.readouterr().err, says)
 
 
 def test_client_probes_against_a_server(served, tmp_path, capsys):
-    from serving.tools import client
+    from serving.tools import client_cli as client
 
     url = ["--model", "tiny", "--url", served.http_url]
     assert client.main(["classify", *url, "--batch-size", "0", "x"]) == 2

@@ -210,12 +210,17 @@ def test_kill_9_mid_finetune_resumes(tiny_task, tmp_path):
 
 
 def test_a_stage_check_fails_before_any_work(tmp_path, capsys):
-    """Pair tasks cannot be packaged for serving: said at the start, not after an hour of training."""
+    """A later stage's check (package: the bundle path holds a folder that is not ours) is said at the start, not
+    after an hour of training.  (A pair task used to be this example; pair tasks now bundle: issue 39.)"""
     data = tmp_path / "afqmc"
     data.mkdir()
     for name in ("train.json", "dev.json"):
         (data / name).write_text(json.dumps({"sentence1": "a", "sentence2": "b", "label": "0"}) + "\n")
-    rc = main(["run", "--task", "afqmc", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(data)])
+    user = tmp_path / "repo" / "afqmc"
+    user.mkdir(parents=True)
+    (user / "notes.txt").write_text("mine")
+    rc = main(["run", "--task", "afqmc", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(data),
+               "--set", f"package.repository={tmp_path / 'repo'}"])
     err = capsys.readouterr().err
-    assert rc == 2 and "takes single texts" in err and "--until validate" in err
+    assert rc == 2 and "is not an ernie-bundle bundle" in err, err
     assert not (tmp_path / "runs" / "afqmc" / "finetune").exists()

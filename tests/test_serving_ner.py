@@ -15,6 +15,7 @@ import pytest
 from serving_fixtures import ner_bundle, ner_data, ner_export  # noqa: F401  (fixtures)
 
 from serving.tools.client import ClassifierClient, RequestRejected
+from serving.tools.kinds import kind_of_outputs
 from serving.bundle.config import PackageConfig
 from serving.triton.integrity import BundleIntegrityError, verify_bundle
 from serving.bundle.kinds import all_configs
@@ -108,7 +109,7 @@ def test_served_entities_equal_offline(server, dev, bundle, protocol):
     texts = [e.text for e in dev]
     url = server.http_url if protocol == "http" else server.grpc_url
     with ClassifierClient(url, protocol, "cluener", retries=0) as client:
-        assert client.task_type() == "token_classification"
+        assert kind_of_outputs(client.output_names()).name == "token_classification"
         served = client.extract_entities(texts, batch_size=8)
     offline = offline_entities(bundle, texts, batch_size=8)
     assert [_key(s) for s in served] == [_key(o) for o in offline]
@@ -159,7 +160,7 @@ def test_concurrent_requests_of_different_lengths_are_merged_and_answered_correc
 
 def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_path, capsys):
     from pipeline.labeling.metric import chunk_f1
-    from serving.tools import client as client_cli
+    from serving.tools import client_cli
     from serving.tools.offline import offline_entities
     from serving.tools.kinds.token_classification import run_smoke
 

@@ -165,7 +165,7 @@ def test_concurrent_requests_are_batched_and_answered_correctly(layout, request,
 
 
 def test_client_cli_and_smoke_and_loadtest(server, dev, offline, tmp_path, capsys):
-    from serving.tools import client as client_cli
+    from serving.tools import client_cli
     from serving.tools.loadtest import run_level
     from serving.tools.kinds.classification import run_smoke
 
@@ -227,11 +227,12 @@ def _perf_analyzer_or_skip():
 
 
 def test_perf_analyzer_measures_the_served_ensemble(server, dev, offline):
-    """`make perf`: real perf_analyzer against the running ensemble, Triton's own per-model statistics."""
+    """`make perf` against a running server (--url): real perf_analyzer, Triton's own per-model statistics, the
+    model-only yardstick; no floor or CPU by process (that server's processes are not perf's)."""
     from serving.tools.perf import format_markdown, measure
 
     _perf_analyzer_or_skip()
-    report = measure(offline.root, "tiny", None, [1, 4], seconds=1.0, url=server.grpc_url, offline_seconds=1.5,
+    report = measure(offline.root, "tiny", None, [1, 4], seconds=1.0, url=server.grpc_url, offline_seconds=1.0,
                      items=dev[0][:50])
     assert [lv["concurrency"] for lv in report["levels"]] == [1, 4]
     for lv in report["levels"]:
@@ -239,9 +240,41 @@ def test_perf_analyzer_measures_the_served_ensemble(server, dev, offline):
         shares = {m["model"]: m for m in lv["models"]}
         assert set(shares) == {"tiny_tokenizer", "tiny_model", "tiny_postprocess"}
         assert all(m["requests"] > 0 and m["compute_ms"] > 0 and m["mean_batch"] >= 1 for m in shares.values())
-    assert report["offline_model_only_items_per_s"] > 0 and report["offline_batch_size"] == 4
+    rows = report["summary"]
+    assert all("floor_items_per_s" not in r and "served_cores" not in r for r in rows)
+    assert report["offline_model_only_items_per_s"] > 0 and rows[0]["model_only_batch"] == "batch 4"
     md = format_markdown(report)
-    assert "| concurrency | req/s | p50 ms | p90 ms | p95 ms | p99 ms | served / offline |" in md and "tiny_model" in md
+    assert "| items/request | concurrency | served | floor (echo) | model-only | ceiling |" in md and "tiny_model" in md
+
+
+def test_perf_explains_itself_with_the_floor_cpu_by_process_and_both_request_shapes(tiny_bundle, dev, tmp_path):
+    """`make perf` on its own server: per shape (one item per request, and a full request of max_batch_size items)
+    the served rate, the floor (an echo model with the bundle's interface in the same server), the model-only
+    yardstick, the ceiling and the ratios; CPU by process (tritonserver, every stub by instance, the client) and per
+    item.  The bundle itself is untouched (the floor lives in a repository of its own)."""
+    from serving.tools.perf import ceiling, format_markdown, measure
+    from serving.triton.integrity import verify_bundle
+
+    _perf_analyzer_or_skip()
+    bundle = tmp_path / "tiny"
+    shutil.copytree(tiny_bundle, bundle)
+    report = measure(bundle, "tiny", None, [2], seconds=1.0, offline_seconds=0.5, items=dev[0][:50], rounds=2,
+                     batched_concurrency=[1])
+    rows = {(r["items_per_request"], r["concurrency"]): r for r in report["summary"]}
+    assert set(rows) == {(1, 2), (8, 1)}  # 8: the tiny bundle's max_batch_size (32 where a bundle allows it)
+    for row in rows.values():
+        assert len(row["served_items_per_s"]["rounds"]) == len(row["floor_items_per_s"]["rounds"]) == 2
+        served, floor_, model = (row[k]["rounds"] for k in ("served_items_per_s", "floor_items_per_s", "model_only_items_per_s"))
+        assert row["served_over_ceiling"]["rounds"] == pytest.approx([s / ceiling(m, f) for s, m, f in zip(served, model, floor_)])
+        assert row["served_over_model_only"]["rounds"] == pytest.approx([s / m for s, m in zip(served, model)])
+        cores = row["served_cores"]
+        assert {"tritonserver", "client", "stub tiny_tokenizer_0_0", "stub tiny_model_0_0", "stub tiny_postprocess_0_0"} <= set(cores)
+        assert not any("floor" in k for k in cores) and any("floor" in k for k in row["floor_cores"])
+        assert cores["tritonserver"] > 0 and row["served_cpu_us_per_item"]["median"] > row["floor_cpu_us_per_item"]["median"] > 0
+        assert row["offline_cpu_us_per_item"]["median"] > 0
+    md = format_markdown(report)
+    assert "| 8 | 1 |" in md and "served µs/item" in md and "stub tiny_model_0_0" in md
+    verify_bundle(bundle, allow_bytecode=True)
 
 
 def test_perf_without_perf_analyzer_says_how_to_install_it(monkeypatch, tmp_path, capsys):
@@ -418,7 +451,7 @@ def test_stop_never_signals_a_process_that_is_not_its_server(tiny_bundle, tmp_pa
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         path = state_file(bundle.resolve())
-        ServerState(other.pid, process_start_time(other.pid), str(bundle.resolve()), "x_").write(path)
+        ServerState(other.pid, process_start_time(other.pid), str(bundle.resolve()), "ernie_bundle_1_0123abcd_").write(path)
         out = subprocess.run(_launcher(tmp_path / "repo", "--stop"), cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and other.poll() is None  # the other program lives
         path.write_text("{not json")

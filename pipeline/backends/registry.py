@@ -5,7 +5,7 @@ can run here (GPU runtimes included, whenever a GPU with their libraries is pres
 One folder per runtime holds its sessions (``onnxruntime``, ``openvino``, ``paddle``: each ``session.py``, GPU
 sessions included); this module only names them.  TensorRT is not a runtime of its own here: it is Paddle
 Inference's TensorRT subgraph engine and ONNX Runtime's TensorRT execution provider, each in its runtime's session
-module, both built for the dynamic-shape profile :class:`ShapeRange` takes from the dev lengths.  Every session has
+module, both built for the dynamic-shape profile ``shapes.ShapeRange`` takes from the dev lengths.  Every session has
 the shape of :class:`Session`.  Tests add a runtime to ``RUNTIMES`` to exercise the GPU path where there is no GPU.
 """
 
@@ -17,6 +17,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from pipeline.backends.shapes import ShapeRange
 from pipeline.contract import ExportLayout
 
 
@@ -55,32 +56,6 @@ class Runtime:
 
     def artifact(self, export_dir: Path) -> Path:
         return ExportLayout(Path(export_dir)).path(self.form)
-
-
-@dataclass(frozen=True)
-class ShapeRange:
-    """The dynamic shapes a TensorRT engine is built for (Paddle's TensorRT subgraph, ONNX Runtime's TensorRT
-    provider): min/opt/max sequence lengths come from the dev set's token-length distribution
-    (``from_lengths``): min 1, opt the 95th percentile, max the task's max_seq_len."""
-
-    min_batch: int
-    opt_batch: int
-    max_batch: int
-    min_seq: int
-    opt_seq: int
-    max_seq: int
-
-    @classmethod
-    def from_lengths(cls, lengths: np.ndarray, max_seq_len: int, opt_batch: int = 32, max_batch: int = 64) -> "ShapeRange":
-        lengths = np.asarray(lengths)
-        opt = int(np.percentile(lengths, 95)) if lengths.size else max_seq_len
-        return cls(1, opt_batch, max_batch, 1, max(1, min(opt, max_seq_len)), max_seq_len)
-
-    def shapes(self) -> tuple[dict, dict, dict]:
-        mins = {n: [self.min_batch, self.min_seq] for n in ("input_ids", "token_type_ids")}
-        opts = {n: [self.opt_batch, self.opt_seq] for n in ("input_ids", "token_type_ids")}
-        maxs = {n: [self.max_batch, self.max_seq] for n in ("input_ids", "token_type_ids")}
-        return mins, maxs, opts
 
 
 def _named(session, name: str):
@@ -174,6 +149,18 @@ RUNTIMES: tuple[Runtime, ...] = (
 
 def by_name(name: str) -> Runtime | None:
     return next((r for r in RUNTIMES if r.name == name), None)
+
+
+def selected_form(selected: dict, device: str = "cpu") -> Runtime | None:
+    """The runtime that runs compress's selected candidate (``SelectedCandidate.as_dict()``) as compress measured it:
+    the engine it was measured in, INT8 when quantized (the engine's first INT8 form: the QDQ form is TensorRT's),
+    else FP32.  None where compress measured no form that runs on ``device``: widths judged in Paddle
+    (``compress.runtime: paddle``, whose INT8 is served from ONNX), or a GPU bundle (compress measures on CPU)."""
+    engine, quantization = selected.get("runtime"), selected.get("quantization")
+    if device != "cpu" or engine == "paddle" or not isinstance(engine, str) or not isinstance(quantization, str):
+        return None
+    precision = "fp32" if quantization == "none" else "int8"
+    return next((r for r in RUNTIMES if r.runtime == engine and r.device == device and r.precision == precision), None)
 
 
 def plan(export_dir: Path) -> tuple[list[Runtime], dict[str, str]]:

@@ -78,8 +78,7 @@ def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path,
         searches.update({**int8.as_dict(), "qdq": qdq.as_dict()})
     else:
         log(f"[compress] INT8 ONNX (dynamic per-channel, per-batch scales) from {which} FP32 ONNX")
-        ort_quantize.quantize_int8_dynamic(source, layout.path("onnx_int8"), optimize=qcfg.ort_transformer_optimize,
-                                           embeddings=qcfg.int8_embeddings)
+        ort_quantize.dynamic_int8(source, layout.path("onnx_int8"), qcfg)  # the form compress measured
         n_calib = sum(len(f["input_ids"]) for f in rows.feeds)
         log(f"[compress] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences)")
         ort_quantize.quantize_int8_qdq(source, layout.path("onnx_int8_qdq"), rows.feeds, embeddings=qcfg.int8_embeddings)

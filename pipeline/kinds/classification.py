@@ -27,6 +27,11 @@ class Classification(TaskKind):
                    "per_class_recall": dict(zip(labels, recall))}
         return details, f" (macro-F1 {ev.score.metrics['macro_f1']:.4f}, majority class {majority:.4f})"
 
+    def manifest_sections(self, cfg) -> dict:
+        """A pair task's served model takes ``text`` and ``text_pair`` (meta.json ``text_pair``), and a field that holds
+        a list (CSL's keywords) was joined with ``text_pair_join``: clients send it joined the same way."""
+        return {"text_pair": True, "text_pair_join": cfg.data.join} if cfg.data.text_b else {}
+
     def load(self, cfg):
         from pipeline.data import load_classification_data
 

@@ -58,12 +58,23 @@ def _special_id(tok, token: str) -> int:
 
 def encode_token(tok, text: str, max_seq_len: int) -> TokenizedText:
     """[CLS] + tokens[: max_seq_len - 2] + [SEP], with char offsets into ``text``."""
+    return encode_tokens(tok, [text], max_seq_len)[0]
+
+
+def encode_tokens(tok, texts: Sequence[str], max_seq_len: int) -> list[TokenizedText]:
+    """``encode_token`` of each text, in one ``encode_batch`` call (the served pre-processing tokenizes a whole
+    dynamic batch at once)."""
     if max_seq_len < 2:
         raise ValueError(f"max_seq_len must be at least 2 (room for [CLS] and [SEP]), got {max_seq_len}")
     if getattr(tok, "truncation", None) is not None:
         # The tokenizer's own truncation would drop tokens silently and count [CLS]/[SEP] its own way.
         raise ValueError("tokenizer truncation must be disabled (tok.no_truncation())")
-    encoding = tok.encode(text, add_special_tokens=False)
+    if getattr(tok, "padding", None) is not None:
+        raise ValueError("tokenizer padding must be disabled (pad_batch pads)")
+    return [_with_specials(tok, encoding, max_seq_len) for encoding in tok.encode_batch(list(texts), add_special_tokens=False)]
+
+
+def _with_specials(tok, encoding, max_seq_len: int) -> TokenizedText:
     keep = max_seq_len - 2
     ids = [_special_id(tok, "[CLS]"), *encoding.ids[:keep], _special_id(tok, "[SEP]")]
     offsets = np.full((len(ids), 2), SPECIAL_OFFSET, dtype=np.int64)

@@ -161,6 +161,16 @@ def _engine_searches(ctx, rows):
     qcfg, cpu = cfg.quantization, detect_cpu()
     budget, cache = cfg.gates.max_accuracy_drop, RunCache(ctx.runs_dir).int8
     quantize_onnx = quantize_openvino = None
+    if not qcfg.batch_independent_int8:
+        # What ships is quantize_dynamic's per-batch form (compress/shipped.py): measure that one.  OpenVINO's INT8
+        # has fixed scales only, so it is no candidate here: it would be measured and never shipped.
+        if "onnxruntime" not in ccfg.engines:
+            return None, None
+        from pipeline.backends.onnxruntime.quantize import dynamic_int8
+
+        ctx.log("[compress] quantization.batch_independent_int8: false: ONNX Runtime's per-batch INT8 form, "
+                "no OpenVINO candidates")
+        return (lambda fp32, out_path, unpruned: dynamic_int8(fp32, out_path, qcfg)), None
     if "onnxruntime" in ccfg.engines:
         from pipeline.backends.onnxruntime.int8.search import search_recipe
 
@@ -229,7 +239,7 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.int8.fusion); 3: and with K^T folded into the
+    # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.backends.onnxruntime.int8.fusion); 3: and with K^T folded into the
     # attention-score GEMM (fold_key_transpose); 4: OpenVINO INT8 candidates (compress.engines); 5: every shipped
     # form of the selected candidate (shipped/), outputs.json for export
     version="5",

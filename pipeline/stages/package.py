@@ -1,7 +1,7 @@
 """Stage ``package``: the export stage's models + validation results -> a Triton model repository.
 
 The bundle is written to ``<package.repository>/<task>`` (default ``model_repository/tnews``) by
-``serving.repository.write_repository``, atomically: a failure leaves the previous bundle as it
+``serving.bundle.repository.write_repository``, atomically: a failure leaves the previous bundle as it
 was.  ``out/`` keeps a copy of the manifest and model card for the record.
 
 The repository lives outside ``out/``, so its state is one of this stage's inputs: a bundle that
@@ -35,8 +35,7 @@ def params(cfg: TaskConfig) -> dict:
 
 def check(cfg: TaskConfig) -> None:
     """Before the first stage runs: the bundle's directory can be written (not after five stages of work), what
-    sits at ``<repository>/<task>`` is ours to replace (not a user's folder or a link), and the task can be served
-    (the ensemble takes one text per request; a sentence-pair task cannot be yet)."""
+    sits at ``<repository>/<task>`` is ours to replace (not a user's folder or a link)."""
     from pipeline.errors import ModelError
     from pipeline.records import check_writable
     from serving.bundle.repository import PackageError, check_replaceable
@@ -46,17 +45,16 @@ def check(cfg: TaskConfig) -> None:
         check_replaceable(repository_dir(cfg) / cfg.task)
     except PackageError as exc:
         raise ModelError(str(exc)) from None
-    if cfg.data.text_b:
-        from pipeline.errors import ConfigError
-
-        raise ConfigError(
-            f"task {cfg.task}: the serving bundle takes single texts, but this task classifies text pairs "
-            f"(data.text_b = {cfg.data.text_b!r}); run with --until validate to get the validated models"
-        )
 
 
 def inputs(cfg: TaskConfig) -> dict[str, str]:
-    return {}  # everything comes from export and validate; the bundle itself is checked by external_intact
+    """Everything else comes from export and validate (the bundle itself is checked by external_intact); make tune's
+    record beside the bundle is an input: measured settings package the bundle again."""
+    from pipeline.hashing import file_sha256
+    from serving.bundle.serving_tune import tune_file
+
+    record = tune_file(repository_dir(cfg) / cfg.task)
+    return {"serving_tune": file_sha256(record)} if record.is_file() else {}
 
 
 def external_intact(cfg: TaskConfig, external: dict[str, str]) -> bool:
@@ -111,6 +109,20 @@ def _gates(ctx) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _tune(cfg: TaskConfig, ctx):
+    """make tune's record for this bundle, or None (none yet; an unreadable one is said and ignored)."""
+    from serving.bundle.serving_tune import ServingTune, TuneRecordError, tune_file
+
+    record = tune_file(repository_dir(cfg) / cfg.task)
+    if not record.is_file():
+        return None
+    try:
+        return ServingTune.read(record)
+    except TuneRecordError as exc:
+        ctx.log(f"[package] {exc}: packaging with the default serving settings")
+        return None
+
+
 def run(ctx):
     from pipeline.env import versions
     from pipeline.errors import ModelError
@@ -134,6 +146,7 @@ def run(ctx):
         description=cfg.description,
         validated=validation.by_form(),
         data_dir=str(cfg.data_dir()) if cfg.data_dir() is not None and cfg.data_dir().is_dir() else "",
+        serving_tune=_tune(cfg, ctx),
     )
     repo = repository_dir(cfg)
     try:
@@ -149,6 +162,10 @@ def run(ctx):
     size_mb = info.size_bytes / 2**20
     runtime = info.manifest["runtime"]  # package.runtime auto: the engine validation chose
     ctx.log(f"[package] {info.path}: runtime {runtime}, {info.choice.precision} model ({info.choice.form}), {size_mb:.1f} MiB")
+    pkg, settings = info.manifest["package"], info.manifest.get("serving_settings", {})
+    why = settings.get("tune_not_applied")
+    ctx.log(f"[package] serving {pkg['instances']} instance(s) x {pkg['engine_threads']} engine thread(s): "
+            f"{settings.get('chosen_by', 'package defaults')}" + (f" (make tune's record not applied: {why})" if isinstance(why, str) else ""))
     deploy = info.manifest.get("deploy")
     if deploy:
         kinds = ", ".join(o["kind"] for o in deploy["objects"])
@@ -171,5 +188,5 @@ STAGE = Stage(
     run=run,
     check=check,
     external_intact=external_intact,
-    version="3",  # 2: kubernetes.yaml and kserve.yaml in the bundle; 3: bundle.json lists directories
+    version="4",  # 2: kubernetes.yaml and kserve.yaml in the bundle; 3: bundle.json lists directories; 4: serving_settings
 )

@@ -36,19 +36,31 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
     return data_hashes(cfg)
 
 
-def choose_backend(rows: list, requested: str, max_drop: float) -> str:
-    """``validate.chosen_backend``, or (auto) the fastest quantized backend within the accuracy budget."""
+def choose_backend(rows: list, requested: str, max_drop: float, selected: dict | None = None) -> tuple[str, str]:
+    """(backend, why).  ``validate.chosen_backend`` when set; else compress's selected candidate in the form it was
+    measured in, which validate verifies on dev and gates: it never picks another (a close call between engines was
+    decided once, by compress).  Only where compress measured no form that runs on the bundle's device (widths judged
+    in Paddle, a GPU bundle: ``registry.selected_form``) the fastest quantized form within the accuracy budget."""
+    from pipeline.backends.registry import selected_form
+    from pipeline.errors import ConfigError, PipelineError
+
     by_name = {r.backend: r for r in rows}
     if requested != "auto":
         if requested not in by_name:
-            from pipeline.errors import ConfigError
-
             raise ConfigError(f"validate.chosen_backend {requested!r} was not measured; measured: {', '.join(by_name)}")
-        return requested
+        return requested, "validate.chosen_backend"
+    device = rows[0].device if rows else "cpu"
+    form = selected_form(selected or {}, device)
+    if form is not None:
+        if form.name not in by_name:
+            raise PipelineError(f"compress selected {selected.get('name')!r} ({form.name}), which validate could not "
+                                f"measure here; measured: {', '.join(by_name) or 'nothing'}")
+        return form.name, f"compress selected {selected.get('name')!r}"
     quantized = [r for r in rows if r.quantized and r.sentences_per_s]
     good = [r for r in quantized if r.accuracy_drop_points <= max_drop]
     pool = good or quantized or rows
-    return max(pool, key=lambda r: r.sentences_per_s or 0.0).backend
+    why = "compress judged widths in Paddle" if device == "cpu" else f"compress measures no {device} form"
+    return max(pool, key=lambda r: r.sentences_per_s or 0.0).backend, f"fastest within budget ({why})"
 
 
 @dataclass
@@ -66,7 +78,7 @@ class _Inputs:
 
 def run(ctx):
     """Measure every runtime that can run here (ONNX Runtime's and OpenVINO's CPU forms and the anchor in the same
-    interleaved rounds), choose the backend, check the gates, write the reports."""
+    interleaved rounds), verify the form compress selected, check the gates, write the reports."""
     from pipeline.backends.registry import RunOptions, plan
     from pipeline.records import StageResult
     from pipeline.validation import gates as G
@@ -81,16 +93,17 @@ def run(ctx):
     rows, benches = list(rows), dict(zip((r.backend for r in rows), benches))
     _fill_ratios(rows, benches, paired)
     device = "gpu" if cfg.package.kind == "GPU" else "cpu"  # chosen among what the bundle will run on
-    chosen = choose_backend([r for r in rows if r.device == device] or rows, cfg.validate.chosen_backend,
-                            cfg.gates.max_accuracy_drop)
+    chosen, why = choose_backend([r for r in rows if r.device == device] or rows, cfg.validate.chosen_backend,
+                                 cfg.gates.max_accuracy_drop, inp.meta.selected_candidate)
+    ctx.log(f"[validate] verifying {chosen}: {why}")
     crow = next(r for r in rows if r.backend == chosen)
     gate_list = _gates(cfg, crow, inp.reference.score.value)
     summary = _summary(cfg, inp, crow, paired, anchor_score)
     report = G.GateReport(cfg.task, chosen, gate_list, summary)
-    _write_reports(ctx, inp, report, rows, benches, skipped)
+    _write_reports(ctx, inp, report, rows, benches, skipped, why)
     for name, reason in skipped.items():
         ctx.log(f"[validate] {name}: skipped: {reason}")
-    metrics = {"chosen_backend": chosen, "accuracy": crow.accuracy, "accuracy_drop_points": crow.accuracy_drop_points,
+    metrics = {"chosen_backend": chosen, "chosen_by": why, "accuracy": crow.accuracy, "accuracy_drop_points": crow.accuracy_drop_points,
                "throughput_ratio": crow.throughput_ratio, "sentences_per_s": crow.sentences_per_s,
                "gates_passed": report.passed, "skipped": {k: f"skipped: {v}" for k, v in skipped.items()}}
     return StageResult(metrics=metrics, gate_error=G.failure_message(gate_list),
@@ -236,7 +249,7 @@ def _summary(cfg, inp: _Inputs, crow, paired, anchor_score) -> dict:
             "engine": crow.runtime, "int8_recipe": inp.meta.int8_recipe}
 
 
-def _write_reports(ctx, inp: _Inputs, report, rows: list, benches: dict, skipped: dict) -> None:
+def _write_reports(ctx, inp: _Inputs, report, rows: list, benches: dict, skipped: dict, chosen_by: str) -> None:
     """gates.json, metrics.json, report.md and the accuracy-vs-throughput plot."""
     from pipeline.contract import TOKENIZER_DIR
     from pipeline.validation import gates as G
@@ -248,7 +261,7 @@ def _write_reports(ctx, inp: _Inputs, report, rows: list, benches: dict, skipped
     dicts = [r.as_dict() for r in rows]
     sizes = {**{f.path: layout.bytes(f.name) for f in layout.present()}, TOKENIZER_DIR: path_bytes(layout.tokenizer_dir)}
     metrics_doc = {"format_version": G.FORMAT_VERSION, "kind": "ernie-bundle-metrics", "task": cfg.task,
-                   "chosen_backend": report.chosen_backend, "summary": report.summary, "backends": dicts, "skipped": skipped,
+                   "chosen_backend": report.chosen_backend, "chosen_by": chosen_by, "summary": report.summary, "backends": dicts, "skipped": skipped,
                    "benchmarks": {k: b.as_dict() for k, b in benches.items()}, "sizes": sizes,
                    "selected_candidate": inp.meta.selected_candidate}
     (out / METRICS_FILE).write_text(json.dumps(metrics_doc, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -268,5 +281,6 @@ STAGE = Stage(
     run=run,
     # 2: 2048 timed dev examples; ONNX Runtime measured before Paddle. 3: ORT CPU dev-length timing once (interleaved);
     # 4: OpenVINO and the anchor in the interleaved rounds, gates.min_anchor_ratio
-    version="4",
+    # 5: the backend is compress's selected candidate (verified and gated), no longer re-picked
+    version="5",
 )

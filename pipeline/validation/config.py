@@ -42,7 +42,7 @@ class ValidateConfig:
     # Parity (accuracy, agreement, logit differences) always uses the full dev set.
     dev_benchmark_limit: int = 2048
     threads: int = 0  # 0: OMP_NUM_THREADS
-    chosen_backend: str = "auto"  # "auto": the fastest CPU backend that passes the accuracy gate
+    chosen_backend: str = "auto"  # "auto": the form compress selected (stages.validate.choose_backend); or a backend name
     throughput_batch_size: int = 32  # batch size of the throughput-ratio gate
 
     def __post_init__(self) -> None:

@@ -7,6 +7,12 @@ more than ``gates.release_max_throughput_drop`` (a fraction) on the chosen backe
 compared, not sentences/s: each report measures its FP32 baseline in the same run, so the ratio holds
 across runs and machines where absolute times on shared, noisy machines do not.  A report of another task,
 or a file that is not a report, is bad input (exit 2).
+
+Served speed too, with ``--baseline-perf`` (the previous release's ``make perf`` JSON; the current one is
+``runs/<task>/perf.json`` unless ``--current-perf`` names another): for every request shape both reports measured
+(items per request, concurrency) the served rate's ratio to its ceiling (1 / (1/model-only + 1/floor), all measured
+in the same run, so the ratio holds across runs where requests/s do not) may not fall by more than
+``gates.release_max_served_drop`` (a fraction); a change that halves the served rate fails like an accuracy one.
 """
 
 from __future__ import annotations
@@ -32,14 +38,19 @@ class ReportSummary:
     throughput_ratio: float  # speed-up over FP32 of the same runtime, measured in the same run
 
 
+def _read_json(path: Path, what: str, hint: str = "") -> object:
+    """A report file as JSON; missing or not JSON: one line (exit 2)."""
+    if not path.is_file():
+        raise DataError(f"{what} not found: {path}{hint}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a JSON {what} ({exc})") from None
+
+
 def read_report(path: Path) -> ReportSummary:
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"report not found: {path}")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not a JSON report ({exc})") from None
+    obj = _read_json(path, "report")
     if not isinstance(obj, dict) or "task" not in obj or not isinstance(obj.get("summary"), dict):
         raise DataError(f"{path}: not an ernie-bundle gates.json/metrics.json (fields 'task' and 'summary' missing)")
     summary = obj["summary"]
@@ -75,6 +86,57 @@ def compare_reports(current: ReportSummary, baseline: ReportSummary, *, max_accu
     ]
 
 
+@dataclass(frozen=True)
+class ServedSummary:
+    """A ``make perf`` report's served efficiency per request shape: (items per request, concurrency) -> the
+    median over rounds of served / ceiling (served / model-only where the report has no floor), and its name."""
+
+    path: Path
+    task: str
+    ratios: dict
+    measure: str
+
+
+def read_perf(path: Path) -> ServedSummary:
+    path = Path(path)
+    obj = _read_json(path, "perf report", " (make perf TASK=<task> writes it)")
+    rows = obj.get("summary") if isinstance(obj, dict) else None
+    if not isinstance(rows, list) or not rows or not isinstance(obj.get("model"), str):
+        raise DataError(f"{path}: not an ernie-bundle make perf report (fields 'model' and 'summary' missing; "
+                        "a report from before served gates has no summary: run make perf again)")
+    ratios, names = {}, set()
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: summary[{i}] is not an object")
+        name = "served_over_ceiling" if isinstance(row.get("served_over_ceiling"), dict) else "served_over_model_only"
+        value = (row.get(name) or {}).get("median") if isinstance(row.get(name), dict) else None
+        shape = (row.get("items_per_request"), row.get("concurrency"))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in shape):
+            raise DataError(f"{path}: summary[{i}]: needs items_per_request, concurrency and {name}.median > 0")
+        ratios[shape] = float(value)
+        names.add(name)
+    return ServedSummary(path, str(obj["model"]), ratios, "served / ceiling" if names == {"served_over_ceiling"}
+                         else "served / model-only")
+
+
+def compare_served(current: ServedSummary, baseline: ServedSummary, *, max_drop: float) -> list[Gate]:
+    """One gate per request shape both reports measured: the relative drop of served efficiency."""
+    if current.task != baseline.task:
+        raise DataError(f"{baseline.path}: baseline perf report is for {baseline.task!r}, the current one for "
+                        f"{current.task!r}; pass the previous perf report of the same task")
+    if current.measure != baseline.measure:
+        raise DataError(f"{baseline.path}: measures {baseline.measure}, the current report {current.measure}: run "
+                        "both with make perf (which starts the floor beside the bundle)")
+    shared = sorted(set(current.ratios) & set(baseline.ratios))
+    if not shared:
+        raise DataError(f"{baseline.path}: no request shape (items per request, concurrency) in common with "
+                        f"{current.path}: run make perf with the same --concurrency")
+    return [check(f"release_served_drop[{n} item(s) x c{c}]", max_drop, 1.0 - current.ratios[(n, c)] / baseline.ratios[(n, c)],
+                  kind="max", detail=f"{current.measure} {current.ratios[(n, c)]:.2f} vs previous {baseline.ratios[(n, c)]:.2f}")
+            for n, c in shared]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ernie-bundle gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", required=True, help="the previous bundle's gates.json or metrics.json")
     p.add_argument("--current", help="the current gates.json (default: <runs-dir>/<task>/validate/out/gates.json)")
     p.add_argument("--runs-dir", default=None, help="where stage outputs are (default: ./runs)")
+    p.add_argument("--baseline-perf", help="the previous release's make perf JSON: gate the served speed too")
+    p.add_argument("--current-perf", help="the current make perf JSON (default: <runs-dir>/<task>/perf.json)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. gates.release_max_accuracy_drop=0.3")
     args = p.parse_args(argv)
@@ -97,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         baseline = read_report(Path(args.baseline))
         gates = compare_reports(current, baseline, max_accuracy_drop=cfg.gates.release_max_accuracy_drop,
                                 max_throughput_drop=cfg.gates.release_max_throughput_drop)
+        if args.baseline_perf:
+            current_perf = Path(args.current_perf) if args.current_perf else runs / cfg.task / "perf.json"
+            gates += compare_served(read_perf(current_perf), read_perf(Path(args.baseline_perf)),
+                                    max_drop=cfg.gates.release_max_served_drop)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 # runtime -> (Triton backend, engine inside it)
 RUNTIMES = {
-    # python backend, the engine validation chose (the fastest within the budget on the packaging CPU):
+    # python backend, the engine of the form compress selected and validate verified (on the packaging CPU):
     # python-onnxruntime or python-openvino, resolved by the package stage (PackageConfig.resolved)
     "auto": ("python", "auto"),
     "python-onnxruntime": ("python", "onnxruntime"),  # in-process ORT: runs on any Triton, the one here too
@@ -156,6 +156,15 @@ class PackageConfig:
         return dataclasses.replace(self, runtime=runtime)
 
 
+# What a cluster can schedule for one model server: the HPA's ceiling, and a pod's CPU (cores) and memory (bytes).
+# Below 0.1 core or 256 MiB Triton with a model does not start in time; above, no node is that big.
+MAX_REPLICAS = 1000
+QUANTITY_BOUNDS = {"cpu": (0.1, 256.0, "cores"), "memory": (256 * 2**20, 4 * 2**40, "bytes")}
+# The URI schemes KServe's storage initializer (v0.20) downloads from; file:// names a path inside the initializer's
+# own container, never the bundle.
+STORAGE_SCHEMES = ("pvc", "s3", "gs", "hdfs", "webhdfs", "https", "http", "oci", "hf")
+
+
 @dataclass
 class DeployConfig:
     """The ``deploy:`` section: what the Kubernetes / KServe manifests written beside a bundle say
@@ -183,10 +192,17 @@ class DeployConfig:
                                 f"{self.max_replicas}")
         if not 1 <= self.target_cpu_utilization <= 100:
             raise _config_error(f"deploy.target_cpu_utilization must be 1..100, got {self.target_cpu_utilization}")
+        if self.max_replicas > MAX_REPLICAS:
+            raise _config_error(f"deploy.max_replicas: {self.max_replicas} is more than a cluster schedules for one "
+                                f"model server (at most {MAX_REPLICAS})")
         for name in ("cpu", "memory"):
             value = getattr(self, name)
             if value and not _is_quantity(value):
                 raise _config_error(f"deploy.{name}: {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 1Gi)")
+            low, high, unit = QUANTITY_BOUNDS[name]
+            if value and not low <= _quantity(value) <= high:
+                raise _config_error(f"deploy.{name}: {value!r} is outside what one Triton pod can be given "
+                                    f"({_fmt_bound(low, unit)} to {_fmt_bound(high, unit)})")
         # Names Kubernetes checks when the objects are applied (the schemas do not): refused here, not by kubectl.
         if not _is_dns1123_label(self.namespace):
             raise _config_error(f"deploy.namespace: {self.namespace!r} is not a DNS-1123 label (lower-case letters, "
@@ -202,9 +218,11 @@ class DeployConfig:
             if name == "image" and not _is_image(filled):
                 raise _config_error(f"deploy.image: {self.image!r} is not an image reference "
                                     "([registry[:port]/]name[:tag][@digest], lower-case name, no spaces)")
-            if name == "storage_uri" and not re.fullmatch(r"[a-z][a-z0-9+.-]*://\S+", filled):
-                raise _config_error(f"deploy.storage_uri: {self.storage_uri!r} is not a URI KServe reads "
-                                    "(e.g. pvc://<claim>/{task}, s3://bucket/path)")
+            scheme = re.fullmatch(r"([a-z][a-z0-9+.-]*)://\S+", filled)
+            if name == "storage_uri" and (not scheme or scheme.group(1) not in STORAGE_SCHEMES):
+                raise _config_error(f"deploy.storage_uri: {self.storage_uri!r} is not a URI KServe's storage "
+                                    f"initializer reads ({', '.join(s + '://' for s in STORAGE_SCHEMES)}; e.g. "
+                                    "pvc://<claim>/{task}, s3://bucket/path)")
         _check_kubernetes_version(self.kubernetes_version)
 
 
@@ -241,6 +259,23 @@ def _is_image(value: str) -> bool:
     host = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::\d+)?/)?"
     grammar = rf"{host}{component}(?:/{component})*(?::[\w][\w.-]{{0,127}})?(?:@[a-z0-9]+:[a-fA-F0-9]{{32,}})?"
     return len(value) <= 255 and bool(re.fullmatch(grammar, value))
+
+
+_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def _quantity(value: str) -> float:
+    """A Kubernetes quantity (already checked by ``_is_quantity``) as a number: cores for cpu, bytes for memory."""
+    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)(.*)", str(value))
+    number, suffix = float(m.group(1)), m.group(2)
+    if suffix[:1] in ("e", "E"):
+        return number * 10.0 ** max(-400, min(400, int(suffix[1:])))  # 1e100 stays a float, never an overflow
+    return number * _SUFFIX[suffix]
+
+
+def _fmt_bound(value: float, unit: str) -> str:
+    return f"{value:g} cores" if unit == "cores" else f"{value / 2**20:.0f}Mi" if value < 2**30 else f"{value / 2**30:.0f}Gi"
 
 
 def _is_quantity(value: str) -> bool:

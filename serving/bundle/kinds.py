@@ -143,6 +143,14 @@ class Classification(BundleKind):
     def label_problem(self, rows: list[str]) -> str | None:
         return None
 
+    def meta_sections(self, meta: dict) -> dict[str, Any]:
+        if not meta.get("text_pair"):
+            return {}
+        return {"text_pair": True, "text_pair_join": str(meta.get("text_pair_join", ""))}
+
+    def shape_fields(self, meta: dict) -> dict[str, Any]:
+        return {"text_pair": bool(meta.get("text_pair"))}
+
     def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
         return (mcfg.fused_config(shape, pc),)
 
@@ -152,8 +160,10 @@ class Classification(BundleKind):
 
     def card_lines(self, names, pc, meta, model_line, batching, choice) -> list[str]:
         k = min(pc.top_k, int(meta['num_labels']))
-        io = ("input `text` (TYPE_STRING, a batch of UTF-8 texts) -> outputs `label` (label id), `label_desc`, `confidence` "
-              "(FP32), `probs` (all classes), `topk_label`/`topk_prob`.")
+        pair = (" and `text_pair` (TYPE_STRING, the second text of each pair, one per text)" if meta.get("text_pair")
+                else "")
+        io = (f"input `text` (TYPE_STRING, a batch of UTF-8 texts){pair} -> outputs `label` (label id), `label_desc`, "
+              "`confidence` (FP32), `probs` (all classes), `topk_label`/`topk_prob`.")
         if self.layout(pc) == "fused":
             return [
                 f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: tokenizer, model and "

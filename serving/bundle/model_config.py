@@ -49,6 +49,7 @@ from serving.bundle import fastdeploy_api as fd
 from serving.bundle.config import PackageConfig
 
 TEXT = "text"
+TEXT_PAIR = "text_pair"  # a pair classifier's second text, one per text (OCNLI's hypothesis, AFQMC's second question)
 INPUT_IDS = "input_ids"
 TOKEN_TYPE_IDS = "token_type_ids"
 LOGITS = "logits"
@@ -115,6 +116,7 @@ class BundleShape:
     # (serving/bundle/model_io.py reads it); python runners always answer "logits".
     model_output: str = LOGITS
     schema: tuple[str, ...] = ()  # uie: the prompts the model was trained with (FastDeploy api: the first schema)
+    text_pair: bool = False  # classification of text pairs: inputs text and text_pair (meta.json "text_pair")
 
 
 def _tensor(cls, name: str, dtype: int, dims: list[int], max_batch_size: int):
@@ -153,10 +155,20 @@ def _param(cfg: mc.ModelConfig, key: str, value) -> None:
     cfg.parameters[key].string_value = str(value)
 
 
+def _text_pair(cfg: mc.ModelConfig, shape: BundleShape, pc: PackageConfig, python: bool = True) -> None:
+    """A pair classifier's second input.  Optional where the python model reads it: a request without it reaches
+    the model, which refuses it alone naming ``text_pair`` (Triton's own refusal would not name the field)."""
+    if shape.text_pair:
+        cfg.input.append(_inp(TEXT_PAIR, mc.TYPE_STRING, [1], pc, optional=python))
+        if python:
+            _param(cfg, "text_pair", "true")
+
+
 def tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     names = ModelNames(shape.task)
     cfg = mc.ModelConfig(name=names.tokenizer, backend="python")
     cfg.input.append(_inp(TEXT, mc.TYPE_STRING, [1], pc))
+    _text_pair(cfg, shape, pc)
     cfg.output.extend([_out(INPUT_IDS, mc.TYPE_INT64, [-1], pc), _out(TOKEN_TYPE_IDS, mc.TYPE_INT64, [-1], pc)])
     _common(cfg, pc)
     cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU  # tokenization is CPU work whatever the model runs on
@@ -292,9 +304,11 @@ def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     k = min(pc.top_k, shape.num_labels)
     cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
     cfg.input.append(_inp(_text_input(pc), mc.TYPE_STRING, [1], pc))
+    _text_pair(cfg, shape, pc, python=False)  # an ensemble's inputs are all required: Triton refuses a request without it
     cfg.output.extend(_outputs(shape, pc, k))
     _common(cfg, pc, scheduled=False)
-    _chain(cfg, names, (TEXT,), (), (), tuple(o.name for o in cfg.output), _model_output(shape, pc), {TEXT: _text_input(pc)})
+    inputs = (TEXT, TEXT_PAIR) if shape.text_pair else (TEXT,)
+    _chain(cfg, names, inputs, (), (), tuple(o.name for o in cfg.output), _model_output(shape, pc), {TEXT: _text_input(pc)})
     return cfg
 
 
@@ -310,6 +324,7 @@ def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     k = min(pc.top_k, shape.num_labels)
     cfg = mc.ModelConfig(name=names.ensemble, backend="python")
     cfg.input.append(_inp(_text_input(pc), mc.TYPE_STRING, [1], pc))
+    _text_pair(cfg, shape, pc)
     cfg.output.extend(_outputs(shape, pc, k))
     _common(cfg, pc)
     _api_params(cfg, pc)

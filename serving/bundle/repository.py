@@ -115,6 +115,8 @@ class Provenance:
     # Validation's result for each exported form (form -> {"backend", "accuracy"}); the packaged form's
     # entry becomes bundle.json "validated", which the smoke test holds the served accuracy to.
     validated: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The serving settings make tune measured for this bundle on this CPU (serving.bundle.serving_tune), if any
+    serving_tune: Any = None
 
 
 @dataclass(frozen=True)
@@ -334,8 +336,23 @@ def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployCon
     return written.summary()
 
 
+def _serving_settings(pc: PackageConfig, prov: Provenance, choice: ModelChoice, meta: dict):
+    """The package config with make tune's measured instances x threads applied where they apply, and what
+    bundle.json says of it (``serving_tune.applied``)."""
+    from serving.bundle import serving_tune
+
+    if prov.serving_tune is None:
+        return serving_tune.applied(pc, None, pc.engine, {}, [])
+    flags = (meta.get("cpu") or {}).get("flags")
+    if flags is None:  # an export that did not record its CPU: the one packaging it
+        from pipeline.contract import detect_cpu
+
+        flags = detect_cpu().as_dict()["flags"]
+    return serving_tune.applied(pc, prov.serving_tune, pc.engine, serving_tune.file_digests(choice.sources), flags)
+
+
 def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance,
-              deployment: dict | None = None) -> dict:
+              deployment: dict | None = None, settings: dict | None = None) -> dict:
     kind = _kind(meta)
     names = _names(task, pc, kind)
     m = {
@@ -361,6 +378,8 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         **kind.meta_sections(meta),  # what the tools window and decode with (reading, uie)
         # as configured, plus what 0 ("auto") resolved to on the packaging machine
         "package": {**dataclasses.asdict(pc), "instances": pc.instances, "engine_threads": pc.engine_threads},
+        # where the instances x threads (and batcher delay) came from: make tune's measurement, or why not
+        "serving_settings": settings or {},
         "source": {"model_sha256": prov.source_model_sha256, "data_fingerprint": prov.data_fingerprint,
                    **({"data_dir": prov.data_dir} if prov.data_dir else {})},
         "selected_candidate": prov.selected_candidate or meta.get("selected_candidate", {}),
@@ -488,13 +507,14 @@ def write_repository(
     pc = fastdeploy_api.resolved(pc, kind.name)
     choice = choose_model(exported, pc, preferred_precision, preferred_form)
     pc = pc.resolved("openvino" if choice.form == "openvino_int8" else "onnxruntime")
+    pc, settings = _serving_settings(pc, prov, choice, meta)
     tmp = repository / f".{task}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         _build(tmp, task, exported, pc, meta, choice)
         (tmp / "README.md").write_text(model_card(task, pc, meta, choice, prov), encoding="utf-8")
         deployment = _deploy_manifests(tmp, task, pc, deploy) if deploy is not None else None
-        manifest = _manifest(tmp, task, pc, meta, choice, prov, deployment)
+        manifest = _manifest(tmp, task, pc, meta, choice, prov, deployment, settings)
         (tmp / integrity.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         integrity.verify_bundle(tmp)  # what we hand over must pass the check the server makes
         size_mb = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 2**20

@@ -1,11 +1,6 @@
-"""Client for a served bundle: tritonclient over HTTP or gRPC, with batching, retries and health checks.
-
-    python -m serving.client health   --model tnews
-    python -m serving.client classify --model tnews "国足今晚出战" "央行下调存款准备金率"
-    python -m serving.client classify --model tnews --file texts.txt --batch-size 32 --protocol grpc --url 127.0.0.1:8001
-    python -m serving.client extract  --model cluener "浙商银行企业信贷部叶老桂博士"
-    python -m serving.client answer   --model cmrc2018 --question "谁改进了造纸术？" --context "东汉蔡伦改进了造纸术。"
-    python -m serving.client predict  --model <task> ...   (classify / extract / answer, as the served ensemble's kind)
+"""Client for a served bundle: tritonclient over HTTP or gRPC, with batching, retries and health checks.  The command
+line (``python -m serving.client``) is ``serving.tools.client_cli``; this module knows no task kinds, so the kinds'
+tool modules (``serving.tools.kinds``) use it without either importing the other.
 
 Retries cover the transport (connection refused or reset, timeouts, server unavailable) with
 exponential backoff; an error the server gives for the request itself (empty text, bad UTF-8,
@@ -14,17 +9,12 @@ batch too large) is not retried and is raised as ``RequestRejected``.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
-
-from serving.tools.kinds import COMMANDS, kind_of_outputs, tool_kind
 
 OUTPUTS = ("label", "label_desc", "confidence", "probs", "topk_label", "topk_prob")
 NER_OUTPUTS = ("entities",)
@@ -49,6 +39,7 @@ class Prediction:
     confidence: float
     probs: tuple[float, ...]
     top_k: tuple[tuple[str, float], ...]
+    text_pair: str | None = None  # a pair classifier's second text
 
 
 @dataclass(frozen=True)
@@ -148,19 +139,31 @@ class ClassifierClient:
         raise ClientError(f"model {self.model!r} not ready at {self.url} ({self.protocol}) after {timeout:.0f}s: {self.health()}")
 
     # -- inference ------------------------------------------------------------------------
-    def task_type(self) -> str:
-        """The served ensemble's kind, from its outputs: classification | token_classification | reading_comprehension | uie."""
+    def output_names(self) -> list[str]:
+        """The served ensemble's output names: what tells its kind apart (``serving.tools.kinds.kind_of_outputs``)."""
+        return self._metadata_names("outputs")
+
+    def infer_raw(self, texts: Sequence, pairs: Sequence | None = None) -> dict[str, np.ndarray]:
+        """One request with ``len(texts)`` texts (and, for a pair classifier, as many ``pairs``: each text's second
+        text); returns the ensemble's outputs by name.  ``texts`` may also be (text, text_pair) tuples."""
+        texts, pairs = split_pairs(texts, pairs)
+        arrays = {"text": np.array([[_as_bytes(t)] for t in texts], dtype=np.object_)}
+        if pairs is not None:
+            arrays["text_pair"] = np.array([[_as_bytes(t)] for t in pairs], dtype=np.object_)
+        return self._infer(arrays, OUTPUTS)
+
+    def takes_pairs(self) -> bool:
+        """The served model classifies text pairs (it has a ``text_pair`` input)."""
+        return "text_pair" in self._metadata_names("inputs")
+
+    def _metadata_names(self, side: str) -> list[str]:
+        """The served model's input or output names (``side``: inputs | outputs), over HTTP (dicts) or gRPC."""
         try:
             meta = self._client.get_model_metadata(self.model)
         except Exception as exc:  # noqa: BLE001 - any failure: the model is not there
             raise ClientError(f"model {self.model!r} at {self.url} ({self.protocol}): no metadata ({exc})") from None
-        outputs = meta["outputs"] if isinstance(meta, dict) else meta.outputs
-        return kind_of_outputs(o["name"] if isinstance(o, dict) else o.name for o in outputs).name
-
-    def infer_raw(self, texts: Sequence[str | bytes]) -> dict[str, np.ndarray]:
-        """One request with ``len(texts)`` texts; returns the ensemble's outputs by name."""
-        arr = np.array([[_as_bytes(t)] for t in texts], dtype=np.object_)
-        return self._infer({"text": arr}, OUTPUTS)
+        tensors = meta[side] if isinstance(meta, dict) else getattr(meta, side)
+        return [t["name"] if isinstance(t, dict) else t.name for t in tensors]
 
     def _infer(self, arrays: dict[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
         """One request with the given BYTES inputs; retries transport failures, raises RequestRejected for the rest."""
@@ -188,11 +191,14 @@ class ClassifierClient:
                 time.sleep(self.backoff * (2**attempt))
                 attempt += 1
 
-    def classify_batch(self, texts: Sequence[str | bytes]) -> list[Prediction]:
-        out = self.infer_raw(texts)
+    def classify_batch(self, texts: Sequence, pairs: Sequence | None = None) -> list[Prediction]:
+        """One request; ``texts`` are texts, or (text, text_pair) tuples for a pair classifier (or give ``pairs``)."""
+        texts, pairs = split_pairs(texts, pairs)
+        out = self.infer_raw(texts, pairs)
         preds = []
         for i, t in enumerate(texts):
             preds.append(Prediction(
+                text_pair=None if pairs is None else _as_str(pairs[i]),
                 text=t if isinstance(t, str) else t.decode("utf-8", errors="replace"),
                 label=out["label"][i, 0].decode("utf-8"),
                 label_desc=out["label_desc"][i, 0].decode("utf-8"),
@@ -202,7 +208,8 @@ class ClassifierClient:
             ))
         return preds
 
-    def classify(self, texts: Iterable[str | bytes], batch_size: int = 32) -> list[Prediction]:
+    def classify(self, texts: Iterable, batch_size: int = 32) -> list[Prediction]:
+        """Texts (or (text, text_pair) tuples) in requests of ``batch_size``."""
         texts = list(texts)
         preds: list[Prediction] = []
         for start in range(0, len(texts), batch_size):
@@ -267,117 +274,11 @@ class ClassifierClient:
         self.close()
 
 
-def _read_file(name: str) -> str:
-    path = Path(name)
-    if not path.exists():
-        raise ClientError(f"--file {path}: not found")
-    if not path.is_file():
-        raise ClientError(f"--file {path}: not a file")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ClientError(f"--file {path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise ClientError(f"--file {path}: cannot read it ({exc.strerror})") from None
-
-
-def _read_texts(args) -> list[str]:
-    texts = list(args.texts)
-    if args.file:
-        texts += [line.rstrip("\n") for line in _read_file(args.file).splitlines() if line.strip()]
-    if not texts:
-        raise ClientError("no texts: give them as arguments or with --file")
-    return texts
-
-
-def _read_pairs(args) -> tuple[list[str], list[str]]:
-    questions, contexts = list(args.question or []), list(args.context or [])
-    if len(questions) != len(contexts):
-        raise ClientError(f"{len(questions)} --question but {len(contexts)} --context: give them in pairs")
-    if args.file:
-        path = Path(args.file)
-        for n, line in enumerate(_read_file(args.file).splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                questions.append(str(row["question"]))
-                contexts.append(str(row["context"]))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise ClientError(f"--file {path}:{n}: expected a JSON object with 'question' and 'context'") from None
-    if not questions:
-        raise ClientError("no questions: give --question/--context pairs or --file with JSON lines {question, context}")
-    return questions, contexts
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m serving.client", description="Query a served bundle.")
-    sub = p.add_subparsers(dest="command", required=True)
-    helps = {"classify": "classify texts (classification bundle)", "extract": "named entities of texts (token classification bundle)",
-             "answer": "answer questions about contexts (reading comprehension bundle)",
-             "ie": "spans each schema prompt finds in texts (UIE bundle)",
-             "predict": "whatever the served ensemble does: classify, extract or answer", "health": "server and model readiness"}
-    for name in ("classify", "extract", "answer", "ie", "predict", "health"):
-        sp = sub.add_parser(name, help=helps[name])
-        sp.add_argument("--model", default="tnews", help="the ensemble (= task) name")
-        sp.add_argument("--protocol", choices=("http", "grpc"), default="http")
-        sp.add_argument("--url", help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)")
-        sp.add_argument("--timeout", type=float, default=60.0)
-        if name == "health":
-            continue
-        if name != "answer":
-            sp.add_argument("texts", nargs="*", help="texts (classify / extract)")
-        if name in ("ie", "predict"):
-            sp.add_argument("--schema", action="append", help="a prompt (e.g. 姓名); repeat for several (UIE bundle)")
-        if name in ("answer", "predict"):
-            sp.add_argument("--question", action="append", help="a question; repeat, paired with --context")
-            sp.add_argument("--context", action="append", help="the passage for the question at the same position")
-        sp.add_argument("--file", help="a UTF-8 file: one text per line, or for answer JSON lines {question, context}")
-        sp.add_argument("--batch-size", type=int, default=32, help="items per request")
-        sp.add_argument("--retries", type=int, default=3)
-        sp.add_argument("--json", action="store_true", help="JSON lines instead of a table")
-    args = p.parse_args(argv)
-    try:
-        client = ClassifierClient(args.url, args.protocol, args.model, args.timeout, getattr(args, "retries", 3))
-    except (ClientError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return _run_command(args, client)
-    finally:
-        client.close()  # an open HTTP connection would hold up the server's shutdown
-
-
-def _run_command(args, client: ClassifierClient) -> int:
-    try:
-        if args.command == "health":
-            h = client.health()
-            print(json.dumps({"url": client.url, "protocol": args.protocol, "model": args.model, **h}))
-            return 0 if h["model_ready"] else 1
-        if args.batch_size < 1:
-            raise ClientError(f"--batch-size {args.batch_size}: items per request, must be >= 1")
-        kind = COMMANDS.get(args.command) or client.task_type()
-        try:
-            _predict(args, client, kind)
-        except RequestRejected:
-            served = client.task_type() if args.command in COMMANDS else kind
-            if served != kind:  # e.g. extract asked of a classification bundle: say so, not Triton's output error
-                command = tool_kind(served).command
-                raise ClientError(f"model {args.model!r} is a {served.replace('_', ' ')} bundle: use `{command}` "
-                                  f"(or `predict`), not `{args.command}`") from None
-            raise
-    except (ClientError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _predict(args, client: ClassifierClient, kind: str) -> None:
-    """Ask the served ensemble (of ``kind``) what the command line gives and print its answers."""
-    k = tool_kind(kind)
-    k.check_cli(args)
-    k.print_served(client, _read_pairs(args) if k.question_pairs else _read_texts(args), args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def split_pairs(texts: Sequence, pairs: Sequence | None = None) -> tuple[list, list | None]:
+    """(texts, their second texts or None) from texts and ``pairs``, or from (text, text_pair) tuples."""
+    texts = list(texts)
+    if pairs is None and texts and isinstance(texts[0], tuple):
+        return [a for a, _ in texts], [b for _, b in texts]
+    if pairs is not None and len(pairs) != len(texts):
+        raise ClientError(f"{len(pairs)} text_pair(s) for {len(texts)} text(s): give one text_pair per text")
+    return texts, None if pairs is None else list(pairs)

@@ -24,7 +24,7 @@ import numpy as np
 
 from pipeline.contract import TaskKind
 from serving.tools.client import ClassifierClient, ClientError
-from serving.tools.kinds import tool_kind
+from serving.tools.kinds import kind_of_outputs, tool_kind
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         check_loopback(url)
         probe = ClassifierClient(url, args.protocol, model)
         probe.wait_ready(30)
-        task_type = probe.task_type()
+        task_type = kind_of_outputs(probe.output_names()).name
         probe.close()
         kind = tool_kind(task_type)
         if kind.windowed and args.file:

@@ -113,41 +113,96 @@ class BundleModel:
         return run
 
 
-def offline_logits(bundle: BundleModel, texts: Sequence[str], batch_size: int = 64, threads: int = 0) -> np.ndarray:
-    """Logits for ``texts`` in order; batches are length-sorted like the pipeline's evaluation."""
+def encode_items(tok, items: Sequence):
+    """Texts, or (text, text_pair) tuples, as the bundle's tokenizer encodes them offline (``pipeline.tokenizer``)."""
+    items = list(items)
+    if items and isinstance(items[0], tuple):
+        return tok.encode([a for a, _ in items], [b for _, b in items])
+    return tok.encode(items)
+
+
+def offline_logits(bundle: BundleModel, texts: Sequence, batch_size: int = 64, threads: int = 0) -> np.ndarray:
+    """Logits for ``texts`` (or (text, text_pair) tuples) in order; batches are length-sorted like the pipeline's
+    evaluation."""
     from pipeline.progress import progress
 
     tok = bundle.tokenizer()
     run = bundle.session(threads)
-    order = np.argsort([len(t) for t in texts], kind="stable")
+    order = np.argsort([len(t) if isinstance(t, str) else len(t[0]) + len(t[1]) for t in texts], kind="stable")
     out = np.zeros((len(texts), int(bundle.manifest["num_labels"])), dtype=np.float32)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     for idx in progress(batches, desc="offline model", unit="batch"):
-        enc = tok.encode([texts[i] for i in idx])
+        enc = encode_items(tok, [texts[i] for i in idx])
         out[idx] = run(enc.input_ids, enc.token_type_ids)
     return out
 
 
+@dataclass
+class ModelOnly:
+    """The bundle's model file alone on requests prepared in advance (tokenized, padded): the yardstick a served
+    rate is held to.  Every prepared batch runs once when it is made, so every padded width is warm before a round
+    is timed (OpenVINO compiles a kernel per new shape: a first call is slow), as the served engine is warmed at
+    load."""
+
+    run: object  # (input_ids, token_type_ids) -> logits
+    batches: list  # [(input_ids, token_type_ids)]
+    items: list  # items per batch (texts; one question or one UIE text per batch of windows)
+
+    def __post_init__(self):
+        for ids, types in self.batches:
+            self.run(ids, types)
+
+    def round(self, seconds: float) -> tuple[float, float]:
+        """(items/s, CPU seconds per item) over one round of ``seconds``; CPU is this process's (every engine thread)."""
+        done, t0, c0 = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - t0 < seconds:
+            for (ids, types), n in zip(self.batches, self.items):
+                self.run(ids, types)
+                done += n
+                if time.perf_counter() - t0 >= seconds:
+                    break
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return done / wall, cpu / max(done, 1)
+
+    def p50_ms(self, seconds: float) -> float:
+        """Median milliseconds of one call over a round of ``seconds`` (the batch-1 latency a lone request is held to)."""
+        times: list[float] = []
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for ids, types in self.batches:
+                start = time.perf_counter()
+                self.run(ids, types)
+                times.append(time.perf_counter() - start)
+                if time.perf_counter() - t0 >= seconds:
+                    break
+        return 1000 * float(np.median(times))
+
+
+def engine_threads(bundle: BundleModel) -> int:
+    """The yardstick's intra-op threads: every core this process may use, whatever the served instances x threads
+    are (the model alone on the machine is what a served rate is held to; a 1-thread yardstick for a 2 x 1 bundle
+    would make the serving configuration look better than the model)."""
+    import os
+
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def text_batches(bundle: BundleModel, texts: Sequence[str], batch_size: int) -> ModelOnly:
+    """Texts in requests of ``batch_size`` in the order given (as a client sends them), tokenized as served."""
+    tok = bundle.tokenizer()
+    encoded = [encode_items(tok, texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
+    return ModelOnly(bundle.session(engine_threads(bundle)), [(b.input_ids, b.token_type_ids) for b in encoded],
+                     [len(b.input_ids) for b in encoded])
+
+
 def model_only_throughput(bundle: BundleModel, texts: Sequence[str], batch_size: int, seconds: float = 5.0, threads: int = 0) -> float:
     """Texts/s of the model file alone (pre-tokenized batches), the yardstick for served throughput."""
-    tok = bundle.tokenizer()
-    run = bundle.session(threads)
-    batches = [tok.encode(list(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)]
-    run(batches[0].input_ids, batches[0].token_type_ids)  # warm-up
-    done, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for b in batches:
-            run(b.input_ids, b.token_type_ids)
-            done += len(b.input_ids)
-            if time.perf_counter() - t0 >= seconds:
-                break
-    return done / (time.perf_counter() - t0)
+    return text_batches(bundle, texts, batch_size).round(seconds)[0]
 
 
-def model_only_question_rate(bundle: BundleModel, pairs: Sequence[tuple[str, str]], seconds: float = 5.0,
-                             threads: int = 0) -> float:
-    """Questions/s of a reading-comprehension model file alone, each question's windows run as one batch:
-    what the served model executes per request (Triton does not batch them: windows per question vary)."""
+def question_batches(bundle: BundleModel, pairs: Sequence[tuple[str, str]]) -> ModelOnly:
+    """Reading comprehension: each question's windows as one batch, what the served model executes per request
+    (Triton does not batch them: windows per question vary)."""
     from pipeline.reading import windows
 
     reading = bundle.manifest["reading"]
@@ -157,13 +212,18 @@ def model_only_question_rate(bundle: BundleModel, pairs: Sequence[tuple[str, str
                                                         doc_stride=int(reading["doc_stride"]),
                                                         max_query_len=int(reading["max_query_len"])), pad_id)
                for q, c in pairs[:200]]
-    return _request_rate(bundle.session(threads), batches, seconds)
+    return ModelOnly(bundle.session(engine_threads(bundle)), batches, [1] * len(batches))
 
 
-def model_only_schema_rate(bundle: BundleModel, items: Sequence[tuple[str, Sequence[str]]], seconds: float = 5.0,
-                           threads: int = 0) -> float:
-    """UIE: texts/s of the model file alone, each text asked its whole schema, every (text, prompt) window of it run
-    as one batch: what the served model executes for a one-text request (``max_batch_size`` 0, no Triton batching)."""
+def model_only_question_rate(bundle: BundleModel, pairs: Sequence[tuple[str, str]], seconds: float = 5.0,
+                             threads: int = 0) -> float:
+    """Questions/s of a reading-comprehension model file alone (``question_batches``)."""
+    return question_batches(bundle, pairs).round(seconds)[0]
+
+
+def schema_batches(bundle: BundleModel, items: Sequence[tuple[str, Sequence[str]]]) -> ModelOnly:
+    """UIE: each text asked its whole schema, every (text, prompt) window of it as one batch: what the served model
+    executes for a one-text request (``max_batch_size`` 0, no Triton batching)."""
     from pipeline.reading import windows
 
     u = bundle.manifest["uie"]
@@ -173,20 +233,13 @@ def model_only_schema_rate(bundle: BundleModel, items: Sequence[tuple[str, Seque
                                                         doc_stride=int(u["doc_stride"]), max_query_len=int(u["max_prompt_len"])),
                                    pad_id)
                for text, schema in items[:200]]
-    return _request_rate(bundle.session(threads), batches, seconds)
+    return ModelOnly(bundle.session(engine_threads(bundle)), batches, [1] * len(batches))
 
 
-def _request_rate(run, batches: Sequence[tuple[np.ndarray, np.ndarray]], seconds: float) -> float:
-    """Requests/s running each prepared batch once in turn for ``seconds`` (after one warm-up call)."""
-    run(*batches[0])
-    done, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for ids, types in batches:
-            run(ids, types)
-            done += 1
-            if time.perf_counter() - t0 >= seconds:
-                break
-    return done / (time.perf_counter() - t0)
+def model_only_schema_rate(bundle: BundleModel, items: Sequence[tuple[str, Sequence[str]]], seconds: float = 5.0,
+                           threads: int = 0) -> float:
+    """UIE: texts/s of the model file alone (``schema_batches``)."""
+    return schema_batches(bundle, items).round(seconds)[0]
 
 
 def _groups(n: int, size: int) -> list[range]:

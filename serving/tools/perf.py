@@ -1,16 +1,24 @@
-"""``make perf``: Triton's perf_analyzer against the served ensemble, with where the time goes.
+"""``make perf``: Triton's perf_analyzer against the served bundle, and where the time goes.
 
     python -m serving.tools.perf --task tnews [--repository model_repository] [--concurrency 1 4 16]
-                           [--seconds 5] [--json-out runs/tnews/perf.json]
+                           [--batched-concurrency 1 4] [--rounds 3] [--seconds 5] [--profile 10]
+                           [--json-out runs/tnews/perf.json]
 
-Starts tritonserver on the bundle (or uses ``--url``), feeds perf_analyzer requests drawn from the task's dev
-set (titles, NER texts, question + context pairs, UIE texts each with the whole schema; one item per request, as a
-client sends them), and for each
-concurrency level reports throughput and p50/p90/p95/p99 latency as perf_analyzer measured them, plus the
-per-model breakdown from Triton's own statistics over the same window (requests, executions, mean batch,
-queue and compute time of the tokenizer, the model and the post-processing).  The offline model-only rate
-of the same model file at the served preferred batch size, measured in the same run, gives the
-served/offline ratio.  Writes JSON and Markdown.
+Starts tritonserver on the bundle (or uses ``--url``) and, in the same server, the platform's floor: an echo model
+with the bundle's interface that answers constant outputs (``serving.tools.floor``).  perf_analyzer sends requests
+drawn from the task's dev set: one item per request (titles, NER texts, question + context pairs, UIE texts each
+with the whole schema, as a client sends them) at each ``--concurrency``, and, for kinds whose requests batch, 32
+items per request (FastDeploy's clients' shape) at each ``--batched-concurrency``.
+
+Each of ``--rounds`` rounds measures, in turn: the model file alone (the offline yardstick, every padded width warmed,
+the served engine's threads), then for every shape the served bundle and the floor.  Per shape the report gives the
+median and spread over rounds of: served items/s, floor items/s, model-only items/s, the ceiling
+1 / (1/model-only + 1/floor) (what the bundle could serve if our request code cost nothing), served / model-only and
+served / ceiling (ratios within a round); p50/p99; CPU by process (tritonserver, each python stub, the client) in
+cores and in CPU microseconds per item served, against the model-only CPU per item offline; and Triton's per-model
+statistics (executions, mean batch, queue and compute time).  ``--profile`` attaches py-spy to each stub under the
+highest one-item concurrency and lists the top frames.  Writes JSON (``make gate`` holds its served figures against a
+previous release's) and Markdown.
 
 perf_analyzer comes from the ``tritonclient==2.51.0`` wheel (later wheels no longer ship it), with
 ``libcudart.so.12`` from the ``nvidia-cuda-runtime-cu12`` wheel and Debian's ``libb64-0d``; ``make perf``
@@ -24,9 +32,11 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -81,17 +91,24 @@ class ModelShare:
 @dataclass(frozen=True)
 class Level:
     concurrency: int
-    requests_per_s: float  # = items per second: one dev item per request
+    requests_per_s: float  # perf_analyzer's inferences/s: items per second (one item per request, or 32 per request)
     p50_ms: float
     p90_ms: float
     p95_ms: float
     p99_ms: float
     models: list[ModelShare] = field(default_factory=list)
     window_s: float = 0.0  # the perf_analyzer window these numbers came from (longer than asked when unstable)
+    items_per_request: int = 1
+    cores: dict = field(default_factory=dict)  # process -> cores used over the run (tritonserver, stub <instance>, client)
+    served_items: int = 0  # items the measured model answered over the run (Triton's statistics)
+
+
+BATCHED_ITEMS = 32  # FastDeploy's clients send 32 texts per request
 
 
 def input_data(task_type: str, items: Sequence, path: Path, limit: int = 2000) -> Path:
-    """perf_analyzer's ``--input-data`` JSON: one entry per request, each a single dev item."""
+    """perf_analyzer's ``--input-data`` JSON: one entry per item; perf_analyzer's ``-b N`` makes a request of N
+    consecutive entries."""
     from serving.tools.kinds import tool_kind
 
     kind = tool_kind(task_type)
@@ -146,12 +163,37 @@ UNSTABLE = "Failed to obtain stable measurement"
 WINDOW_RETRIES = 2  # 1 -> 2 -> 4 windows' length: what perf_analyzer's message and Model Analyzer both do
 
 
-def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: int, seconds: float,
-              composing: Sequence[str], workdir: Path, log=lambda msg: print(msg, file=sys.stderr)) -> Level:
-    """One concurrency level.  On a shared or loaded machine perf_analyzer may not see 6 windows within 25% of
-    each other and exits without numbers; the level is then measured again with windows twice as long (up to
-    ``WINDOW_RETRIES`` times), and the window that gave the numbers is reported with them."""
+def _run_measured(cmd: list[str], env: dict, timeout: float, workdir: Path) -> tuple[int, str, float]:
+    """Run ``cmd`` to its end: (exit code, output, its CPU seconds from the kernel's accounting of the child)."""
     from serving.server import die_with_parent_preexec
+
+    out_path = workdir / "perf_analyzer.out"
+    with open(out_path, "wb") as out:
+        # perf_analyzer dies with this process (kill -9 of `make perf` leaves no load generator behind)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent_preexec())
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            break
+        time.sleep(0.05)
+    return proc.returncode, out_path.read_text(errors="replace"), usage.ru_utime + usage.ru_stime
+
+
+def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: int, seconds: float,
+              composing: Sequence[str], workdir: Path, log=lambda msg: print(msg, file=sys.stderr),
+              items_per_request: int = 1, processes: dict[str, int] | None = None) -> Level:
+    """One level: ``concurrency`` clients each sending requests of ``items_per_request`` items.  On a shared or
+    loaded machine perf_analyzer may not see 6 windows within 25% of each other and exits without numbers; the level
+    is then measured again with windows twice as long (up to ``WINDOW_RETRIES`` times), and the window that gave the
+    numbers is reported with them.  ``processes`` (label -> pid): their CPU over the run, with the client's."""
+    from serving.tools import process_cpu
 
     out_csv = workdir / f"c{concurrency}.csv"
     for attempt in range(WINDOW_RETRIES + 1):
@@ -160,18 +202,17 @@ def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: i
                "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "time_windows",
                "--measurement-interval", str(int(window * 1000)), "--stability-percentage", "25",
                "--max-trials", "6", "-f", str(out_csv)]
+        if items_per_request > 1:
+            cmd += ["-b", str(items_per_request)]
         out_csv.unlink(missing_ok=True)
-        before = _model_stats(url)
-        # perf_analyzer dies with this process (kill -9 of `make perf` leaves no load generator behind)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=pa.env, timeout=max(120, window * 12 + 60),
-                              preexec_fn=die_with_parent_preexec())
-        after = _model_stats(url)
-        if proc.returncode == 0 and out_csv.is_file():
+        before, cpu0 = _model_stats(url), process_cpu.snapshot(processes or {})
+        rc, output, client_cpu = _run_measured(cmd, pa.env, max(120, window * 12 + 60), workdir)
+        cpu1, after = process_cpu.snapshot(processes or {}), _model_stats(url)
+        if rc == 0 and out_csv.is_file():
             break
-        output = proc.stdout + proc.stderr
         tail = output.strip().splitlines()[-3:]
         if UNSTABLE not in output:
-            raise PerfError(f"perf_analyzer failed at concurrency {concurrency} (exit {proc.returncode}): {' | '.join(tail)}")
+            raise PerfError(f"perf_analyzer failed at concurrency {concurrency} (exit {rc}): {' | '.join(tail)}")
         if attempt == WINDOW_RETRIES:
             raise PerfError(f"perf_analyzer found no stable measurement at concurrency {concurrency} with windows of "
                             f"{seconds:g} to {window:g} s: the machine is too busy to measure (stop other work, or "
@@ -181,43 +222,151 @@ def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: i
     with out_csv.open(newline="") as fh:
         row = next(csv.DictReader(fh))
     rps = float(row["Inferences/Second"])
+    cores = process_cpu.cores(cpu0, cpu1) if processes else {}
+    if processes:
+        cores["client"] = client_cpu / max(cpu1.at - cpu0.at, 1e-9)
+    shares = model_shares(before, after, composing)
+    served = int(sum(_count(after.get(m, {}), "success") - _count(before.get(m, {}), "success") for m in composing[:1]))
     return Level(concurrency, rps, *(float(row[f"p{p} latency"]) / 1000 for p in (50, 90, 95, 99)),
-                 models=model_shares(before, after, composing), window_s=window)
+                 models=shares, window_s=window, items_per_request=items_per_request, cores=cores,
+                 served_items=served * items_per_request)
+
+
+def _spread(values: Sequence[float]) -> dict:
+    """Median and range of per-round values (the median of an even count is the mean of the middle two)."""
+    v = sorted(float(x) for x in values)
+    if not v:
+        return {"median": None, "min": None, "max": None, "rounds": []}
+    mid = len(v) // 2
+    median = v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+    return {"median": median, "min": v[0], "max": v[-1], "rounds": [float(x) for x in values]}
+
+
+def ceiling(model_only: float, floor: float) -> float:
+    """What the bundle could serve if its own request code cost nothing: the model's time and the platform's floor
+    per item, added (both on the same cores, one after the other)."""
+    return 1.0 / (1.0 / model_only + 1.0 / floor)
+
+
+@dataclass
+class Shape:
+    """One request shape measured in every round: ``items`` per request at ``concurrency``."""
+
+    items: int
+    concurrency: int
+    served: list = field(default_factory=list)  # [Level] per round
+    floor: list = field(default_factory=list)  # [Level] per round
+    model_only: list = field(default_factory=list)  # [(items/s, CPU s per item)] per round
+    model_only_p50_ms: list = field(default_factory=list)  # one item per call (concurrency 1 only), per round
+
+    def summary(self, model_only_batch: str) -> dict:
+        served = [lv.requests_per_s for lv in self.served]
+        floors = [lv.requests_per_s for lv in self.floor]
+        mo = [r for r, _ in self.model_only]
+        out = {"items_per_request": self.items, "concurrency": self.concurrency, "model_only_batch": model_only_batch,
+               "served_items_per_s": _spread(served), "model_only_items_per_s": _spread(mo),
+               "served_over_model_only": _spread([s / m for s, m in zip(served, mo)]),
+               "p50_ms": _spread([lv.p50_ms for lv in self.served]), "p99_ms": _spread([lv.p99_ms for lv in self.served]),
+               "offline_cpu_us_per_item": _spread([c * 1e6 for _, c in self.model_only])}
+        if self.model_only_p50_ms:
+            out["model_only_batch1_p50_ms"] = _spread(self.model_only_p50_ms)
+            out["served_p50_minus_batch1_ms"] = _spread([lv.p50_ms - m for lv, m in zip(self.served, self.model_only_p50_ms)])
+        if floors:
+            ceil = [ceiling(m, f) for m, f in zip(mo, floors)]
+            out.update({"floor_items_per_s": _spread(floors), "ceiling_items_per_s": _spread(ceil),
+                        "served_over_ceiling": _spread([s / c for s, c in zip(served, ceil)])})
+        cores = [lv.cores for lv in self.served if lv.cores]
+        if cores:
+            labels = sorted({k for c in cores for k in c}, key=lambda k: (k != "tritonserver", k == "client", k))
+            out["served_cores"] = {k: _spread([c.get(k, 0.0) for c in cores])["median"] for k in labels}
+            server_cpu = [sum(v for k, v in lv.cores.items() if k != "client") / lv.requests_per_s * 1e6
+                          for lv in self.served if lv.cores and lv.requests_per_s]
+            out["served_cpu_us_per_item"] = _spread(server_cpu)
+            fcores = [lv.cores for lv in self.floor if lv.cores]
+            if fcores:
+                out["floor_cores"] = {k: _spread([c.get(k, 0.0) for c in fcores])["median"]
+                                      for k in sorted({k for c in fcores for k in c})}
+                out["floor_cpu_us_per_item"] = _spread([sum(v for k, v in lv.cores.items() if k != "client")
+                                                        / lv.requests_per_s * 1e6 for lv in self.floor if lv.cores])
+        return out
 
 
 def format_markdown(report: dict) -> str:
+    rounds = report.get("rounds", 1)
     lines = [f"# perf: {report['model']} ({report['task_type']})", "",
-             f"perf_analyzer {report['perf_analyzer']} over gRPC, one dev item per request"
-             f"{_item_note(report)}, "
-             f"{report['seconds']:.0f} s windows; CPU {report['cpu']['model']} ({', '.join(report['cpu']['flags']) or 'no int8 flags'}, "
-             f"{report['cpu']['cores']} cores); {report['package'].get('instances', '?')} instance(s) per model, "
-             f"{report['package'].get('engine_threads', '?')} engine thread(s) each, layout "
-             f"{report['layout']}.", "",
-             "| concurrency | req/s | p50 ms | p90 ms | p95 ms | p99 ms | served / offline |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
-    offline = report.get("offline_model_only_items_per_s")
-    for lv in report["levels"]:
-        ratio = f"{lv['requests_per_s'] / offline:.2f}x" if offline else "n/a"
-        lines.append(f"| {lv['concurrency']} | {lv['requests_per_s']:.1f} | {lv['p50_ms']:.1f} | {lv['p90_ms']:.1f} | "
-                     f"{lv['p95_ms']:.1f} | {lv['p99_ms']:.1f} | {ratio} |")
+             f"perf_analyzer {report['perf_analyzer']} over gRPC{_item_note(report)}, "
+             f"{report['seconds']:.0f} s windows, {rounds} interleaved round(s); CPU {report['cpu']['model']} "
+             f"({', '.join(report['cpu']['flags']) or 'no int8 flags'}, {report['cpu']['cores']} cores); "
+             f"{report['package'].get('instances', '?')} instance(s) per model, "
+             f"{report['package'].get('engine_threads', '?')} engine thread(s) each, layout {report['layout']}.", ""]
+    summary = report.get("summary") or []
+    if summary:
+        lines += ["Items/s, median [min-max] over rounds; ratios within each round.  ceiling = 1 / (1/model-only + "
+                  "1/floor): the rate if our request code cost nothing.", "",
+                  "| items/request | concurrency | served | floor (echo) | model-only | ceiling | served / model-only | "
+                  "served / ceiling | p50 ms | p99 ms |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for row in summary:
+            lines.append(f"| {row['items_per_request']} | {row['concurrency']} | {_fmt(row['served_items_per_s'])} | "
+                         f"{_fmt(row.get('floor_items_per_s'))} | {_fmt(row['model_only_items_per_s'])} | "
+                         f"{_fmt(row.get('ceiling_items_per_s'))} | {_fmt(row['served_over_model_only'], 2, 'x')} | "
+                         f"{_fmt(row.get('served_over_ceiling'), 2, 'x')} | {_fmt(row['p50_ms'], 1)} | {_fmt(row['p99_ms'], 1)} |")
+        lines += ["", "model-only: the bundle's model file alone in this process (" + ", ".join(
+            sorted({f"{r['items_per_request']} item(s)/request: {r['model_only_batch']}" for r in summary})) + ").", ""]
+        for r in summary:
+            if "model_only_batch1_p50_ms" in r:
+                lines += [f"A lone request (concurrency 1): served p50 {_fmt(r['p50_ms'], 2)} ms against the model's own "
+                          f"batch-1 p50 {_fmt(r['model_only_batch1_p50_ms'], 2)} ms: "
+                          f"+{_fmt(r['served_p50_minus_batch1_ms'], 2)} ms per request.", ""]
+        cpu_rows = [r for r in summary if r.get("served_cores")]
+        if cpu_rows:
+            labels = list(dict.fromkeys(k for r in cpu_rows for k in r["served_cores"]))
+            lines += ["CPU by process while served (cores, median over rounds), and CPU per item: served (server and "
+                      "stubs), the floor's, the model alone offline:", "",
+                      "| items/request | concurrency | " + " | ".join(labels) + " | served µs/item | floor µs/item | "
+                      "model-only µs/item |", "|---:|---:|" + "---:|" * (len(labels) + 3)]
+            for r in cpu_rows:
+                lines.append(f"| {r['items_per_request']} | {r['concurrency']} | "
+                             + " | ".join(f"{r['served_cores'].get(k, 0.0):.2f}" for k in labels)
+                             + f" | {_fmt(r.get('served_cpu_us_per_item'), 0)} | {_fmt(r.get('floor_cpu_us_per_item'), 0)} | "
+                             f"{_fmt(r['offline_cpu_us_per_item'], 0)} |")
+            lines.append("")
+    else:
+        lines += ["| concurrency | req/s | p50 ms | p90 ms | p95 ms | p99 ms |", "|---:|---:|---:|---:|---:|---:|"]
+        for lv in report["levels"]:
+            lines.append(f"| {lv['concurrency']} | {lv['requests_per_s']:.1f} | {lv['p50_ms']:.1f} | {lv['p90_ms']:.1f} | "
+                         f"{lv['p95_ms']:.1f} | {lv['p99_ms']:.1f} |")
+        lines.append("")
     longer = [lv for lv in report["levels"] if lv.get("window_s", 0) > report["seconds"]]
     if longer:
-        lines += ["", "Not stable over the asked windows, measured with longer ones: " + ", ".join(
-            f"concurrency {lv['concurrency']} ({lv['window_s']:g} s)" for lv in longer) + "."]
-    if offline:
-        lo, hi = report["offline_rounds"][0], report["offline_rounds"][-1]
-        lines += ["", f"Offline model-only (the bundle's model file, batch {report['offline_batch_size']}, same run, "
-                      f"median of 3 rounds before the server started): {offline:.1f} items/s [{lo:.1f}-{hi:.1f}]."]
-    else:
-        lines += ["", f"Offline model-only: {report.get('offline_note', 'not measured')}."]
-    lines += ["", "Where the time goes (Triton statistics over each level; per request):", "",
-              "| concurrency | model | requests | executions | mean batch | queue ms | compute ms |",
-              "|---:|---|---:|---:|---:|---:|---:|"]
+        lines += ["Not stable over the asked windows, measured with longer ones: " + ", ".join(
+            f"concurrency {lv['concurrency']} ({lv['window_s']:g} s)" for lv in longer) + ".", ""]
+    lines += ["Where the time goes (Triton statistics, last round; per request):", "",
+              "| items/request | concurrency | model | requests | executions | mean batch | queue ms | compute ms |",
+              "|---:|---:|---|---:|---:|---:|---:|---:|"]
     for lv in report["levels"]:
         for m in lv["models"]:
-            lines.append(f"| {lv['concurrency']} | {m['model']} | {m['requests']} | {m['executions']} | {m['mean_batch']:.1f} | "
-                         f"{m['queue_ms']:.2f} | {m['compute_ms']:.2f} |")
+            lines.append(f"| {lv.get('items_per_request', 1)} | {lv['concurrency']} | {m['model']} | {m['requests']} | "
+                         f"{m['executions']} | {m['mean_batch']:.1f} | {m['queue_ms']:.2f} | {m['compute_ms']:.2f} |")
+    profile = report.get("profile")
+    if profile:
+        lines += ["", f"py-spy on the stubs at concurrency {profile['concurrency']} ({profile['seconds']:g} s, "
+                      f"{profile['rate']} samples/s): top frames by own time, and by time inside them", ""]
+        for stub, top in profile["stubs"].items():
+            busy = f", its Python thread busy {top['busy_share']:.0%} of the time" if top.get("busy_share") is not None else ""
+            lines += [f"{stub} ({top['samples']} samples{busy}):", "",
+                      "| own % | inside % | frame |", "|---:|---:|---|"]
+            lines += [f"| {f['own']:.1%} | {f['inside']:.1%} | `{f['frame']}` |" for f in top["frames"]]
+            lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _fmt(spread: dict | None, digits: int = 0, unit: str = "") -> str:
+    if not spread or spread.get("median") is None:
+        return "n/a"
+    m, lo, hi = spread["median"], spread["min"], spread["max"]
+    if lo == hi:
+        return f"{m:.{digits}f}{unit}"
+    return f"{m:.{digits}f}{unit} [{lo:.{digits}f}-{hi:.{digits}f}]"
 
 
 def _item_note(report: dict) -> str:
@@ -235,43 +384,148 @@ def _items(task: str, data_dir: str | None, task_type: str, manifest: dict | Non
 
 
 def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequence[int], seconds: float,
-            url: str | None = None, offline_seconds: float = 10.0, items: Sequence | None = None) -> dict:
-    """The report ``main`` writes; ``items`` (texts, (question, context) pairs, or (text, schema) pairs) replace the dev set."""
+            url: str | None = None, offline_seconds: float = 3.0, items: Sequence | None = None, rounds: int = 1,
+            batched_concurrency: Sequence[int] = (), profile_seconds: float = 0.0,
+            log=lambda msg: print(msg, file=sys.stderr)) -> dict:
+    """The report ``main`` writes; ``items`` (texts, (question, context) pairs, or (text, schema) pairs) replace the
+    dev set.  With ``url`` a running server is measured: no floor and no CPU by process (its processes are not
+    ours to find)."""
     import pipeline  # noqa: F401  (numpy before paddle, for the offline measurement)
     from pipeline.contract import detect_cpu as detect
+    from serving.server import start_server
+    from serving.tools import floor, process_cpu
     from serving.tools.kinds import tool_kind
     from serving.tools.offline import BundleModel
-    from serving.server import start_server
 
     pa = find_perf_analyzer()
     bundle = BundleModel.open(repository)
     if url:
         _model_stats(url)  # a server answers there, before the offline measurement takes its seconds
-    task_type = bundle.task_type
-    kind = tool_kind(task_type)
-    items = list(items) if items is not None else _items(task, data_dir, task_type, bundle.manifest)
+    kind = tool_kind(bundle.task_type)
+    items = list(items) if items is not None else _items(task, data_dir, bundle.task_type, bundle.manifest)
     if not items:
         raise PerfError(f"no dev items to send (task {task}): perf_analyzer needs at least one")
     names = bundle.names
-    report = {"model": names.ensemble, "task_type": task_type, "repository": str(repository), "seconds": seconds,
-              "perf_analyzer": pa.version(), "cpu": detect().as_dict(), "package": bundle.manifest.get("package", {}),
-              "layout": bundle.manifest.get("layout", "ensemble")}
-    # the kind's offline yardstick: three rounds before the server starts, the median
-    report.update(kind.offline_rate(bundle, items, offline_seconds / 3))
-    # The server dies with this process: a kill -9 of `make perf` leaves no tritonserver, stubs or shared memory.
-    server = None if url else start_server(repository, die_with_parent=True)
-    try:
-        grpc_url = url or f"127.0.0.1:{server.grpc_port}"
-        with tempfile.TemporaryDirectory() as tmp:
-            data = input_data(task_type, items, Path(tmp) / "input.json")
-            levels = [run_level(pa, grpc_url, names.ensemble, data, c, seconds,
-                                tuple(dict.fromkeys((names.tokenizer, names.model, names.postprocess))), Path(tmp))
-                      for c in concurrency]
-    finally:
-        if server is not None:
-            server.stop()
-    report["levels"] = [asdict(lv) for lv in levels]
+    shapes = [Shape(1, c) for c in concurrency]
+    most = int(bundle.manifest.get("package", {}).get("max_batch_size", 0) or 0)
+    if not kind.windowed and most > 1:  # Triton refuses a request of more items than max_batch_size
+        shapes += [Shape(min(BATCHED_ITEMS, most), c) for c in batched_concurrency]
+    report = {"model": names.ensemble, "task_type": bundle.task_type, "repository": str(repository), "seconds": seconds,
+              "rounds": rounds, "perf_analyzer": pa.version(), "cpu": detect().as_dict(),
+              "package": bundle.manifest.get("package", {}), "layout": bundle.manifest.get("layout", "ensemble"),
+              **kind.perf_fields(items)}
+    yardsticks = {n: kind.model_only(bundle, items, n) for n in sorted({s.items for s in shapes})}
+    # a lone request (one item at concurrency 1) is held to the model's own batch-1 latency
+    alone = kind.model_only(bundle, items[:300], 1, alone=True) if any(s.items == 1 and s.concurrency == 1 for s in shapes) else None
+    composing = tuple(dict.fromkeys((names.tokenizer, names.model, names.postprocess)))
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        echo = None if url else floor.write_floor_repository(repository, names.ensemble, names.tokenizer, tmp / "floor")
+        # The server dies with this process: a kill -9 of `make perf` leaves no tritonserver, stubs or shared memory.
+        server = None if url else start_server(repository, die_with_parent=True,
+                                               extra_args=(f"--model-repository={tmp / 'floor'}",))
+        try:
+            grpc_url = url or f"127.0.0.1:{server.grpc_port}"
+            served_procs = None if url else process_cpu.server_processes(server.process.pid, composing)
+            floor_procs = None if url else process_cpu.server_processes(server.process.pid, (echo,))
+            data = input_data(bundle.task_type, items, tmp / "input.json")
+            for r in range(rounds):
+                for n, stick in yardsticks.items():
+                    measured = stick.round(offline_seconds)
+                    for shape in shapes:
+                        if shape.items == n:
+                            shape.model_only.append(measured)
+                if alone is not None:
+                    b1 = alone.p50_ms(offline_seconds)
+                    for shape in shapes:
+                        if shape.items == 1 and shape.concurrency == 1:
+                            shape.model_only_p50_ms.append(b1)
+                for shape in shapes:
+                    log(f"perf: round {r + 1}/{rounds}, {shape.items} item(s) per request at concurrency "
+                        f"{shape.concurrency}")
+                    shape.served.append(run_level(pa, grpc_url, names.ensemble, data, shape.concurrency, seconds, composing,
+                                                  tmp, log, shape.items, served_procs))
+                    if echo:
+                        shape.floor.append(run_level(pa, grpc_url, echo, data, shape.concurrency, seconds, (echo,), tmp,
+                                                     log, shape.items, floor_procs))
+            if profile_seconds and served_procs:
+                busiest = max((s for s in shapes if s.items == 1), key=lambda s: s.concurrency, default=None)
+                if busiest is not None:
+                    report["profile"] = profile_stubs(pa, grpc_url, names.ensemble, data, busiest.concurrency,
+                                                      profile_seconds, served_procs, tmp)
+        finally:
+            if server is not None:
+                server.stop()
+    report["levels"] = [asdict(s.served[-1]) for s in shapes]
+    report["summary"] = [s.summary(kind.model_only_batch(bundle, s.items)) for s in shapes]
+    one = [row for row in report["summary"] if row["items_per_request"] == 1]
+    if one:  # the one-item yardstick (earlier reports' field)
+        report["offline_model_only_items_per_s"] = one[0]["model_only_items_per_s"]["median"]
     return report
+
+
+def profile_stubs(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: int, seconds: float,
+                  processes: dict[str, int], workdir: Path, rate: int = 250, top: int = 12) -> dict:
+    """py-spy on every stub of ``processes`` while perf_analyzer loads the server at ``concurrency`` (a separate
+    run: sampling costs a little CPU, so its rate is not reported).  Top frames by own time and inclusive time."""
+    from serving.server import die_with_parent_preexec
+
+    spy = _py_spy()
+    stubs = {label: pid for label, pid in processes.items() if label.startswith("stub ")}
+    load = subprocess.Popen([str(pa.binary), "-m", model, "-u", url, "-i", "grpc", "--input-data", str(data),
+                             "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "time_windows",
+                             "--measurement-interval", str(int((seconds + 4) * 1000)), "--max-trials", "3",
+                             "--stability-percentage", "100"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=pa.env, preexec_fn=die_with_parent_preexec())
+    try:
+        time.sleep(2)  # past perf_analyzer's warm-up
+        outs = {label: workdir / f"spy-{pid}.txt" for label, pid in stubs.items()}
+        spies = [subprocess.Popen([spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate),
+                                   "--format", "raw", "--nonblocking", "--output", str(outs[label])],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=die_with_parent_preexec())
+                 for label, pid in stubs.items()]
+        for s in spies:
+            _, err = s.communicate(timeout=seconds + 60)
+            if s.returncode != 0:
+                raise PerfError(f"py-spy failed (exit {s.returncode}): {err.decode(errors='replace').strip().splitlines()[-1:]}")
+    finally:
+        load.kill()
+        load.wait()
+    return {"concurrency": concurrency, "seconds": seconds, "rate": rate,
+            "stubs": {label: top_frames(outs[label].read_text(errors="replace"), top, rate * seconds) for label in stubs}}
+
+
+def top_frames(collapsed: str, top: int = 12, expected: float = 0.0) -> dict:
+    """py-spy's raw (collapsed) stacks -> the frames with the most own samples, with their inclusive share.  py-spy
+    leaves out the samples where the stub's thread was idle (waiting for the next batch), so ``samples`` /
+    ``expected`` (rate x seconds) is the share of the time the stub's Python thread was busy."""
+    own: dict[str, int] = {}
+    inside: dict[str, int] = {}
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [f for f in stack.split(";") if f and not f.startswith(("process ", "thread "))]
+        if not frames:
+            continue
+        total += n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for f in set(frames):
+            inside[f] = inside.get(f, 0) + n
+    busy = max(total, 1)
+    best = sorted(own, key=own.get, reverse=True)[:top]
+    return {"samples": total, "busy_share": total / expected if expected else None,
+            "frames": [{"frame": f, "own": own[f] / busy, "inside": inside[f] / busy} for f in best]}
+
+
+def _py_spy() -> str:
+    path = Path(sys.executable).parent / "py-spy"
+    found = str(path) if path.is_file() else shutil.which("py-spy")
+    if not found:
+        raise PerfError("--profile needs py-spy (requirements.lock installs it into .venv)")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,11 +533,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", required=True)
     p.add_argument("--repository", default="model_repository", help="folder holding <task>/ (or the bundle itself)")
     p.add_argument("--data-dir")
-    p.add_argument("--url", help="gRPC host:port of a running server (default: start one on the bundle)")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    p.add_argument("--url", help="gRPC host:port of a running server (default: start one on the bundle, with the floor)")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16], help="one item per request")
+    p.add_argument("--batched-concurrency", type=int, nargs="*", default=[1, 4],
+                   help=f"{BATCHED_ITEMS} items per request (FastDeploy's clients), where requests batch; none: skip")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (model-only, served, floor); ratios are per round")
     p.add_argument("--seconds", type=float, help="perf_analyzer measurement window (default 5 s; 10 s for reading "
                    "comprehension, whose requests take 0.2-2 s: 5 s windows did not give perf_analyzer a stable "
                    "measurement at concurrency 4 on CMRC2018)")
+    p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
+                   help="py-spy on each stub at the highest one-item concurrency for SECONDS (after the rounds)")
     p.add_argument("--json-out")
     args = p.parse_args(argv)
     import pipeline  # noqa: F401  (process setup before anything imports paddle)
@@ -297,16 +556,23 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.json_out or f"runs/{args.task}/perf.json")
     try:
         find_perf_analyzer()  # first: the install hint is the useful message on a new machine
-        bad = [c for c in args.concurrency if c < 1]
+        bad = [c for c in [*args.concurrency, *args.batched_concurrency] if c < 1]
         if bad:
             raise PerfError(f"--concurrency {bad[0]}: concurrent requests, must be >= 1")
+        if not 1 <= args.rounds <= 20:
+            raise PerfError(f"--rounds {args.rounds}: 1 to 20")
         if args.seconds is not None and not 0.001 <= args.seconds <= 3600:  # perf_analyzer takes whole ms
             raise PerfError(f"--seconds {args.seconds}: the measurement window, 0.001 to 3600 s")
+        if not 0 <= args.profile <= 600:
+            raise PerfError(f"--profile {args.profile}: seconds of sampling, 0 to 600")
+        if args.profile:
+            _py_spy()
         check_out_file(str(out))
         repo = resolve_repository(Path(args.repository), args.task)
         task_type = json.loads((repo / "bundle.json").read_text()).get("task_type", TaskKind.CLASSIFICATION.value)
         seconds = args.seconds or tool_kind(task_type).perf_seconds
-        report = measure(repo, args.task, args.data_dir, args.concurrency, seconds, args.url)
+        report = measure(repo, args.task, args.data_dir, args.concurrency, seconds, args.url, rounds=args.rounds,
+                         batched_concurrency=args.batched_concurrency, profile_seconds=args.profile)
     except (PerfError, ServerError, ClientError, UserInputError, FileNotFoundError, ValueError) as exc:
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -31,20 +31,32 @@ class Labels:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def outputs(self, logits: np.ndarray, top_k: int) -> dict[str, np.ndarray]:
-        """Output tensor name -> array for ``logits`` [B, C]."""
-        probs = softmax(logits)
+    def outputs(self, logits: np.ndarray, top_k: int, wanted=None) -> dict[str, np.ndarray]:
+        """Output tensor name -> array for ``logits`` [B, C]: only the names in ``wanted`` (None: all six)."""
+        def want(name: str) -> bool:
+            return wanted is None or name in wanted
+
         best = logits.argmax(axis=-1)
-        top = np.argsort(-logits, axis=-1, kind="stable")[:, :top_k]
         rows = np.arange(len(best))
-        return {
-            "label": self.labels[best].reshape(-1, 1),
-            "label_desc": self.descs[best].reshape(-1, 1),
-            "confidence": probs[rows, best].astype(np.float32).reshape(-1, 1),
-            "probs": probs.astype(np.float32),
-            "topk_label": self.labels[top],
-            "topk_prob": np.take_along_axis(probs, top, axis=-1).astype(np.float32),
-        }
+        out = {}
+        if want("label"):
+            out["label"] = self.labels[best].reshape(-1, 1)
+        if want("label_desc"):
+            out["label_desc"] = self.descs[best].reshape(-1, 1)
+        if not (want("confidence") or want("probs") or want("topk_label") or want("topk_prob")):
+            return out
+        probs = softmax(logits)
+        if want("confidence"):
+            out["confidence"] = probs[rows, best].astype(np.float32).reshape(-1, 1)
+        if want("probs"):
+            out["probs"] = probs.astype(np.float32)
+        if want("topk_label") or want("topk_prob"):
+            top = np.argsort(-logits, axis=-1, kind="stable")[:, :top_k]
+            if want("topk_label"):
+                out["topk_label"] = self.labels[top]
+            if want("topk_prob"):
+                out["topk_prob"] = np.take_along_axis(probs, top, axis=-1).astype(np.float32)
+        return out
 
 
 def index_outputs(logits: np.ndarray) -> dict[str, np.ndarray]:

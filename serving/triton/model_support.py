@@ -84,6 +84,10 @@ def failed(pb_utils, what: str, exc: BaseException):
     return pb_utils.InferenceResponse(error=_error(pb_utils, f"{what} failed on the server (details in its log)", "INTERNAL"))
 
 
+# Rows an unbatched model's engine is warmed for (a question's windows, a UIE text's prompts x windows: rarely more).
+UNBATCHED_WARM_ROWS = 16
+
+
 class Refused(ValueError):
     """A request that is wrong as sent (the message says what to change): answered with ``refused``, alone."""
 
@@ -132,6 +136,9 @@ class PythonModel:
 
         self.pb_utils = triton_python_backend_utils
         self.gpu = args.get("model_instance_kind") == "GPU"
+        # The most rows one execute can hand the engine: Triton's batch limit; a model that takes whole requests
+        # (max_batch_size 0: windows of one question or one UIE text) warms its engine for this many.
+        self.max_rows = int(json.loads(args["model_config"]).get("max_batch_size", 0) or 0) or UNBATCHED_WARM_ROWS
         self.fastdeploy = params.get("api") == "fastdeploy"  # FastDeploy's example interface (package.api)
         for name in self.siblings:
             setattr(self, name, sibling(self.folder, name))
@@ -140,21 +147,58 @@ class PythonModel:
     def setup(self, params: dict) -> None:
         """The model's own set-up, from its config's parameters."""
 
-    def text_setup(self, params: dict, truncate: bool = False) -> None:
+    def text_setup(self, params: dict, truncate: bool = False, pad: bool = False) -> None:
         """Set-up of a model that takes texts: ``text_input`` (per-item checks, refused as ``BadText``), the bundle's
         WordPiece and its [PAD] id (``truncate``: cut to ``max_seq_len`` as offline; otherwise the model cuts or
-        windows itself), ``max_seq_len``, ``max_text_bytes`` and ``max_items`` (texts per request, 0: no limit)."""
+        windows itself; ``pad``: a batch comes out padded, ``text_input.encode_padded``), ``max_seq_len``,
+        ``max_text_bytes`` and ``max_items`` (texts per request, 0: no limit).  A pair classifier (parameter
+        ``text_pair``) reads ``text_pair`` too and encodes pairs as offline (``encode``)."""
         self.text_input = sibling(self.folder, "text_input")
         self.refusals = self.refusals + (self.text_input.BadText,)
         self.max_seq_len = int(params["max_seq_len"])
         self.max_text_bytes = int(params["max_text_bytes"])
         self.max_items = int(params.get("max_items", "0") or 0)
-        self.tok = self.text_input.wordpiece(self.folder, max_seq_len=self.max_seq_len if truncate else None)
+        self.pairs = params.get("text_pair") == "true"
+        if self.pairs:  # pairs are cut by PaddleNLP's longest_first rule and padded here, not by the tokenizer
+            truncate = pad = False
+            self.wordpiece = self.text_input.wordpiece_module(self.folder)
+        self.tok = self.text_input.wordpiece(self.folder, max_seq_len=self.max_seq_len if truncate else None, pad=pad)
         self.pad_id = self.tok.token_to_id("[PAD]")
 
+    def take_texts(self, request, name: str = "text"):
+        """The request's texts checked one by one; for a pair classifier (texts, text_pairs), the second ones checked
+        the same way and against the count of the first (a request is refused alone, naming the field)."""
+        texts = self.texts(self.items(request, name), name)
+        if not self.pairs:
+            return texts
+        tensor = self.pb_utils.get_input_tensor_by_name(request, "text_pair")
+        if tensor is None:
+            raise self.text_input.BadText("text_pair: missing: this model classifies text pairs; send one text_pair "
+                                          f"per {name}")
+        seconds = tensor.as_numpy().reshape(-1)
+        if len(seconds) != len(texts):
+            raise self.text_input.BadText(f"text_pair: {len(seconds)} item(s) for {len(texts)} {name} item(s): send "
+                                          f"one text_pair per {name}")
+        return texts, self.texts(seconds, "text_pair")
+
+    def encode(self, parts):
+        """``input_ids``, ``token_type_ids`` (int64 [N, longest]) of every text of ``parts`` (``take_texts``'s
+        results), in order: single texts in one padded ``encode_batch``, pairs by ``wordpiece.encode_pairs``."""
+        if not self.pairs:
+            ids, types, _ = self.text_input.encode_padded(self.tok, [t for texts in parts for t in texts])
+            return ids, types
+        firsts = [t for texts, _ in parts for t in texts]
+        seconds = [t for _, texts in parts for t in texts]
+        return self.text_input.pad_rows(self.wordpiece.encode_pairs(self.tok, firsts, seconds, self.max_seq_len), self.pad_id)
+
+    def rows_of(self, parts) -> list:
+        """``slices`` of ``take_texts`` parts: each request's rows in the batch."""
+        return slices([p[0] for p in parts] if self.pairs else parts)
+
     def runner_engine(self, params: dict):
-        """The model step's engine from the ``runner.py`` copied beside (a model that runs the model step itself)."""
-        return sibling(self.folder, "runner").make_engine(self.folder, params, self.gpu)
+        """The model step's engine from the ``runner.py`` copied beside (a model that runs the model step itself),
+        warmed for ``max_rows``."""
+        return sibling(self.folder, "runner").make_engine(self.folder, params, self.gpu, self.max_rows)
 
     # -- a request's inputs -----------------------------------------------------------------------------------------
 
@@ -173,9 +217,18 @@ class PythonModel:
         """The input ``name`` as str, for text the pre-processing model already checked."""
         return [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in self.items(request, name)]
 
-    def response(self, outputs: dict):
-        """An answer with the tensors of ``outputs`` (name -> array), in that order."""
-        return self.pb_utils.InferenceResponse(output_tensors=[self.pb_utils.Tensor(k, v) for k, v in outputs.items()])
+    def response(self, outputs: dict, wanted=None):
+        """An answer with the tensors of ``outputs`` (name -> array) the request asked for (``wanted``; None: all),
+        in that order."""
+        return self.pb_utils.InferenceResponse(output_tensors=[self.pb_utils.Tensor(k, v) for k, v in outputs.items()
+                                                               if wanted is None or k in wanted])
+
+    @staticmethod
+    def requested(request):
+        """The output names ``request`` asked for (Triton passes every output when a client names none), or None
+        where this python backend cannot say (Triton 21.10)."""
+        names = getattr(request, "requested_output_names", None)
+        return frozenset(names()) if names is not None else None
 
 
 class PerRequest(PythonModel):
@@ -201,7 +254,11 @@ class Batched(PythonModel):
     """All requests in one call: ``take(request)`` checks each request alone and gives its part (a ``refusals``
     error answers that request with ``refused``; its batch mates go on), ``run(parts)`` runs the accepted parts
     together (a failure is the server's: each of them gets ``failed(what)``), ``split(result, parts)`` gives each
-    part's outputs (name -> array), in order."""
+    part's outputs (name -> array, views into the batch's arrays where they can be), in order.  While ``run`` and
+    ``split`` are called, ``wanted`` is the set of outputs any accepted request asked for (None: every output), so a
+    model computes only those; each answer carries only what its request asked for."""
+
+    wanted = None
 
     def take(self, request):
         raise NotImplementedError
@@ -214,7 +271,7 @@ class Batched(PythonModel):
 
     def execute(self, requests):
         responses = [None] * len(requests)
-        parts, rows = [], []
+        parts, rows, asked = [], [], []
         for i, request in enumerate(requests):
             try:
                 part = self.take(request)
@@ -223,14 +280,16 @@ class Batched(PythonModel):
                 continue
             parts.append(part)
             rows.append(i)
+            asked.append(self.requested(request))
         if not parts:
             return responses
+        self.wanted = None if any(a is None for a in asked) else frozenset().union(*asked)
         try:
             result = self.run(parts)
         except Exception as exc:  # every request was checked: what fails here is the server's
             for i in rows:
                 responses[i] = failed(self.pb_utils, self.what, exc)
             return responses
-        for i, outputs in zip(rows, self.split(result, parts)):
-            responses[i] = self.response(outputs)
+        for i, wanted, outputs in zip(rows, asked, self.split(result, parts)):
+            responses[i] = self.response(outputs, wanted)
         return responses

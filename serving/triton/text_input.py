@@ -36,30 +36,47 @@ def decode_item(item, field: str, j: int, max_bytes: int) -> str:
     return text
 
 
-def pad_encodings(encodings, pad_id: int):
-    """HF encodings -> ``input_ids``, ``token_type_ids`` (int64 [N, longest]), padded with ``pad_id``."""
+def encode_padded(tok, texts):
+    """``input_ids``, ``token_type_ids`` (int64 [N, longest]) of ``texts`` in one ``encode_batch`` of a tokenizer
+    built with ``pad=True``: the padding is the tokenizer's own (Rust), one list per row is all Python does."""
     import numpy as np
 
-    width = max(len(e.ids) for e in encodings)
-    ids = np.full((len(encodings), width), pad_id, dtype=np.int64)
-    types = np.zeros((len(encodings), width), dtype=np.int64)
-    for r, e in enumerate(encodings):
-        ids[r, : len(e.ids)] = e.ids
-        types[r, : len(e.type_ids)] = e.type_ids
+    encodings = tok.encode_batch(list(texts))
+    return (np.array([e.ids for e in encodings], dtype=np.int64), np.array([e.type_ids for e in encodings], dtype=np.int64),
+            encodings)
+
+
+def pad_rows(rows, pad_id: int):
+    """[(ids, type_ids)] -> ``input_ids``, ``token_type_ids`` (int64 [N, longest]), padded with ``pad_id`` / 0."""
+    import numpy as np
+
+    width = max((len(ids) for ids, _ in rows), default=0)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    types = np.zeros((len(rows), width), dtype=np.int64)
+    for r, (row_ids, row_types) in enumerate(rows):
+        ids[r, : len(row_ids)] = row_ids
+        types[r, : len(row_types)] = row_types
     return ids, types
 
 
-def wordpiece(folder: Path, max_seq_len: int | None = None):
-    """The bundle's WordPiece (vocab.txt, lowercase from tokenizer_config.json), built by the copy of
-    ``pipeline/wordpiece.py`` in ``folder`` (PaddleNLP's tokenization); no padding.  With ``max_seq_len``,
-    truncated as offline (``pipeline.tokenizer``): [CLS] + the first max_seq_len - 2 tokens + [SEP]."""
+def wordpiece_module(folder: Path):
+    """The copy of ``pipeline/wordpiece.py`` in ``folder``, compiled from the source file itself (never a
+    ``__pycache__`` entry: the code that runs is the code bundle.json covers)."""
     import types as _types
 
-    folder = Path(folder)
     module = _types.ModuleType("ernie_bundle_wordpiece")
-    source = folder / "wordpiece.py"
-    # From the source file itself, never a __pycache__ entry: the code that runs is the code bundle.json covers.
+    source = Path(folder) / "wordpiece.py"
     exec(compile(source.read_bytes(), str(source), "exec"), module.__dict__)
+    return module
+
+
+def wordpiece(folder: Path, max_seq_len: int | None = None, pad: bool = False):
+    """The bundle's WordPiece (vocab.txt, lowercase from tokenizer_config.json), built by the copy of
+    ``pipeline/wordpiece.py`` in ``folder`` (PaddleNLP's tokenization).  With ``max_seq_len``, truncated as
+    offline (``pipeline.tokenizer``): [CLS] + the first max_seq_len - 2 tokens + [SEP].  With ``pad``, a batch is
+    padded with [PAD] to its longest text (``encode_padded``)."""
+    folder = Path(folder)
+    module = wordpiece_module(folder)
     lowercase = True
     cfg = folder / "tokenizer_config.json"
     if cfg.is_file():
@@ -67,4 +84,6 @@ def wordpiece(folder: Path, max_seq_len: int | None = None):
     tok = module.build(folder / "vocab.txt", lowercase=lowercase)
     if max_seq_len:
         tok.enable_truncation(max_length=int(max_seq_len))
+    if pad:
+        tok.enable_padding(pad_id=tok.token_to_id("[PAD]"), pad_token="[PAD]")
     return tok

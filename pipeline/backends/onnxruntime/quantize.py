@@ -86,6 +86,39 @@ def quantize_int8_dynamic(fp32_path: Path, out_path: Path, *, optimize: bool = F
     return out_path
 
 
+@dataclass(frozen=True)
+class DynamicRecipe:
+    """``quantization.batch_independent_int8: false``: ``quantize_dynamic``'s per-batch scales, nothing searched."""
+
+    name: str = "dynamic-per-batch"
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "batch_independent": False}
+
+
+@dataclass(frozen=True)
+class DynamicForm:
+    """The per-batch INT8 form as a compress candidate sees a recipe search's result (``chosen.recipe``,
+    ``chosen.drop_points``, ``within_budget``): no held-out score, compress scores it on dev like every candidate."""
+
+    path: Path
+    recipe: DynamicRecipe = DynamicRecipe()
+    drop_points: float | None = None
+    within_budget: bool | None = None
+
+    @property
+    def chosen(self) -> "DynamicForm":
+        return self
+
+
+def dynamic_int8(fp32_path: Path, out_path: Path, qcfg) -> DynamicForm:
+    """The per-batch form as compress measures it and export ships it (one call, the same settings, so the shipped
+    file is the measured one)."""
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    return DynamicForm(quantize_int8_dynamic(fp32_path, out_path, optimize=qcfg.ort_transformer_optimize,
+                                             embeddings=qcfg.int8_embeddings))
+
+
 class _FeedReader:
     """``CalibrationDataReader`` over pre-encoded batches."""
 

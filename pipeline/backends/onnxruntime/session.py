@@ -3,7 +3,7 @@
 
 On a GPU, ``gpu_session`` runs the same ONNX files on the CUDA or the TensorRT execution provider (TensorRT
 builds its int8 engine from the QDQ form, ``quantize.quantize_int8_qdq``, for the dynamic-shape profile
-``registry.ShapeRange`` takes from the dev lengths); ``provider_missing`` says why one cannot run here, and validate
+``shapes.ShapeRange`` takes from the dev lengths); ``provider_missing`` says why one cannot run here, and validate
 records that as ``skipped: <why>``, never as passed.
 """
 
@@ -19,7 +19,7 @@ from pipeline.backends.onnxruntime.convert import OUTPUT_NAME, check_io_names, l
 from pipeline.errors import ConfigError, ModelError
 
 if TYPE_CHECKING:
-    from pipeline.backends.registry import ShapeRange
+    from pipeline.backends.shapes import ShapeRange
 
 PRECISIONS = ("fp32", "int8")
 ORT_GPU_PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}

@@ -7,7 +7,7 @@ fake-quant ops and the ``cpu_quantize_*`` passes then run matmul/fc in int8.  On
 quantization scales the int8 switch changes nothing, so an FP32 model is always run with ``fp32``.
 
 On a GPU, ``PaddleTRTSession`` runs the same programs through Paddle Inference's TensorRT subgraph engine (FP16, or
-INT8 from the scales a quantized program carries), for the dynamic-shape profile ``registry.ShapeRange`` takes
+INT8 from the scales a quantized program carries), for the dynamic-shape profile ``shapes.ShapeRange`` takes
 from the dev lengths; ``gpu_missing`` says why it cannot run here, and validate records that as
 ``skipped: <why>``, never as passed.
 """
@@ -26,7 +26,7 @@ from pipeline.backends.paddle.convert import INPUT_NAMES, program_input_dtype
 from pipeline.errors import ConfigError, ModelError
 
 if TYPE_CHECKING:
-    from pipeline.backends.registry import ShapeRange
+    from pipeline.backends.shapes import ShapeRange
 
 PRECISIONS = ("fp32", "int8")
 # The ops oneDNN may run in int8.  Only ``fc`` (every Linear: Q/K/V/output projections, FFN, pooler,

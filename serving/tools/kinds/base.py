@@ -12,7 +12,7 @@ from pipeline.contract import TaskKind
 
 if TYPE_CHECKING:
     from serving.tools.client import ClassifierClient
-    from serving.tools.offline import BundleModel
+    from serving.tools.offline import BundleModel, ModelOnly
 
 SPAN_FAILURE = "served predictions or scores differ from the offline/validated model's"
 
@@ -22,7 +22,7 @@ class ToolKind:
 
     kind: TaskKind
     command: str  # serving.client's command for it (classify, extract, answer, ie)
-    output: str  # the ensemble output that tells this kind apart (ClassifierClient.task_type)
+    output: str  # the ensemble output that tells this kind apart (kind_of_outputs)
     # An item becomes a varying number of windows: max_batch_size 0, no Triton batching, requests carry more than
     # single texts (loadtest: no --file of texts, no offline model-only comparison at a batch size)
     windowed: bool = False
@@ -79,15 +79,23 @@ class ToolKind:
         """One perf_analyzer ``--input-data`` entry: a request of one item."""
         raise NotImplementedError
 
-    def offline_rate(self, bundle: "BundleModel", items: Sequence, seconds: float) -> dict:
-        """perf's offline yardstick, three rounds of ``seconds``: the model file alone at the served preferred batch
-        size (the median is the yardstick), as report fields."""
-        from serving.tools.offline import model_only_throughput
+    def model_only(self, bundle: "BundleModel", items: Sequence, items_per_request: int, alone: bool = False) -> "ModelOnly":
+        """perf's yardstick for requests of ``items_per_request`` items: the model file alone on the same items, in
+        the batches the server runs them in (Triton's preferred batch of one-item requests, or one request of many);
+        ``alone``: one item per call (the latency a lone request is held to)."""
+        from serving.tools.offline import text_batches
 
-        # Before the server starts, on an idle machine: three rounds, the median is the yardstick.
-        bs = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
-        rounds = sorted(model_only_throughput(bundle, items, bs, seconds=seconds) for _ in range(3))
-        return {"offline_batch_size": bs, "offline_model_only_items_per_s": rounds[1], "offline_rounds": rounds}
+        preferred = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
+        return text_batches(bundle, items, 1 if alone else items_per_request if items_per_request > 1 else preferred)
+
+    def model_only_batch(self, bundle: "BundleModel", items_per_request: int) -> str:
+        """How ``model_only`` batches, for the report."""
+        preferred = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
+        return f"batch {items_per_request if items_per_request > 1 else preferred}"
+
+    def perf_fields(self, items: Sequence) -> dict:
+        """What perf's report says of the items (UIE: the schema's size)."""
+        return {}
 
     def perf_note(self, report: dict) -> str:
         """What one request is, where it is more than one item (perf's Markdown)."""

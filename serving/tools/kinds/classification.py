@@ -1,5 +1,5 @@
-"""Classification in the serving tools: single texts in, a label out (smoke: accuracy and every label equal to the
-offline one, probabilities within float noise)."""
+"""Classification in the serving tools: single texts (or, for a pair classifier, (text, text_pair) tuples) in, a label
+out (smoke: accuracy and every label equal to the offline one, probabilities within float noise)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class SmokeResult:
         return self.mismatches == 0 and self.served_accuracy == self.offline_accuracy and same_as_validated
 
 
-def run_smoke(bundle: "BundleModel", client: "ClassifierClient", texts: Sequence[str], gold: Sequence[int], batch_size: int = 32) -> SmokeResult:
+def run_smoke(bundle: "BundleModel", client: "ClassifierClient", texts: Sequence, gold: Sequence[int], batch_size: int = 32) -> SmokeResult:
     from pipeline.progress import progress
     from serving.tools.offline import offline_logits
 
@@ -73,14 +73,10 @@ class Classification(ToolKind):
     smoke_failure = "served predictions or accuracy differ from the offline/validated model's"
 
     def items(self, examples: Sequence) -> list:
+        """Texts; for a pair task (text, text_pair) tuples."""
+        if any(e.text_b is not None for e in examples):
+            return [(e.text_a, e.text_b or "") for e in examples]
         return [e.text_a for e in examples]
-
-    def dev_items(self, task: str, data) -> list:
-        from pipeline.errors import ConfigError
-
-        if any(e.text_b is not None for e in data.dev.examples):
-            raise ConfigError(f"task {task} has text pairs; the served ensemble takes single texts")
-        return super().dev_items(task, data)
 
     def smoke_problem(self, bundle: "BundleModel", data) -> str | None:
         if tuple(bundle.labels()) != tuple(data.labels):
@@ -113,11 +109,14 @@ class Classification(ToolKind):
         print(f"  predictions differing: {r.mismatches}; max |prob diff| {r.max_prob_diff:.2e}")
 
     def perf_input(self, item) -> dict:
+        if isinstance(item, tuple):  # a pair: both inputs, one item each
+            return {**text_row(item[0]), "text_pair": {"content": [item[1]], "shape": [1]}}
         return text_row(item)
 
     def print_served(self, client, texts, args) -> None:
         for pr in client.classify(texts, args.batch_size):
             if args.json:
-                print(json.dumps(asdict(pr), ensure_ascii=False))
+                print(json.dumps({k: v for k, v in asdict(pr).items() if k != "text_pair" or v is not None}, ensure_ascii=False))
             else:
-                print(f"{pr.label}\t{pr.label_desc}\t{pr.confidence:.3f}\t{pr.text}")
+                pair = "" if pr.text_pair is None else f"\t{pr.text_pair}"
+                print(f"{pr.label}\t{pr.label_desc}\t{pr.confidence:.3f}\t{pr.text}{pair}")

@@ -102,13 +102,14 @@ class ReadingComprehension(ToolKind):
         q, c = item
         return {"question": {"content": [q], "shape": [1]}, "context": {"content": [c], "shape": [1]}}
 
-    def offline_rate(self, bundle: "BundleModel", items: Sequence, seconds: float) -> dict:
-        from serving.tools.offline import model_only_question_rate
+    def model_only(self, bundle: "BundleModel", items: Sequence, items_per_request: int, alone: bool = False):
+        from serving.tools.offline import question_batches
 
         # One request is one question; the model runs its windows as one batch (no Triton batching).
-        rounds = sorted(model_only_question_rate(bundle, items, seconds=seconds) for _ in range(3))
-        return {"offline_batch_size": "one question's windows", "offline_model_only_items_per_s": rounds[1],
-                "offline_rounds": rounds}
+        return question_batches(bundle, items)
+
+    def model_only_batch(self, bundle: "BundleModel", items_per_request: int) -> str:
+        return "one question's windows"
 
     def print_served(self, client, pairs, args) -> None:
         questions, contexts = pairs

@@ -133,16 +133,20 @@ class UniversalExtraction(ToolKind):
         text, schema = item
         return {"text": {"content": [text], "shape": [1]}, "schema": {"content": list(schema), "shape": [len(schema)]}}
 
-    def offline_rate(self, bundle: "BundleModel", items: Sequence, seconds: float) -> dict:
-        from serving.tools.offline import model_only_schema_rate
+    def model_only(self, bundle: "BundleModel", items: Sequence, items_per_request: int, alone: bool = False):
+        from serving.tools.offline import schema_batches
 
         # One request is one text with its schema: every (text, prompt) window runs as one batch, as served.
-        rounds = sorted(model_only_schema_rate(bundle, items, seconds=seconds) for _ in range(3))
-        return {"offline_batch_size": "one text's windows, every prompt", "offline_model_only_items_per_s": rounds[1],
-                "offline_rounds": rounds, "schema_size": len(items[0][1]) if items else 0}
+        return schema_batches(bundle, items)
+
+    def model_only_batch(self, bundle: "BundleModel", items_per_request: int) -> str:
+        return "one text's windows, every prompt"
 
     def perf_note(self, report: dict) -> str:
         return f" (a text asked its whole schema, {report.get('schema_size', '?')} prompts: req/s are texts/s)"
+
+    def perf_fields(self, items: Sequence) -> dict:
+        return {"schema_size": len(items[0][1]) if items else 0}
 
     def check_cli(self, args) -> None:
         if not args.schema:

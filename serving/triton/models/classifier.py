@@ -5,7 +5,9 @@ The three steps of the ensemble layout in one process, with the same code: the c
 ensemble's model runner) and ``class_outputs.py`` (the post-processing).  What it saves is the two
 python-backend hops per request (serialization to the tokenizer and post-processing stubs and back).
 All texts of all requests in a batch are tokenized in one call and run in one engine call, padded to the
-longest; ERNIE masks [PAD], so a text's logits do not depend on its batch beyond float rounding.
+longest; ERNIE masks [PAD], so a text's logits do not depend on its batch beyond float rounding.  A pair
+classifier (OCNLI, AFQMC) takes ``text`` and ``text_pair``, one of each per item, encoded as offline
+(``[CLS] a [SEP] b [SEP]``, PaddleNLP's longest_first cut).
 
 Bad input is refused per request (that request gets an error, the others and the instance go on).
 With the parameter ``api`` fastdeploy it is FastDeploy's ernie_seqcls: input ``INPUT`` (parameter ``text_input``),
@@ -26,21 +28,22 @@ class TritonPythonModel(model_support.Batched):
     folder, siblings, what = HERE, ("class_outputs",), "inference"
 
     def setup(self, params):
-        self.text_setup(params, truncate=True)  # truncated as offline
+        self.text_setup(params, truncate=True, pad=True)  # truncated as offline; a batch comes out padded
         self.top_k = int(params["top_k"])
         self.engine = self.runner_engine(params)
         self.labels = self.class_outputs.Labels(HERE / "labels.json")
         self.input_name = params.get("text_input", "text")
 
     def take(self, request):
-        return self.texts(self.items(request, self.input_name), self.input_name)
+        return self.take_texts(request, self.input_name)
 
     def run(self, parts):
-        encodings = self.tok.encode_batch([text for texts in parts for text in texts])
-        ids, types = self.text_input.pad_encodings(encodings, self.pad_id)
+        ids, types = self.encode(parts)
         logits = np.asarray(self.engine({"input_ids": ids, "token_type_ids": types}), dtype=np.float32)
-        return self.class_outputs.index_outputs(logits) if self.fastdeploy else self.labels.outputs(logits, self.top_k)
+        if self.fastdeploy:
+            return self.class_outputs.index_outputs(logits)
+        return self.labels.outputs(logits, self.top_k, self.wanted)
 
     def split(self, out, parts):
-        for rows in model_support.slices(parts):
-            yield {k: np.ascontiguousarray(v[rows]) for k, v in out.items()}
+        for rows in self.rows_of(parts):  # views into the batch's arrays: no copies
+            yield {k: v[rows] for k, v in out.items()}

@@ -18,14 +18,19 @@ sys.path.insert(0, str(HERE))
 import model_support  # noqa: E402  (copied next to this file: set-up and the per-request loop of every model)
 
 
-class TritonPythonModel(model_support.PerRequest):
+class TritonPythonModel(model_support.Batched):
     folder, siblings, what = HERE, ("bio",), "tokenization"
 
     def setup(self, params):
-        self.text_setup(params)  # no truncation: encode_token cuts to max_seq_len itself and keeps the offsets straight
+        self.text_setup(params)  # no truncation: encode_tokens cuts to max_seq_len itself and keeps the offsets straight
 
-    def one(self, request):
-        texts = self.texts(self.items(request, "text"), "text")
-        items = [self.bio.encode_token(self.tok, t, self.max_seq_len) for t in texts]
-        ids, types, offsets = self.bio.pad_batch(items, self.pad_id)
-        return {"input_ids": ids, "token_type_ids": types, "offsets": offsets}
+    def take(self, request):
+        return self.texts(self.items(request, "text"), "text")
+
+    def run(self, parts):  # the whole batch in one encode_batch call
+        return self.bio.encode_tokens(self.tok, [text for texts in parts for text in texts], self.max_seq_len)
+
+    def split(self, items, parts):
+        for rows in model_support.slices(parts):  # each request padded to its own longest text
+            ids, types, offsets = self.bio.pad_batch(items[rows], self.pad_id)
+            yield {"input_ids": ids, "token_type_ids": types, "offsets": offsets}

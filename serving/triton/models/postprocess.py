@@ -9,20 +9,33 @@ output order; the outputs are computed by the copy of ``serving/triton/class_out
 import sys
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import model_support  # noqa: E402  (copied next to this file: set-up and the per-request loop of every model)
 
 
-class TritonPythonModel(model_support.PerRequest):
+class TritonPythonModel(model_support.Batched):
     folder, siblings, what = HERE, ("class_outputs",), "postprocessing"
 
     def setup(self, params):
         self.top_k = int(params["top_k"])
         self.labels = self.class_outputs.Labels(HERE / "labels.json")
 
-    def one(self, request):
+    def take(self, request):
         logits = self.tensor(request, "logits")
-        if logits.shape[-1] != len(self.labels):
-            raise model_support.Refused(f"logits have {logits.shape[-1]} classes, labels.json has {len(self.labels)}")
-        return self.class_outputs.index_outputs(logits) if self.fastdeploy else self.labels.outputs(logits, self.top_k)
+        if logits.ndim != 2 or logits.shape[-1] != len(self.labels):
+            raise model_support.Refused(f"logits {list(logits.shape)}: expected [texts, {len(self.labels)}] "
+                                        f"(labels.json has {len(self.labels)} classes)")
+        return logits
+
+    def run(self, parts):
+        logits = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        if self.fastdeploy:
+            return self.class_outputs.index_outputs(logits)
+        return self.labels.outputs(logits, self.top_k, self.wanted)
+
+    def split(self, out, parts):
+        for rows in model_support.slices(parts):  # views into the batch's arrays: no copies
+            yield {k: v[rows] for k, v in out.items()}

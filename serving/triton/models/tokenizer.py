@@ -14,6 +14,8 @@ that limit are truncated to max_seq_len tokens, as offline.
 import sys
 from pathlib import Path
 
+import numpy as np  # before paddle, always
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import model_support  # noqa: E402  (copied next to this file: set-up and the per-request loop of every model)
@@ -23,15 +25,24 @@ class TritonPythonModel(model_support.Batched):
     folder, what = HERE, "tokenization"
 
     def setup(self, params):
-        self.text_setup(params, truncate=True)  # truncated as offline
+        self.text_setup(params, truncate=True, pad=True)  # truncated as offline; a batch comes out padded
 
     def take(self, request):
-        return self.texts(self.items(request, "text"), "text")
+        return self.take_texts(request)
 
     def run(self, parts):
-        return self.tok.encode_batch([text for texts in parts for text in texts])
+        ids, types = self.encode(parts)
+        return ids, types, self._lengths(ids)
 
-    def split(self, encodings, parts):
-        for rows in model_support.slices(parts):  # each request padded to its own longest text
-            ids, types = self.text_input.pad_encodings(encodings[rows], self.pad_id)
-            yield {"input_ids": ids, "token_type_ids": types}
+    def _lengths(self, ids):
+        """Each row's own length: up to its last [SEP], which ends every encoding (a literal "[SEP]" or "[PAD]" in a
+        text is a token inside it, before that one)."""
+        sep = self.tok.token_to_id("[SEP]")
+        last = np.where(ids == sep, np.arange(ids.shape[1])[None, :], -1).max(axis=1)
+        return last + 1
+
+    def split(self, batch, parts):
+        ids, types, lengths = batch
+        for rows in self.rows_of(parts):  # each request cut back to its own longest text
+            width = int(lengths[rows].max())
+            yield {"input_ids": np.ascontiguousarray(ids[rows, :width]), "token_type_ids": np.ascontiguousarray(types[rows, :width])}

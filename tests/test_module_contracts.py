@@ -1,0 +1,152 @@
+"""Direct tests of modules no other test file named (issue 40): the run cache, the INT8 search rows, the shipped
+forms' sources, and both sides' kind tables.  Each asserts what the module's docstring promises."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import pipeline  # noqa: F401  (numpy before paddle)
+from pipeline.contract import TaskKind
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- pipeline/run_cache.py ------------------------------------------------------------------------------------------
+def test_run_cache_moves_a_former_cache_once_counts_and_clears(tmp_path):
+    from pipeline.run_cache import RunCache
+
+    former = tmp_path / "int8_candidates"  # where runs made before 2026-11-25 kept INT8 candidates
+    (former / "cand-a").mkdir(parents=True)
+    (former / "cand-a" / "model.onnx").write_bytes(b"x" * 1000)
+    (former / "cand-b.json").write_text("{}")
+    cache = RunCache(tmp_path)
+    assert cache.int8 == tmp_path / "cache" / "int8" and not former.exists()
+    (tmp_path / "int8_candidates").mkdir()  # a new former dir after the move is never merged over the cache
+    assert cache.int8.is_dir() and (tmp_path / "int8_candidates").is_dir()
+    (summary,) = cache.summary()  # dynabert: no directory, no line
+    assert (summary.name, summary.entries, summary.bytes) == ("int8", 2, 1002)
+    assert "2 entries" in summary.line()
+    assert cache.clear() and not (tmp_path / "cache").exists() and not cache.clear()
+
+
+def test_run_cache_never_follows_links(tmp_path):
+    from pipeline.run_cache import RunCache
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "keep").mkdir(parents=True)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "dynabert_cache").symlink_to(elsewhere)  # a link at the former place is not moved in
+    assert not RunCache(runs).dynabert.exists()
+    (runs / "cache").symlink_to(elsewhere)  # a linked cache is not removed (nor what it points to)
+    assert RunCache(runs).clear() is False and (elsewhere / "keep").is_dir()
+
+
+# -- pipeline/quantization/select.py ----------------------------------------------------------------------------------
+def _tiny_cfg(**q):
+    from pipeline.config import load_task_config
+
+    return load_task_config("tnews", {"quantization.calibration_sentences": 4, "quantization.int8_search_sentences": 3,
+                                      "quantization.calibration_batch_size": 2, **{f"quantization.{k}": v for k, v in q.items()}})
+
+
+def test_search_rows_calibrate_on_the_first_rows_and_score_on_the_last(tmp_path):
+    from pipeline.data import Example
+    from pipeline.kinds import get_kind
+    from pipeline.quantization.select import search_rows
+    from pipeline.tokenizer import Tokenizer
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"一二三四五六七八九十"]) + "\n", encoding="utf-8")
+    cfg = _tiny_cfg()
+    train = [Example(text_a="一二三四五六七八九十"[: 1 + i % 10], text_b=None, label=i % 2) for i in range(10)]
+    rows = search_rows(cfg, Tokenizer(vocab, max_seq_len=16), train, get_kind(cfg))
+    assert [len(f["input_ids"]) for f in rows.feeds] == [2, 2]  # 4 calibration rows in batches of 2, in order
+    assert rows.feeds[0]["input_ids"][0].tolist()[:3] == [2, 5, 3]  # [CLS] 一 [SEP]: the first training row
+    assert [f.target for f in rows.held.features] == [1, 0, 1]  # the last 3 rows (7, 8, 9), never the first 4
+    other = search_rows(cfg, Tokenizer(vocab, max_seq_len=16), train[:-1] + [Example(text_a="十", text_b=None, label=1)], get_kind(cfg))
+    assert other.content_key() != rows.content_key()  # a changed held-out row changes every candidate's cache key
+
+
+def test_openvino_forms_only_when_openvino_is_a_compress_engine():
+    from pipeline.quantization.select import openvino_params, search_params
+
+    assert openvino_params(_tiny_cfg())["alphas"] == _tiny_cfg().quantization.openvino_smooth_alphas
+    from pipeline.config import load_task_config
+
+    assert openvino_params(load_task_config("tnews", {"compress.engines": ["onnxruntime"]})) is None
+    assert openvino_params(load_task_config("tnews", {"compress.runtime": "paddle"})) is None
+    assert search_params(_tiny_cfg())["budget_points"] == _tiny_cfg().gates.max_accuracy_drop
+
+
+# -- pipeline/compress/shipped.py -----------------------------------------------------------------------------------
+def test_shipped_forms_come_from_compress_own_onnx_when_it_has_them(tmp_path):
+    """The candidates' own FP32 ONNX (unpruned and the selected width's) are the sources: nothing converted again."""
+    from pipeline.compress.shipped import fp32_sources
+
+    base, width = tmp_path / "fp32.onnx", tmp_path / "w0.667.onnx"
+    cands = [SimpleNamespace(quantization="none", width_mult=1.0, model_path=base, infer_dir=None),
+             SimpleNamespace(quantization="none", width_mult=2 / 3, model_path=width, infer_dir=None),
+             SimpleNamespace(quantization="ort", width_mult=2 / 3, model_path=tmp_path / "int8.onnx", infer_dir=None)]
+
+    def fail(message):
+        raise AssertionError(f"converted again: {message}")
+
+    got = fp32_sources(cands, cands[2], tmp_path, tmp_path / "work", 13, fail)
+    assert (got.fp32_onnx, got.source_onnx, got.pruned) == (base, width, True)
+    got = fp32_sources(cands, cands[0], tmp_path, tmp_path / "work", 13, fail)
+    assert (got.fp32_onnx, got.source_onnx, got.pruned) == (base, base, False)
+
+
+def test_read_searches_reads_what_make_wrote(tmp_path):
+    from pipeline.compress.shipped import SHIPPED_DIR, read_searches
+    from pipeline.contract import ExportLayout
+
+    layout = ExportLayout(tmp_path / SHIPPED_DIR)
+    layout.int8_search.parent.mkdir(parents=True)
+    layout.int8_search.write_text(json.dumps({"cpu": {"cores": 2}, "recipe": "dynamic-per-batch"}))
+    assert read_searches(layout)["recipe"] == "dynamic-per-batch"
+
+
+# -- serving/bundle/kinds.py and serving/tools/kinds/ ---------------------------------------------------------------
+BUNDLE_IMPORTS_ALLOWED = {"numpy", "tokenizers", "json", "re", "unicodedata", "math", "dataclasses", "typing",
+                          "__future__", "collections", "functools", "itertools", "bisect"}
+
+
+@pytest.mark.parametrize("kind", list(TaskKind))
+def test_each_kind_copies_only_modules_that_run_inside_triton(kind):
+    """The pure modules a bundle carries exist and import only the standard library, numpy and tokenizers (what
+    Triton's python backend has), never pipeline or serving."""
+    from serving.bundle.kinds import bundle_kind
+
+    k = bundle_kind(kind.value)
+    assert k.kind is kind
+    for rel in (*k.tokenizer_pure, *k.postprocess_pure):
+        path = ROOT / "pipeline" / rel
+        assert path.is_file(), rel
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+        assert imported <= BUNDLE_IMPORTS_ALLOWED | set(sys.stdlib_module_names), (rel, imported - BUNDLE_IMPORTS_ALLOWED)
+        assert not imported & {"pipeline", "serving", "paddle", "paddlenlp", "onnxruntime", "openvino"}, rel
+
+
+def test_both_kind_tables_cover_every_kind_and_the_client_command_line_takes_each_command():
+    from serving.bundle.kinds import KINDS as BUNDLE_KINDS
+    from serving.tools import client_cli
+    from serving.tools.kinds import COMMANDS, KINDS, kind_of_outputs, tool_kind
+
+    assert set(BUNDLE_KINDS) == set(KINDS) == {k.value for k in TaskKind}
+    for name, k in KINDS.items():
+        assert tool_kind(name) is k and kind_of_outputs([k.output]) is k
+        assert COMMANDS[k.command] == name
+        with pytest.raises(SystemExit) as exc:  # the command exists: --help exits 0
+            client_cli.main([k.command, "--help"])
+        assert exc.value.code == 0
+    assert kind_of_outputs(["label", "probs"]).name == TaskKind.CLASSIFICATION.value  # FastDeploy's outputs
