@@ -680,9 +680,30 @@ def _launch(args, repo: Path, state_path: Path) -> int:
         _forget(state_path)
         print("\ninterrupted: the server being started was stopped", file=sys.stderr)
         return 130
+    stop = {"now": False}
+    if not args.detach:  # from here Ctrl-C / SIGTERM end the serving loop (no KeyboardInterrupt mid-report)
+
+        def _stop(*_):
+            stop["now"] = True
+
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
+    try:
+        return _serve(args, repo, server, stop)
+    except KeyboardInterrupt:  # --detach, interrupted while it reported: the server it started is not left behind
+        server.stop(5)
+        print("\ninterrupted: the server just started was stopped", file=sys.stderr)
+        return 130
+    finally:
+        if not args.detach or process_start_time(server.process.pid) is None:
+            server.stop(5)  # idempotent: also reaps the stubs and shared memory after a crash
+            _forget(state_path)
+
+
+def _serve(args, repo: Path, server: TritonServer, stop: dict) -> int:
+    """Report the started server; with --detach return, else serve until ``stop["now"]`` (Ctrl-C, SIGTERM)."""
     if process_start_time(server.process.pid) is None or not server.ready():  # died right after answering
         server.stop(5)
-        _forget(state_path)
         print(f"error: tritonserver exited with code {server.process.returncode} right after it became ready:\n"
               f"{server.log_tail()}", file=sys.stderr)
         return 1
@@ -696,25 +717,14 @@ def _launch(args, repo: Path, state_path: Path) -> int:
               f"--repository {args.repository}{' --task ' + args.task if args.task else ''} --stop", flush=True)
         return 0
     print("Ctrl-C stops it.", flush=True)
-    stop = {"now": False}
-
-    def _stop(*_):
-        stop["now"] = True
-
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        while not stop["now"] and server.alive():
-            time.sleep(0.5)
-        if not server.alive():
-            print(f"error: tritonserver exited with code {server.process.returncode}:\n{server.log_tail()}", file=sys.stderr)
-            return 1
-        rc = server.stop()
-        print(f"stopped (exit code {rc})")
-        return 0
-    finally:
-        server.stop(5)  # idempotent: also reaps the stubs and shared memory after a crash
-        _forget(state_path)
+    while not stop["now"] and server.alive():
+        time.sleep(0.5)
+    if not server.alive():
+        print(f"error: tritonserver exited with code {server.process.returncode}:\n{server.log_tail()}", file=sys.stderr)
+        return 1
+    rc = server.stop()
+    print(f"stopped (exit code {rc})")
+    return 0
 
 
 def _interrupt(*_) -> None:

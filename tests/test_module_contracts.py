@@ -104,14 +104,25 @@ def test_shipped_forms_come_from_compress_own_onnx_when_it_has_them(tmp_path):
     assert (got.fp32_onnx, got.source_onnx, got.pruned) == (base, base, False)
 
 
-def test_read_searches_reads_what_make_wrote(tmp_path):
-    from pipeline.compress.shipped import SHIPPED_DIR, read_searches
-    from pipeline.contract import ExportLayout
+def test_shipped_searches_round_trip_in_the_file_layout_meta_json_keeps(tmp_path):
+    """int8_search.json typed (issue 40: export read it by string keys): ONNX Runtime's search at the top level,
+    qdq and openvino beside it; a form nothing searched (per-batch INT8) names its recipe."""
+    from pipeline.compress.shipped import FormSearch, ShippedSearches
 
-    layout = ExportLayout(tmp_path / SHIPPED_DIR)
-    layout.int8_search.parent.mkdir(parents=True)
-    layout.int8_search.write_text(json.dumps({"cpu": {"cores": 2}, "recipe": "dynamic-per-batch"}))
-    assert read_searches(layout)["recipe"] == "dynamic-per-batch"
+    searched = {"chosen": {"name": "static-sq0.85", "drop_points": 0.4}, "within_budget": True, "candidates": []}
+    s = ShippedSearches({"cores": 2}, FormSearch(searched), FormSearch({"chosen": {"name": "static-sq0.85", "drop_points": 0.5}}),
+                        FormSearch({"chosen": {"name": "openvino-sq0.5", "drop_points": 0.1}}))
+    s.write(tmp_path / "int8_search.json")
+    on_disk = json.loads((tmp_path / "int8_search.json").read_text())
+    assert on_disk["chosen"]["name"] == "static-sq0.85" and on_disk["qdq"]["chosen"]["drop_points"] == 0.5
+    back = ShippedSearches.read(tmp_path / "int8_search.json")
+    assert back == s and back.onnxruntime.searched and back.openvino.recipe == "openvino-sq0.5"
+    assert (back.onnxruntime.heldout_drop_points, back.onnxruntime.within_budget) == (0.4, True)
+    dynamic = ShippedSearches({}, FormSearch({"recipe": "dynamic-per-batch", "batch_independent": False}),
+                              FormSearch({"recipe": "static-minmax"}))
+    dynamic.write(tmp_path / "d.json")
+    back = ShippedSearches.read(tmp_path / "d.json")
+    assert back.openvino is None and not back.onnxruntime.searched and back.onnxruntime.recipe == "dynamic-per-batch"
 
 
 # -- serving/bundle/kinds.py and serving/tools/kinds/ ---------------------------------------------------------------

@@ -28,6 +28,56 @@ SHIPPED_DIR = "shipped"
 
 
 @dataclass(frozen=True)
+class FormSearch:
+    """How one shipped INT8 form was made: its search's result as written (``SearchResult.as_dict()``: ``chosen``,
+    ``within_budget``, every scored recipe), or, for a form nothing searched, its ``recipe`` name."""
+
+    record: dict
+
+    @property
+    def recipe(self) -> str:
+        return (self.record.get("chosen") or {}).get("name") or str(self.record.get("recipe", "?"))
+
+    @property
+    def searched(self) -> bool:
+        return "chosen" in self.record
+
+    @property
+    def heldout_drop_points(self) -> float | None:
+        return (self.record.get("chosen") or {}).get("drop_points")
+
+    @property
+    def within_budget(self) -> bool | None:
+        return self.record.get("within_budget")
+
+
+@dataclass(frozen=True)
+class ShippedSearches:
+    """``int8_search.json``, typed: the CPU the recipes were chosen on and each shipped INT8 form's search (ONNX
+    Runtime's, its QDQ form's, OpenVINO's when it is an engine).  The file keeps its layout (meta.json's ``int8``,
+    ``int8_qdq`` and ``openvino`` sections are these records as they are)."""
+
+    cpu: dict
+    onnxruntime: FormSearch
+    qdq: FormSearch
+    openvino: FormSearch | None = None
+
+    def as_dict(self) -> dict:
+        return {"cpu": self.cpu, **self.onnxruntime.record, "qdq": self.qdq.record,
+                **({"openvino": self.openvino.record} if self.openvino else {})}
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(self.as_dict(), indent=2), encoding="utf-8")
+
+    @classmethod
+    def read(cls, path: Path) -> "ShippedSearches":
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+        own = {k: v for k, v in d.items() if k not in ("cpu", "qdq", "openvino")}
+        return cls(dict(d.get("cpu") or {}), FormSearch(own), FormSearch(dict(d.get("qdq") or {})),
+                   FormSearch(d["openvino"]) if isinstance(d.get("openvino"), dict) else None)
+
+
+@dataclass(frozen=True)
 class ShippedInputs:
     fp32_onnx: Path  # the unpruned FP32 ONNX
     source_onnx: Path  # the FP32 ONNX of the selected width (== fp32_onnx when unpruned)
@@ -67,7 +117,6 @@ def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path,
     shutil.copyfile(sources.fp32_onnx, fp32)
     baseline = fp32 if sources.pruned else None
     which = "the pruned" if sources.pruned else "the"
-    searches: dict = {"cpu": cpu.as_dict()}
     if qcfg.batch_independent_int8:
         log(f"[compress] INT8 ONNX of the selected width: the recipe search from {which} FP32 ONNX (cached)")
         ranges = activation_ranges(source, rows.feeds, rows.pad_id)  # measured once: both ORT forms use them
@@ -75,24 +124,22 @@ def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path,
                              ranges=ranges, log=log)
         log(f"[compress] INT8 QDQ ONNX (TensorRT form) from recipe {int8.chosen.recipe.name}, scored on the same held-out rows")
         qdq = search_qdq(source, layout.path("onnx_int8_qdq"), rows, qcfg, int8, cache_dir, ranges, log=log)
-        searches.update({**int8.as_dict(), "qdq": qdq.as_dict()})
+        own, qdq_search = FormSearch(int8.as_dict()), FormSearch(qdq.as_dict())
     else:
         log(f"[compress] INT8 ONNX (dynamic per-channel, per-batch scales) from {which} FP32 ONNX")
         ort_quantize.dynamic_int8(source, layout.path("onnx_int8"), qcfg)  # the form compress measured
         n_calib = sum(len(f["input_ids"]) for f in rows.feeds)
         log(f"[compress] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences)")
         ort_quantize.quantize_int8_qdq(source, layout.path("onnx_int8_qdq"), rows.feeds, embeddings=qcfg.int8_embeddings)
-        searches.update({"recipe": "dynamic-per-batch", "batch_independent": False, "qdq": {"recipe": "static-minmax"}})
+        own = FormSearch({"recipe": ort_quantize.DynamicRecipe().name, "batch_independent": False})
+        qdq_search = FormSearch({"recipe": "static-minmax"})
+    ov_search = None
     if qcfg.batch_independent_int8 and openvino_params(cfg) is not None:
         from pipeline.backends.openvino.quantize import search_recipe as openvino_search
 
         log(f"[compress] OpenVINO INT8 of the selected width: NNCF's recipe search from {which} FP32 ONNX (cached)")
         ov = openvino_search(source, layout.path("openvino_int8"), rows, qcfg, budget, cache_dir, baseline=baseline, log=log,
                              properties=cfg.openvino.cpu_properties())
-        searches["openvino"] = ov.as_dict()
-    layout.int8_search.write_text(json.dumps(searches, indent=2), encoding="utf-8")
+        ov_search = FormSearch(ov.as_dict())
+    ShippedSearches(cpu.as_dict(), own, qdq_search, ov_search).write(layout.int8_search)
     return layout
-
-
-def read_searches(layout: ExportLayout) -> dict:
-    return json.loads(layout.int8_search.read_text(encoding="utf-8"))

@@ -25,6 +25,7 @@ import json
 import shutil
 from pathlib import Path
 
+from pipeline.compress.shipped import ShippedSearches
 from pipeline.stage import Stage
 from pipeline.config import TaskConfig
 from pipeline.errors import ModelError
@@ -67,7 +68,6 @@ def write_tokenizer(src_dir: Path, dst: Path) -> bool:
 def run(ctx):
     """Assemble: the Paddle programs, compress's shipped forms, the tokenizer, labels and meta.json; then check every
     ONNX/OpenVINO form loads and answers in the contract's shape, and the INT8 file's size."""
-    from pipeline.compress.shipped import read_searches
     from pipeline.kinds import load_task_data
     from pipeline.records import StageResult
 
@@ -86,7 +86,7 @@ def run(ctx):
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
     shutil.copyfile(shipped.int8_search, layout.int8_search)
-    searches = read_searches(layout)
+    searches = ShippedSearches.read(layout.int8_search)
     do_lower = write_tokenizer(compress_out / compressed.selected_model_dir, layout.tokenizer_dir)
     write_labels(layout.labels, data.labels, data.label_names)
     stats = check_forms(layout, kind, cfg, data)
@@ -98,14 +98,14 @@ def run(ctx):
     metrics = {"onnx_fp32_mb": stats["fp32"].file_bytes / 2**20, "onnx_int8_mb": stats["int8"].file_bytes / 2**20,
                "onnx_int8_qdq_mb": stats["int8_qdq"].file_bytes / 2**20, "int8_size_ratio": ratio,
                "int8_initializers": stats["int8"].int8_initializers, "selected": selected.name, "pruned": selected.pruned,
-               "int8_recipe": (searches.get("chosen") or {}).get("name", searches.get("recipe"))}
-    if "openvino" in searches:
-        metrics.update(openvino_recipe=searches["openvino"]["chosen"]["name"],
-                       openvino_heldout_drop_points=searches["openvino"]["chosen"]["drop_points"],
+               "int8_recipe": searches.onnxruntime.recipe}
+    if searches.openvino is not None:
+        metrics.update(openvino_recipe=searches.openvino.recipe, openvino_heldout_drop_points=searches.openvino.heldout_drop_points,
                        openvino_int8_mb=layout.bytes("openvino_int8") / 2**20)
-    if "chosen" in searches:
-        metrics.update(int8_heldout_drop_points=searches["chosen"]["drop_points"], int8_within_budget=searches["within_budget"],
-                       qdq_recipe=searches["qdq"]["chosen"]["name"], qdq_heldout_drop_points=searches["qdq"]["chosen"]["drop_points"])
+    if searches.onnxruntime.searched:
+        metrics.update(int8_heldout_drop_points=searches.onnxruntime.heldout_drop_points,
+                       int8_within_budget=searches.onnxruntime.within_budget, qdq_recipe=searches.qdq.recipe,
+                       qdq_heldout_drop_points=searches.qdq.heldout_drop_points)
     gate = None
     limit = cfg.gates.max_int8_size_ratio
     if ratio > limit:
@@ -146,13 +146,12 @@ def check_forms(layout: ExportLayout, kind, cfg, data) -> dict:
     return stats
 
 
-def manifest(cfg, kind, data, selected: SelectedCandidate, searches: dict, stats: dict, do_lower: bool) -> dict:
+def manifest(cfg, kind, data, selected: SelectedCandidate, searches: ShippedSearches, stats: dict, do_lower: bool) -> dict:
     """meta.json: the model contract (inputs, outputs, labels), how each INT8 form was made, the CPU it was chosen
     on, and what the kind's served pre/post-processing needs (``TaskKind.manifest_sections``)."""
     from pipeline.backends.onnxruntime.convert import INPUT_NAMES, OUTPUT_NAME
     from pipeline.quantization.select import openvino_params
 
-    qdq = searches.get("qdq", {})
     meta = {
         "task": cfg.task,
         "task_type": cfg.type,
@@ -168,13 +167,13 @@ def manifest(cfg, kind, data, selected: SelectedCandidate, searches: dict, stats
         "selected_candidate": selected.as_dict(),
         "onnx": {name: s.as_dict() for name, s in stats.items()},
         "opset": cfg.export.opset,
-        "cpu": searches["cpu"],
-        "int8": {k: v for k, v in searches.items() if k not in ("cpu", "qdq", "openvino")},
-        "int8_qdq": qdq,
+        "cpu": searches.cpu,
+        "int8": searches.onnxruntime.record,
+        "int8_qdq": searches.qdq.record,
         **kind.manifest_sections(cfg),
     }
-    if "openvino" in searches:
-        meta["openvino"] = {**searches["openvino"], **openvino_params(cfg), "file": form("openvino_int8").path,
+    if searches.openvino is not None:
+        meta["openvino"] = {**searches.openvino.record, **openvino_params(cfg), "file": form("openvino_int8").path,
                             "properties": cfg.openvino.served()}
     return meta
 
