@@ -74,10 +74,11 @@ gate: setup
 	@test -n "$(BASELINE)" || { echo "error: BASELINE=<previous gates.json or metrics.json> is required"; exit 2; }
 	$(BIN)/ernie-bundle gate --task $(TASK) --baseline $(BASELINE) $(if $(BASELINE_PERF),--baseline-perf $(BASELINE_PERF)) $(ARGS)
 
-# Every INT8 form vs ORT's quantize_dynamic one-liner (the anchor), on this CPU, after `make bundle`.
+# Kubernetes / KServe / Helm output for a packaged bundle (also written by the package stage).
 manifests: setup
 	$(BIN)/python -m serving.bundle.manifests --bundle $(REPO)/$(TASK) --out runs/$(TASK)/deploy $(ARGS)
 
+# Every INT8 form vs ORT's quantize_dynamic one-liner (the anchor), on this CPU, after `make bundle`.
 bench: setup
 	$(BIN)/python scripts/bench.py --task $(TASK) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
