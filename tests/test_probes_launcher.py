@@ -102,9 +102,12 @@ def test_a_detached_launcher_killed_while_the_models_load_leaves_a_server_stop_f
     proc = subprocess.Popen(_launcher(repo, "--detach", "--log", str(tmp_path / "s.log")), cwd=ROOT,
                             env=slow_tritonserver, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for(state_path, proc)
+    state = ServerState.read(state_path)
+    # recorded while the server is still starting: its process is still the wrapper's 4 s sleep, not tritonserver
+    # (8d8969e wrote the record only after readiness, so a kill -9 here left an unrecorded server)
+    assert b"slow-tritonserver" in Path(f"/proc/{state.pid}/cmdline").read_bytes()
     proc.kill()
     proc.wait()
-    state = ServerState.read(state_path)
     try:
         again = subprocess.run(_launcher(repo, "--detach"), cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert again.returncode == 2 and "a server is already running for this bundle" in again.stderr

@@ -52,12 +52,16 @@ def test_clean_leaves_a_project_folder_with_a_stage_named_child(tmp_path, capsys
     assert rc == 2 and (project / "src" / "main.py").exists()
 
 
-def test_clean_runs_dir_slash_task_var_is_refused(capsys):
-    """`--runs-dir / --task var` would have removed /var (it has a cache/)."""
-    assert Path("/var").is_dir()
-    rc, _, err = _cli(capsys, "clean", "--runs-dir", "/", "--task", "var")
-    assert rc == 2 and "/var is not a runs directory made by ernie-bundle" in _one_line(err)
-    assert Path("/var").is_dir()
+def test_clean_runs_dir_slash_task_var_is_refused(tmp_path, capsys):
+    """`--runs-dir / --task var` would have removed /var (it has a cache/).  Played on a copy of that shape, never on
+    the real /var: run against a `clean` with the defect (8d8969e), this test removed the machine's /var once."""
+    root = tmp_path / "root"
+    for sub in ("cache/apt", "lib/dpkg", "log"):
+        (root / "var" / sub).mkdir(parents=True)
+    (root / "var" / "lib" / "dpkg" / "status").write_text("Package: base-files\n")
+    rc, _, err = _cli(capsys, "clean", "--runs-dir", str(root), "--task", "var")
+    assert rc == 2 and f"{root / 'var'} is not a runs directory made by ernie-bundle" in _one_line(err)
+    assert (root / "var" / "lib" / "dpkg" / "status").is_file() and (root / "var" / "cache" / "apt").is_dir()
 
 
 def test_clean_removes_what_a_run_made_and_an_empty_folder(tiny_task, tmp_path, capsys):
