@@ -125,6 +125,8 @@ class PythonModel:
     errors that mean "wrong as sent", ``refusals`` (``text_setup`` adds ``text_input.BadText``).
     """
 
+    pairs = False  # takes (text, text_pair) items: set where a model reads its texts (take_texts)
+
     folder = None  # the model's version folder, model.py's HERE
     siblings = ()
     what = "processing"
@@ -267,7 +269,10 @@ class Batched(PythonModel):
         raise NotImplementedError
 
     def split(self, result, parts):
-        raise NotImplementedError
+        """Each request's share of ``run``'s whole-batch arrays, as views (no copies); a model whose outputs are
+        not row-aligned arrays overrides it."""
+        for rows in self.rows_of(parts):
+            yield {k: v[rows] for k, v in result.items()}
 
     def execute(self, requests):
         responses = [None] * len(requests)

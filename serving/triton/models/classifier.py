@@ -43,7 +43,3 @@ class TritonPythonModel(model_support.Batched):
         if self.fastdeploy:
             return self.class_outputs.index_outputs(logits)
         return self.labels.outputs(logits, self.top_k, self.wanted)
-
-    def split(self, out, parts):
-        for rows in self.rows_of(parts):  # views into the batch's arrays: no copies
-            yield {k: v[rows] for k, v in out.items()}

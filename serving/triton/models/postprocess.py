@@ -35,7 +35,3 @@ class TritonPythonModel(model_support.Batched):
         if self.fastdeploy:
             return self.class_outputs.index_outputs(logits)
         return self.labels.outputs(logits, self.top_k, self.wanted)
-
-    def split(self, out, parts):
-        for rows in model_support.slices(parts):  # views into the batch's arrays: no copies
-            yield {k: v[rows] for k, v in out.items()}
