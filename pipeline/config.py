@@ -155,8 +155,11 @@ class ScratchModelConfig:
 
 @dataclass
 class ModelConfig:
-    # A PaddleNLP model directory, a PaddleNLP model name (needs network), or null for the scratch model.
+    # A PaddleNLP model directory, a Hugging Face BERT/ERNIE directory (converted once: pipeline.hf_import), a
+    # PaddleNLP model name (needs network), or null for the scratch model.
     name_or_path: str | None = None
+    # A Hugging Face pytorch_model.bin is a pickle: refused unless this is true (then torch.load(weights_only=True)).
+    allow_pickled_weights: bool = False
     # When the configured directory is absent (a machine without ../shared): "error", or "scratch" to train
     # the small scratch model instead, said on stderr.  An explicit MODEL=<dir> is never replaced.
     if_missing: str = "error"

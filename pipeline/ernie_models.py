@@ -76,6 +76,7 @@ def _init_narrowed(self, stock_cls, config) -> None:
     head_size = getattr(config, HEAD_SIZE_KEY, None)
     if not head_size or int(head_size) * config.num_attention_heads == config.hidden_size:
         stock_cls.__init__(self, config)
+        configure_layer_norms(self, config)
         return
     head_size = int(head_size)
     if config.hidden_size % head_size:
@@ -91,6 +92,21 @@ def _init_narrowed(self, stock_cls, config) -> None:
     # save_pretrained writes self.config: it must say what the network now is.
     self.config = config
     self.ernie.config = config
+    configure_layer_norms(self, config)
+
+
+def configure_layer_norms(model, config) -> None:
+    """Every LayerNorm's epsilon from the config's ``layer_norm_eps``.  PaddleNLP's ERNIE sets 1e-12 whatever the
+    config says (its inner ``ErnieModel``'s init hook), which is BERT's value but not ERNIE 3.0's (1e-5, as
+    Hugging Face's ERNIE ports say): a model imported from HF (``pipeline.hf_import``) must compute what HF
+    computes.  PaddleNLP directories say 1e-12 (its config default), so nothing changes for them.  Set after the
+    layers' own init, which marks them initialized, so the outer model's init pass leaves them as set."""
+    import paddle
+
+    eps = float(getattr(config, "layer_norm_eps", None) or 1e-12)
+    for layer in model.sublayers():
+        if isinstance(layer, paddle.nn.LayerNorm):
+            layer._epsilon = eps
 
 
 class ErnieForSequenceClassification(_StockErnieForSequenceClassification):

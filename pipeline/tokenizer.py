@@ -36,17 +36,20 @@ class Encoded:
 
 
 class Tokenizer:
-    def __init__(self, vocab_file: Path, lowercase: bool = True, max_seq_len: int = 128):
+    def __init__(self, vocab_file: Path, lowercase: bool = True, max_seq_len: int = 128, *, chinese_chars: bool = True,
+                 strip_accents: bool | None = None, rules: str = "paddlenlp"):
         from pipeline import wordpiece
 
         self.vocab_file = Path(vocab_file)
         self.max_seq_len = max_seq_len
         self.lowercase = lowercase
-        self._raw = wordpiece.build(self.vocab_file, lowercase)
+        self.rules = rules  # whose WordPiece: PaddleNLP's, or HF's for an imported model (wordpiece.options)
+        options = dict(lowercase=lowercase, chinese_chars=chinese_chars, strip_accents=strip_accents, rules=rules)
+        self._raw = wordpiece.build(self.vocab_file, **options)
         self.pad_id = self._raw.token_to_id("[PAD]")
         self.vocab_size = self._raw.get_vocab_size()
-        self._single = wordpiece.build(self.vocab_file, lowercase)
-        # A single text keeps [CLS] + its first max_seq_len - 2 tokens + [SEP], as PaddleNLP's.
+        self._single = wordpiece.build(self.vocab_file, **options)
+        # A single text keeps [CLS] + its first max_seq_len - 2 tokens + [SEP], as PaddleNLP's (and HF's).
         self._single.enable_truncation(max_length=max_seq_len)
 
     @property
@@ -57,12 +60,19 @@ class Tokenizer:
 
     @classmethod
     def from_model_dir(cls, model_dir: Path, max_seq_len: int) -> "Tokenizer":
+        """The model's tokenizer: ``vocab.txt`` with the settings of its ``tokenizer_config.json``
+        (``wordpiece.options``)."""
+        from pipeline import wordpiece
+        from pipeline.errors import ModelError
+
         model_dir = Path(model_dir)
-        lowercase = True
         cfg_path = model_dir / "tokenizer_config.json"
-        if cfg_path.is_file():
-            lowercase = bool(json.loads(cfg_path.read_text(encoding="utf-8")).get("do_lower_case", True))
-        return cls(model_dir / "vocab.txt", lowercase=lowercase, max_seq_len=max_seq_len)
+        config = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+        try:
+            options = wordpiece.options(config)
+        except ValueError as exc:
+            raise ModelError(f"{cfg_path}: {exc}".replace("tokenizer_config.json: ", "", 1)) from None
+        return cls(model_dir / "vocab.txt", max_seq_len=max_seq_len, **options)
 
     def encode(self, texts_a: Sequence[str], texts_b: Sequence[str | None] | None = None) -> Encoded:
         if texts_b is not None and any(t is not None for t in texts_b):
@@ -79,11 +89,11 @@ class Tokenizer:
         return Encoded(ids, types, lengths)
 
     def _pairs(self, texts_a: Sequence[str], texts_b: Sequence[str | None]) -> list[tuple[list[int], list[int]]]:
-        """``[CLS] a [SEP] b [SEP]`` cut by PaddleNLP's ``longest_first`` rule (``wordpiece.encode_pairs``, the code
+        """``[CLS] a [SEP] b [SEP]`` cut by the model's ``longest_first`` rule (``wordpiece.encode_pairs``, the code
         the served pre-processing runs)."""
         from pipeline.wordpiece import encode_pairs
 
-        return encode_pairs(self._raw, texts_a, [b or "" for b in texts_b], self.max_seq_len)
+        return encode_pairs(self._raw, texts_a, [b or "" for b in texts_b], self.max_seq_len, self.rules)
 
 
 def build_char_vocab(texts: Iterable[str], min_freq: int = 2) -> list[str]:

@@ -13,6 +13,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+from pipeline import hf_import
 from pipeline.stage import Stage
 from pipeline.extraction.checkpoint import convert_uie_checkpoint, is_paddlenlp_uie
 from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, TaskConfig
@@ -60,7 +61,10 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
     if model_dir is not None:
         # Fail fast on a broken model dir, before anything runs; ``status`` comes here too, so the weights are not
         # read (a pickle is code: run() reads them, through the allow-list, before any work).
-        inspect_model(model_dir, weights=False)
+        if hf_import.is_hugging_face(model_dir):
+            hf_import.inspect(model_dir, cfg.model.allow_pickled_weights)
+        else:
+            inspect_model(model_dir, weights=False)
         out["model"] = tree_sha256(model_dir)
     return out
 
@@ -73,7 +77,11 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
     if model_dir is not None and get_kind(cfg).uses_uie_checkpoints and is_paddlenlp_uie(model_dir):
         return _convert_uie(ctx, model_dir)
     data = load_task_data(cfg)
-    if model_dir is not None:
+    if model_dir is not None and hf_import.is_hugging_face(model_dir):
+        model_dir, ready = _imported(ctx, model_dir, data)
+        if ready is not None:
+            return ready
+    elif model_dir is not None:
         ready = _model_as_is(ctx, model_dir, data)
         if ready is not None:
             return ready
@@ -89,6 +97,32 @@ def _convert_uie(ctx, model_dir: Path):
     ctx.log(f"[finetune] {model_dir} is a PaddleNLP UIE checkpoint: converted (heads merged), no training needed")
     return StageResult(artifacts={"model_dir": "model"}, message="converted a PaddleNLP UIE checkpoint",
                        metrics={"trained": 0, "converted": 1})
+
+
+def _imported(ctx, hf_dir: Path, data):
+    """A Hugging Face checkpoint, converted once into work/ (kept across an interruption; the stage key holds the
+    checkpoint's content hash): (the converted directory to train from, None), or (its folder in out/, the
+    result) when its head is the task's.  A head that is not the task's (other labels, another kind) is dropped
+    and a new one fine-tuned, as for an encoder."""
+    from pipeline.errors import ModelError
+    from pipeline.records import StageResult
+
+    cfg, kind = ctx.cfg, get_kind(ctx.cfg)
+    model_dir = hf_import.converted(hf_dir, ctx.work_dir, cfg.model.allow_pickled_weights, ctx.log)
+    try:
+        fits = check_head(inspect_model(model_dir), data.labels, cfg.max_seq_len, kind.model_class().__name__)
+    except ModelError as exc:
+        if "max_position_embeddings" in str(exc):
+            raise
+        ctx.log(f"[finetune] {hf_dir}: its head is not the task's ({str(exc).split(': ', 1)[-1]}): fine-tuning a new one")
+        return hf_import.encoder_only(model_dir), None
+    if not fits:
+        return model_dir, None
+    shutil.move(str(model_dir), str(ctx.out_dir / "model"))
+    ctx.log(f"[finetune] {hf_dir} already has the task's {len(data.labels)}-output head: converted, no training needed")
+    return None, StageResult(artifacts={"model_dir": "model"}, metrics={"trained": 0, "converted": 1},
+                             message=f"converted a Hugging Face {hf_import.inspect(hf_dir, True).architecture} "
+                                     "with the task's head: no training")
 
 
 def _model_as_is(ctx, model_dir: Path, data):

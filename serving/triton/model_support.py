@@ -161,9 +161,10 @@ class PythonModel:
         self.max_text_bytes = int(params["max_text_bytes"])
         self.max_items = int(params.get("max_items", "0") or 0)
         self.pairs = params.get("text_pair") == "true"
-        if self.pairs:  # pairs are cut by PaddleNLP's longest_first rule and padded here, not by the tokenizer
+        if self.pairs:  # pairs are cut by the model's longest_first rule and padded here, not by the tokenizer
             truncate = pad = False
             self.wordpiece = self.text_input.wordpiece_module(self.folder)
+            self.pair_rules = self.text_input.wordpiece_options(self.folder)["rules"]
         self.tok = self.text_input.wordpiece(self.folder, max_seq_len=self.max_seq_len if truncate else None, pad=pad)
         self.pad_id = self.tok.token_to_id("[PAD]")
 
@@ -191,7 +192,8 @@ class PythonModel:
             return ids, types
         firsts = [t for texts, _ in parts for t in texts]
         seconds = [t for _, texts in parts for t in texts]
-        return self.text_input.pad_rows(self.wordpiece.encode_pairs(self.tok, firsts, seconds, self.max_seq_len), self.pad_id)
+        rows = self.wordpiece.encode_pairs(self.tok, firsts, seconds, self.max_seq_len, self.pair_rules)
+        return self.text_input.pad_rows(rows, self.pad_id)
 
     def rows_of(self, parts) -> list:
         """``slices`` of ``take_texts`` parts: each request's rows in the batch."""

@@ -1,0 +1,426 @@
+"""Hugging Face BERT/ERNIE checkpoints in: a HF model directory -> the PaddleNLP ERNIE directory the pipeline runs.
+
+A HF directory is one with ``model.safetensors`` (or a pickled ``pytorch_model.bin``) and no
+``model_state.pdparams``; its ``config.json`` says ``model_type`` ``bert`` (bert-base-chinese, hfl's RoBERTa-wwm
+and MacBERT) or ``ernie`` (the ERNIE 3.0 ports).  The network is the same as PaddleNLP's ERNIE: post-LayerNorm
+encoder, absolute positions, token types (and ERNIE's task types), a tanh pooler.  What differs is only where the
+numbers live, so the conversion is a renaming and, for every ``nn.Linear``, a transpose (torch stores
+``[out, in]``, paddle ``[in, out]``); ``layer_norm_eps`` is kept (``pipeline.ernie_models.configure_layer_norms``)
+and the tokenizer keeps HF's rules (``pipeline.wordpiece``: ``wordpiece_rules: huggingface``).
+
+Heads: ``...ForSequenceClassification`` / ``...ForTokenClassification`` (``classifier``) and
+``...ForQuestionAnswering`` (``qa_outputs``, [start, end]) become this project's heads of the same names; an
+encoder (``BertModel``, or a pre-training checkpoint whose ``cls.*`` heads are dropped) gets the task's head by
+fine-tuning, as a PaddleNLP encoder does.  ``id2label`` becomes ``labels.json`` when it names real labels.
+
+Weights are read with ``safetensors`` (no code can run from them).  A ``pytorch_model.bin`` is a pickle: refused,
+unless ``model.allow_pickled_weights`` is set, and then read only by ``torch.load(weights_only=True)``.
+Everything a user can get wrong is one line naming the file and the field or tensor (``ModelError``).
+
+The tests hold the conversion against Hugging Face's own forward pass and tokenizer: ``tests/golden/hf/``
+(made once by ``scripts/make_hf_golden.py`` with transformers + torch, which CI cannot install).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import ModelError
+
+SAFETENSORS = "model.safetensors"
+PICKLED = "pytorch_model.bin"
+PADDLE_WEIGHTS = "model_state.pdparams"
+CONFIG = "config.json"
+MODEL_TYPES = ("bert", "ernie")
+ACTIVATIONS = ("gelu", "relu")  # HF's "gelu" is the erf form, as paddle's; gelu_new/tanh forms are not
+# HF architecture -> (this project's head class, the HF head's tensor prefix); None: an encoder (head trained later)
+ARCHITECTURES: dict[str, tuple[str | None, str | None]] = {
+    **{f"{m}ForSequenceClassification": ("ErnieForSequenceClassification", "classifier") for m in ("Bert", "Ernie")},
+    **{f"{m}ForTokenClassification": ("ErnieForTokenClassification", "classifier") for m in ("Bert", "Ernie")},
+    **{f"{m}ForQuestionAnswering": ("ErnieForQuestionAnswering", "qa_outputs") for m in ("Bert", "Ernie")},
+    **{f"{m}{suffix}": (None, None) for m in ("Bert", "Ernie")
+       for suffix in ("Model", "ForMaskedLM", "ForPreTraining", "ForNextSentencePrediction")},
+}
+DROPPED = ("cls.", "embeddings.position_ids")  # pre-training heads; a buffer older checkpoints saved
+SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                  "mask_token": "[MASK]"}
+TOKENIZER_CLASSES = ("BertTokenizer", "BertTokenizerFast", "ErnieTokenizer")
+# HF name (after the bert./ernie. prefix) -> PaddleNLP ERNIE name; {} is the layer index
+RENAMES = (
+    (r"embeddings\.LayerNorm\.", "embeddings.layer_norm."),
+    (r"encoder\.layer\.(\d+)\.attention\.self\.query\.", "encoder.layers.{}.self_attn.q_proj."),
+    (r"encoder\.layer\.(\d+)\.attention\.self\.key\.", "encoder.layers.{}.self_attn.k_proj."),
+    (r"encoder\.layer\.(\d+)\.attention\.self\.value\.", "encoder.layers.{}.self_attn.v_proj."),
+    (r"encoder\.layer\.(\d+)\.attention\.output\.dense\.", "encoder.layers.{}.self_attn.out_proj."),
+    (r"encoder\.layer\.(\d+)\.attention\.output\.LayerNorm\.", "encoder.layers.{}.norm1."),
+    (r"encoder\.layer\.(\d+)\.intermediate\.dense\.", "encoder.layers.{}.linear1."),
+    (r"encoder\.layer\.(\d+)\.output\.dense\.", "encoder.layers.{}.linear2."),
+    (r"encoder\.layer\.(\d+)\.output\.LayerNorm\.", "encoder.layers.{}.norm2."),
+    (r"embeddings\.(word|position|token_type|task_type)_embeddings\.", "embeddings.{}_embeddings."),
+    (r"pooler\.dense\.", "pooler.dense."),
+)
+RECORD = "hf_import.json"  # written into a converted directory: what it came from
+
+
+@dataclass(frozen=True)
+class HFCheckpoint:
+    """What a HF directory holds, read without loading the weights (config and file checks only)."""
+
+    path: Path
+    model_type: str
+    architecture: str  # the HF class named in config.json (BertModel when it names none)
+    head: str | None  # this project's head class, None for an encoder
+    weights: Path
+
+
+def is_hugging_face(model_dir: Path) -> bool:
+    """A HF checkpoint directory: HF weights and no PaddleNLP weights beside them."""
+    d = Path(model_dir)
+    return d.is_dir() and not (d / PADDLE_WEIGHTS).exists() and ((d / SAFETENSORS).exists() or (d / PICKLED).exists())
+
+
+def inspect(model_dir: Path, allow_pickle: bool = False) -> HFCheckpoint:
+    """The checks that need no weights (``status`` and cache keys come here): config fields, tokenizer files."""
+    from pipeline.modeling import read_json_object
+
+    d = Path(model_dir)
+    weights = _weights_file(d, allow_pickle)
+    if not (d / CONFIG).is_file():
+        raise ModelError(f"{d}: a Hugging Face model directory needs {CONFIG}")
+    config = read_json_object(d / CONFIG)
+    model_type = config.get("model_type")
+    where = d / CONFIG
+    if model_type not in MODEL_TYPES:
+        raise ModelError(f"{where}: model_type {model_type!r} is not supported: BERT and ERNIE checkpoints "
+                         f"({', '.join(MODEL_TYPES)}) only")
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise ModelError(f"{where}: position_embedding_type {config['position_embedding_type']!r}: only absolute "
+                         "position embeddings are supported")
+    for flag in ("is_decoder", "add_cross_attention"):
+        if config.get(flag):
+            raise ModelError(f"{where}: {flag} is true: only encoder models are supported")
+    if config.get("hidden_act", "gelu") not in ACTIVATIONS:
+        raise ModelError(f"{where}: hidden_act {config.get('hidden_act')!r} is not supported ({', '.join(ACTIVATIONS)})")
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ModelError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise ModelError(f"{where}: hidden_size {config['hidden_size']} is not a multiple of num_attention_heads "
+                         f"{config['num_attention_heads']}")
+    architecture = (config.get("architectures") or [f"{'Bert' if model_type == 'bert' else 'Ernie'}Model"])[0]
+    if architecture not in ARCHITECTURES:
+        known = sorted({a.replace("Ernie", "Bert") for a in ARCHITECTURES})
+        raise ModelError(f"{where}: architectures {architecture!r}: a head this pipeline does not know "
+                         f"(known: {', '.join(known)} and their Ernie forms)")
+    tokenizer_settings(d)  # refuse a tokenizer we cannot reproduce before anything runs
+    return HFCheckpoint(path=d, model_type=model_type, architecture=architecture, head=ARCHITECTURES[architecture][0],
+                        weights=weights)
+
+
+def _weights_file(d: Path, allow_pickle: bool) -> Path:
+    if (d / SAFETENSORS).is_file():
+        return d / SAFETENSORS
+    if (d / PICKLED).is_file():
+        if not allow_pickle:
+            raise ModelError(f"{d / PICKLED}: a pickle (it can run code when read): convert it to {SAFETENSORS} "
+                             "(transformers: model.save_pretrained(dir, safe_serialization=True)), or set "
+                             "model.allow_pickled_weights: true to read it with torch.load(weights_only=True)")
+        return d / PICKLED
+    if (d / f"{SAFETENSORS}.index.json").is_file():
+        raise ModelError(f"{d}: sharded weights ({SAFETENSORS}.index.json) are not supported: save the model as one "
+                         f"{SAFETENSORS}")
+    raise ModelError(f"{d}: no {SAFETENSORS}")
+
+
+def tokenizer_settings(d: Path) -> tuple[dict, list[str]]:
+    """(``tokenizer_config.json`` for the converted directory, the vocabulary by id) from HF's tokenizer files:
+    ``vocab.txt``, or a WordPiece ``tokenizer.json``; a setting ``pipeline.wordpiece`` cannot reproduce is refused
+    by name."""
+    from pipeline.modeling import read_json_object
+
+    cfg_path = d / "tokenizer_config.json"
+    hf = read_json_object(cfg_path) if cfg_path.is_file() else {}
+    cls = hf.get("tokenizer_class")
+    if cls is not None and cls not in TOKENIZER_CLASSES:
+        raise ModelError(f"{cfg_path}: tokenizer_class {cls!r} is not a BERT WordPiece tokenizer "
+                         f"({', '.join(TOKENIZER_CLASSES)})")
+    if hf.get("do_basic_tokenize", True) is not True:
+        raise ModelError(f"{cfg_path}: do_basic_tokenize {hf['do_basic_tokenize']!r} is not supported (only true)")
+    if hf.get("never_split"):
+        raise ModelError(f"{cfg_path}: never_split is not supported (the served tokenizer splits every word)")
+    for key, token in SPECIAL_TOKENS.items():
+        value = hf.get(key, token)
+        value = value.get("content") if isinstance(value, dict) else value
+        if value != token:
+            raise ModelError(f"{cfg_path}: {key} {value!r} is not supported (only {token!r})")
+    for key in ("do_lower_case", "tokenize_chinese_chars"):
+        if not isinstance(hf.get(key, True), bool):
+            raise ModelError(f"{cfg_path}: {key} must be true or false, got {hf[key]!r}")
+    if hf.get("strip_accents") is not None and not isinstance(hf["strip_accents"], bool):
+        raise ModelError(f"{cfg_path}: strip_accents must be true, false or null, got {hf['strip_accents']!r}")
+    vocab = _vocabulary(d)
+    from pipeline.wordpiece import RULES_KEY
+
+    settings = {"tokenizer_class": "BertTokenizer", "do_lower_case": hf.get("do_lower_case", True),
+                "tokenize_chinese_chars": hf.get("tokenize_chinese_chars", True),
+                "strip_accents": hf.get("strip_accents"), RULES_KEY: "huggingface", **SPECIAL_TOKENS}
+    return settings, vocab
+
+
+def _vocabulary(d: Path) -> list[str]:
+    """The tokens by id: ``vocab.txt`` (a token a line), else ``tokenizer.json``'s WordPiece vocabulary."""
+    from pipeline.modeling import read_json_object
+
+    if (d / "vocab.txt").is_file():
+        tokens = (d / "vocab.txt").read_text(encoding="utf-8").replace("\r\n", "\n").split("\n")
+        if tokens and tokens[-1] == "":
+            tokens.pop()
+        where = d / "vocab.txt"
+    elif (d / "tokenizer.json").is_file():
+        where = d / "tokenizer.json"
+        model = read_json_object(where).get("model") or {}
+        if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+            raise ModelError(f"{where}: model type {model.get('type')!r}: only a WordPiece vocabulary is supported")
+        if model.get("continuing_subword_prefix", "##") != "##":
+            raise ModelError(f"{where}: continuing_subword_prefix {model['continuing_subword_prefix']!r} is not "
+                             "supported (only '##')")
+        by_id = {i: t for t, i in model["vocab"].items() if isinstance(i, int) and i >= 0}
+        if len(by_id) != len(model["vocab"]) or sorted(by_id) != list(range(len(by_id))):
+            raise ModelError(f"{where}: the WordPiece vocabulary's ids are not 0..{len(model['vocab']) - 1}")
+        tokens = [by_id[i] for i in range(len(by_id))]
+    else:
+        raise ModelError(f"{d}: no tokenizer vocabulary (vocab.txt or tokenizer.json)")
+    missing = [t for t in ("[PAD]", "[CLS]", "[SEP]", "[UNK]") if t not in tokens]
+    if missing:
+        raise ModelError(f"{where}: vocabulary has no {', '.join(missing)} token ({len(tokens)} tokens)")
+    return tokens
+
+
+def convert(src: Path, dst: Path, allow_pickle: bool = False) -> Path:
+    """Write ``dst`` as a PaddleNLP ERNIE directory (weights, config, tokenizer, labels) from HF checkpoint ``src``;
+    written beside and renamed into place, so a half-written ``dst`` never exists."""
+    import numpy as np
+
+    ckpt = inspect(src, allow_pickle)
+    config = json.loads((ckpt.path / CONFIG).read_text(encoding="utf-8"))
+    tok_config, vocab = tokenizer_settings(ckpt.path)
+    state = paddle_state(_read_weights(ckpt.weights), config, ckpt)
+    pad_id = vocab.index("[PAD]")
+    words = state["ernie.embeddings.word_embeddings.weight"]
+    if len(vocab) > words.shape[0]:
+        raise ModelError(f"{ckpt.path}: {len(vocab)} vocabulary tokens but the weights embed only {words.shape[0]}")
+    out_config = paddle_config(config, ckpt, words.shape[0], pad_id,
+                               state["ernie.embeddings.position_embeddings.weight"].shape[0],
+                               int(state["ernie.embeddings.token_type_embeddings.weight"].shape[0]),
+                               int(state["classifier.weight"].shape[1]) if ckpt.head else None)
+    tmp = Path(dst).with_name(Path(dst).name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _save_paddle(state, tmp / PADDLE_WEIGHTS)
+    (tmp / CONFIG).write_text(json.dumps(out_config, ensure_ascii=False, indent=2), encoding="utf-8")
+    (tmp / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    (tmp / "tokenizer_config.json").write_text(json.dumps(tok_config, ensure_ascii=False, indent=2), encoding="utf-8")
+    (tmp / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS), encoding="utf-8")
+    labels = _labels(config) if ckpt.head != "ErnieForQuestionAnswering" else None
+    if labels:
+        from pipeline.modeling import write_labels
+
+        write_labels(tmp / "labels.json", labels, labels)
+    record = {"source": str(ckpt.path), "model_type": ckpt.model_type, "architecture": ckpt.architecture,
+              "head": ckpt.head, "weights": ckpt.weights.name, "tensors": len(state), "numpy": np.__version__}
+    (tmp / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
+    if Path(dst).exists():
+        shutil.rmtree(dst)
+    tmp.rename(dst)
+    return Path(dst)
+
+
+def _read_weights(path: Path) -> dict:
+    if path.name == PICKLED:
+        try:
+            import torch
+        except ImportError:
+            raise ModelError(f"{path}: reading a pickled checkpoint needs torch, which is not installed: convert it to "
+                             f"{SAFETENSORS} instead") from None
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+        return {k: v.float().numpy() for k, v in state.items()}
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ModelError(f"{path}: cannot read safetensors ({exc})") from None
+
+
+def paddle_state(hf_state: dict, config: dict, ckpt: HFCheckpoint) -> dict:
+    """HF tensors -> PaddleNLP ERNIE's state dict (float32 numpy), every name accounted for; Linear weights
+    transposed.  A missing pooler (HF's token and QA heads have none) is filled for the network's sake: zeros for
+    heads that never read it, a seeded draw for an encoder that will be fine-tuned."""
+    import numpy as np
+
+    head_prefix = ARCHITECTURES[ckpt.architecture][1]
+    out: dict[str, np.ndarray] = {}
+    for name, value in hf_state.items():
+        value = np.asarray(value, dtype=np.float32)
+        body = re.sub(r"^(bert|ernie)\.", "", name)
+        if body.startswith(DROPPED):
+            continue
+        if head_prefix and body.startswith(head_prefix + "."):
+            out["classifier." + body[len(head_prefix) + 1:]] = value.T if value.ndim == 2 else value
+            continue
+        target = _rename(body)
+        if target is None:
+            raise ModelError(f"{ckpt.weights}: tensor {name!r} is not part of a BERT/ERNIE encoder or its "
+                             f"{ckpt.architecture} head")
+        is_linear = value.ndim == 2 and "_embeddings." not in target
+        out["ernie." + target] = value.T if is_linear else value
+    _fill_pooler(out, config, ckpt)
+    _check_shapes(out, config, ckpt)
+    return out
+
+
+def _rename(body: str) -> str | None:
+    body = re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", body))  # TF-era LayerNorm names
+    for pattern, repl in RENAMES:
+        m = re.match(pattern, body)
+        if m:
+            return repl.format(*m.groups()) + body[m.end():]
+    return None
+
+
+def _fill_pooler(out: dict, config: dict, ckpt: HFCheckpoint) -> None:
+    import numpy as np
+
+    if "ernie.pooler.dense.weight" in out:
+        return
+    if ckpt.head == "ErnieForSequenceClassification":
+        raise ModelError(f"{ckpt.weights}: no pooler (pooler.dense.weight): a sequence classifier reads it")
+    hidden = config["hidden_size"]
+    if ckpt.head is None:  # an encoder: its sequence head is fine-tuned on a pooler drawn as PaddleNLP would
+        draw = np.random.default_rng(0).normal(0.0, float(config.get("initializer_range", 0.02)), (hidden, hidden))
+        out["ernie.pooler.dense.weight"] = draw.astype(np.float32)
+    else:
+        out["ernie.pooler.dense.weight"] = np.zeros((hidden, hidden), np.float32)
+    out["ernie.pooler.dense.bias"] = np.zeros((hidden,), np.float32)
+
+
+def _check_shapes(state: dict, config: dict, ckpt: HFCheckpoint) -> None:
+    """The weights against config.json, naming the first tensor that disagrees."""
+    hidden, inner, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    where = ckpt.path / CONFIG
+    expected = {"ernie.embeddings.layer_norm.weight": (hidden,), "ernie.pooler.dense.weight": (hidden, hidden)}
+    for i in range(layers):
+        p = f"ernie.encoder.layers.{i}."
+        expected.update({p + f"self_attn.{n}.weight": (hidden, hidden) for n in ("q_proj", "k_proj", "v_proj", "out_proj")})
+        expected.update({p + "linear1.weight": (hidden, inner), p + "linear2.weight": (inner, hidden),
+                         p + "norm1.weight": (hidden,), p + "norm2.weight": (hidden,)})
+    for name in ("word", "position", "token_type"):
+        key = f"ernie.embeddings.{name}_embeddings.weight"
+        if key not in state:
+            raise ModelError(f"{ckpt.weights}: no {name}_embeddings: not a BERT/ERNIE checkpoint")
+        expected[key] = (state[key].shape[0], hidden)
+    for key, shape in expected.items():
+        if key not in state:
+            raise ModelError(f"{where}: num_hidden_layers {layers} but the weights have no {key}")
+        if tuple(state[key].shape) != shape:
+            raise ModelError(f"{where}: hidden_size {hidden} / intermediate_size {inner} do not match the weights: "
+                             f"{key} is {list(state[key].shape)}")
+    extra = {int(m.group(1)) for k in state for m in [re.match(r"ernie\.encoder\.layers\.(\d+)\.", k)] if m} - set(range(layers))
+    if extra:
+        raise ModelError(f"{where}: num_hidden_layers {layers} but the weights hold layer {max(extra)}")
+    if config.get("use_task_id") and "ernie.embeddings.task_type_embeddings.weight" not in state:
+        raise ModelError(f"{where}: use_task_id is true but the weights have no task_type_embeddings")
+    if ckpt.head and "classifier.weight" not in state:
+        raise ModelError(f"{ckpt.weights}: {ckpt.architecture} without its head ({ARCHITECTURES[ckpt.architecture][1]}.weight)")
+    if ckpt.head == "ErnieForQuestionAnswering" and state["classifier.weight"].shape[1] != 2:
+        raise ModelError(f"{ckpt.weights}: a question-answering head of {state['classifier.weight'].shape[1]} outputs, "
+                         "expected 2 (start, end)")
+
+
+def paddle_config(config: dict, ckpt: HFCheckpoint, vocab_size: int, pad_id: int, positions: int, types: int,
+                  classes: int | None) -> dict:
+    """PaddleNLP's ErnieConfig for the converted weights.  ``pad_token_id`` is the vocabulary's [PAD]: PaddleNLP
+    masks attention where ``input_ids == pad_token_id``, as HF's tokenizer masks its padding."""
+    out = {
+        "model_type": "ernie", "vocab_size": vocab_size, "hidden_size": config["hidden_size"],
+        "num_hidden_layers": config["num_hidden_layers"], "num_attention_heads": config["num_attention_heads"],
+        "intermediate_size": config["intermediate_size"], "hidden_act": config.get("hidden_act", "gelu"),
+        "hidden_dropout_prob": config.get("hidden_dropout_prob", 0.1),
+        "attention_probs_dropout_prob": config.get("attention_probs_dropout_prob", 0.1),
+        "max_position_embeddings": positions, "type_vocab_size": types,
+        "initializer_range": config.get("initializer_range", 0.02), "pad_token_id": pad_id, "pool_act": "tanh",
+        "layer_norm_eps": float(config.get("layer_norm_eps", 1e-12)),
+        "use_task_id": bool(config.get("use_task_id", False)), "task_id": 0,
+        "task_type_vocab_size": int(config.get("task_type_vocab_size", 3)),
+    }
+    if ckpt.head:
+        out["architectures"] = [ckpt.head]
+        out["num_labels"] = classes
+    if ckpt.head and ckpt.head != "ErnieForQuestionAnswering" and isinstance(config.get("id2label"), dict):
+        out["id2label"] = {str(k): str(v) for k, v in config["id2label"].items()}
+    return out
+
+
+def _labels(config: dict) -> list[str] | None:
+    """``id2label`` in id order when it names real labels (not LABEL_0, LABEL_1, ...)."""
+    from pipeline.labels_file import placeholder_id2label
+
+    id2label = config.get("id2label")
+    if not isinstance(id2label, dict) or not id2label or placeholder_id2label(id2label):
+        return None
+    try:
+        return [str(id2label.get(str(i), id2label.get(i))) for i in range(len(id2label))]
+    except (TypeError, ValueError):
+        return None
+
+
+def _save_paddle(state: dict, path: Path) -> None:
+    import paddle
+
+    paddle.save({k: paddle.to_tensor(v) for k, v in state.items()}, str(path))
+
+
+def converted(src: Path, cache_root: Path, allow_pickle: bool = False, log=print) -> Path:
+    """The PaddleNLP directory for HF checkpoint ``src``, converted once into ``cache_root/<content hash>``."""
+    from pipeline.hashing import tree_sha256
+
+    digest = tree_sha256(Path(src))
+    dst = Path(cache_root) / f"hf-{digest[:16]}"
+    if (dst / RECORD).is_file() and (dst / PADDLE_WEIGHTS).is_file():
+        return dst
+    import time
+
+    t0 = time.perf_counter()
+    convert(src, dst, allow_pickle)
+    log(f"[finetune] {src} is a Hugging Face {inspect(src, allow_pickle).architecture} checkpoint: converted to "
+        f"PaddleNLP ERNIE in {time.perf_counter() - t0:.1f}s ({dst})")
+    return dst
+
+
+def encoder_only(converted_dir: Path) -> Path:
+    """A sibling of a converted directory without its head (``classifier.*``, ``architectures``, labels): the task
+    fine-tunes its own head on the encoder."""
+    from pipeline.safe_weights import load_state_dict
+
+    src = Path(converted_dir)
+    dst = src.with_name(src.name + "-encoder")
+    if (dst / RECORD).is_file():
+        return dst
+    tmp = dst.with_name(dst.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(PADDLE_WEIGHTS, "labels.json"))
+    state = load_state_dict(src / PADDLE_WEIGHTS)
+    _save_paddle({k: v for k, v in state.items() if not k.startswith("classifier.")}, tmp / PADDLE_WEIGHTS)
+    config = json.loads((src / CONFIG).read_text(encoding="utf-8"))
+    for key in ("architectures", "id2label", "label2id", "num_labels"):
+        config.pop(key, None)
+    (tmp / CONFIG).write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+    return dst
