@@ -320,11 +320,14 @@ def _check_shapes(state: dict, config: dict, ckpt: HFCheckpoint) -> None:
         expected.update({p + f"self_attn.{n}.weight": (hidden, hidden) for n in ("q_proj", "k_proj", "v_proj", "out_proj")})
         expected.update({p + "linear1.weight": (hidden, inner), p + "linear2.weight": (inner, hidden),
                          p + "norm1.weight": (hidden,), p + "norm2.weight": (hidden,)})
-    for name in ("word", "position", "token_type"):
+    for name, field in (("word", "vocab_size"), ("position", "max_position_embeddings"), ("token_type", "type_vocab_size")):
         key = f"ernie.embeddings.{name}_embeddings.weight"
         if key not in state:
             raise ModelError(f"{ckpt.weights}: no {name}_embeddings: not a BERT/ERNIE checkpoint")
-        expected[key] = (state[key].shape[0], hidden)
+        rows = state[key].shape[0]
+        if field in config and config[field] != rows:
+            raise ModelError(f"{where}: {field} {config[field]} but the weights' {name}_embeddings have {rows} rows")
+        expected[key] = (rows, hidden)
     for key, shape in expected.items():
         if key not in state:
             raise ModelError(f"{where}: num_hidden_layers {layers} but the weights have no {key}")

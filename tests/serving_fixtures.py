@@ -1,9 +1,9 @@
-"""A stand-in for the export stage's output, made from the tiny fine-tuned model (serving tests only).
+"""Exports and bundles for the serving tests.
 
-Writes the export contract's layout (paddle_fp32/, onnx/fp32.onnx, onnx/int8.onnx, tokenizer/,
-labels.json, meta.json) with the same libraries the export stage uses: paddle.jit.save,
-paddle2onnx, onnxruntime.quantization.quantize_dynamic.  The lead replaces it with the export stage
-itself once that lands.
+``tiny_export`` is the export stage's own output for the tiny fine-tuned classifier (the pipeline run to export).
+The NER, reading and UIE stand-ins below still write the export contract's layout themselves from tiny RANDOM
+models (``export_layer``: paddle.jit.save, paddle2onnx, ``quantize_dynamic``), because those tests need models
+of a given shape in seconds; the real export of each kind is served in ``tests/test_kinds_e2e.py``.
 """
 
 from __future__ import annotations
@@ -16,13 +16,6 @@ import pipeline  # noqa: F401  (numpy before paddle)
 from pipeline.contract import ExportLayout, write_meta
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-
-
-def make_export_dir(model_dir: Path, out: Path, labels: list[str], label_names: list[str], max_seq_len: int, task: str = "tiny") -> Path:
-    from pipeline.modeling import load_classifier
-
-    model = load_classifier(model_dir, len(labels))
-    return export_layer(model, out, Path(model_dir), labels, label_names, max_seq_len, task)
 
 
 def export_layer(model, out: Path, tokenizer_src: Path, labels: list[str], label_names: list[str], max_seq_len: int, task: str,
@@ -91,12 +84,24 @@ def _name_output(path: Path, name: str) -> None:
 import pytest  # noqa: E402
 
 
+# compress kept quick on the tiny model: no pruning, one timing batch, one calibration setting
+QUICK_EXPORT = {"compress.strategy": "ptq", "compress.throughput_batches": 1, "compress.timing_rounds": 2,
+                "compress.algo_list": "[mse]", "compress.batch_size_list": "[4]", "gates.max_int8_size_ratio": 1,
+                "gates.max_accuracy_drop": 100}
+
+
 @pytest.fixture(scope="session")
 def tiny_export(tiny_finetuned, tmp_path_factory) -> Path:
-    from conftest import LABEL_NAMES, LABELS
+    """The export stage's own output for the tiny model (compress, then export, as ``make bundle`` runs them): the
+    forms the serving tests package and serve are the ones a real bundle ships."""
+    from conftest import tiny_cli_args
+    from pipeline.cli import main
 
-    out = tmp_path_factory.mktemp("tiny_export") / "out"
-    return make_export_dir(tiny_finetuned["model_dir"], out, LABELS, LABEL_NAMES, max_seq_len=32)
+    runs = tmp_path_factory.mktemp("tiny_export") / "runs"
+    shutil.copytree(tiny_finetuned["runs_dir"], runs)
+    sets = [a for k, v in QUICK_EXPORT.items() for a in ("--set", f"{k}={v}")]
+    assert main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--until", "export", *sets]) == 0
+    return runs / "tiny" / "export" / "out"
 
 
 @pytest.fixture(scope="session")
@@ -123,6 +128,18 @@ def tiny_fused_bundle(tiny_export, tmp_path_factory) -> Path:
     prov = Provenance(metrics={"accuracy": 1.0, "chosen_backend": "onnxruntime-int8"}, gates={"accuracy_drop": "pass"})
     pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, top_k=2, max_text_bytes=4096)
     return write_repository(repo, "tiny", ExportArtifacts.from_dir(tiny_export), pc, prov, deploy=DeployConfig()).path
+
+
+def export_without(export: Path, dst: Path, *forms: str) -> Path:
+    """A copy of ``export`` without the models of ``forms`` (``pipeline.contract.FORMS`` names): an export that
+    did not make them (no QDQ form, no OpenVINO IR)."""
+    shutil.copytree(export, dst)
+    layout = ExportLayout(dst)
+    for form in forms:
+        path = layout.path(form)
+        for p in [path, path.with_suffix(".bin")] if path.suffix == ".xml" else [path]:
+            p.unlink()
+    return dst
 
 
 # -- token classification (NER) and reading comprehension (MRC) stand-ins ------------------------

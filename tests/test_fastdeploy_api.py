@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from serving_fixtures import (SPAN_FILLER, make_pointer_export, ner_data, ner_export, tiny_export,  # noqa: F401
+from serving_fixtures import (SPAN_FILLER, export_without, make_pointer_export, ner_data, ner_export, tiny_export,  # noqa: F401
                               write_char_vocab)
 
 from pipeline.errors import ConfigError
@@ -371,11 +371,8 @@ def test_cli_refuses_the_combination_with_exit_2(capsys, tmp_path):
 def test_fastdeploy_openvino_ships_onnx_never_the_openvino_ir(tiny_export, tmp_path):
     """FastDeploy's backend opens only <version>/model.onnx or model.pdmodel + model.pdiparams and its OpenVINO reads
     Paddle or ONNX: an export with an OpenVINO IR still ships ONNX (the QDQ INT8 form when there is one)."""
-    exp = tmp_path / "exp"
-    shutil.copytree(tiny_export, exp)
-    (exp / "openvino").mkdir()
-    (exp / "openvino" / "int8.xml").write_text("<net/>")
-    (exp / "openvino" / "int8.bin").write_bytes(b"\0")
+    exp = export_without(tiny_export, tmp_path / "exp", "onnx_int8_qdq")
+    assert (exp / "openvino" / "int8.xml").is_file()  # the export's OpenVINO IR
     pc = PackageConfig(runtime="fastdeploy", fastdeploy_engine="openvino", layout="ensemble", instance_count=2, threads=1)
     assert choose_model(ExportArtifacts.from_dir(exp), pc).form == "onnx_fp32"  # no QDQ form exported
     info = write_repository(tmp_path / "repo", "tiny", ExportArtifacts.from_dir(exp), pc)
@@ -391,13 +388,13 @@ def test_fastdeploy_openvino_ships_onnx_never_the_openvino_ir(tiny_export, tmp_p
 
 
 def test_fastdeploy_paddle_config_names_the_programs_own_output(tiny_export, tmp_path):
-    """The tiny export's Paddle program keeps paddle.jit.save's output name (as FastDeploy's example shows,
-    linear_113.tmp_1): the model config and the ensemble's map use the program's name, which FastDeploy's backend
-    checks, whatever the export called it."""
+    """The model config and the ensemble's map use the Paddle program's own output name, which FastDeploy's backend
+    checks, whatever the export called it (paddle.jit.save alone names it after the last op, as FastDeploy's example
+    shows, linear_113.tmp_1; the export stage's program says logits)."""
     from serving.bundle.model_io import tensor_names
 
     ins, outs = tensor_names(tiny_export / "paddle_fp32" / "model.pdmodel")
-    assert ins == ["input_ids", "token_type_ids"] and len(outs) == 1 and outs[0] != "logits"
+    assert ins == ["input_ids", "token_type_ids"] and len(outs) == 1
     info = write_repository(tmp_path / "repo", "tiny", ExportArtifacts.from_dir(tiny_export),
                             PackageConfig(runtime="fastdeploy", fastdeploy_engine="paddle", api="fastdeploy"))
     model = parse_pbtxt((info.path / "ernie_seqcls_model" / "config.pbtxt").read_text())

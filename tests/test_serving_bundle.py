@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from serving_fixtures import tiny_bundle, tiny_export  # noqa: F401  (fixtures)
+from serving_fixtures import export_without, tiny_bundle, tiny_export  # noqa: F401  (fixtures)
 
 from pipeline.errors import ConfigError
 from serving.bundle.config import ACCELERATORS, FASTDEPLOY_ENGINES, PackageConfig
@@ -250,7 +250,7 @@ def test_sibling_modules_run_their_source_never_a_pyc(tmp_path):
 
 
 def test_failed_package_leaves_previous_bundle_untouched(tiny_export, tmp_path):
-    exp = ExportArtifacts.from_dir(tiny_export)
+    exp = ExportArtifacts.from_dir(export_without(tiny_export, tmp_path / "export", "onnx_int8_qdq"))
     repo = tmp_path / "repo"
     first = write_repository(repo, "tiny", exp, PackageConfig())
     before = json.loads((first.path / "bundle.json").read_text())
@@ -267,11 +267,12 @@ def test_failed_package_leaves_previous_bundle_untouched(tiny_export, tmp_path):
     assert json.loads((second.path / "bundle.json").read_text())["package"]["top_k"] == 1
 
 
-def test_model_choice_per_runtime(tiny_export):
-    exp = ExportArtifacts.from_dir(tiny_export)
+def test_model_choice_per_runtime(tiny_export, tmp_path):
+    assert choose_model(ExportArtifacts.from_dir(tiny_export), PackageConfig(), preferred="int8_qdq").form == "onnx_int8_qdq"
+    exp = ExportArtifacts.from_dir(export_without(tiny_export, tmp_path / "export", "onnx_int8_qdq"))
     assert choose_model(exp, PackageConfig()).form == "onnx_int8"
     assert choose_model(exp, PackageConfig(), preferred="fp32").form == "onnx_fp32"
-    assert choose_model(exp, PackageConfig(), preferred="int8_qdq").form == "onnx_int8"  # no QDQ exported: dynamic int8
+    assert choose_model(exp, PackageConfig(), preferred="int8_qdq").form == "onnx_int8"  # no QDQ exported: INT8
     assert choose_model(exp, PackageConfig(runtime="onnxruntime", kind="GPU")).form == "onnx_fp32"
     assert choose_model(exp, PackageConfig(runtime="python-paddle")).form == "paddle_fp32"
     assert choose_model(exp, PackageConfig(runtime="fastdeploy", fastdeploy_engine="paddle")).model_file == "model.pdmodel"

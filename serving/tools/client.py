@@ -23,6 +23,19 @@ UIE_OUTPUTS = ("results",)
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 
 
+
+def grpc_module():
+    """``tritonclient.grpc``, with gRPC's fork handlers off.  Our tools start children (perf_analyzer, tritonserver,
+    haproxy) with a ``preexec_fn``, so with a fork, not vfork; with gRPC channels open, gRPC's pre-fork handler waited
+    forever for its threads (seen: ``make test`` hung in make tune's perf_analyzer start, the stack in
+    ``__run_prefork_handlers``).  The children exec at once and never use gRPC, so the handlers protect nothing."""
+    import os
+
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # read when gRPC first initializes
+    import tritonclient.grpc as tc
+
+    return tc
+
 class ClientError(RuntimeError):
     """The server could not be reached or is not ready."""
 
@@ -113,8 +126,7 @@ class ClassifierClient:
 
             self._client = tc.InferenceServerClient(self.url, connection_timeout=timeout, network_timeout=timeout)
         else:
-            import tritonclient.grpc as tc
-
+            tc = grpc_module()
             self._client = tc.InferenceServerClient(self.url)
         self._tc = tc
 

@@ -118,9 +118,11 @@ def input_data(task_type: str, items: Sequence, path: Path, limit: int = 2000) -
 
 
 def _model_stats(url: str) -> dict[str, dict]:
-    import tritonclient.grpc as tg
-
     from tritonclient.utils import InferenceServerException
+
+    from serving.tools.client import grpc_module
+
+    tg = grpc_module()
 
     try:
         client = tg.InferenceServerClient(url)
