@@ -26,10 +26,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pipeline.errors import ModelError
+from pipeline.tokenizer import TOKENIZER_CONFIG
 
 SAFETENSORS = "model.safetensors"
 PICKLED = "pytorch_model.bin"
@@ -46,8 +47,7 @@ ARCHITECTURES: dict[str, tuple[str | None, str | None]] = {
        for suffix in ("Model", "ForMaskedLM", "ForPreTraining", "ForNextSentencePrediction")},
 }
 DROPPED = ("cls.", "embeddings.position_ids")  # pre-training heads; a buffer older checkpoints saved
-SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-                  "mask_token": "[MASK]"}
+SPECIAL_TOKENS = {k: v for k, v in TOKENIZER_CONFIG.items() if k.endswith("_token")}  # the only ones served
 TOKENIZER_CLASSES = ("BertTokenizer", "BertTokenizerFast", "ErnieTokenizer")
 # HF name (after the bert./ernie. prefix) -> PaddleNLP ERNIE name; {} is the layer index
 RENAMES = (
@@ -73,8 +73,11 @@ class HFCheckpoint:
     path: Path
     model_type: str
     architecture: str  # the HF class named in config.json (BertModel when it names none)
-    head: str | None  # this project's head class, None for an encoder
+    head: str | None  # this project's head class, None for an encoder (or when the head is dropped)
     weights: Path
+    config: dict  # config.json as read
+    tokenizer: dict  # the converted directory's tokenizer_config.json (tokenizer_settings)
+    vocab: tuple[str, ...]  # the tokens by id
 
 
 def is_hugging_face(model_dir: Path) -> bool:
@@ -117,9 +120,9 @@ def inspect(model_dir: Path, allow_pickle: bool = False) -> HFCheckpoint:
         known = sorted({a.replace("Ernie", "Bert") for a in ARCHITECTURES})
         raise ModelError(f"{where}: architectures {architecture!r}: a head this pipeline does not know "
                          f"(known: {', '.join(known)} and their Ernie forms)")
-    tokenizer_settings(d)  # refuse a tokenizer we cannot reproduce before anything runs
+    tokenizer, vocab = tokenizer_settings(d)  # refuse a tokenizer we cannot reproduce before anything runs
     return HFCheckpoint(path=d, model_type=model_type, architecture=architecture, head=ARCHITECTURES[architecture][0],
-                        weights=weights)
+                        weights=weights, config=config, tokenizer=tokenizer, vocab=tuple(vocab))
 
 
 def _weights_file(d: Path, allow_pickle: bool) -> Path:
@@ -195,44 +198,39 @@ def _vocabulary(d: Path) -> list[str]:
         tokens = [by_id[i] for i in range(len(by_id))]
     else:
         raise ModelError(f"{d}: no tokenizer vocabulary (vocab.txt or tokenizer.json)")
-    missing = [t for t in ("[PAD]", "[CLS]", "[SEP]", "[UNK]") if t not in tokens]
+    from pipeline.modeling import REQUIRED_TOKENS
+
+    missing = [t for t in REQUIRED_TOKENS if t not in tokens]
     if missing:
         raise ModelError(f"{where}: vocabulary has no {', '.join(missing)} token ({len(tokens)} tokens)")
     return tokens
 
 
-def convert(src: Path, dst: Path, allow_pickle: bool = False) -> Path:
+def convert(src: Path, dst: Path, allow_pickle: bool = False, keep_head: bool = True) -> Path:
     """Write ``dst`` as a PaddleNLP ERNIE directory (weights, config, tokenizer, labels) from HF checkpoint ``src``;
-    written beside and renamed into place, so a half-written ``dst`` never exists."""
-    import numpy as np
+    written beside and renamed into place, so a half-written ``dst`` never exists.  ``keep_head`` False: the encoder
+    alone (the task fine-tunes its own head)."""
+    from pipeline.modeling import write_labels
+    from pipeline.tokenizer import write_vocab
 
     ckpt = inspect(src, allow_pickle)
-    config = json.loads((ckpt.path / CONFIG).read_text(encoding="utf-8"))
-    tok_config, vocab = tokenizer_settings(ckpt.path)
-    state = paddle_state(_read_weights(ckpt.weights), config, ckpt)
-    pad_id = vocab.index("[PAD]")
+    if not keep_head:
+        ckpt = replace(ckpt, head=None)
+    state = paddle_state(_read_weights(ckpt.weights), ckpt)
     words = state["ernie.embeddings.word_embeddings.weight"]
-    if len(vocab) > words.shape[0]:
-        raise ModelError(f"{ckpt.path}: {len(vocab)} vocabulary tokens but the weights embed only {words.shape[0]}")
-    out_config = paddle_config(config, ckpt, words.shape[0], pad_id,
-                               state["ernie.embeddings.position_embeddings.weight"].shape[0],
-                               int(state["ernie.embeddings.token_type_embeddings.weight"].shape[0]),
-                               int(state["classifier.weight"].shape[1]) if ckpt.head else None)
+    if len(ckpt.vocab) > words.shape[0]:
+        raise ModelError(f"{ckpt.path}: {len(ckpt.vocab)} vocabulary tokens but the weights embed only {words.shape[0]}")
     tmp = Path(dst).with_name(Path(dst).name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     _save_paddle(state, tmp / PADDLE_WEIGHTS)
-    (tmp / CONFIG).write_text(json.dumps(out_config, ensure_ascii=False, indent=2), encoding="utf-8")
-    (tmp / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    (tmp / "tokenizer_config.json").write_text(json.dumps(tok_config, ensure_ascii=False, indent=2), encoding="utf-8")
-    (tmp / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS), encoding="utf-8")
-    labels = _labels(config) if ckpt.head != "ErnieForQuestionAnswering" else None
+    (tmp / CONFIG).write_text(json.dumps(paddle_config(ckpt, state), ensure_ascii=False, indent=2), encoding="utf-8")
+    write_vocab(list(ckpt.vocab), tmp, ckpt.tokenizer)
+    labels = _labels(ckpt.config) if ckpt.head not in (None, "ErnieForQuestionAnswering") else None
     if labels:
-        from pipeline.modeling import write_labels
-
         write_labels(tmp / "labels.json", labels, labels)
     record = {"source": str(ckpt.path), "model_type": ckpt.model_type, "architecture": ckpt.architecture,
-              "head": ckpt.head, "weights": ckpt.weights.name, "tensors": len(state), "numpy": np.__version__}
+              "head": ckpt.head, "weights": ckpt.weights.name, "tensors": len(state)}
     (tmp / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
     if Path(dst).exists():
         shutil.rmtree(dst)
@@ -258,13 +256,13 @@ def _read_weights(path: Path) -> dict:
         raise ModelError(f"{path}: cannot read safetensors ({exc})") from None
 
 
-def paddle_state(hf_state: dict, config: dict, ckpt: HFCheckpoint) -> dict:
+def paddle_state(hf_state: dict, ckpt: HFCheckpoint) -> dict:
     """HF tensors -> PaddleNLP ERNIE's state dict (float32 numpy), every name accounted for; Linear weights
     transposed.  A missing pooler (HF's token and QA heads have none) is filled for the network's sake: zeros for
     heads that never read it, a seeded draw for an encoder that will be fine-tuned."""
     import numpy as np
 
-    head_prefix = ARCHITECTURES[ckpt.architecture][1]
+    config, head_prefix = ckpt.config, ARCHITECTURES[ckpt.architecture][1]
     out: dict[str, np.ndarray] = {}
     for name, value in hf_state.items():
         value = np.asarray(value, dtype=np.float32)
@@ -272,7 +270,8 @@ def paddle_state(hf_state: dict, config: dict, ckpt: HFCheckpoint) -> dict:
         if body.startswith(DROPPED):
             continue
         if head_prefix and body.startswith(head_prefix + "."):
-            out["classifier." + body[len(head_prefix) + 1:]] = value.T if value.ndim == 2 else value
+            if ckpt.head:  # kept: this project's heads are all named classifier
+                out["classifier." + body[len(head_prefix) + 1:]] = value.T if value.ndim == 2 else value
             continue
         target = _rename(body)
         if target is None:
@@ -346,25 +345,28 @@ def _check_shapes(state: dict, config: dict, ckpt: HFCheckpoint) -> None:
                          "expected 2 (start, end)")
 
 
-def paddle_config(config: dict, ckpt: HFCheckpoint, vocab_size: int, pad_id: int, positions: int, types: int,
-                  classes: int | None) -> dict:
-    """PaddleNLP's ErnieConfig for the converted weights.  ``pad_token_id`` is the vocabulary's [PAD]: PaddleNLP
-    masks attention where ``input_ids == pad_token_id``, as HF's tokenizer masks its padding."""
+def paddle_config(ckpt: HFCheckpoint, state: dict) -> dict:
+    """PaddleNLP's ErnieConfig for the converted weights (sizes from the tensors).  ``pad_token_id`` is the
+    vocabulary's [PAD]: PaddleNLP masks attention where ``input_ids == pad_token_id``, as HF's tokenizer masks its
+    padding."""
+    config = ckpt.config
+    rows = {n: int(state[f"ernie.embeddings.{n}_embeddings.weight"].shape[0]) for n in ("word", "position", "token_type")}
     out = {
-        "model_type": "ernie", "vocab_size": vocab_size, "hidden_size": config["hidden_size"],
+        "model_type": "ernie", "vocab_size": rows["word"], "hidden_size": config["hidden_size"],
         "num_hidden_layers": config["num_hidden_layers"], "num_attention_heads": config["num_attention_heads"],
         "intermediate_size": config["intermediate_size"], "hidden_act": config.get("hidden_act", "gelu"),
         "hidden_dropout_prob": config.get("hidden_dropout_prob", 0.1),
         "attention_probs_dropout_prob": config.get("attention_probs_dropout_prob", 0.1),
-        "max_position_embeddings": positions, "type_vocab_size": types,
-        "initializer_range": config.get("initializer_range", 0.02), "pad_token_id": pad_id, "pool_act": "tanh",
+        "max_position_embeddings": rows["position"], "type_vocab_size": rows["token_type"],
+        "initializer_range": config.get("initializer_range", 0.02), "pad_token_id": ckpt.vocab.index("[PAD]"),
+        "pool_act": "tanh",
         "layer_norm_eps": float(config.get("layer_norm_eps", 1e-12)),
         "use_task_id": bool(config.get("use_task_id", False)), "task_id": 0,
         "task_type_vocab_size": int(config.get("task_type_vocab_size", 3)),
     }
     if ckpt.head:
         out["architectures"] = [ckpt.head]
-        out["num_labels"] = classes
+        out["num_labels"] = int(state["classifier.weight"].shape[1])
     if ckpt.head and ckpt.head != "ErnieForQuestionAnswering" and isinstance(config.get("id2label"), dict):
         out["id2label"] = {str(k): str(v) for k, v in config["id2label"].items()}
     return out
@@ -389,41 +391,21 @@ def _save_paddle(state: dict, path: Path) -> None:
     paddle.save({k: paddle.to_tensor(v) for k, v in state.items()}, str(path))
 
 
-def converted(src: Path, cache_root: Path, allow_pickle: bool = False, log=print) -> Path:
-    """The PaddleNLP directory for HF checkpoint ``src``, converted once into ``cache_root/<content hash>``."""
-    from pipeline.hashing import tree_sha256
-
-    digest = tree_sha256(Path(src))
-    dst = Path(cache_root) / f"hf-{digest[:16]}"
+def converted(src: Path, work_dir: Path, allow_pickle: bool = False, log=print, keep_head: bool = True) -> Path:
+    """The PaddleNLP directory for HF checkpoint ``src``, converted once into ``work_dir`` (the finetune stage's
+    work/, keyed by the stage key, which holds the checkpoint's content hash; kept across an interruption)."""
+    dst = Path(work_dir) / ("hf-model" if keep_head else "hf-encoder")
     if (dst / RECORD).is_file() and (dst / PADDLE_WEIGHTS).is_file():
         return dst
     import time
 
     t0 = time.perf_counter()
-    convert(src, dst, allow_pickle)
-    log(f"[finetune] {src} is a Hugging Face {inspect(src, allow_pickle).architecture} checkpoint: converted to "
-        f"PaddleNLP ERNIE in {time.perf_counter() - t0:.1f}s ({dst})")
+    convert(src, dst, allow_pickle, keep_head)
+    log(f"[finetune] {src} is a Hugging Face {source_architecture(dst)} checkpoint: converted to PaddleNLP ERNIE"
+        f"{'' if keep_head else ' (its head dropped)'} in {time.perf_counter() - t0:.1f}s ({dst})")
     return dst
 
 
-def encoder_only(converted_dir: Path) -> Path:
-    """A sibling of a converted directory without its head (``classifier.*``, ``architectures``, labels): the task
-    fine-tunes its own head on the encoder."""
-    from pipeline.safe_weights import load_state_dict
-
-    src = Path(converted_dir)
-    dst = src.with_name(src.name + "-encoder")
-    if (dst / RECORD).is_file():
-        return dst
-    tmp = dst.with_name(dst.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(PADDLE_WEIGHTS, "labels.json"))
-    state = load_state_dict(src / PADDLE_WEIGHTS)
-    _save_paddle({k: v for k, v in state.items() if not k.startswith("classifier.")}, tmp / PADDLE_WEIGHTS)
-    config = json.loads((src / CONFIG).read_text(encoding="utf-8"))
-    for key in ("architectures", "id2label", "label2id", "num_labels"):
-        config.pop(key, None)
-    (tmp / CONFIG).write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
-    shutil.rmtree(dst, ignore_errors=True)
-    tmp.rename(dst)
-    return dst
+def source_architecture(converted_dir: Path) -> str:
+    """The HF class a converted directory came from (its ``hf_import.json``)."""
+    return str(json.loads((Path(converted_dir) / RECORD).read_text(encoding="utf-8"))["architecture"])

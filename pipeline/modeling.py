@@ -240,10 +240,7 @@ def check_head(info: ModelInfo, labels: Sequence[str], max_seq_len: int, archite
     ``architecture``: the head class the task kind needs; a model saved with another head (say a
     sentence classifier given to a NER task) is refused rather than silently re-headed.
     """
-    if info.max_position_embeddings < max_seq_len:
-        raise ModelError(
-            f"model {info.path}: max_position_embeddings {info.max_position_embeddings} < task max_seq_len {max_seq_len}"
-        )
+    check_positions(info, max_seq_len)
     if info.head_classes is None:
         return False
     if architecture and info.architecture and info.architecture != architecture and info.architecture.startswith("ErnieFor"):
@@ -259,6 +256,14 @@ def check_head(info: ModelInfo, labels: Sequence[str], max_seq_len: int, archite
             f"{list(labels)[:5]}..."
         )
     return True
+
+
+def check_positions(info: ModelInfo, max_seq_len: int) -> None:
+    """Refuse a model whose position table is shorter than the task's inputs."""
+    if info.max_position_embeddings < max_seq_len:
+        raise ModelError(
+            f"model {info.path}: max_position_embeddings {info.max_position_embeddings} < task max_seq_len {max_seq_len}"
+        )
 
 
 def resolve_model_dir(cfg: ModelConfig) -> Path | None:

@@ -71,7 +71,7 @@ class Tokenizer:
         try:
             options = wordpiece.options(config)
         except ValueError as exc:
-            raise ModelError(f"{cfg_path}: {exc}".replace("tokenizer_config.json: ", "", 1)) from None
+            raise ModelError(f"{cfg_path}: {exc}") from None
         return cls(model_dir / "vocab.txt", max_seq_len=max_seq_len, **options)
 
     def encode(self, texts_a: Sequence[str], texts_b: Sequence[str | None] | None = None) -> Encoded:
@@ -116,9 +116,10 @@ def build_char_vocab(texts: Iterable[str], min_freq: int = 2) -> list[str]:
     return list(SPECIAL_TOKENS) + [p for p in pieces if p not in SPECIAL_TOKENS]
 
 
-def write_vocab(vocab: list[str], model_dir: Path) -> None:
+def write_vocab(vocab: list[str], model_dir: Path, config: dict = TOKENIZER_CONFIG) -> None:
+    """vocab.txt (a token a line), ``config`` as tokenizer_config.json and its special tokens' map."""
     model_dir = Path(model_dir)
     (model_dir / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    (model_dir / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2), encoding="utf-8")
-    special = {k: v for k, v in TOKENIZER_CONFIG.items() if k.endswith("_token")}
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
+    special = {k: v for k, v in config.items() if k.endswith("_token")}
     (model_dir / "special_tokens_map.json").write_text(json.dumps(special), encoding="utf-8")

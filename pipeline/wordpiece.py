@@ -38,7 +38,7 @@ def options(config: dict) -> dict:
     (``paddlenlp``, or ``huggingface`` for an imported HF model)."""
     rules = config.get(RULES_KEY, "paddlenlp")
     if rules not in RULES:
-        raise ValueError(f"tokenizer_config.json: {RULES_KEY} {rules!r} is not one of {', '.join(RULES)}")
+        raise ValueError(f"{RULES_KEY} {rules!r} is not one of {', '.join(RULES)}")
     accents = config.get("strip_accents")
     return {"lowercase": bool(config.get("do_lower_case", True)),
             "chinese_chars": bool(config.get("tokenize_chinese_chars", True)),

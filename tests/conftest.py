@@ -8,7 +8,6 @@ export or quantization shows up as an accuracy drop.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from pathlib import Path
@@ -17,9 +16,11 @@ import pytest
 
 import pipeline  # noqa: F401  (must come before paddle: import order, MKL setup)
 
+from serving.tools.client import without_grpc_fork_handlers  # noqa: E402
+
 # Tests open gRPC clients in this process and then start tritonserver / perf_analyzer with a preexec_fn (a fork):
 # gRPC's fork handlers can wait forever there (serving.tools.client.grpc_module says why); before any gRPC import.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+without_grpc_fork_handlers()
 
 LABELS = ["100", "101", "102"]
 LABEL_NAMES = ["news_sports", "news_finance", "news_tech"]

@@ -164,7 +164,7 @@ def test_labels_and_heads_carry_over(tmp_path):
 def test_encoder_only_drops_a_head(tmp_path):
     from pipeline.modeling import inspect_model
 
-    out = hf_import.encoder_only(hf_import.convert(GOLDEN / "bert-sequence", tmp_path / "seq"))
+    out = hf_import.convert(GOLDEN / "bert-sequence", tmp_path / "seq", keep_head=False)
     info = inspect_model(out)
     assert info.head_classes is None and info.labels is None and info.architecture is None
 

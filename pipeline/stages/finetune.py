@@ -22,6 +22,7 @@ from pipeline.data import data_hashes
 from pipeline.kinds import get_kind, load_task_data
 from pipeline.modeling import (
     check_head,
+    check_positions,
     create_scratch_classifier,
     inspect_model,
     load_classifier,
@@ -100,29 +101,28 @@ def _convert_uie(ctx, model_dir: Path):
 
 
 def _imported(ctx, hf_dir: Path, data):
-    """A Hugging Face checkpoint, converted once into work/ (kept across an interruption; the stage key holds the
-    checkpoint's content hash): (the converted directory to train from, None), or (its folder in out/, the
-    result) when its head is the task's.  A head that is not the task's (other labels, another kind) is dropped
-    and a new one fine-tuned, as for an encoder."""
+    """A Hugging Face checkpoint, converted once into work/ (``hf_import.converted``): (the converted directory to
+    train from, None), or (its folder in out/, the result) when its head is the task's.  A head that is not the
+    task's (other labels, another kind) is left out of the conversion and a new one fine-tuned, as for an encoder."""
     from pipeline.errors import ModelError
     from pipeline.records import StageResult
 
     cfg, kind = ctx.cfg, get_kind(ctx.cfg)
     model_dir = hf_import.converted(hf_dir, ctx.work_dir, cfg.model.allow_pickled_weights, ctx.log)
+    info = inspect_model(model_dir)
+    check_positions(info, cfg.max_seq_len)  # no head makes up for too few positions
     try:
-        fits = check_head(inspect_model(model_dir), data.labels, cfg.max_seq_len, kind.model_class().__name__)
+        fits = check_head(info, data.labels, cfg.max_seq_len, kind.model_class().__name__)
     except ModelError as exc:
-        if "max_position_embeddings" in str(exc):
-            raise
         ctx.log(f"[finetune] {hf_dir}: its head is not the task's ({str(exc).split(': ', 1)[-1]}): fine-tuning a new one")
-        return hf_import.encoder_only(model_dir), None
+        return hf_import.converted(hf_dir, ctx.work_dir, cfg.model.allow_pickled_weights, ctx.log, keep_head=False), None
     if not fits:
         return model_dir, None
+    architecture = hf_import.source_architecture(model_dir)
     shutil.move(str(model_dir), str(ctx.out_dir / "model"))
     ctx.log(f"[finetune] {hf_dir} already has the task's {len(data.labels)}-output head: converted, no training needed")
     return None, StageResult(artifacts={"model_dir": "model"}, metrics={"trained": 0, "converted": 1},
-                             message=f"converted a Hugging Face {hf_import.inspect(hf_dir, True).architecture} "
-                                     "with the task's head: no training")
+                             message=f"converted a Hugging Face {architecture} with the task's head: no training")
 
 
 def _model_as_is(ctx, model_dir: Path, data):

@@ -74,7 +74,7 @@ class _Inputs:
     tokenizer: object
     dev: object  # FeatureSet
     reference: object  # pipeline.validation.parity.Reference
-    positions: int  # the model's max_position_embeddings: no timed width may pass it
+    widths: list[int]  # validate.seq_lens the model can take (none past its max_position_embeddings)
 
 
 def run(ctx):
@@ -129,9 +129,13 @@ def _read_inputs(ctx) -> _Inputs:
     tokenizer = Tokenizer.from_model_dir(layout.tokenizer_dir, cfg.max_seq_len)
     dev = kind.featurize(tokenizer, data.dev.examples, cfg)
     reference = reference_for(load_reference(ctx.artifact("finetune-check", "dev_logits"), reference_rows(dev), len(data.labels)), dev)
-    baseline = ctx.handoff("finetune-check", Baseline)
-    positions = inspect_model(Path(baseline.model_dir), weights=False).max_position_embeddings
-    return _Inputs(layout, ctx.handoff("export", ExportManifest), data, kind, tokenizer, dev, reference, positions)
+    positions = inspect_model(Path(ctx.handoff("finetune-check", Baseline).model_dir), weights=False).max_position_embeddings
+    widths = [s for s in cfg.validate.seq_lens if s <= positions]  # a wider input has no position embedding
+    if len(widths) < len(cfg.validate.seq_lens):
+        ctx.log(f"[validate] widths {[s for s in cfg.validate.seq_lens if s > positions]} of validate.seq_lens not "
+                f"timed: the model embeds {positions} positions")
+    return _Inputs(layout, ctx.handoff("export", ExportManifest), data, kind, tokenizer, dev, reference,
+                   widths or [min(positions, cfg.max_seq_len)])
 
 
 def _time_cpu_engines(ctx, inp: _Inputs, runtimes, make):
@@ -162,12 +166,8 @@ def _measure(ctx, inp: _Inputs, rt, make, paired):
     from pipeline.validation.rows import BackendRow
 
     cfg, vcfg = ctx.cfg, ctx.cfg.validate
-    widths = [s for s in vcfg.seq_lens if s <= inp.positions]  # a wider input has no position embedding
-    if len(widths) < len(vcfg.seq_lens):
-        ctx.log(f"[validate] widths {[s for s in vcfg.seq_lens if s > inp.positions]} of validate.seq_lens not timed: "
-                f"the model embeds {inp.positions} positions")
-    settings = BenchmarkSettings(list(vcfg.batch_sizes), widths or [min(inp.positions, cfg.max_seq_len)], vcfg.warmup,
-                                 vcfg.repeats, vcfg.throughput_batch_size, vcfg.dev_benchmark_limit)
+    settings = BenchmarkSettings(list(vcfg.batch_sizes), inp.widths, vcfg.warmup, vcfg.repeats,
+                                 vcfg.throughput_batch_size, vcfg.dev_benchmark_limit)
     ctx.log(f"[validate] {rt.name} ({rt.device}): parity on {len(inp.data.dev.examples)} dev examples, then benchmark")
     bench = benchmark_backend(rt.name, make, inp.tokenizer.vocab_size, inp.dev, settings, rt.artifact(inp.layout.root),
                               dev_timing=paired.result(rt.name) if rt.name in paired.rates else None)

@@ -29,12 +29,18 @@ def grpc_module():
     haproxy) with a ``preexec_fn``, so with a fork, not vfork; with gRPC channels open, gRPC's pre-fork handler waited
     forever for its threads (seen: ``make test`` hung in make tune's perf_analyzer start, the stack in
     ``__run_prefork_handlers``).  The children exec at once and never use gRPC, so the handlers protect nothing."""
-    import os
-
-    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # read when gRPC first initializes
+    without_grpc_fork_handlers()
     import tritonclient.grpc as tc
 
     return tc
+
+
+def without_grpc_fork_handlers() -> None:
+    """Turn gRPC's fork handlers off for this process (``grpc_module`` says why); read when gRPC first
+    initializes, so before any gRPC use."""
+    import os
+
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 class ClientError(RuntimeError):
     """The server could not be reached or is not ready."""

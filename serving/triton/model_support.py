@@ -161,11 +161,12 @@ class PythonModel:
         self.max_text_bytes = int(params["max_text_bytes"])
         self.max_items = int(params.get("max_items", "0") or 0)
         self.pairs = params.get("text_pair") == "true"
+        self.wordpiece = self.text_input.wordpiece_module(self.folder)
         if self.pairs:  # pairs are cut by the model's longest_first rule and padded here, not by the tokenizer
             truncate = pad = False
-            self.wordpiece = self.text_input.wordpiece_module(self.folder)
-            self.pair_rules = self.text_input.wordpiece_options(self.folder)["rules"]
-        self.tok = self.text_input.wordpiece(self.folder, max_seq_len=self.max_seq_len if truncate else None, pad=pad)
+            self.pair_rules = self.text_input.wordpiece_options(self.folder, self.wordpiece)["rules"]
+        self.tok = self.text_input.wordpiece(self.folder, max_seq_len=self.max_seq_len if truncate else None, pad=pad,
+                                             module=self.wordpiece)
         self.pad_id = self.tok.token_to_id("[PAD]")
 
     def take_texts(self, request, name: str = "text"):

@@ -70,21 +70,23 @@ def wordpiece_module(folder: Path):
     return module
 
 
-def wordpiece_options(folder: Path) -> dict:
-    """``build``'s settings from the bundle's tokenizer_config.json (``wordpiece.options`` of the copy in ``folder``):
-    lower case, CJK isolation, accents and whose rules (PaddleNLP's, or HF's for an imported model)."""
+def wordpiece_options(folder: Path, module=None) -> dict:
+    """``build``'s settings from the bundle's tokenizer_config.json (``wordpiece.options`` of the copy in ``folder``,
+    or of ``module``, that copy already loaded): lower case, CJK isolation, accents and whose rules (PaddleNLP's, or
+    HF's for an imported model)."""
     cfg = Path(folder) / "tokenizer_config.json"
     config = json.loads(cfg.read_text(encoding="utf-8")) if cfg.is_file() else {}
-    return wordpiece_module(folder).options(config)
+    return (module or wordpiece_module(folder)).options(config)
 
 
-def wordpiece(folder: Path, max_seq_len: int | None = None, pad: bool = False):
+def wordpiece(folder: Path, max_seq_len: int | None = None, pad: bool = False, module=None):
     """The bundle's WordPiece (vocab.txt, settings from tokenizer_config.json), built by the copy of
     ``pipeline/wordpiece.py`` in ``folder`` (the model's tokenization).  With ``max_seq_len``, truncated as
     offline (``pipeline.tokenizer``): [CLS] + the first max_seq_len - 2 tokens + [SEP].  With ``pad``, a batch is
     padded with [PAD] to its longest text (``encode_padded``)."""
     folder = Path(folder)
-    tok = wordpiece_module(folder).build(folder / "vocab.txt", **wordpiece_options(folder))
+    module = module or wordpiece_module(folder)
+    tok = module.build(folder / "vocab.txt", **wordpiece_options(folder, module))
     if max_seq_len:
         tok.enable_truncation(max_length=int(max_seq_len))
     if pad:
