@@ -64,6 +64,7 @@ def test_the_bundle_records_its_engine_and_properties(openvino_bundle):
     assert (m["runtime"], m["engine"], m["model_form"], m["precision"]) == ("python-openvino", "openvino", "openvino_int8", "int8")
     assert m["engine_properties"]["INFERENCE_PRECISION_HINT"] == "f32"
     assert m["engine_properties"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == 0
+    assert m["engine_properties"]["SNIPPETS_MODE"] == "DISABLE"  # width-independent numerics (test_openvino.py)
     folder = openvino_bundle / "tiny" / "1"  # fused: one python model
     assert (folder / "model.xml").is_file() and (folder / "model.bin").is_file()
     config = (openvino_bundle / "tiny" / "config.pbtxt").read_text()

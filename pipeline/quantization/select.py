@@ -80,4 +80,4 @@ def openvino_params(cfg) -> dict | None:
         except metadata.PackageNotFoundError:
             versions[package] = None
     return {"alphas": cfg.quantization.openvino_smooth_alphas, "inference_precision": cfg.openvino.inference_precision,
-            "properties": dict(cfg.openvino.properties), **versions}
+            "properties": cfg.openvino.served(), **versions}  # every property, defaults too: each changes numerics

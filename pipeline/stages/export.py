@@ -173,8 +173,8 @@ def manifest(cfg, kind, data, selected: SelectedCandidate, searches: ShippedSear
         **kind.manifest_sections(cfg),
     }
     if searches.openvino is not None:
-        meta["openvino"] = {**searches.openvino.record, **openvino_params(cfg), "file": form("openvino_int8").path,
-                            "properties": cfg.openvino.served()}
+        # openvino_params' "properties": every property the served engine compiles with
+        meta["openvino"] = {**searches.openvino.record, **openvino_params(cfg), "file": form("openvino_int8").path}
     return meta
 
 

@@ -2,7 +2,7 @@
 compress's timing, the INT8 search, validate and the served bundle alike (recorded in meta.json and bundle.json).
 
 The defaults are chosen, not the plugin's (``pipeline.backends.openvino.session`` says why each): f32 inference
-precision, no per-batch dynamic quantization, one stream, no core pinning.  ``properties`` adds or overrides any CPU
+precision, no per-batch dynamic quantization, one stream, no core pinning, no snippets code generation.  ``properties`` adds or overrides any CPU
 plugin property by its OpenVINO name; one the plugin refuses stops the run before any work, naming it.
 """
 
@@ -37,6 +37,7 @@ class CpuProperties:
             "INFERENCE_PRECISION_HINT": self.inference_precision,
             "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
             "ENABLE_CPU_PINNING": False,
+            "SNIPPETS_MODE": "DISABLE",
         }
         props.update(self.extra)
         return props

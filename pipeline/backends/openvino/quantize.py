@@ -111,16 +111,13 @@ __all__ = ["FORM", "build", "calibration_items", "search_recipe"]
 
 
 def _properties_tag(properties) -> str:
-    """Part of the cache key when the sessions' properties are not the defaults (a bf16 hint changes the scores)."""
+    """Part of the cache key: every property the sessions compile with, defaults too (a precision hint, or the
+    snippets code generation, changes the scores), so a changed default re-scores cached candidates."""
     import hashlib
     import json
 
     from pipeline.backends.openvino.config import CpuProperties
 
-    if properties is None:
-        return ""
-    mine, default = (dict(p.as_dict(), INFERENCE_NUM_THREADS=0) for p in (properties, CpuProperties()))
-    if mine == default:
-        return ""
+    mine = dict((properties or CpuProperties()).as_dict(), INFERENCE_NUM_THREADS=0)
     return "-props" + hashlib.sha256(json.dumps(mine, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
