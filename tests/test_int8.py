@@ -241,22 +241,24 @@ def test_recipe_refuses_to_leave_a_per_batch_scale(tiny_onnx, tmp_path):
 
 
 def _search(tiny_onnx, work: Path, builds: list):
-    """ONNX Runtime's builder in the engine-neutral search; every build is recorded in ``builds``."""
-    from pipeline.backends.onnxruntime.int8.recipe import FORM_VERSION, build
-    from pipeline.backends.onnxruntime.session import session
-    from pipeline.evaluation import evaluate_session
+    """ONNX Runtime's form in the engine-neutral search; every build is recorded in ``builds``."""
+    from pipeline.backends.onnxruntime.int8.recipe import build
+    from pipeline.backends.onnxruntime.int8.search import fixed_scale_form
     from pipeline.quantization.search import Search
-
-    def evaluate(path):
-        ev = evaluate_session(session(path, threads=1), tiny_onnx["held"], 32)
-        return ev.score.value, ev.outputs
 
     def counting_build(*args, **kwargs):
         builds.append(args[3].name)
         return build(*args, **kwargs)
 
-    return Search(tiny_onnx["fp32"], tiny_onnx["ranges"], evaluate, work, build=counting_build, form_version=FORM_VERSION,
-                  log=lambda m: None, cache_key="t")
+    form = fixed_scale_form(_rows(tiny_onnx), tiny_onnx["ranges"], True, build=counting_build)
+    return Search(tiny_onnx["fp32"], form, work, log=lambda m: None, cache_key="t")
+
+
+def _rows(tiny_onnx):
+    """The held-out slice as ``SearchRows`` carries it (the form scores only ``held``)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(held=tiny_onnx["held"])
 
 
 def test_search_picks_within_budget_and_caches_candidates(tiny_onnx, tmp_path):
@@ -283,6 +285,15 @@ def test_search_picks_within_budget_and_caches_candidates(tiny_onnx, tmp_path):
     builds.clear()
     _search(tiny_onnx, tmp_path / "cache", builds).run(bases, budget_points=-100.0, max_fp32=2)
     assert builds == []
+    # The cache key is the form's record: anything in it that changes (a builder version, a library, a session
+    # property) builds and scores every recipe again instead of reusing what another record scored.
+    import dataclasses
+
+    search = _search(tiny_onnx, tmp_path / "cache", builds)
+    search = type(search)(tiny_onnx["fp32"], dataclasses.replace(search.form, record={**search.form.record, "builder": -1}),
+                          tmp_path / "cache", log=lambda m: None, cache_key="t")
+    search.run(bases[:1], budget_points=100.0, max_fp32=0)
+    assert builds == ["static-nosq"]
 
 
 def test_search_skips_mixed_precision_when_the_pruned_source_is_already_over_budget(tiny_onnx, tmp_path):
@@ -290,21 +301,22 @@ def test_search_skips_mixed_precision_when_the_pruned_source_is_already_over_bud
     sensitivity ladder (minutes on a real model) is not walked, and the result says it is outside the budget."""
     import shutil
 
-    from pipeline.backends.onnxruntime.int8.recipe import FORM_VERSION, build
-    from pipeline.backends.onnxruntime.session import session
-    from pipeline.evaluation import evaluate_session
+    import dataclasses
+
+    from pipeline.backends.onnxruntime.int8.search import fixed_scale_form
     from pipeline.quantization.recipe import Int8Recipe
     from pipeline.quantization.search import Search
 
     unpruned = shutil.copyfile(tiny_onnx["fp32"], tmp_path / "unpruned.onnx")
+    form = fixed_scale_form(_rows(tiny_onnx), tiny_onnx["ranges"], True)
 
     def evaluate(path):
-        ev = evaluate_session(session(path, threads=1), tiny_onnx["held"], 32)
-        return ev.score.value + (0.05 if Path(path) == unpruned else 0.0), ev.outputs
+        score, outputs = form.evaluate(path)
+        return score + (0.05 if Path(path) == unpruned else 0.0), outputs
 
     lines: list[str] = []
-    search = Search(tiny_onnx["fp32"], tiny_onnx["ranges"], evaluate, tmp_path / "cache", build=build,
-                    form_version=FORM_VERSION, log=lines.append, cache_key="t", baseline=unpruned)
+    search = Search(tiny_onnx["fp32"], dataclasses.replace(form, evaluate=evaluate), tmp_path / "cache",
+                    log=lines.append, cache_key="t", baseline=unpruned)
     result = search.run([Int8Recipe()], budget_points=1.0, max_fp32=2)
     assert not result.within_budget and result.sensitivity == {} and len(result.candidates) == 1
     assert any("mixed precision skipped" in line for line in lines)

@@ -12,14 +12,17 @@
 Every built candidate is cached in ``work_dir`` by recipe name and source hash, so a re-run with another
 budget or another alpha list rebuilds nothing it already scored.
 
-The engine comes in as ``build`` (one recipe -> one model file) and ``evaluate`` (a model file -> its held-out
-outputs): ONNX Runtime's (``pipeline.backends.onnxruntime.int8.search``) and OpenVINO's
-(``pipeline.backends.openvino.quantize``).
+One search for every engine: an engine comes in as an ``EngineForm`` (``build``: one recipe -> one model file;
+``evaluate``: a model file -> its held-out outputs; ``record``: what else decides a candidate), made by ONNX
+Runtime's (``pipeline.backends.onnxruntime.int8.search``) and OpenVINO's (``pipeline.backends.openvino.quantize``)
+modules, and ``search_recipe`` runs it.  A candidate's cache key is the hash of a record (the source file, the
+held-out rows, the form's record), never a hand-kept version string.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -80,40 +83,58 @@ def _error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> fl
 Build = Callable[..., Path]  # (fp32_path, out_path, ranges, recipe, *, embeddings) -> out_path
 
 
-class Search:
-    """``build`` and ``form`` name the INT8 form searched: ONNX Runtime's (its ``recipe.build``, form "") or another
-    (its QDQ form, OpenVINO's); ``form_version`` is the builder's version, part of every cache key (bumped when it
-    makes a different model for the same recipe).  ``ranges``: the builder's calibration (ONNX Runtime's
-    activation ranges), handed to ``build`` as they are.  ``reference`` and ``baseline_metric`` reuse another
-    search's FP32 evaluation."""
+def _copy_file(src: Path, dst: Path) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copyfile(src, dst))
 
-    def __init__(self, fp32_path: Path, ranges: dict, evaluate: Evaluate, work_dir: Path, *,
-                 build: Build, form_version: int,
-                 embeddings: bool = True, log: Callable[[str], None] = print, cache_key: str = "",
-                 baseline: Path | None = None, decide: Decide = _argmax, form: str = "",
-                 reference: tuple[float, list[np.ndarray]] | None = None, baseline_metric: float | None = None,
-                 suffix: str = ".onnx", promote: Callable[[Path, Path], object] | None = None):
+
+def _move_file(src: Path, dst: Path) -> Path:
+    return Path(src).replace(dst)
+
+
+@dataclass(frozen=True)
+class EngineForm:
+    """One engine's INT8 form as the search builds, scores and caches it (each engine's quantize module makes its
+    own: ONNX Runtime's fixed-scale and QDQ forms, OpenVINO's NNCF IR)."""
+
+    name: str  # "onnxruntime", "qdq", "openvino": the log lines' prefix and the cache files' first word
+    build: Build
+    evaluate: Evaluate
+    # What else decides a built candidate and its score (the builder's version, library versions, session
+    # properties): part of every cache key, so a change to any of them re-scores instead of reusing.
+    record: dict
+    ranges: dict = field(default_factory=dict)  # the builder's calibration (ONNX Runtime's activation ranges)
+    embeddings: bool = True  # the word-embedding table quantized too
+    suffix: str = ".onnx"  # the built file's suffix
+    promote: Callable[[Path, Path], object] = _move_file  # a finished build into the cache (an IR is two files)
+    copy: Callable[[Path, Path], object] = _copy_file  # the chosen candidate out of the cache
+
+
+class Search:
+    """Scores ``form``'s recipes on the held-out rows and caches every candidate in ``work_dir``.  ``cache_key``:
+    what the held-out rows and calibration are (``SearchRows.content_key``).  ``reference`` and
+    ``baseline_metric`` reuse another search's FP32 evaluation."""
+
+    def __init__(self, fp32_path: Path, form: EngineForm, work_dir: Path, *, log: Callable[[str], None] = print,
+                 cache_key: str = "", baseline: Path | None = None, decide: Decide = _argmax,
+                 reference: tuple[float, list[np.ndarray]] | None = None, baseline_metric: float | None = None):
         import hashlib
 
         from pipeline.hashing import file_sha256
 
-        self.fp32_path, self.ranges, self.evaluate = Path(fp32_path), ranges, evaluate
-        self.work_dir, self.embeddings, self.log, self.decide = Path(work_dir), embeddings, log, decide
-        self.build, self.form = build, form
-        # The built file's suffix, and how a finished build is moved into the cache (an OpenVINO IR is two files).
-        self.suffix, self.promote = suffix, promote or (lambda src, dst: Path(src).replace(dst))
+        self.fp32_path, self.form, self.evaluate = Path(fp32_path), form, form.evaluate
+        self.work_dir, self.log, self.decide = Path(work_dir), log, decide
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        # The source model, the calibration and the held-out slice (cache_key) decide a candidate's score.
-        self.key = hashlib.sha256(
-            f"{file_sha256(self.fp32_path)}|{cache_key}|{embeddings}|{form_version}{'|' + form if form else ''}".encode()
-        ).hexdigest()[:12]
-        self.fp32_metric, self.reference = reference if reference is not None else evaluate(self.fp32_path)
+        record = {"source": file_sha256(self.fp32_path), "rows": cache_key, "embeddings": form.embeddings,
+                  "form": form.name, **form.record}
+        self.key = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        self.fp32_metric, self.reference = reference if reference is not None else self.evaluate(self.fp32_path)
         # A pruned source already spent part of the budget: drops count from the unpruned baseline's metric,
         # agreement from the source's own outputs.
         if baseline_metric is not None:
             self.baseline_metric = baseline_metric
         else:
-            self.baseline_metric = evaluate(Path(baseline))[0] if baseline else self.fp32_metric
+            self.baseline_metric = self.evaluate(Path(baseline))[0] if baseline else self.fp32_metric
         self.pruned = baseline is not None or (baseline_metric is not None and baseline_metric != self.fp32_metric)
 
     def _cache(self, recipe: Int8Recipe) -> tuple[Path, Path]:
@@ -121,8 +142,8 @@ class Search:
 
         tag = hashlib.sha256(json.dumps(recipe.as_dict(), sort_keys=True).encode()).hexdigest()[:10]
         # Names carry dots (static-sq0.5): never Path.with_suffix, which would cut them at "sq0".
-        stem = f"{self.form + '-' if self.form else ''}{recipe.name}-{tag}-{self.key}"
-        return self.work_dir / f"{stem}{self.suffix}", self.work_dir / f"{stem}.json"
+        stem = f"{self.form.name}-{recipe.name}-{tag}-{self.key}"
+        return self.work_dir / f"{stem}{self.form.suffix}", self.work_dir / f"{stem}.json"
 
     @staticmethod
     def _outputs_file(record: Path) -> Path:
@@ -138,9 +159,10 @@ class Search:
             # or with another notion of what the model decides.
             drop = 100.0 * (self.baseline_metric - cached["metric"])
             return Scored(recipe, cached["metric"], drop, _agreement(outputs, self.reference, self.decide), str(model)), outputs
-        partial = model.with_name(f"{model.name[: -len(self.suffix)]}.partial{self.suffix}")
-        self.build(self.fp32_path, partial, self.ranges, recipe, embeddings=self.embeddings)
-        self.promote(partial, model)
+        suffix = self.form.suffix
+        partial = model.with_name(f"{model.name[: -len(suffix)]}.partial{suffix}")
+        self.form.build(self.fp32_path, partial, self.form.ranges, recipe, embeddings=self.form.embeddings)
+        self.form.promote(partial, model)
         metric, outputs = self.evaluate(model)
         scored = Scored(recipe, metric, 100.0 * (self.baseline_metric - metric), _agreement(outputs, self.reference, self.decide), str(model))
         np.savez(self._outputs_file(record), *outputs)
@@ -152,13 +174,13 @@ class Search:
         for recipe in bases:
             s, _ = self.score(recipe)
             scored.append(s)
-            self.log(f"[int8] {recipe.name}: held-out drop {s.drop_points:+.2f} pts, agreement {s.agreement:.4f}")
+            self.log(f"[{self.form.name}] {recipe.name}: held-out drop {s.drop_points:+.2f} pts, agreement {s.agreement:.4f}")
         ok = [s for s in scored if s.drop_points <= budget_points]
         sensitivity: dict[str, float] = {}
         source_drop = 100.0 * (self.baseline_metric - self.fp32_metric)
         if not ok and self.pruned and source_drop > budget_points:
             # A pruned source already lost more than the budget in FP32: no FP32 MatMul can win it back.
-            self.log(f"[int8] the FP32 source is itself {source_drop:+.2f} pts below the baseline: mixed precision skipped")
+            self.log(f"[{self.form.name}] the FP32 source is itself {source_drop:+.2f} pts below the baseline: mixed precision skipped")
         elif not ok and max_fp32 > 0:
             best = min(scored, key=lambda s: s.drop_points)
             extra, sensitivity = self._mixed_precision(best.recipe, budget_points, max_fp32)
@@ -183,12 +205,33 @@ class Search:
             _, out = self.score(Int8Recipe(base.smooth_alpha, base.reduce_range, (name,)))
             sensitivity[name] = (base_err - _error(out, self.reference)) / max(base_err, 1e-12)
         ranked = sorted(names, key=lambda n: -sensitivity[n])
-        self.log("[int8] most sensitive MatMuls: " + ", ".join(f"{n} {sensitivity[n]:.2f}" for n in ranked[:5]))
+        self.log(f"[{self.form.name}] most sensitive MatMuls: " + ", ".join(f"{n} {sensitivity[n]:.2f}" for n in ranked[:5]))
         extra = []
         for k in range(1, min(max_fp32, len(ranked)) + 1):
             s, _ = self.score(Int8Recipe(base.smooth_alpha, base.reduce_range, tuple(ranked[:k])))
             extra.append(s)
-            self.log(f"[int8] {s.recipe.name}: held-out drop {s.drop_points:+.2f} pts")
+            self.log(f"[{self.form.name}] {s.recipe.name}: held-out drop {s.drop_points:+.2f} pts")
             if s.drop_points <= budget_points:
                 break
         return extra, sensitivity
+
+
+def search_recipe(source: Path, out_path: Path, form: EngineForm, rows, bases: Sequence[Int8Recipe], budget_points: float,
+                  max_fp32: int, cache_dir: Path, *, baseline: Path | None = None,
+                  log: Callable[[str], None] = print) -> SearchResult:
+    """Search ``bases`` (then mixed precision) for ``source`` (an FP32 ONNX) in ``form`` on ``rows``
+    (``pipeline.quantization.select.SearchRows``), and copy the chosen candidate to ``out_path``.  ``baseline``: the
+    unpruned FP32 ONNX when ``source`` is pruned (drops count from it)."""
+    search = Search(source, form, cache_dir, log=log, cache_key=rows.content_key(), baseline=baseline,
+                    decide=rows.held.kind.decisions)
+    log(f"[{form.name}] {len(bases)} INT8 recipes on {len(rows.held)} held-out training rows")
+    result = search.run(bases, budget_points, max_fp32)
+    # A pruned source's drops count from the unpruned baseline: say how much of that the pruning itself cost, or
+    # "OUTSIDE the budget" reads as an INT8 failure when the FP32 width alone is as far off on this slice.
+    pruned = (f"; the pruned FP32 source alone {100.0 * (search.baseline_metric - search.fp32_metric):+.2f}"
+              if search.pruned else "")
+    log(f"[{form.name}] {Path(source).stem}: recipe {result.chosen.recipe.name}, held-out drop "
+        f"{result.chosen.drop_points:+.2f} pts ({'within' if result.within_budget else 'OUTSIDE'} the "
+        f"{result.budget_points:g} pt budget{pruned})")
+    form.copy(Path(result.chosen.path), Path(out_path))
+    return result

@@ -9,9 +9,9 @@ Calibration sentences are fed one at a time, unpadded: NNCF's statistics would o
 states at [PAD] positions, which reach values real tokens never do (ORT's calibrator has the same flaw; see
 ``pipeline.backends.onnxruntime.int8.stats``).
 
-The recipe search is ``pipeline.quantization.search.Search`` with this builder: each SmoothQuant strength (NNCF's
-``smooth_quant_alphas.matmul``; ``None`` turns it off) is built and scored on the held-out training rows (dev
-only reports and gates); when none is within the budget, the most sensitive MatMuls are kept in FP32 one by
+The recipe search is ``pipeline.quantization.search`` with this engine's form (``nncf_form``): each SmoothQuant
+strength (NNCF's ``smooth_quant_alphas.matmul``; ``None`` turns it off) is built and scored on the held-out
+training rows (dev only reports and gates); when none is within the budget, the most sensitive MatMuls are kept in FP32 one by
 one (NNCF's ``ignored_scope``), the same greedy fallback as ONNX Runtime's.  Every built model is cached
 in the run cache beside the ONNX Runtime ones (``runs/<task>/cache/int8``: compress measures, and ships, the same file).
 """
@@ -28,14 +28,11 @@ import numpy as np
 
 from pipeline.backends.openvino.convert import IR_SUFFIX, copy_ir, move_ir, read_model, save_ir
 from pipeline.quantization.recipe import Int8Recipe
+from pipeline.quantization.search import EngineForm
 
 FORM = "openvino"
-# Bumped when ``build`` makes a different model for the same recipe (cached candidates are then rebuilt).
+# Bumped when ``build`` makes a different model for the same recipe (a cached candidate's key holds it).
 FORM_VERSION = 1
-# The version slot of ``Search``'s cache key.  This form's own version is FORM_VERSION, in ``form``; the slot holds
-# 3 because it held ONNX Runtime's FORM_VERSION (3) when both engines' searches shared it: kept so that every
-# cached OpenVINO candidate keeps its key.
-KEY_VERSION = 3
 
 
 def calibration_items(feeds: Sequence[dict[str, np.ndarray]], pad_id: int) -> list[dict[str, np.ndarray]]:
@@ -68,56 +65,43 @@ def build(fp32_path: Path, out_path: Path, calibration: Sequence[dict[str, np.nd
     return save_ir(quantized, out_path)
 
 
-def search_recipe(source: Path, out_path: Path, rows, qcfg, budget_points: float, cache_dir: Path, *,
-                  baseline: Path | None = None, log: Callable[[str], None] = print, properties=None):
-    """Search NNCF recipes for ``source`` (an FP32 ONNX) on ``rows`` (``pipeline.quantization.select.SearchRows``) and
-    copy the chosen IR to ``out_path`` (``.xml``, its ``.bin`` beside it).  ``baseline``: the unpruned FP32 ONNX
-    when ``source`` is pruned (drops count from it).  ``properties``: the sessions' ``CpuProperties`` (the task's
-    ``openvino:`` section; a precision hint changes the scores).  Returns the ``SearchResult``."""
+def nncf_form(rows, properties=None) -> EngineForm:
+    """OpenVINO's INT8 form: NNCF's IR calibrated on ``rows``' sentences (fed one at a time, unpadded), scored in
+    OpenVINO sessions with ``properties`` (``CpuProperties``; the defaults when None) on the held-out slice."""
     import nncf
 
+    from pipeline.backends.openvino.config import CpuProperties
     from pipeline.backends.openvino.session import session
     from pipeline.evaluation import evaluate_session
-    from pipeline.quantization.search import Search
 
     calibration = calibration_items(rows.feeds, rows.pad_id)
+    properties = properties or CpuProperties()
 
     def evaluate(path: Path):
-        ev = evaluate_session(session(path, precision="int8" if path.suffix == IR_SUFFIX else "fp32", properties=properties), rows.held, 64,
-                              desc=f"openvino int8 search {path.stem[:24]}")
+        ev = evaluate_session(session(path, precision="int8" if path.suffix == IR_SUFFIX else "fp32", properties=properties),
+                              rows.held, 64, desc=f"openvino int8 search {path.stem[:24]}")
         return ev.score.value, ev.outputs
 
     def builder(fp32, out, _ranges, recipe, *, embeddings=True):
         return build(fp32, out, calibration, recipe)
 
-    search = Search(source, {}, evaluate, cache_dir, build=builder, form_version=KEY_VERSION, embeddings=True, log=log,
-                    cache_key=rows.content_key(), baseline=baseline, decide=rows.held.kind.decisions,
-                    form=f"{FORM}{FORM_VERSION}-nncf{nncf.__version__}{_properties_tag(properties)}", suffix=IR_SUFFIX,
-                    promote=move_ir)
+    # Every session property, defaults too (a precision hint or the plugin's code generation changes the scores).
+    record = {"builder": FORM_VERSION, "nncf": nncf.__version__,
+              "properties": dict(properties.as_dict(), INFERENCE_NUM_THREADS=0)}
+    return EngineForm(FORM, builder, evaluate, record, suffix=IR_SUFFIX, promote=move_ir, copy=copy_ir)
+
+
+def search_recipe(source: Path, out_path: Path, rows, qcfg, budget_points: float, cache_dir: Path, *,
+                  baseline: Path | None = None, log: Callable[[str], None] = print, properties=None):
+    """Search NNCF recipes for ``source`` (an FP32 ONNX) on ``rows`` (``pipeline.quantization.select.SearchRows``) and
+    copy the chosen IR to ``out_path`` (``.xml``, its ``.bin`` beside it).  ``baseline``: the unpruned FP32 ONNX
+    when ``source`` is pruned (drops count from it).  ``properties``: the sessions' ``CpuProperties`` (the task's
+    ``openvino:`` section).  Returns the ``SearchResult``."""
+    from pipeline.quantization import search
+
     bases = [Int8Recipe(alpha) for alpha in [None, *qcfg.openvino_smooth_alphas]]
-    log(f"[openvino] NNCF INT8: {len(bases)} recipes on {len(rows.held)} held-out training rows "
-        f"({len(calibration)} calibration sentences)")
-    result = search.run(bases, budget_points, qcfg.int8_max_fp32_matmuls)
-    pruned = (f"; the pruned FP32 source alone {100.0 * (search.baseline_metric - search.fp32_metric):+.2f}"
-              if search.pruned else "")
-    log(f"[openvino] {Path(source).stem}: recipe {result.chosen.recipe.name}, held-out drop {result.chosen.drop_points:+.2f} "
-        f"pts ({'within' if result.within_budget else 'OUTSIDE'} the {result.budget_points:g} pt budget{pruned})")
-    copy_ir(Path(result.chosen.path), Path(out_path))
-    return result
+    return search.search_recipe(source, out_path, nncf_form(rows, properties), rows, bases, budget_points,
+                                qcfg.int8_max_fp32_matmuls, cache_dir, baseline=baseline, log=log)
 
 
-
-__all__ = ["FORM", "build", "calibration_items", "search_recipe"]
-
-
-def _properties_tag(properties) -> str:
-    """Part of the cache key: every property the sessions compile with, defaults too (a precision hint, or the
-    snippets code generation, changes the scores), so a changed default re-scores cached candidates."""
-    import hashlib
-    import json
-
-    from pipeline.backends.openvino.config import CpuProperties
-
-    mine = dict((properties or CpuProperties()).as_dict(), INFERENCE_NUM_THREADS=0)
-    return "-props" + hashlib.sha256(json.dumps(mine, sort_keys=True, default=str).encode()).hexdigest()[:8]
-
+__all__ = ["FORM", "build", "calibration_items", "nncf_form", "search_recipe"]

@@ -29,7 +29,7 @@ from pipeline.quantization.recipe import Int8Recipe
 
 # Bumped whenever ``build`` writes a different graph for the same recipe: cached candidates of an older
 # form are rebuilt, never reused (2: fused MatMulIntegerToFloat; 3: K^T read by the score GEMM, not transposed).
-# The ``form_version`` of this form's and the QDQ form's searches (``search``): part of their cache keys.
+# This form's and the QDQ form's builder version (``search.fixed_scale_form``'s record): part of their cache keys.
 FORM_VERSION = 3
 
 
