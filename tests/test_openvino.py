@@ -192,8 +192,8 @@ def _width_changes(compiled, hidden: int = 256) -> int:
 def test_sessions_compile_attention_without_width_dependent_generated_kernels():
     """The served engine pads each batch to a width bucket and the offline reference runs a text at its own width,
     so served == offline needs [PAD] columns to change nothing.  The plugin's default fuses each attention block
-    into one generated kernel blocked by the padded width (on the TNEWS INT8 form: 230 of 10,000 titles' logits
-    moved, 2 labels); the properties every session compiles with turn that off, and fewer (text, width) pairs move."""
+    into one generated kernel blocked by the padded width (on the TNEWS INT8 forms: 239 and 271 of 10,000 titles'
+    logits moved, 2 labels); the properties every session compiles with turn that off, and fewer pairs move."""
     from collections import Counter
 
     from pipeline.backends.openvino.config import CpuProperties

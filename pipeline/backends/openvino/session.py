@@ -16,9 +16,10 @@ The properties are chosen, not left to the plugin's defaults, and recorded in ea
   their threads on the same core.
 * ``SNIPPETS_MODE DISABLE``: the plugin otherwise generates one fused kernel per attention block ("snippets")
   whose loops are blocked by the padded width, so a text's logits change with how far its batch is padded: on
-  the TNEWS INT8 form 230 of 10,000 titles changed between batch-of-32 bucket widths and alone, 2 labels of near
-  ties with them, and the served answer was not the offline one.  Without it 1 title changed (0 labels); the
-  cost was within the noise at batch 8-32 and about 10% at batch 1 (MEASUREMENTS.md).
+  the TNEWS INT8 form 239 of 10,000 titles' logits changed between batches of 32 padded to their bucket and
+  alone (271 and 2 labels of near ties on a copy, whose served answers were then not the offline ones).
+  Without it 1 title's (0 labels; what is left is the plain MatMul's reduction blocked by the width); the cost
+  was within the noise at batch 8-32 and about 10% at batch 1 (MEASUREMENTS.md).
 """
 
 from __future__ import annotations
