@@ -104,6 +104,16 @@ def tiny_export(tiny_finetuned, tmp_path_factory) -> Path:
     return runs / "tiny" / "export" / "out"
 
 
+def upstream_of_export(tiny_export: Path) -> tuple[dict, Path]:
+    """(the records of the real run that made ``tiny_export`` that the export stage reads: compress's selection and
+    shipped forms, finetune-check's reference; the run's task folder, which their artifact paths are relative to):
+    a test runs export (or validate) on them, not on stand-ins."""
+    from pipeline.records import read_record
+
+    task_dir = Path(tiny_export).parent.parent
+    return {name: read_record(task_dir / name) for name in ("compress", "finetune-check")}, task_dir
+
+
 @pytest.fixture(scope="session")
 def tiny_bundle(tiny_export, tmp_path_factory) -> Path:
     """A packaged bundle (python-onnxruntime, int8) of the tiny model; copy it before changing it."""

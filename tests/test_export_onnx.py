@@ -13,6 +13,7 @@ import pipeline  # noqa: F401  (before paddle)
 from pipeline.errors import ConfigError, ModelError
 
 from conftest import features
+from serving_fixtures import tiny_export, upstream_of_export  # noqa: F401  (fixture: the real compress and export)
 
 
 def make_ctx(stage_name: str, cfg, out_dir: Path, work_dir: Path, upstream: dict, runs_dir: Path):
@@ -21,38 +22,6 @@ def make_ctx(stage_name: str, cfg, out_dir: Path, work_dir: Path, upstream: dict
 
     out_dir.mkdir(parents=True, exist_ok=True)
     return StageContext(cfg, get_stage(stage_name), out_dir, work_dir, upstream, runs_dir, lambda m: None)
-
-
-def standin_compress(tiny: dict, root: Path, quantization: str = "ptq", cfg=None) -> "pipeline.records.StageRecord":
-    """What the compress stage hands over, built from the tiny model: its FP32 static export serves as both the
-    baseline and the 'selected' program (Paddle's int8 switch leaves an unquantized program as is), and its shipped
-    forms are made by compress's own code (pipeline.compress.shipped) from that program's ONNX."""
-    from pipeline.backends.onnxruntime.convert import export_onnx
-    from pipeline.backends.paddle.convert import export_static
-    from pipeline.compress.shipped import SHIPPED_DIR, ShippedInputs, make
-    from pipeline.contract import detect_cpu
-    from pipeline.handoffs import CompressOutputs
-    from pipeline.kinds import get_kind, load_task_data
-    from pipeline.modeling import load_classifier
-    from pipeline.quantization.select import search_rows
-    from pipeline.run_cache import RunCache
-    from pipeline.records import StageRecord, StageStatus
-    from pipeline.tokenizer import Tokenizer
-
-    cfg = cfg or tiny_cfg(tiny)
-    model = load_classifier(tiny["model_dir"], 3)
-    static = export_static(model, root / "fp32_infer")
-    fp32 = export_onnx(static, root / "fp32.onnx")
-    kind = get_kind(cfg)
-    rows = search_rows(cfg, Tokenizer.from_model_dir(tiny["model_dir"], cfg.max_seq_len), load_task_data(cfg).train.examples, kind)
-    make(root, ShippedInputs(fp32, fp32, False), rows, cfg, detect_cpu(), RunCache(root).int8, lambda m: None)
-    selected = {"name": f"tiny-{quantization}", "width_mult": 1.0, "quantization": quantization,
-                "embeddings_int8": False, "accuracy": None}
-    (root / "selected.json").write_text(json.dumps(selected))
-    (root / CompressOutputs.FILE).write_text(CompressOutputs(str(static), str(static), str(tiny["model_dir"]), SHIPPED_DIR,
-                                                             quantization in ("ptq", "qat")).to_json())
-    arts = {"selected": str(root / "selected.json"), "outputs": str(root / CompressOutputs.FILE)}
-    return StageRecord(stage="compress", status=StageStatus.OK, key="standin", params={}, inputs={}, artifacts=arts)
 
 
 def tiny_cfg(tiny: dict, **overrides):
@@ -64,35 +33,36 @@ def tiny_cfg(tiny: dict, **overrides):
 
 
 @pytest.fixture(scope="module")
-def exported(tiny_finetuned, tmp_path_factory) -> dict:
-    from pipeline.records import read_record
+def exported(tiny_finetuned, tiny_export, tmp_path_factory) -> dict:
+    """The export stage run again, on the records of the real compress run that made ``tiny_export``."""
     from pipeline.stages import export
 
     root = tmp_path_factory.mktemp("export")
     # The tiny model is mostly LayerNorm/bias/scale overhead: 35% is a target for real models (make bench).
-    cfg = tiny_cfg(tiny_finetuned, **{"quantization.calibration_sentences": 32, "gates.max_int8_size_ratio": 0.5})
-    upstream = {"compress": standin_compress(tiny_finetuned, root / "compress", cfg=cfg),
-                "finetune-check": read_record(tiny_finetuned["runs_dir"] / "tiny" / "finetune-check")}
-    ctx = make_ctx("export", cfg, root / "out", root / "work", upstream, tiny_finetuned["runs_dir"] / "tiny")
+    cfg = tiny_cfg(tiny_finetuned, **{"gates.max_int8_size_ratio": 0.5})
+    upstream, task_dir = upstream_of_export(tiny_export)
+    ctx = make_ctx("export", cfg, root / "out", root / "work", upstream, task_dir)
     result = export.run(ctx)
-    return {"cfg": cfg, "out": ctx.out_dir, "result": result, "upstream": upstream, "root": root}
+    return {"cfg": cfg, "out": ctx.out_dir, "result": result, "upstream": upstream, "root": root, "task_dir": task_dir}
 
 
 def test_export_writes_the_contract(exported):
     out, result = exported["out"], exported["result"]
     assert result.gate_error is None
-    for rel in ("paddle_fp32/model.pdmodel", "paddle_fp32/model.pdiparams", "paddle_int8/model.pdmodel",
-                "onnx/fp32.onnx", "onnx/int8.onnx", "onnx/int8_qdq.onnx", "tokenizer/vocab.txt",
+    # compress.runtime onnxruntime (the default): no PaddleSlim INT8 program (that is compress.runtime paddle's)
+    for rel in ("paddle_fp32/model.pdmodel", "paddle_fp32/model.pdiparams", "onnx/fp32.onnx", "onnx/int8.onnx", "onnx/int8_qdq.onnx", "tokenizer/vocab.txt",
                 "tokenizer/tokenizer_config.json", "tokenizer/special_tokens_map.json", "labels.json", "meta.json"):
         assert (out / rel).is_file(), rel
-    assert set(result.artifacts) == {"onnx_fp32", "onnx_int8", "onnx_int8_qdq", "paddle_fp32", "paddle_int8",
-                                     "openvino_int8", "tokenizer_dir", "labels", "meta"}
+    assert set(result.artifacts) == {"onnx_fp32", "onnx_int8", "onnx_int8_qdq", "paddle_fp32", "openvino_int8",
+                                     "tokenizer_dir", "labels", "meta"}
+    assert not (out / "paddle_int8").exists()
     assert (out / "openvino" / "int8.xml").is_file() and (out / "openvino" / "int8.bin").is_file()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["task"] == "tiny" and meta["max_seq_len"] == 32 and meta["num_labels"] == 3
     assert [i["name"] for i in meta["inputs"]] == ["input_ids", "token_type_ids"]
     assert meta["outputs"] == [{"name": "logits", "dtype": "float32", "shape": [-1, 3]}]
-    assert meta["labels"] == ["100", "101", "102"] and meta["selected_candidate"]["name"] == "tiny-ptq"
+    selected = json.loads((exported["task_dir"] / "compress" / "out" / "selected.json").read_text())
+    assert meta["labels"] == ["100", "101", "102"] and meta["selected_candidate"]["name"] == selected["name"]
     labels = [json.loads(line) for line in (out / "labels.json").read_text().splitlines()]
     assert labels[0] == {"label": "100", "label_desc": "news_sports"}
 

@@ -12,7 +12,8 @@ import pytest
 
 import pipeline  # noqa: F401  (before paddle)
 from pipeline.errors import ConfigError
-from tests.test_export_onnx import make_ctx, standin_compress, tiny_cfg
+from tests.test_export_onnx import make_ctx, tiny_cfg
+from serving_fixtures import tiny_export, upstream_of_export  # noqa: F401  (fixture: the real compress and export)
 
 FAST_VALIDATE = {"validate.batch_sizes": [1, 4], "validate.seq_lens": [8, 16], "validate.warmup": 0,
                  "validate.repeats": 1, "validate.dev_benchmark_limit": 32, "validate.throughput_batch_size": 8,
@@ -21,20 +22,19 @@ FAST_VALIDATE = {"validate.batch_sizes": [1, 4], "validate.seq_lens": [8, 16], "
 
 
 @pytest.fixture(scope="module")
-def exported(tiny_finetuned, tmp_path_factory) -> dict:
-    from pipeline.records import StageRecord, StageStatus, read_record
+def exported(tiny_finetuned, tiny_export, tmp_path_factory) -> dict:
+    from pipeline.records import StageRecord, StageStatus
     from pipeline.stages import export
 
     root = tmp_path_factory.mktemp("validate")
     cfg = tiny_cfg(tiny_finetuned, **FAST_VALIDATE)
-    upstream = {"compress": standin_compress(tiny_finetuned, root / "compress"),
-                "finetune-check": read_record(tiny_finetuned["runs_dir"] / "tiny" / "finetune-check")}
-    ctx = make_ctx("export", cfg, root / "export_out", root / "work", upstream, tiny_finetuned["runs_dir"] / "tiny")
+    upstream, task_dir = upstream_of_export(tiny_export)
+    ctx = make_ctx("export", cfg, root / "export_out", root / "work", upstream, task_dir)
     result = export.run(ctx)
     rec = StageRecord(stage="export", status=StageStatus.OK, key="x", params={}, inputs={},
                       artifacts={k: str(ctx.out_dir / v) for k, v in result.artifacts.items()})
     return {"cfg": cfg, "tiny": tiny_finetuned, "root": root, "export_rec": rec, "fc": upstream["finetune-check"],
-            "export_dir": ctx.out_dir}
+            "export_dir": ctx.out_dir, "task_dir": task_dir}
 
 
 def run_validate(exported, out: Path, export_rec=None, **overrides):
@@ -42,11 +42,13 @@ def run_validate(exported, out: Path, export_rec=None, **overrides):
 
     cfg = tiny_cfg(exported["tiny"], **{**FAST_VALIDATE, **overrides})
     upstream = {"export": export_rec or exported["export_rec"], "finetune-check": exported["fc"]}
-    ctx = make_ctx("validate", cfg, out, out.parent / "work", upstream, exported["tiny"]["runs_dir"] / "tiny")
+    ctx = make_ctx("validate", cfg, out, out.parent / "work", upstream, exported["task_dir"])
     return validate.run(ctx)
 
 
 def test_validate_writes_gates_report_and_passes(exported, tmp_path):
+    from pipeline.backends.registry import selected_form
+
     out = tmp_path / "out"
     result = run_validate(exported, out)
     assert result.gate_error is None, result.gate_error
@@ -62,15 +64,17 @@ def test_validate_writes_gates_report_and_passes(exported, tmp_path):
     summary = metrics["summary"]
     assert summary["dev_examples"] > 0 and summary["dev_features"] >= summary["dev_examples"] and summary["model_files_mib"] > 0
     rows = {r["backend"]: r for r in metrics["backends"]}
-    assert set(rows) == {"paddle-cpu-fp32", "paddle-cpu-int8", "onnxruntime-cpu-fp32", "onnxruntime-cpu-int8",
-                         "onnxruntime-cpu-int8-qdq", "openvino-cpu-int8"}
+    assert set(rows) == {"paddle-cpu-fp32", "onnxruntime-cpu-fp32", "onnxruntime-cpu-int8", "onnxruntime-cpu-int8-qdq",
+                         "openvino-cpu-int8"}
     # OpenVINO's INT8 is compared with the FP32 ONNX in ONNX Runtime, like ORT's own INT8, in the same rounds.
     assert rows["openvino-cpu-int8"]["throughput_rounds"] == FAST_VALIDATE["validate.repeats"]
     assert rows["openvino-cpu-int8"]["argmax_agreement"] >= 0.95
     fp32 = rows["onnxruntime-cpu-fp32"]
     assert fp32["argmax_agreement"] == 1.0 and fp32["max_abs_logit_diff"] < 1e-3 and fp32["throughput_ratio"] == 1.0
     assert rows["onnxruntime-cpu-int8"]["argmax_agreement"] >= 0.95
-    assert result.metrics["chosen_backend"] in rows and rows[result.metrics["chosen_backend"]]["quantized"]
+    # validate verifies the form compress selected (the real compress: on the tiny model it may be FP32)
+    selected = json.loads((exported["task_dir"] / "compress" / "out" / "selected.json").read_text())
+    assert result.metrics["chosen_backend"] == selected_form(selected).name and result.metrics["chosen_backend"] in rows
     bench = metrics["benchmarks"]["onnxruntime-cpu-int8"]
     assert {(c["batch_size"], c["seq_len"]) for c in bench["grid"]} == {(1, 8), (1, 16), (4, 8), (4, 16)}
     assert bench["dev"]["sentences_per_s"] > 0 and bench["model_bytes"] > 0

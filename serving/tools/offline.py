@@ -8,7 +8,9 @@ Token classification (``offline_entities``) and reading comprehension (``offline
 the pipeline's ``bio`` / ``windows`` + ``spans`` modules (the originals of the copies inside the
 bundle) with the same tokenizer settings as the served pre-processing, and group the items into
 requests of ``batch_size`` in order, exactly as ``serving.tools.client`` sends them: every model call
-then sees the same padded shapes as the served one, so even float rounding is the same.
+then sees the same rows as the served one.  The served OpenVINO engine pads a batch's width further, to its
+bucket (``runner.width_buckets``); with the properties the bundle records (no snippets code generation) that
+changed one TNEWS title's float rounding in 10,000 and no answer (MEASUREMENTS.md).
 """
 
 from __future__ import annotations
