@@ -56,6 +56,17 @@ def quiet_paddlenlp() -> None:
     logging.getLogger("paddlenlp").setLevel(logging.WARNING)
 
 
+def _head_classes(weights_file: Path, state: dict) -> int | None:
+    """The classes of the head in ``state`` (its [hidden, classes] weight), None when it has none."""
+    head_classes = None
+    for key, value in state.items():
+        if any(key == k or key.endswith("." + k) for k in HEAD_KEYS):
+            if value.ndim != 2:
+                raise ModelError(f"{weights_file}: {key} has shape {list(value.shape)}, expected [hidden, classes]")
+            head_classes = int(value.shape[-1])
+    return head_classes
+
+
 def inspect_model(path: Path, *, weights: bool = True) -> ModelInfo:
     """What ``path`` holds, every file a user hands us checked (config fields, vocabulary, tokenizer config, labels).
 
@@ -99,11 +110,7 @@ def inspect_model(path: Path, *, weights: bool = True) -> ModelInfo:
     if weights:
         state = safe_weights.load_state_dict(path / WEIGHTS_FILE)
         _check_weights(path / WEIGHTS_FILE, state, config_path, hidden_size, num_layers, max_positions, vocab_ids)
-        for key, value in state.items():
-            if any(key == k or key.endswith("." + k) for k in HEAD_KEYS):
-                if value.ndim != 2:
-                    raise ModelError(f"{path / WEIGHTS_FILE}: {key} has shape {list(value.shape)}, expected [hidden, classes]")
-                head_classes = int(value.shape[-1])
+        head_classes = _head_classes(path / WEIGHTS_FILE, state)
     else:
         _check_pickle_header(path / WEIGHTS_FILE)
     labels = None

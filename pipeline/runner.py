@@ -153,6 +153,21 @@ class Runner:
             done[stage.name] = rec
         return RunSummary(rows)
 
+    def _crashed(self, exc: Exception, rec: StageRecord, sdir: Path, started: str) -> PipelineError:
+        """What a stage's crash becomes (its FAIL record and the traceback in its log written first): NoSpace when
+        the disk is full, else StageCrashed naming the log."""
+        full = no_space(exc, self.runs_dir)
+        first = (str(exc).strip().splitlines() or [""])[0]
+        rec.message = full or (f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
+        log_path = sdir / STAGE_LOG
+        logged = _write_failure(log_path, f"{started} {rec.stage} crashed after {_fmt_s(rec.duration_s)}\n"
+                                          f"{traceback.format_exc()}")
+        _write_failure(sdir / "record.json", rec.to_json())
+        if full:
+            return NoSpace(f"stage {rec.stage}: {full}")
+        where = f"traceback in {log_path}" if logged else "its traceback could not be written either"
+        return StageCrashed(f"stage {rec.stage} crashed: {rec.message} ({where})")
+
     def _run_stage(self, stage: Stage, key: str, params: dict, inputs: dict, upstream: dict[str, StageRecord]) -> StageRecord:
         sdir = self.stage_dir(stage.name)
         sdir.mkdir(parents=True, exist_ok=True)
@@ -180,17 +195,7 @@ class Runner:
         except Exception as exc:  # a crash: still a FAIL record, the traceback in the stage log, one line on stderr
             rec.duration_s = time.monotonic() - t0
             shutil.rmtree(tmp, ignore_errors=True)  # first: it may be what filled the disk
-            full = no_space(exc, self.runs_dir)
-            first = (str(exc).strip().splitlines() or [""])[0]
-            rec.message = full or (f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
-            log_path = sdir / STAGE_LOG
-            logged = _write_failure(log_path, f"{started} {stage.name} crashed after {_fmt_s(rec.duration_s)}\n"
-                                              f"{traceback.format_exc()}")
-            _write_failure(sdir / "record.json", rec.to_json())
-            if full:
-                raise NoSpace(f"stage {stage.name}: {full}") from exc
-            where = f"traceback in {log_path}" if logged else "its traceback could not be written either"
-            raise StageCrashed(f"stage {stage.name} crashed: {rec.message} ({where})") from exc
+            raise self._crashed(exc, rec, sdir, started) from exc
         except BaseException:  # interrupted: nothing is marked; the next run resumes
             shutil.rmtree(tmp, ignore_errors=True)  # kill -9 cannot get here: the next run removes it
             raise

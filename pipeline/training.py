@@ -97,6 +97,28 @@ def make_optimizer(model, learning_rate: float, total_steps: int, warmup_ratio: 
 # the one training loop (fine-tune, DynaBERT distillation, QAT)
 
 
+def _train_step(step_loss: Callable, batch, opt, sched) -> float:
+    """One optimizer step on ``batch``; its loss."""
+    loss = step_loss(batch)
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+    sched.step()
+    return float(loss)
+
+
+def _record_epoch(state: TrainState, ev: Evaluation, kind, train_loss: float, eval_name: str) -> bool:
+    """An epoch's (or the step budget's last part's) entry in ``state.history``; True, and the best moved there,
+    when its metric beats the best so far."""
+    key = eval_name.replace("-", "")  # history keys: dev_accuracy, heldout_f1, ...
+    state.history.append({"epoch": state.epoch + 1, "step": state.step, "train_loss": train_loss,
+                          f"{key}_{kind.metric}": ev.metric, **{f"{key}_{k}": v for k, v in ev.score.metrics.items()}})
+    if ev.metric <= state.best_accuracy:
+        return False
+    state.best_accuracy, state.best_epoch = ev.metric, state.epoch + 1
+    return True
+
+
 def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Callable, opt, sched, *, epochs: int,
                total_steps: int, batch_size: int, seed: int, eval_batch_size: int, desc: str, loss_name: str = "train loss",
                eval_name: str = "dev", on_best: Callable[[object], None] | None = None, state: TrainState | None = None,
@@ -121,14 +143,9 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
             for idx in order[state.step_in_epoch :]:
                 if state.step >= total_steps:
                     break
-                loss = step_loss(train.batch(idx))
-                loss.backward()
-                opt.step()
-                opt.clear_grad()
-                sched.step()
+                running += _train_step(step_loss, train.batch(idx), opt, sched)
                 state.step += 1
                 state.step_in_epoch += 1
-                running += float(loss)
                 n += 1
                 bar.update(1)
                 if n % 20 == 0:
@@ -137,16 +154,11 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
                     checkpoint.save(model, opt, sched, state)
                     last_ckpt = time.time()
             epoch_done = state.step_in_epoch >= len(order)
-            ev: Evaluation = evaluate_dygraph(model, evaluate_on, eval_batch_size, desc=f"{eval_name} eval ({desc} epoch {state.epoch + 1})")
-            key = eval_name.replace("-", "")  # history keys: dev_accuracy, heldout_f1, ...
-            entry = {"epoch": state.epoch + 1, "step": state.step, "train_loss": running / max(n, 1),
-                     f"{key}_{kind.metric}": ev.metric, **{f"{key}_{k}": v for k, v in ev.score.metrics.items()}}
-            state.history.append(entry)
-            improved = ev.metric > state.best_accuracy
-            log(f"{desc} epoch {state.epoch + 1}/{epochs}: step {state.step}, {loss_name} {entry['train_loss']:.4f}, "
+            ev = evaluate_dygraph(model, evaluate_on, eval_batch_size, desc=f"{eval_name} eval ({desc} epoch {state.epoch + 1})")
+            improved = _record_epoch(state, ev, kind, running / max(n, 1), eval_name)
+            log(f"{desc} epoch {state.epoch + 1}/{epochs}: step {state.step}, {loss_name} {running / max(n, 1):.4f}, "
                 f"{eval_name} {kind.describe(ev.score)}" + ("  (best so far, kept)" if improved else ""))
             if improved:
-                state.best_accuracy, state.best_epoch = ev.metric, state.epoch + 1
                 if on_best is not None:
                     on_best(model)
                 else:

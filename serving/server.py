@@ -424,6 +424,43 @@ def check_engine(manifest: dict, install: TritonInstall) -> None:
                           f"have: install {pin} there, or package the bundle for another engine")
 
 
+def _spawn(cmd: list[str], env: dict, log_path: Path, die_with_parent: bool) -> subprocess.Popen:
+    """tritonserver in a process group of its own, its output to ``log_path``."""
+    try:
+        log = open(log_path, "wb")
+    except OSError as exc:
+        raise ServerError(f"server log {log_path}: cannot write it ({exc.strerror})") from None
+    try:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=die_with_parent_preexec() if die_with_parent else None)
+    finally:
+        log.close()
+
+
+def _server_command(install, repository: Path, host: str, ports: tuple[int, int, int], server_id: str,
+                    shm_prefix: str, extra_args: tuple[str, ...]) -> list[str]:
+    """tritonserver's command line: this bundle only, the given (http, grpc, metrics) ports, strict readiness."""
+    http_port, grpc_port, metrics_port = ports
+    cmd = [
+        str(install.binary),
+        f"--id={server_id}",
+        f"--model-repository={repository}",
+        f"--http-address={host}", f"--http-port={http_port}",
+        f"--grpc-address={host}", f"--grpc-port={grpc_port}",
+        f"--metrics-address={host}", f"--metrics-port={metrics_port}",
+        "--allow-sagemaker=false", "--allow-vertex-ai=false",
+        "--strict-readiness=true", "--exit-on-error=true",
+        "--exit-timeout-secs=5",  # on Ctrl-C, wait at most this long for open client connections
+        "--log-verbose=0",
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+    ]
+    if install.backend_dir:
+        cmd.append(f"--backend-directory={install.backend_dir}")
+    if install.cache_dir:
+        cmd.append(f"--cache-directory={install.cache_dir}")
+    return cmd + list(extra_args)
+
+
 def start_server(
     repository: Path,
     host: str = "127.0.0.1",
@@ -461,39 +498,15 @@ def start_server(
         log_path = Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
     # GET /v2 answers this name: the readiness poll accepts only this server's answer (not one left on the port).
     server_id = f"ernie-bundle-{uuid.uuid4().hex[:12]}"
-    cmd = [
-        str(install.binary),
-        f"--id={server_id}",
-        f"--model-repository={repository}",
-        f"--http-address={host}", f"--http-port={http_port}",
-        f"--grpc-address={host}", f"--grpc-port={grpc_port}",
-        f"--metrics-address={host}", f"--metrics-port={metrics_port}",
-        "--allow-sagemaker=false", "--allow-vertex-ai=false",
-        "--strict-readiness=true", "--exit-on-error=true",
-        "--exit-timeout-secs=5",  # on Ctrl-C, wait at most this long for open client connections
-        "--log-verbose=0",
-    ]
     # A prefix of its own for the python backend's /dev/shm regions, so that stopping this server removes
     # exactly its regions (a killed server leaves them behind).
     shm_prefix = f"ernie_bundle_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    cmd.append(f"--backend-config=python,shm-region-prefix-name={shm_prefix}")
-    if install.backend_dir:
-        cmd.append(f"--backend-directory={install.backend_dir}")
-    if install.cache_dir:
-        cmd.append(f"--cache-directory={install.cache_dir}")
-    cmd.extend(extra_args)
+    cmd = _server_command(install, repository, host, (http_port, grpc_port, metrics_port), server_id, shm_prefix,
+                          extra_args)
     # No bytecode written into the bundle by anything that honours it (the stubs' isolated interpreters do not:
     # see integrity.clear_bytecode).
     env = {**os.environ, **install.env, "PYTHONDONTWRITEBYTECODE": "1"}
-    try:
-        log = open(log_path, "wb")
-    except OSError as exc:
-        raise ServerError(f"server log {log_path}: cannot write it ({exc.strerror})") from None
-    try:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=die_with_parent_preexec() if die_with_parent else None)
-    finally:
-        log.close()
+    proc = _spawn(cmd, env, Path(log_path), die_with_parent)
     server = TritonServer(proc, repository, host, http_port, grpc_port, metrics_port, Path(log_path), shm_prefix,
                           server_id)
     try:

@@ -84,6 +84,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompressionArguments,
     return CompressionArguments(**vars(ns)), rest
 
 
+def _check_hooks(args: CompressionArguments, criterion, custom_calc_loss, custom_evaluate, data_collator) -> None:
+    """The Trainer-style hooks this API takes, and what it does not support yet (ConfigError, one line)."""
+    if custom_calc_loss is not None and ({"dynabert", "qat"} & set(args.parts())):
+        raise ConfigError("custom_calc_loss: not supported yet by the dynabert/qat training loops (they use cross-entropy/distillation)")
+    if criterion is not None and type(criterion).__name__ != "CrossEntropyLoss":
+        raise ConfigError(f"criterion: only cross-entropy is supported, got {type(criterion).__name__}")
+    if custom_evaluate is not None and data_collator is None:
+        raise ConfigError("custom_evaluate needs data_collator (to build its dataloader over eval_dataset)")
+
+
 def compress(
     *,
     model: Any,
@@ -111,12 +121,7 @@ def compress(
     out = Path(output_dir or args.output_dir)
     train = _examples(train_dataset, "train_dataset")
     dev = _examples(eval_dataset, "eval_dataset")
-    if custom_calc_loss is not None and ({"dynabert", "qat"} & set(args.parts())):
-        raise ConfigError("custom_calc_loss: not supported yet by the dynabert/qat training loops (they use cross-entropy/distillation)")
-    if criterion is not None and type(criterion).__name__ != "CrossEntropyLoss":
-        raise ConfigError(f"criterion: only cross-entropy is supported, got {type(criterion).__name__}")
-    if custom_evaluate is not None and data_collator is None:
-        raise ConfigError("custom_evaluate needs data_collator (to build its dataloader over eval_dataset)")
+    _check_hooks(args, criterion, custom_calc_loss, custom_evaluate, data_collator)
     static = Path(args.input_infer_model_path) if args.input_infer_model_path else None
     preflight(args, train_size=len(train), static_model_dir=static)
     out.mkdir(parents=True, exist_ok=True)

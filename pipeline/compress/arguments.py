@@ -109,6 +109,12 @@ class CompressConfig:
 
     def __post_init__(self) -> None:
         self.parts()
+        self._check_ptq()
+        self._check_training()
+        self._check_engines()
+
+    def _check_ptq(self) -> None:
+        """Widths and PaddleSlim PTQ's settings (one line naming the field)."""
         if not isinstance(self.width_mult_list, list) or not self.width_mult_list:
             raise ConfigError("compress.width_mult_list: at least one width is needed, e.g. [3/4]")
         self.widths()
@@ -121,6 +127,9 @@ class CompressConfig:
             values = getattr(self, key)
             if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
                 raise ConfigError(f"compress.{key}: a non-empty list of integers >= 1 is needed, got {values!r}")
+
+    def _check_training(self) -> None:
+        """Layer roles, quantize types and the distillation/QAT training settings."""
         for entry in self.skip_layers_list:
             unknown = [r for r in str(entry).split(",") if r.strip() and r.strip() not in SKIP_ROLES]
             if unknown:
@@ -146,6 +155,9 @@ class CompressConfig:
             raise ConfigError(f"compress.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.weight_decay < 0:
             raise ConfigError(f"compress.weight_decay must be >= 0, got {self.weight_decay}")
+
+    def _check_engines(self) -> None:
+        """The runtime candidates are judged in and its engines, and what each strategy part needs."""
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"compress.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
         if not isinstance(self.engines, list) or not self.engines:

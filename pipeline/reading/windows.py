@@ -73,26 +73,32 @@ def make_windows(
         answer_tokens = _answer_tokens(c_offsets, answers[i] if answers is not None else None)
 
         head = np.asarray([cls_id, *q_ids, sep_id], dtype=np.int64)
-        head_offsets = np.full((len(head), 2), -1, dtype=np.int64)
-        n_ctx = len(c_ids)
-        start = 0
-        while True:
-            length = min(room, n_ctx - start)
-            ids = np.concatenate([head, c_ids[start : start + length], [sep_id]]).astype(np.int64)
-            offsets = np.concatenate([head_offsets, c_offsets[start : start + length], [NO_OFFSET]]).astype(np.int64)
-            token_types = np.zeros(len(ids), dtype=np.int64)
-            token_types[len(head) :] = 1
-            s_pos = e_pos = 0
-            if answer_tokens is not None:
-                a_start, a_end = answer_tokens
-                if start <= a_start and a_end < start + length:
-                    s_pos, e_pos = a_start - start + len(head), a_end - start + len(head)
-            windows.append(Window(i, ids, token_types, offsets, s_pos, e_pos))
-            if start + length >= n_ctx:
-                break
-            # min(): a stride longer than the window would otherwise skip context tokens.
-            start += min(doc_stride, length)
+        windows.extend(_slide(i, head, sep_id, c_ids, c_offsets, room, doc_stride, answer_tokens))
     return windows
+
+
+def _slide(example: int, head: np.ndarray, sep_id: int, c_ids: np.ndarray, c_offsets: np.ndarray, room: int,
+           doc_stride: int, answer_tokens: tuple[int, int] | None) -> list[Window]:
+    """One example's windows: ``head`` ([CLS] question [SEP]), then ``room`` context tokens from each stride's start,
+    then [SEP]; the answer's token positions in the window that holds it whole (0, 0 elsewhere)."""
+    head_offsets = np.full((len(head), 2), -1, dtype=np.int64)
+    n_ctx, start, out = len(c_ids), 0, []
+    while True:
+        length = min(room, n_ctx - start)
+        ids = np.concatenate([head, c_ids[start : start + length], [sep_id]]).astype(np.int64)
+        offsets = np.concatenate([head_offsets, c_offsets[start : start + length], [NO_OFFSET]]).astype(np.int64)
+        token_types = np.zeros(len(ids), dtype=np.int64)
+        token_types[len(head) :] = 1
+        s_pos = e_pos = 0
+        if answer_tokens is not None:
+            a_start, a_end = answer_tokens
+            if start <= a_start and a_end < start + length:
+                s_pos, e_pos = a_start - start + len(head), a_end - start + len(head)
+        out.append(Window(example, ids, token_types, offsets, s_pos, e_pos))
+        if start + length >= n_ctx:
+            return out
+        # min(): a stride longer than the window would otherwise skip context tokens.
+        start += min(doc_stride, length)
 
 
 def pad_windows(windows: Sequence[Window], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

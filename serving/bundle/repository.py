@@ -140,6 +140,38 @@ class BundleInfo:
         return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
 
 
+def _openvino_choice(exp: ExportArtifacts, pc: PackageConfig, want: str) -> ModelChoice:
+    xml = exp.openvino_int8
+    if want != "int8" or xml is None or not xml.with_suffix(".bin").is_file():
+        raise PackageError(f"runtime {pc.runtime}: the export has no OpenVINO INT8 model (openvino/int8.xml and .bin); "
+                           "it is made when compress.engines lists openvino")
+    return ModelChoice("int8", ((xml, "model.xml"), (xml.with_suffix(".bin"), "model.bin")), "model.xml", "openvino_int8")
+
+
+def _onnx_choice(exp: ExportArtifacts, pc: PackageConfig, want: str, int8_form: str | None) -> ModelChoice:
+    """``int8_form`` (onnx_int8 or onnx_int8_qdq) when INT8 is wanted and the export has it, else the FP32 ONNX."""
+    if want == "int8" and int8_form:
+        path = exp.onnx_int8_qdq if int8_form == "onnx_int8_qdq" else exp.onnx_int8
+        if path is not None:
+            return ModelChoice("int8", ((path, "model.onnx"),), "model.onnx", int8_form)
+        if pc.precision == "int8":
+            raise PackageError(f"package.precision int8: the export has no {int8_form.replace('onnx_', '')} ONNX model")
+    if not exp.onnx_fp32.is_file():
+        raise PackageError(f"{exp.onnx_fp32}: missing (export stage output incomplete)")
+    return ModelChoice("fp32", ((exp.onnx_fp32, "model.onnx"),), "model.onnx", "onnx_fp32")
+
+
+def _paddle_choice(exp: ExportArtifacts, pc: PackageConfig, want: str) -> ModelChoice:
+    int8 = want == "int8" and exp.paddle_int8
+    d, form, precision = (exp.paddle_int8, "paddle_int8", "int8") if int8 else (exp.paddle_fp32, "paddle_fp32", "fp32")
+    if want == "int8" and pc.precision == "int8" and exp.paddle_int8 is None:
+        raise PackageError("package.precision int8: the export has no paddle_int8 model")
+    if d is None or not (d / "model.pdmodel").is_file():
+        raise PackageError(f"runtime {pc.runtime}: the export has no Paddle inference model ({form})")
+    files = ((d / "model.pdmodel", "model.pdmodel"), (d / "model.pdiparams", "model.pdiparams"))
+    return ModelChoice(precision, files, "model.pdmodel", form)
+
+
 def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None = None,
                  preferred_form: str | None = None) -> ModelChoice:
     """Pick the exported form the runtime can run: int8 where it exists and is wanted, else fp32.
@@ -150,33 +182,9 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
     want = pc.precision if pc.precision != "auto" else (preferred or "int8")
     qdq_chosen = pc.precision == "auto" and preferred == "int8_qdq"  # validation picked the QDQ ONNX
     want = "int8" if want == "int8_qdq" else want
-
-    def openvino() -> ModelChoice:
-        xml = exp.openvino_int8
-        if want != "int8" or xml is None or not xml.with_suffix(".bin").is_file():
-            raise PackageError(f"runtime {pc.runtime}: the export has no OpenVINO INT8 model (openvino/int8.xml and .bin); "
-                               "it is made when compress.engines lists openvino")
-        return ModelChoice("int8", ((xml, "model.xml"), (xml.with_suffix(".bin"), "model.bin")), "model.xml", "openvino_int8")
-
-    def onnx(int8_form: str | None) -> ModelChoice:
-        if want == "int8" and int8_form:
-            path = exp.onnx_int8_qdq if int8_form == "onnx_int8_qdq" else exp.onnx_int8
-            if path is not None:
-                return ModelChoice("int8", ((path, "model.onnx"),), "model.onnx", int8_form)
-            if pc.precision == "int8":
-                raise PackageError(f"package.precision int8: the export has no {int8_form.replace('onnx_', '')} ONNX model")
-        if not exp.onnx_fp32.is_file():
-            raise PackageError(f"{exp.onnx_fp32}: missing (export stage output incomplete)")
-        return ModelChoice("fp32", ((exp.onnx_fp32, "model.onnx"),), "model.onnx", "onnx_fp32")
-
-    def paddle() -> ModelChoice:
-        d, form, precision = (exp.paddle_int8, "paddle_int8", "int8") if want == "int8" and exp.paddle_int8 else (exp.paddle_fp32, "paddle_fp32", "fp32")
-        if want == "int8" and pc.precision == "int8" and exp.paddle_int8 is None:
-            raise PackageError("package.precision int8: the export has no paddle_int8 model")
-        if d is None or not (d / "model.pdmodel").is_file():
-            raise PackageError(f"runtime {pc.runtime}: the export has no Paddle inference model ({form})")
-        files = ((d / "model.pdmodel", "model.pdmodel"), (d / "model.pdiparams", "model.pdiparams"))
-        return ModelChoice(precision, files, "model.pdmodel", form)
+    openvino = lambda: _openvino_choice(exp, pc, want)  # noqa: E731
+    onnx = lambda int8_form: _onnx_choice(exp, pc, want, int8_form)  # noqa: E731
+    paddle = lambda: _paddle_choice(exp, pc, want)  # noqa: E731
 
     if pc.runtime == "python-openvino" or (pc.runtime == "auto" and preferred_form == "openvino_int8" and want == "int8"):
         return openvino()

@@ -151,6 +151,40 @@ def _texts(args, task_type: str = TaskKind.CLASSIFICATION.value, manifest: dict 
     return list(kind.sample_texts)
 
 
+def _check_args(args) -> None:
+    """The numbers and the report path a load test takes, before it starts (ClientError, one line each)."""
+    from serving.tools.smoke import check_out_file
+
+    for flag, value in (("--concurrency", min(args.concurrency)), ("--batch-size", args.batch_size),
+                        ("--max-requests", args.max_requests)):
+        if value < 1:
+            raise ClientError(f"{flag} {value}: must be >= 1")
+    if not 0 < args.seconds <= 86400:
+        raise ClientError(f"--seconds {args.seconds}: per concurrency level, must be > 0")
+    check_out_file(args.json_out)
+
+
+def _offline_comparison(repo: Path, texts: list, rows: list, seconds: float) -> dict:
+    """The best served rate against the bundle's model file alone (``repo``: the packaged bundle, when it is here),
+    printed and returned as report fields."""
+    if not (repo / "bundle.json").is_file():
+        return {}
+    from serving.triton.integrity import BundleIntegrityError
+    from serving.tools.offline import BundleModel, model_only_throughput
+
+    try:
+        bundle = BundleModel.open(repo)
+    except BundleIntegrityError as exc:
+        print(f"offline model-only comparison: skipped ({exc})")
+        return {}
+    bs = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
+    offline = model_only_throughput(bundle, texts, bs, seconds=min(seconds, 10.0))
+    best = max(r.texts_per_s for r in rows)
+    print(f"offline model-only (batch {bs}): {offline:.1f} texts/s; best served {best:.1f} texts/s = {best / offline:.2f}x")
+    return {"offline_model_only_texts_per_s": offline, "offline_batch_size": bs, "served_best_texts_per_s": best,
+            "served_vs_offline": best / offline if offline else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m serving.tools.loadtest", description=__doc__.split("\n")[0])
     p.add_argument("--task", help="ensemble name, and the dev set to draw texts from")
@@ -177,15 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # serving installed on its own: only its own errors
         UserInputError = ClientError
     try:
-        for flag, value in (("--concurrency", min(args.concurrency)), ("--batch-size", args.batch_size),
-                            ("--max-requests", args.max_requests)):
-            if value < 1:
-                raise ClientError(f"{flag} {value}: must be >= 1")
-        if not 0 < args.seconds <= 86400:
-            raise ClientError(f"--seconds {args.seconds}: per concurrency level, must be > 0")
-        from serving.tools.smoke import check_out_file
-
-        check_out_file(args.json_out)
+        _check_args(args)
         check_loopback(url)
         probe = ClassifierClient(url, args.protocol, model)
         probe.wait_ready(30)
@@ -206,25 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load test {model} via {args.protocol} at {url}: {args.seconds:.0f}s per level, {args.batch_size} text(s) per request")
     print(format_table(rows))
     report = {"model": model, "protocol": args.protocol, "batch_size": args.batch_size, "levels": [asdict(r) for r in rows]}
-    repo = Path(args.repository) / model
     if kind.windowed and not args.no_offline:
         print(f"offline model-only comparison: not available for {task_type} (windows per request vary)")
-    elif not args.no_offline and (repo / "bundle.json").is_file():
-        from serving.triton.integrity import BundleIntegrityError
-        from serving.tools.offline import BundleModel, model_only_throughput
-
-        try:
-            bundle = BundleModel.open(repo)
-        except BundleIntegrityError as exc:
-            bundle = None
-            print(f"offline model-only comparison: skipped ({exc})")
-        if bundle is not None:
-            bs = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
-            offline = model_only_throughput(bundle, texts, bs, seconds=min(args.seconds, 10.0))
-            best = max(r.texts_per_s for r in rows)
-            report.update({"offline_model_only_texts_per_s": offline, "offline_batch_size": bs,
-                           "served_best_texts_per_s": best, "served_vs_offline": best / offline if offline else None})
-            print(f"offline model-only (batch {bs}): {offline:.1f} texts/s; best served {best:.1f} texts/s = {best / offline:.2f}x")
+    elif not args.no_offline:
+        report.update(_offline_comparison(Path(args.repository) / model, texts, rows, args.seconds))
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(report, indent=2))

@@ -319,19 +319,7 @@ def format_markdown(report: dict) -> str:
                 lines += [f"A lone request (concurrency 1): served p50 {_fmt(r['p50_ms'], 2)} ms against the model's own "
                           f"batch-1 p50 {_fmt(r['model_only_batch1_p50_ms'], 2)} ms: "
                           f"+{_fmt(r['served_p50_minus_batch1_ms'], 2)} ms per request.", ""]
-        cpu_rows = [r for r in summary if r.get("served_cores")]
-        if cpu_rows:
-            labels = list(dict.fromkeys(k for r in cpu_rows for k in r["served_cores"]))
-            lines += ["CPU by process while served (cores, median over rounds), and CPU per item: served (server and "
-                      "stubs), the floor's, the model alone offline:", "",
-                      "| items/request | concurrency | " + " | ".join(labels) + " | served µs/item | floor µs/item | "
-                      "model-only µs/item |", "|---:|---:|" + "---:|" * (len(labels) + 3)]
-            for r in cpu_rows:
-                lines.append(f"| {r['items_per_request']} | {r['concurrency']} | "
-                             + " | ".join(f"{r['served_cores'].get(k, 0.0):.2f}" for k in labels)
-                             + f" | {_fmt(r.get('served_cpu_us_per_item'), 0)} | {_fmt(r.get('floor_cpu_us_per_item'), 0)} | "
-                             f"{_fmt(r['offline_cpu_us_per_item'], 0)} |")
-            lines.append("")
+        lines += _cpu_lines([r for r in summary if r.get("served_cores")])
     else:
         lines += ["| concurrency | req/s | p50 ms | p90 ms | p95 ms | p99 ms |", "|---:|---:|---:|---:|---:|---:|"]
         for lv in report["levels"]:
@@ -349,17 +337,39 @@ def format_markdown(report: dict) -> str:
         for m in lv["models"]:
             lines.append(f"| {lv.get('items_per_request', 1)} | {lv['concurrency']} | {m['model']} | {m['requests']} | "
                          f"{m['executions']} | {m['mean_batch']:.1f} | {m['queue_ms']:.2f} | {m['compute_ms']:.2f} |")
-    profile = report.get("profile")
-    if profile:
-        lines += ["", f"py-spy on the stubs at concurrency {profile['concurrency']} ({profile['seconds']:g} s, "
-                      f"{profile['rate']} samples/s): top frames by own time, and by time inside them", ""]
-        for stub, top in profile["stubs"].items():
-            busy = f", its Python thread busy {top['busy_share']:.0%} of the time" if top.get("busy_share") is not None else ""
-            lines += [f"{stub} ({top['samples']} samples{busy}):", "",
-                      "| own % | inside % | frame |", "|---:|---:|---|"]
-            lines += [f"| {f['own']:.1%} | {f['inside']:.1%} | `{f['frame']}` |" for f in top["frames"]]
-            lines.append("")
+    lines += _profile_lines(report.get("profile"))
     return "\n".join(lines) + "\n"
+
+
+def _cpu_lines(cpu_rows: list[dict]) -> list[str]:
+    """The CPU-by-process table (empty when no row measured it: a server that is not ours)."""
+    if not cpu_rows:
+        return []
+    labels = list(dict.fromkeys(k for r in cpu_rows for k in r["served_cores"]))
+    lines = ["CPU by process while served (cores, median over rounds), and CPU per item: served (server and "
+             "stubs), the floor's, the model alone offline:", "",
+             "| items/request | concurrency | " + " | ".join(labels) + " | served µs/item | floor µs/item | "
+             "model-only µs/item |", "|---:|---:|" + "---:|" * (len(labels) + 3)]
+    for r in cpu_rows:
+        lines.append(f"| {r['items_per_request']} | {r['concurrency']} | "
+                     + " | ".join(f"{r['served_cores'].get(k, 0.0):.2f}" for k in labels)
+                     + f" | {_fmt(r.get('served_cpu_us_per_item'), 0)} | {_fmt(r.get('floor_cpu_us_per_item'), 0)} | "
+                     f"{_fmt(r['offline_cpu_us_per_item'], 0)} |")
+    return lines + [""]
+
+
+def _profile_lines(profile: dict | None) -> list[str]:
+    """py-spy's top frames per stub (``--profile``), when it ran."""
+    if not profile:
+        return []
+    lines = ["", f"py-spy on the stubs at concurrency {profile['concurrency']} ({profile['seconds']:g} s, "
+                 f"{profile['rate']} samples/s): top frames by own time, and by time inside them", ""]
+    for stub, top in profile["stubs"].items():
+        busy = f", its Python thread busy {top['busy_share']:.0%} of the time" if top.get("busy_share") is not None else ""
+        lines += [f"{stub} ({top['samples']} samples{busy}):", "", "| own % | inside % | frame |", "|---:|---:|---|"]
+        lines += [f"| {f['own']:.1%} | {f['inside']:.1%} | `{f['frame']}` |" for f in top["frames"]]
+        lines.append("")
+    return lines
 
 
 def _fmt(spread: dict | None, digits: int = 0, unit: str = "") -> str:
@@ -408,17 +418,12 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
     if not items:
         raise PerfError(f"no dev items to send (task {task}): perf_analyzer needs at least one")
     names = bundle.names
-    shapes = [Shape(1, c) for c in concurrency]
-    most = int(bundle.manifest.get("package", {}).get("max_batch_size", 0) or 0)
-    if not kind.windowed and most > 1:  # Triton refuses a request of more items than max_batch_size
-        shapes += [Shape(min(BATCHED_ITEMS, most), c) for c in batched_concurrency]
+    shapes = _shapes(bundle, kind, concurrency, batched_concurrency)
     report = {"model": names.ensemble, "task_type": bundle.task_type, "repository": str(repository), "seconds": seconds,
               "rounds": rounds, "perf_analyzer": pa.version(), "cpu": detect().as_dict(),
               "package": bundle.manifest.get("package", {}), "layout": bundle.manifest.get("layout", "ensemble"),
               **kind.perf_fields(items)}
-    yardsticks = {n: kind.model_only(bundle, items, n) for n in sorted({s.items for s in shapes})}
-    # a lone request (one item at concurrency 1) is held to the model's own batch-1 latency
-    alone = kind.model_only(bundle, items[:300], 1, alone=True) if any(s.items == 1 and s.concurrency == 1 for s in shapes) else None
+    yardsticks, alone = _yardsticks(bundle, kind, items, shapes)
     composing = tuple(dict.fromkeys((names.tokenizer, names.model, names.postprocess)))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -432,16 +437,7 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
             floor_procs = None if url else process_cpu.server_processes(server.process.pid, (echo,))
             data = input_data(bundle.task_type, items, tmp / "input.json")
             for r in range(rounds):
-                for n, stick in yardsticks.items():
-                    measured = stick.round(offline_seconds)
-                    for shape in shapes:
-                        if shape.items == n:
-                            shape.model_only.append(measured)
-                if alone is not None:
-                    b1 = alone.p50_ms(offline_seconds)
-                    for shape in shapes:
-                        if shape.items == 1 and shape.concurrency == 1:
-                            shape.model_only_p50_ms.append(b1)
+                _offline_round(shapes, yardsticks, alone, offline_seconds)
                 for shape in shapes:
                     log(f"perf: round {r + 1}/{rounds}, {shape.items} item(s) per request at concurrency "
                         f"{shape.concurrency}")
@@ -458,6 +454,43 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
         finally:
             if server is not None:
                 server.stop()
+    return _summarized(report, shapes, bundle, kind)
+
+
+def _shapes(bundle, kind, concurrency: Sequence[int], batched_concurrency: Sequence[int]) -> list["Shape"]:
+    """One item per request at each of ``concurrency``; FastDeploy's 32 per request at each of ``batched_concurrency``
+    (never more than the bundle's max_batch_size: Triton refuses a larger request; none for windowed kinds)."""
+    shapes = [Shape(1, c) for c in concurrency]
+    most = int(bundle.manifest.get("package", {}).get("max_batch_size", 0) or 0)
+    if not kind.windowed and most > 1:
+        shapes += [Shape(min(BATCHED_ITEMS, most), c) for c in batched_concurrency]
+    return shapes
+
+
+def _yardsticks(bundle, kind, items: Sequence, shapes: Sequence["Shape"]):
+    """({items per request: the model alone on requests of that many}, the batch-1 latency yardstick a lone request
+    (one item at concurrency 1) is held to, or None when no shape is one)."""
+    yardsticks = {n: kind.model_only(bundle, items, n) for n in sorted({s.items for s in shapes})}
+    lone = any(s.items == 1 and s.concurrency == 1 for s in shapes)
+    return yardsticks, kind.model_only(bundle, items[:300], 1, alone=True) if lone else None
+
+
+def _offline_round(shapes: Sequence["Shape"], yardsticks: dict, alone, seconds: float) -> None:
+    """A round's offline half: each yardstick's rate (and the batch-1 latency a lone request is held to), given to
+    the shapes it is the yardstick of."""
+    for n, stick in yardsticks.items():
+        measured = stick.round(seconds)
+        for shape in shapes:
+            if shape.items == n:
+                shape.model_only.append(measured)
+    if alone is not None:
+        b1 = alone.p50_ms(seconds)
+        for shape in shapes:
+            if shape.items == 1 and shape.concurrency == 1:
+                shape.model_only_p50_ms.append(b1)
+
+
+def _summarized(report: dict, shapes: Sequence["Shape"], bundle, kind) -> dict:
     report["levels"] = [asdict(s.served[-1]) for s in shapes]
     report["summary"] = [s.summary(kind.model_only_batch(bundle, s.items)) for s in shapes]
     one = [row for row in report["summary"] if row["items_per_request"] == 1]
