@@ -125,6 +125,56 @@ def _session(name: str, path: Path):
     return session(path)
 
 
+def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[str, Path]:
+    """Every form to measure, by its row name: ORT FP32, the anchor (with and without reduce_range), the shipped
+    ONNX Runtime INT8 and QDQ forms, the recipe's other widths (``recipe_forms``) and OpenVINO's (``openvino_forms``)."""
+    from pipeline.backends.onnxruntime.quantize import quantize_anchor
+    from pipeline.quantization.recipe import Int8Recipe
+
+    fp32 = layout.path("onnx_fp32")
+    chosen = meta.int8.get("chosen") or {}
+    recipe = Int8Recipe(chosen.get("smooth_alpha"), bool(chosen.get("reduce_range", False)))
+    shipped_name = chosen.get("name", meta.int8.get("recipe", "?"))
+    qdq_name = (meta.int8_qdq.get("chosen") or {}).get("name")
+    width = meta.selected_candidate.get("width_mult", 1.0)
+    models = {"ort-fp32": fp32, "anchor": quantize_anchor(fp32, work / "anchor.onnx"),
+              "anchor-reduce_range": quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
+              f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": layout.path("onnx_int8_qdq"),
+              f"onnxruntime-int8 ({f'w{width:g}' if width < 1.0 else 'unpruned'}, {shipped_name})": layout.path("onnx_int8")}
+    models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind,
+                               shipped=width))
+    models.update(openvino_forms(runs / "compress" / "out", layout.root, meta, fp32, width))
+    return models
+
+
+def _row(name: str, path: Path, shipped: bool, scores: dict, timing) -> dict:
+    from pipeline.validation.benchmark import path_bytes
+
+    vs_fp32, vs_anchor = timing.ratio(name, "ort-fp32"), timing.ratio(name, "anchor")
+    return {"form": name, "shipped": shipped, "metric": scores[name], "drop_points": 100 * (scores["ort-fp32"] - scores[name]),
+            "sequences_per_s": timing.median(name), "x_fp32": vs_fp32[0], "x_fp32_range": vs_fp32[1:],
+            "x_anchor": vs_anchor[0], "x_anchor_range": vs_anchor[1:],
+            "anchor_within_noise": timing.within_noise(name, "anchor"), "mb": path_bytes(path) / 2**20}
+
+
+def _table(rows: list[dict], metric: str) -> list[str]:
+    lines = [f"| form | {metric} | drop (pts) | ×FP32 [min–max] | ×anchor [min–max] | MB |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        noise = " (within noise)" if r["anchor_within_noise"] and r["form"] != "anchor" else ""
+        lines.append(f"| {'**' + r['form'] + '** (shipped)' if r['shipped'] else r['form']} | {r['metric']:.4f} | {r['drop_points']:+.2f} | {r['x_fp32']:.2f} "
+                     f"[{r['x_fp32_range'][0]:.2f}–{r['x_fp32_range'][1]:.2f}] | {r['x_anchor']:.2f} "
+                     f"[{r['x_anchor_range'][0]:.2f}–{r['x_anchor_range'][1]:.2f}]{noise} | {r['mb']:.1f} |")
+    return lines
+
+
+def _write(out: Path, lines: list[str], report: dict) -> None:
+    """The report as JSON at ``out``, its markdown table beside it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="tnews")
@@ -136,18 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="JSON path (default runs/<task>/bench.json; .md beside it)")
     args = p.parse_args(argv)
 
-    from pipeline.backends.onnxruntime.quantize import quantize_anchor
     from pipeline.config import load_task_config
     from pipeline.contract import detect_cpu as detect
     from pipeline.kinds import load_task_data
     from pipeline.errors import ConfigError, ModelError
     from pipeline.evaluation import evaluate_session
     from pipeline.handoffs import ExportManifest
-    from pipeline.quantization.recipe import Int8Recipe
     from pipeline.kinds import get_kind
     from pipeline.tokenizer import Tokenizer
     from pipeline.evaluation import interleaved_throughput
-    from pipeline.validation.benchmark import path_bytes
 
     overrides = {"data.dir": str(Path(args.data_dir).resolve())} if args.data_dir else {}
     try:
@@ -170,50 +217,22 @@ def main(argv: list[str] | None = None) -> int:
     tok = Tokenizer.from_model_dir(layout.tokenizer_dir, cfg.max_seq_len)
     dev = kind.featurize(tok, data.dev.examples, cfg)
     cpu = detect()
-    work = Path(tempfile.mkdtemp(prefix="bench-"))
-    fp32 = layout.path("onnx_fp32")
-    chosen = meta.int8.get("chosen") or {}
-    recipe = Int8Recipe(chosen.get("smooth_alpha"), bool(chosen.get("reduce_range", False)))
-    shipped_name = chosen.get("name", meta.int8.get("recipe", "?"))
-    qdq_name = (meta.int8_qdq.get("chosen") or {}).get("name")
-    width = meta.selected_candidate.get("width_mult", 1.0)
-    models = {"ort-fp32": fp32, "anchor": quantize_anchor(fp32, work / "anchor.onnx"),
-              "anchor-reduce_range": quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
-              f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": layout.path("onnx_int8_qdq"),
-              f"onnxruntime-int8 ({f'w{width:g}' if width < 1.0 else 'unpruned'}, {shipped_name})": layout.path("onnx_int8")}
-    models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind,
-                               shipped=width))
-    models.update(openvino_forms(runs / "compress" / "out", export_dir, meta, fp32, width))
+    models = _models(runs, layout, meta, cfg, tok, data, kind, Path(tempfile.mkdtemp(prefix="bench-")))
     shipped = _shipped_row(runs, models, export_dir)
 
     print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
     sessions = {name: _session(name, path) for name, path in models.items()}
     scores = {name: evaluate_session(s, dev, 64, desc=f"dev {name}").score.value for name, s in sessions.items()}
     timing = interleaved_throughput(sessions, dev, args.batch_size, rounds=args.rounds, max_batches=args.max_batches)
-    rows = []
-    for name, path in models.items():
-        vs_fp32, vs_anchor = timing.ratio(name, "ort-fp32"), timing.ratio(name, "anchor")
-        rows.append({"form": name, "shipped": name == shipped, "metric": scores[name], "drop_points": 100 * (scores["ort-fp32"] - scores[name]),
-                     "sequences_per_s": timing.median(name), "x_fp32": vs_fp32[0], "x_fp32_range": vs_fp32[1:],
-                     "x_anchor": vs_anchor[0], "x_anchor_range": vs_anchor[1:],
-                     "anchor_within_noise": timing.within_noise(name, "anchor"), "mb": path_bytes(path) / 2**20})
-    head = f"| form | {kind.metric} | drop (pts) | ×FP32 [min–max] | ×anchor [min–max] | MB |"
+    rows = [_row(name, path, name == shipped, scores, timing) for name, path in models.items()]
     lines = [f"# make bench TASK={args.task}", "", f"CPU: {cpu.summary()}. Dev rows: {len(dev)}, batch {args.batch_size}, "
-             f"{args.rounds} interleaved rounds of {args.max_batches} batches; ratios are per-round medians.", "", head,
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        noise = " (within noise)" if r["anchor_within_noise"] and r["form"] != "anchor" else ""
-        lines.append(f"| {'**' + r['form'] + '** (shipped)' if r['shipped'] else r['form']} | {r['metric']:.4f} | {r['drop_points']:+.2f} | {r['x_fp32']:.2f} "
-                     f"[{r['x_fp32_range'][0]:.2f}–{r['x_fp32_range'][1]:.2f}] | {r['x_anchor']:.2f} "
-                     f"[{r['x_anchor_range'][0]:.2f}–{r['x_anchor_range'][1]:.2f}]{noise} | {r['mb']:.1f} |")
+             f"{args.rounds} interleaved rounds of {args.max_batches} batches; ratios are per-round medians.", "",
+             *_table(rows, kind.metric)]
     print("\n".join(lines[4:]))
-    out = Path(args.out) if args.out else runs / "bench.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"task": args.task, "cpu": cpu.as_dict(), "dev_rows": len(dev), "batch_size": args.batch_size,
-                               "rounds": args.rounds, "int8_recipe": meta.int8, "qdq_recipe": meta.int8_qdq, "rows": rows,
-                               "rates": timing.rates}, indent=2))
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {out} and {out.with_suffix('.md')}")
+    _write(Path(args.out) if args.out else runs / "bench.json", lines,
+           {"task": args.task, "cpu": cpu.as_dict(), "dev_rows": len(dev), "batch_size": args.batch_size,
+            "rounds": args.rounds, "int8_recipe": meta.int8, "qdq_recipe": meta.int8_qdq, "rows": rows,
+            "rates": timing.rates})
     return 0
 
 

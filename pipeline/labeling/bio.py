@@ -1,6 +1,6 @@
 """BIO tags over wordpiece tokens: text -> token ids + char offsets, entities -> tag ids, tag ids -> entities.
 
-Imports only the standard library and numpy: serving/repository.py copies this file verbatim into the
+Imports only the standard library and numpy: serving/bundle/repository.py copies this file verbatim into the
 Triton python-backend model folders, so the served pre/post-processing and the offline evaluation run
 the very same code.  Do not import ``pipeline.`` here.
 
