@@ -74,8 +74,11 @@ def test_interrupting_a_detached_launch_while_the_models_load_stops_the_server(t
     from serving.server import ServerState, reap_group
 
     repo, state_path = _repo(tiny_bundle, tmp_path)
+    # As from a terminal: Ctrl-C delivered.  A shell's background job (pytest started with `&`, as a CI script may)
+    # ignores SIGINT, and a child inherits that: the launcher would then rightly ignore it too.
     proc = subprocess.Popen(_launcher(repo, "--detach", "--log", str(tmp_path / "s.log")), cwd=ROOT,
-                            env=slow_tritonserver, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=slow_tritonserver, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_for(state_path, proc)
         state = ServerState.read(state_path)
