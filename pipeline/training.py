@@ -155,8 +155,9 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
                     last_ckpt = time.time()
             epoch_done = state.step_in_epoch >= len(order)
             ev = evaluate_dygraph(model, evaluate_on, eval_batch_size, desc=f"{eval_name} eval ({desc} epoch {state.epoch + 1})")
-            improved = _record_epoch(state, ev, kind, running / max(n, 1), eval_name)
-            log(f"{desc} epoch {state.epoch + 1}/{epochs}: step {state.step}, {loss_name} {running / max(n, 1):.4f}, "
+            train_loss = running / max(n, 1)
+            improved = _record_epoch(state, ev, kind, train_loss, eval_name)
+            log(f"{desc} epoch {state.epoch + 1}/{epochs}: step {state.step}, {loss_name} {train_loss:.4f}, "
                 f"{eval_name} {kind.describe(ev.score)}" + ("  (best so far, kept)" if improved else ""))
             if improved:
                 if on_best is not None:

@@ -122,19 +122,19 @@ class Search:
 
         from pipeline.hashing import file_sha256
 
-        self.fp32_path, self.form, self.evaluate = Path(fp32_path), form, form.evaluate
+        self.fp32_path, self.form = Path(fp32_path), form
         self.work_dir, self.log, self.decide = Path(work_dir), log, decide
         self.work_dir.mkdir(parents=True, exist_ok=True)
         record = {"source": file_sha256(self.fp32_path), "rows": cache_key, "embeddings": form.embeddings,
                   "form": form.name, **form.record}
         self.key = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:12]
-        self.fp32_metric, self.reference = reference if reference is not None else self.evaluate(self.fp32_path)
+        self.fp32_metric, self.reference = reference if reference is not None else form.evaluate(self.fp32_path)
         # A pruned source already spent part of the budget: drops count from the unpruned baseline's metric,
         # agreement from the source's own outputs.
         if baseline_metric is not None:
             self.baseline_metric = baseline_metric
         else:
-            self.baseline_metric = self.evaluate(Path(baseline))[0] if baseline else self.fp32_metric
+            self.baseline_metric = form.evaluate(Path(baseline))[0] if baseline else self.fp32_metric
         self.pruned = baseline is not None or (baseline_metric is not None and baseline_metric != self.fp32_metric)
 
     def _cache(self, recipe: Int8Recipe) -> tuple[Path, Path]:
@@ -163,7 +163,7 @@ class Search:
         partial = model.with_name(f"{model.name[: -len(suffix)]}.partial{suffix}")
         self.form.build(self.fp32_path, partial, self.form.ranges, recipe, embeddings=self.form.embeddings)
         self.form.promote(partial, model)
-        metric, outputs = self.evaluate(model)
+        metric, outputs = self.form.evaluate(model)
         scored = Scored(recipe, metric, 100.0 * (self.baseline_metric - metric), _agreement(outputs, self.reference, self.decide), str(model))
         np.savez(self._outputs_file(record), *outputs)
         record.write_text(json.dumps(scored.as_dict()))
