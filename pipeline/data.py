@@ -64,13 +64,6 @@ def data_hashes(cfg: TaskConfig) -> dict[str, str]:
     return {"data": f"paddlenlp:clue/{cfg.data.clue_name}"}
 
 
-def heldout_examples(train: Sequence, skip: int, n: int) -> list:
-    """The last ``n`` training rows, never overlapping the first ``skip`` (the calibration rows), unless the
-    data is too small to have both (tiny test data: the calibration rows are all there is)."""
-    start = max(skip, len(train) - n)
-    return list(train[start:]) or list(train[:n])
-
-
 def resolve_local_dir(cfg: TaskConfig) -> Path:
     """The local data directory of a task whose format has no online fallback."""
     data_dir = cfg.data_dir()

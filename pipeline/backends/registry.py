@@ -17,8 +17,20 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from pipeline.backends.engine import CpuEngine
+from pipeline.backends.onnxruntime.engine import ENGINE as _ONNXRUNTIME
+from pipeline.backends.openvino.engine import ENGINE as _OPENVINO
 from pipeline.backends.shapes import ShapeRange
 from pipeline.contract import ExportLayout
+
+# The CPU engines that run the exported ONNX: compress makes and times every width's INT8 form in each one that
+# ``compress.engines`` names, validate times them in the same interleaved rounds.  Listed here only: each engine's
+# object lives in its folder (``engine.py``).
+CPU_ENGINES: tuple[CpuEngine, ...] = (_ONNXRUNTIME, _OPENVINO)
+
+
+def cpu_engine(name: str) -> CpuEngine | None:
+    return next((e for e in CPU_ENGINES if e.name == name), None)
 
 
 class Session(Protocol):

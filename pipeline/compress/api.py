@@ -136,7 +136,7 @@ def compress(
     from pipeline.kinds.classification import Classification
 
     kind = Classification()
-    from pipeline.data import heldout_examples
+    from pipeline.quantization.select import heldout_examples
 
     inp = CompressInputs(model_dir=model_dir, static_model_dir=static, tokenizer=tok,
                          train=kind.featurize(tok, train), dev=kind.featurize(tok, dev),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from pipeline.backends import registry
 from pipeline.errors import ConfigError
 
 STRATEGY_PARTS = ("dynabert", "ptq", "qat", "embeddings")
@@ -53,7 +54,11 @@ SKIP_ROLES = ("ffn2", "head")
 
 
 RUNTIMES = ("onnxruntime", "paddle")
-ENGINES = ("onnxruntime", "openvino")  # the CPU engines that run the ONNX candidates (compress.runtime onnxruntime)
+
+
+def engine_names() -> tuple[str, ...]:
+    """The CPU engines that run the ONNX candidates (compress.runtime onnxruntime): the registry's list."""
+    return tuple(e.name for e in registry.CPU_ENGINES)
 
 
 @dataclass
@@ -67,7 +72,7 @@ class CompressConfig:
     # With runtime onnxruntime: the CPU engines each width's INT8 form is made for and timed in (ONNX Runtime's
     # recipe search, OpenVINO's NNCF search).  Which one is faster depends on the CPU: every form is measured
     # in the same interleaved rounds and the fastest within the budget ships.
-    engines: list[str] = field(default_factory=lambda: list(ENGINES))
+    engines: list[str] = field(default_factory=lambda: list(engine_names()))
     # DynaBERT width pruning
     width_mult_list: list[str | float] = field(default_factory=lambda: ["3/4"])
     # With dynabert: also quantize the unpruned model (a fallback when pruning costs too much accuracy;
@@ -160,12 +165,13 @@ class CompressConfig:
         """The runtime candidates are judged in and its engines, and what each strategy part needs."""
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"compress.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        names = engine_names()
         if not isinstance(self.engines, list) or not self.engines:
-            raise ConfigError(f"compress.engines: a non-empty list of engines ({', '.join(ENGINES)}) is needed, "
+            raise ConfigError(f"compress.engines: a non-empty list of engines ({', '.join(names)}) is needed, "
                               f"got {self.engines!r}")
         for i, engine in enumerate(self.engines):
-            if engine not in ENGINES:
-                raise ConfigError(f"compress.engines[{i}]: unknown engine {engine!r}; engines are {', '.join(ENGINES)}")
+            if engine not in names:
+                raise ConfigError(f"compress.engines[{i}]: unknown engine {engine!r}; engines are {', '.join(names)}")
         if len(set(self.engines)) != len(self.engines):
             raise ConfigError(f"compress.engines: an engine is repeated in {self.engines!r}")
         if self.runtime == "onnxruntime":

@@ -19,7 +19,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from pipeline.backends.forms import MODEL_FILE, check_static_dir
 from pipeline.backends.paddle.convert import copy_static, export_static, program_input_dtype
@@ -95,19 +95,15 @@ def build_and_evaluate(
     *,
     log: Callable[[str], None] = print,
     accuracy_fn: Callable | None = None,
-    quantize_onnx: Callable | None = None,
-    quantize_openvino: Callable | None = None,
-    int8_embeddings: bool = True,
+    searches: Sequence = (),
     opset: int = 13,
-    openvino: dict | None = None,
 ):
     """Create every candidate under ``out_dir/candidates/<name>/``, evaluate each as it is made, then time
     them all in interleaved rounds; returns (candidates, timing).
 
     ``work_dir`` keeps the expensive trained models (pruned, QAT) so an interrupted run reuses them.
-    ``quantize_onnx(fp32_onnx, out_onnx, baseline_onnx | None) -> SearchResult``: the INT8 recipe search,
-    for ``compress.runtime: onnxruntime`` with ``ptq``; ``quantize_openvino``: OpenVINO's (NNCF), same shape;
-    ``openvino``: the ``openvino:`` config section its candidates are timed with.
+    ``searches``: each CPU engine's INT8 recipe search (``onnx_candidates.EngineSearch``), for ``compress.runtime:
+    onnxruntime`` with ``ptq``.
     """
     parts = cfg.parts()
     grid = preflight(cfg, train_size=len(inp.train), static_model_dir=inp.static_model_dir)
@@ -119,10 +115,8 @@ def build_and_evaluate(
         from pipeline.compress.onnx_candidates import onnx_candidates
 
         ptq = "ptq" in parts
-        for c in onnx_candidates(sources, b.out_dir, quantize=quantize_onnx if ptq else None,
-                                 quantize_openvino=quantize_openvino if ptq else None,
-                                 quantize_unpruned=cfg.quantize_unpruned or len(sources) == 1,
-                                 int8_embeddings=int8_embeddings, opset=opset, log=log, openvino=openvino):
+        for c in onnx_candidates(sources, b.out_dir, searches=searches if ptq else (),
+                                 quantize_unpruned=cfg.quantize_unpruned or len(sources) == 1, opset=opset, log=log):
             b.add(c, None)  # build_seconds set where it was built
         return b.timed()
     # 3. Paddle quantization: the PTQ grid, QAT, then int8 word embeddings on top of every candidate

@@ -80,18 +80,23 @@ def path_size(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def _where(runtime: str) -> str:
+    from pipeline.backends.registry import cpu_engine
+
+    engine = cpu_engine(runtime)
+    return engine.where if engine is not None else PADDLE_WHERE
+
+
+PADDLE_WHERE = "Paddle Inference on CPU (oneDNN; int8 where quantized)"
+
+
 def make_session(cand: Candidate):
-    """A session in the candidate's own runtime."""
-    if cand.runtime == "onnxruntime":
-        from pipeline.backends.onnxruntime.session import session
+    """A session in the candidate's own runtime: a CPU engine's (with the settings it records), else Paddle's."""
+    from pipeline.backends.registry import cpu_engine
 
-        return session(cand.model_path, precision=cand.precision)
-    if cand.runtime == "openvino":
-        from pipeline.backends.openvino.config import OpenVINOConfig
-        from pipeline.backends.openvino.session import session
-
-        return session(cand.model_path, precision=cand.precision,
-                       properties=OpenVINOConfig(**cand.settings.get("openvino", {})).cpu_properties())
+    engine = cpu_engine(cand.runtime)
+    if engine is not None:
+        return engine.open(cand.model_path, cand.precision, cand.settings)
     from pipeline.backends.paddle.session import session
 
     return session(cand.infer_dir, precision=cand.precision)
@@ -188,14 +193,11 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
     base_tp = fp32.throughput if fp32 and fp32.throughput else None
     base_size = fp32.size_bytes if fp32 and fp32.size_bytes else None
     runtimes = sorted({c.runtime for c in cands})
-    where = {"onnxruntime": "ONNX Runtime on CPU (FP32 ONNX per width, INT8 from the recipe search)",
-             "openvino": "OpenVINO on CPU (INT8 from NNCF's recipe search)",
-             "paddle": "Paddle Inference on CPU (oneDNN; int8 where quantized)"}
     lines = [
         "# Compression candidates",
         "",
         f"FP32 baseline (finetune-check): {metric} {baseline_value if baseline_value is not None else float('nan'):.4f}; budget: "
-        f"at most {max_accuracy_drop:g} points below.  {'; '.join(where[r] for r in runtimes)}.  Throughput: median "
+        f"at most {max_accuracy_drop:g} points below.  {'; '.join(_where(r) for r in runtimes)}.  Throughput: median "
         "of interleaved rounds, dev lengths; x FP32 gives the median and [min-max] of the per-round ratios.",
         "",
         f"| candidate | runtime | width | quant | emb int8 | {metric} | drop (pts) | sent/s | x FP32 | size MiB | x smaller | within budget |",

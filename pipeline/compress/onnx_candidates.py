@@ -13,23 +13,29 @@ selected width (cache hits), so the shipped INT8 files are the measured ones.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from pipeline.compress.candidates import Candidate
 
 ONNX_FILE = "model.onnx"
-OPENVINO_FILE = "model.xml"  # with model.bin beside it
-INT8_NAMES = {"onnxruntime": "int8", "openvino": "ov-int8"}  # candidate names: <width prefix><this>
 
 
-def onnx_candidates(sources: Sequence, out_dir: Path, *, quantize: Callable | None, quantize_unpruned: bool,
-                    int8_embeddings: bool = True, opset: int = 13, log: Callable[[str], None] = print,
-                    quantize_openvino: Callable | None = None, openvino: dict | None = None) -> Iterator[Candidate]:
-    """For every source (``build.Source``: width, dygraph dir, static program): its FP32 ONNX candidate,
-    then, with ``quantize``, its ONNX Runtime INT8 candidate, and with ``quantize_openvino`` its OpenVINO INT8
-    candidate (same call shape; the result's ``chosen.path`` is an IR ``.xml``).  The first source is the
-    unpruned baseline."""
+@dataclass(frozen=True)
+class EngineSearch:
+    """One engine's INT8 candidates as this task makes them."""
+
+    engine: object  # pipeline.backends.engine.CpuEngine
+    search: Callable  # (fp32 onnx, out path, unpruned fp32 | None) -> SearchResult
+    settings: dict = field(default_factory=dict)  # what its candidates are timed with, kept in their settings
+    embeddings_int8: bool = True  # whether its INT8 form quantizes the word-embedding table
+
+
+def onnx_candidates(sources: Sequence, out_dir: Path, *, searches: Sequence[EngineSearch], quantize_unpruned: bool,
+                    opset: int = 13, log: Callable[[str], None] = print) -> Iterator[Candidate]:
+    """For every source (``build.Source``: width, dygraph dir, static program): its FP32 ONNX candidate, then one
+    INT8 candidate per engine of ``searches``.  The first source is the unpruned baseline."""
     from pipeline.backends.onnxruntime.convert import export_onnx
 
     baseline_onnx = None
@@ -44,23 +50,18 @@ def onnx_candidates(sources: Sequence, out_dir: Path, *, quantize: Callable | No
         if src.width >= 1.0 and not quantize_unpruned:
             continue
         baseline = baseline_onnx if fp32 != baseline_onnx else None
-        for engine, search, file, quantization, embeddings in (
-                ("onnxruntime", quantize, ONNX_FILE, "ort", int8_embeddings),
-                ("openvino", quantize_openvino, OPENVINO_FILE, "nncf", True)):
-            if search is None:
-                continue
-            t0 = time.monotonic()
-            int8_name = f"{src.prefix}{INT8_NAMES[engine]}"
-            log(f"[compress] {int8_name}: {engine} INT8 recipe search on {name}")
-            path = Path(out_dir) / "candidates" / int8_name / file
-            result = search(fp32, path, baseline)
+        for es in searches:
+            engine, t0 = es.engine, time.monotonic()
+            int8_name = f"{src.prefix}{engine.int8_suffix}"
+            log(f"[compress] {int8_name}: {engine.name} INT8 recipe search on {name}")
+            path = Path(out_dir) / "candidates" / int8_name / engine.candidate_file
+            result = es.search(fp32, path, baseline)
             recipe = result.chosen.recipe
             log(f"[compress] {int8_name}: recipe {recipe.name}")
-            engine_settings = {"openvino": dict(openvino or {})} if engine == "openvino" else {}  # timed with these
-            yield _done(Candidate(int8_name, src.width, quantization, embeddings, src.infer_dir, src.model_dir,
+            yield _done(Candidate(int8_name, src.width, engine.quantization, es.embeddings_int8, src.infer_dir, src.model_dir,
                                   {**settings, "int8_recipe": recipe.as_dict(), "heldout_drop_points": result.chosen.drop_points,
-                                   "recipe_within_budget": result.within_budget, **engine_settings},
-                                  runtime=engine, model_path=path), t0)
+                                   "recipe_within_budget": result.within_budget, **es.settings},
+                                  runtime=engine.name, model_path=path), t0)
 
 
 def _done(c: Candidate, started: float) -> Candidate:

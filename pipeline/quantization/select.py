@@ -15,9 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.data import heldout_examples
 from pipeline.kinds.base import FeatureSet
-
 
 
 @dataclass(frozen=True)
@@ -48,6 +46,13 @@ def calibration_feeds(features, batch_size: int = 16) -> list[dict[str, np.ndarr
         b = features.batch(range(i, min(i + batch_size, len(features))))
         feeds.append({"input_ids": b.input_ids, "token_type_ids": b.token_type_ids})
     return feeds
+
+
+def heldout_examples(train: Sequence, skip: int, n: int) -> list:
+    """The last ``n`` training rows, never overlapping the first ``skip`` (the calibration rows), unless the
+    data is too small to have both (tiny test data: the calibration rows are all there is)."""
+    start = max(skip, len(train) - n)
+    return list(train[start:]) or list(train[:n])
 
 
 def search_rows(cfg, tokenizer, train_examples: Sequence, kind) -> SearchRows:

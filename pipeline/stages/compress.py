@@ -48,14 +48,12 @@ def params(cfg: TaskConfig) -> dict:
 
 def check(cfg: TaskConfig) -> None:
     """Before the first stage runs: every engine asked for can run here."""
-    if cfg.compress.runtime == "onnxruntime" and "openvino" in cfg.compress.engines:
-        from pipeline.backends.openvino import missing
-        from pipeline.errors import ConfigError
+    if cfg.compress.runtime == "onnxruntime":
+        from pipeline.backends.registry import CPU_ENGINES
 
-        why = missing()
-        if why:
-            raise ConfigError(f"compress.engines: openvino cannot run here: {why} (or --set 'compress.engines=[onnxruntime]')")
-        cfg.openvino.check()  # a property the CPU plugin refuses: named now, not after DynaBERT
+        for engine in CPU_ENGINES:
+            if engine.name in cfg.compress.engines:
+                engine.check(cfg)
 
 
 def inputs(cfg: TaskConfig) -> dict[str, str]:
@@ -83,11 +81,8 @@ def run(ctx):
     cfg, ccfg = ctx.cfg, ctx.cfg.compress
     baseline = ctx.handoff("finetune-check", Baseline)
     inp, rows, vocab_dir = _inputs(ctx, baseline)
-    quantize_onnx, quantize_openvino = _engine_searches(ctx, rows)
-    cands, timing = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log, quantize_onnx=quantize_onnx,
-                                       quantize_openvino=quantize_openvino,
-                                       int8_embeddings=cfg.quantization.int8_embeddings, opset=cfg.export.opset,
-                                       openvino=dataclasses.asdict(cfg.openvino))
+    cands, timing = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log,
+                                       searches=_engine_searches(ctx, rows), opset=cfg.export.opset)
     selection = select(cands, cfg.gates.max_accuracy_drop, timing)
     chosen = selection.selected
     ctx.log(f"[compress] {selection.message}")
@@ -149,40 +144,30 @@ def _inputs(ctx, baseline):
     return inp, rows, vocab_dir
 
 
-def _engine_searches(ctx, rows):
-    """(ONNX Runtime's search, OpenVINO's search) as ``build_and_evaluate`` calls them per width: each engine of
-    ``compress.engines`` when the candidates are ONNX (``compress.runtime: onnxruntime``), else none."""
-    from pipeline.contract import detect_cpu
+def _engine_searches(ctx, rows) -> list:
+    """Each engine of ``compress.engines`` with its INT8 search as ``build_and_evaluate`` calls it per width
+    (``onnx_candidates.EngineSearch``), when the candidates are ONNX (``compress.runtime: onnxruntime``); else none."""
+    from pipeline.backends.registry import CPU_ENGINES
+    from pipeline.compress.onnx_candidates import EngineSearch
     from pipeline.run_cache import RunCache
 
     cfg, ccfg = ctx.cfg, ctx.cfg.compress
     if ccfg.runtime != "onnxruntime":
-        return None, None
-    qcfg, cpu = cfg.quantization, detect_cpu()
-    budget, cache = cfg.gates.max_accuracy_drop, RunCache(ctx.runs_dir).int8
-    quantize_onnx = quantize_openvino = None
-    if not qcfg.batch_independent_int8:
-        # What ships is quantize_dynamic's per-batch form (compress/shipped.py): measure that one.  OpenVINO's INT8
-        # has fixed scales only, so it is no candidate here: it would be measured and never shipped.
-        if "onnxruntime" not in ccfg.engines:
-            return None, None
-        from pipeline.backends.onnxruntime.quantize import dynamic_int8
+        return []
+    cache, per_batch = RunCache(ctx.runs_dir).int8, not cfg.quantization.batch_independent_int8
+    engines = [e for e in CPU_ENGINES if e.name in ccfg.engines and (e.per_batch_int8 is not None or not per_batch)]
+    if per_batch:
+        # What ships is the per-batch form (compress/shipped.py): measure that one.  An engine with fixed-scale INT8
+        # only is no candidate here: it would be measured and never shipped.
+        ctx.log("[compress] quantization.batch_independent_int8: false: per-batch INT8 forms only "
+                f"({', '.join(e.name for e in engines) or 'no engine of compress.engines has one'})")
 
-        ctx.log("[compress] quantization.batch_independent_int8: false: ONNX Runtime's per-batch INT8 form, "
-                "no OpenVINO candidates")
-        return (lambda fp32, out_path, unpruned: dynamic_int8(fp32, out_path, qcfg)), None
-    if "onnxruntime" in ccfg.engines:
-        from pipeline.backends.onnxruntime.int8.search import search_recipe
+    def search_of(engine):
+        if per_batch:
+            return lambda fp32, out_path, unpruned: engine.per_batch_int8(fp32, out_path, cfg)
+        return lambda fp32, out_path, unpruned: engine.search(fp32, out_path, rows, cfg, cache, unpruned, ctx.log)
 
-        def quantize_onnx(fp32, out_path, unpruned):
-            return search_recipe(fp32, out_path, rows, qcfg, budget, cpu, cache, baseline=unpruned, log=ctx.log)
-    if "openvino" in ccfg.engines:
-        from pipeline.backends.openvino.quantize import search_recipe as openvino_search
-
-        def quantize_openvino(fp32, out_path, unpruned):
-            return openvino_search(fp32, out_path, rows, qcfg, budget, cache, baseline=unpruned, log=ctx.log,
-                                   properties=cfg.openvino.cpu_properties())
-    return quantize_onnx, quantize_openvino
+    return [EngineSearch(e, search_of(e), e.settings(cfg), e.int8_embeddings(cfg)) for e in engines]
 
 
 def _hand_off(ctx, fp32, chosen, vocab_dir: Path) -> dict:

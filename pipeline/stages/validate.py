@@ -17,7 +17,6 @@ from pipeline.config import TaskConfig
 
 METRICS_FILE = "metrics.json"  # pipeline.handoffs.Validation reads it
 ANCHOR = "anchor"  # ORT quantize_dynamic(per_channel=True) of the FP32 ONNX: timed beside the CPU engines
-INTERLEAVED = ("onnxruntime", "openvino")  # the CPU engines timed in the same interleaved rounds
 
 
 def params(cfg: TaskConfig) -> dict:
@@ -139,11 +138,12 @@ def _read_inputs(ctx) -> _Inputs:
 
 
 def _time_cpu_engines(ctx, inp: _Inputs, runtimes, make):
-    """ONNX Runtime's and OpenVINO's CPU forms and the anchor (ORT's one-liner on the same FP32 ONNX,
+    """The CPU engines' forms (``registry.CPU_ENGINES``) and the anchor (ORT's one-liner on the same FP32 ONNX,
     gates.min_anchor_ratio), timed on dev lengths in interleaved rounds: paired ratios, median and spread (one sample
     per backend decided selections before; the same form measured 0.95x and 1.31x in two runs).  Before any Paddle
     backend runs: its OpenMP threads slow ORT down (the registry lists ORT first).  Returns (rounds, anchor's score)."""
     from pipeline.backends.onnxruntime import quantize as ort_quantize, session as ort_session
+    from pipeline.backends.registry import CPU_ENGINES
     from pipeline.evaluation import evaluate_session, interleaved_throughput
 
     vcfg = ctx.cfg.validate
@@ -151,7 +151,8 @@ def _time_cpu_engines(ctx, inp: _Inputs, runtimes, make):
     anchor = ort_session.session(ort_quantize.quantize_anchor(inp.layout.path("onnx_fp32"), ctx.work_dir / "anchor.onnx"),
                                  threads=vcfg.threads or None)
     anchor.name = ANCHOR
-    sessions = {rt.name: make[rt.name]() for rt in runtimes if rt.runtime in INTERLEAVED and rt.device == "cpu"}
+    interleaved = {e.name for e in CPU_ENGINES}  # the CPU engines, timed in the same interleaved rounds
+    sessions = {rt.name: make[rt.name]() for rt in runtimes if rt.runtime in interleaved and rt.device == "cpu"}
     paired = interleaved_throughput({**sessions, ANCHOR: anchor}, timed, vcfg.throughput_batch_size, rounds=vcfg.repeats,
                                     max_batches=32, warmup=vcfg.warmup)
     return paired, evaluate_session(anchor, inp.dev, vcfg.dev_batch_size, desc="parity anchor").score

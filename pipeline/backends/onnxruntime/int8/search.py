@@ -9,10 +9,12 @@ chose.  Both cache their candidates in the run cache (``pipeline.run_cache``: ``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from pipeline.quantization.search import EngineForm, SearchResult
-from pipeline.quantization.select import SearchRows
+
+if TYPE_CHECKING:  # annotations only: select reads the task's data, which reads the config, which lists the engines
+    from pipeline.quantization.select import SearchRows
 
 
 def reduce_range_options(setting, cpu) -> list[bool]:

@@ -1,0 +1,35 @@
+"""ONNX Runtime as compress sees it (``pipeline.backends.engine.CpuEngine``): its fixed-scale INT8 recipe search,
+its per-batch form where the task asks for one, and its CPU sessions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.backends.engine import CpuEngine
+
+
+def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: Path | None, log):
+    from pipeline.backends.onnxruntime.int8.search import search_recipe
+    from pipeline.contract import detect_cpu
+
+    return search_recipe(source, out_path, rows, cfg.quantization, cfg.gates.max_accuracy_drop, detect_cpu(), cache_dir,
+                         baseline=baseline, log=log)
+
+
+def _per_batch(source: Path, out_path: Path, cfg):
+    from pipeline.backends.onnxruntime.quantize import dynamic_int8
+
+    return dynamic_int8(source, out_path, cfg.quantization)
+
+
+def _open(path: Path, precision: str, settings: dict):
+    from pipeline.backends.onnxruntime.session import session
+
+    return session(path, precision=precision)
+
+
+ENGINE = CpuEngine(
+    name="onnxruntime", int8_suffix="int8", quantization="ort", candidate_file="model.onnx",
+    where="ONNX Runtime on CPU (FP32 ONNX per width, INT8 from the recipe search)",
+    search=_search, open=_open, per_batch_int8=_per_batch,
+    int8_embeddings=lambda cfg: cfg.quantization.int8_embeddings)

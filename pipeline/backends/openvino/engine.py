@@ -1,0 +1,44 @@
+"""OpenVINO as compress sees it (``pipeline.backends.engine.CpuEngine``): NNCF's INT8 recipe search, and CPU
+sessions compiled with the task's ``openvino:`` properties (recorded on each candidate, so what was timed is what
+ships).  It has fixed-scale INT8 only: no per-batch form."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from pipeline.backends.engine import CpuEngine
+
+
+def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: Path | None, log):
+    from pipeline.backends.openvino.quantize import search_recipe
+
+    return search_recipe(source, out_path, rows, cfg.quantization, cfg.gates.max_accuracy_drop, cache_dir,
+                         baseline=baseline, log=log, properties=cfg.openvino.cpu_properties())
+
+
+def _open(path: Path, precision: str, settings: dict):
+    from pipeline.backends.openvino.config import OpenVINOConfig
+    from pipeline.backends.openvino.session import session
+
+    return session(path, precision=precision, properties=OpenVINOConfig(**settings.get("openvino", {})).cpu_properties())
+
+
+def _settings(cfg) -> dict:
+    return {"openvino": dataclasses.asdict(cfg.openvino)}
+
+
+def _check(cfg) -> None:
+    from pipeline.backends.openvino import missing
+    from pipeline.errors import ConfigError
+
+    why = missing()
+    if why:
+        raise ConfigError(f"compress.engines: openvino cannot run here: {why} (or --set 'compress.engines=[onnxruntime]')")
+    cfg.openvino.check()  # a property the CPU plugin refuses: named now, not after DynaBERT
+
+
+ENGINE = CpuEngine(
+    name="openvino", int8_suffix="ov-int8", quantization="nncf", candidate_file="model.xml",  # model.bin beside it
+    where="OpenVINO on CPU (INT8 from NNCF's recipe search)",
+    search=_search, open=_open, settings=_settings, check=_check)
