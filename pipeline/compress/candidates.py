@@ -80,14 +80,15 @@ def path_size(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+PADDLE_WHERE = "Paddle Inference on CPU (oneDNN; int8 where quantized)"
+
+
 def _where(runtime: str) -> str:
+    """The report's line for a runtime: a CPU engine's own, else Paddle's."""
     from pipeline.backends.registry import cpu_engine
 
     engine = cpu_engine(runtime)
     return engine.where if engine is not None else PADDLE_WHERE
-
-
-PADDLE_WHERE = "Paddle Inference on CPU (oneDNN; int8 where quantized)"
 
 
 def make_session(cand: Candidate):

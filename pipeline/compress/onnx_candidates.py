@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from pipeline.backends.engine import CpuEngine
 from pipeline.compress.candidates import Candidate
 
 ONNX_FILE = "model.onnx"
@@ -26,7 +27,7 @@ ONNX_FILE = "model.onnx"
 class EngineSearch:
     """One engine's INT8 candidates as this task makes them."""
 
-    engine: object  # pipeline.backends.engine.CpuEngine
+    engine: CpuEngine
     search: Callable  # (fp32 onnx, out path, unpruned fp32 | None) -> SearchResult
     settings: dict = field(default_factory=dict)  # what its candidates are timed with, kept in their settings
     embeddings_int8: bool = True  # whether its INT8 form quantizes the word-embedding table
