@@ -33,6 +33,16 @@ def cpu_engine(name: str) -> CpuEngine | None:
     return next((e for e in CPU_ENGINES if e.name == name), None)
 
 
+def cpu_engines(names) -> list[CpuEngine]:
+    """The CPU engines named in ``names`` (``compress.engines``), in the registry's order."""
+    return [e for e in CPU_ENGINES if e.name in names]
+
+
+def is_cpu_engine_form(rt: "Runtime") -> bool:
+    """Whether ``rt`` is a CPU form of a CPU engine: what validate times in its interleaved rounds and export probes."""
+    return rt.device == "cpu" and cpu_engine(rt.runtime) is not None
+
+
 class Session(Protocol):
     """What every runtime's session offers: a name, and logits for a padded batch."""
 

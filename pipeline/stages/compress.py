@@ -49,11 +49,10 @@ def params(cfg: TaskConfig) -> dict:
 def check(cfg: TaskConfig) -> None:
     """Before the first stage runs: every engine asked for can run here."""
     if cfg.compress.runtime == "onnxruntime":
-        from pipeline.backends.registry import CPU_ENGINES
+        from pipeline.backends.registry import cpu_engines
 
-        for engine in CPU_ENGINES:
-            if engine.name in cfg.compress.engines:
-                engine.check(cfg)
+        for engine in cpu_engines(cfg.compress.engines):
+            engine.check(cfg)
 
 
 def inputs(cfg: TaskConfig) -> dict[str, str]:
@@ -147,7 +146,7 @@ def _inputs(ctx, baseline):
 def _engine_searches(ctx, rows) -> list:
     """Each engine of ``compress.engines`` with its INT8 search as ``build_and_evaluate`` calls it per width
     (``onnx_candidates.EngineSearch``), when the candidates are ONNX (``compress.runtime: onnxruntime``); else none."""
-    from pipeline.backends.registry import CPU_ENGINES
+    from pipeline.backends.registry import cpu_engines
     from pipeline.compress.onnx_candidates import EngineSearch
     from pipeline.run_cache import RunCache
 
@@ -155,7 +154,7 @@ def _engine_searches(ctx, rows) -> list:
     if ccfg.runtime != "onnxruntime":
         return []
     cache, per_batch = RunCache(ctx.runs_dir).int8, not cfg.quantization.batch_independent_int8
-    engines = [e for e in CPU_ENGINES if e.name in ccfg.engines and (e.per_batch_int8 is not None or not per_batch)]
+    engines = [e for e in cpu_engines(ccfg.engines) if e.per_batch_int8 is not None or not per_batch]
     if per_batch:
         # What ships is the per-batch form (compress/shipped.py): measure that one.  An engine with fixed-scale INT8
         # only is no candidate here: it would be measured and never shipped.

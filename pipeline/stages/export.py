@@ -122,7 +122,7 @@ def check_forms(layout: ExportLayout, kind, cfg, data) -> dict:
     """Every ONNX and OpenVINO form loads, has int8 weights where it should, and answers a few dev examples in the
     contract's shape, before anything is packaged; returns the ONNX forms' weight statistics."""
     from pipeline.backends.onnxruntime import convert as ort_convert, quantize as ort_quantize
-    from pipeline.backends.registry import RunOptions
+    from pipeline.backends.registry import RUNTIMES, RunOptions, is_cpu_engine_form
     from pipeline.tokenizer import Tokenizer
 
     stats = {name: ort_quantize.weight_stats(layout.path(f"onnx_{name}")) for name in ("fp32", "int8", "int8_qdq")}
@@ -135,20 +135,13 @@ def check_forms(layout: ExportLayout, kind, cfg, data) -> dict:
     probe = probe_fs.batch(range(min(4, len(probe_fs))))
     n, width = probe.input_ids.shape
     expected = (n, width, len(data.labels)) if kind.token_level_outputs else (n, len(data.labels))
-    for rt in _cpu_engine_forms(layout):  # every form a CPU engine runs, opened as validate opens it
+    forms = [rt for rt in RUNTIMES if is_cpu_engine_form(rt) and layout.has(rt.form)]
+    for rt in forms:  # every form a CPU engine runs, opened as validate opens it
         logits = rt.open(layout.path(rt.form), RunOptions(threads=1, openvino=cfg.openvino)).run(probe.input_ids,
                                                                                                   probe.token_type_ids)
         if logits.shape != expected:
             raise ModelError(f"{layout.path(rt.form)}: logits shape {logits.shape}, expected {expected} for a {kind.name} model")
     return stats
-
-
-def _cpu_engine_forms(layout: ExportLayout) -> list:
-    """The registry's CPU runtimes of the CPU engines (``registry.CPU_ENGINES``) whose form this export has."""
-    from pipeline.backends.registry import CPU_ENGINES, RUNTIMES
-
-    engines = {e.name for e in CPU_ENGINES}
-    return [rt for rt in RUNTIMES if rt.device == "cpu" and rt.runtime in engines and layout.has(rt.form)]
 
 
 def manifest(cfg, kind, data, selected: SelectedCandidate, searches: ShippedSearches, stats: dict, do_lower: bool) -> dict:

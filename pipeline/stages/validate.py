@@ -143,7 +143,7 @@ def _time_cpu_engines(ctx, inp: _Inputs, runtimes, make):
     per backend decided selections before; the same form measured 0.95x and 1.31x in two runs).  Before any Paddle
     backend runs: its OpenMP threads slow ORT down (the registry lists ORT first).  Returns (rounds, anchor's score)."""
     from pipeline.backends.onnxruntime import quantize as ort_quantize, session as ort_session
-    from pipeline.backends.registry import CPU_ENGINES
+    from pipeline.backends.registry import is_cpu_engine_form
     from pipeline.evaluation import evaluate_session, interleaved_throughput
 
     vcfg = ctx.cfg.validate
@@ -151,8 +151,7 @@ def _time_cpu_engines(ctx, inp: _Inputs, runtimes, make):
     anchor = ort_session.session(ort_quantize.quantize_anchor(inp.layout.path("onnx_fp32"), ctx.work_dir / "anchor.onnx"),
                                  threads=vcfg.threads or None)
     anchor.name = ANCHOR
-    interleaved = {e.name for e in CPU_ENGINES}  # the CPU engines, timed in the same interleaved rounds
-    sessions = {rt.name: make[rt.name]() for rt in runtimes if rt.runtime in interleaved and rt.device == "cpu"}
+    sessions = {rt.name: make[rt.name]() for rt in runtimes if is_cpu_engine_form(rt)}
     paired = interleaved_throughput({**sessions, ANCHOR: anchor}, timed, vcfg.throughput_batch_size, rounds=vcfg.repeats,
                                     max_batches=32, warmup=vcfg.warmup)
     return paired, evaluate_session(anchor, inp.dev, vcfg.dev_batch_size, desc="parity anchor").score
