@@ -396,11 +396,6 @@ def cpu_warnings(manifest: dict, flags: set[str] | None = None) -> list[str]:
             "validated numbers" + (", and on CPUs without VNNI int8 sums may saturate" if any("vnni" in m for m in missing) else "")]
 
 
-# The python module each in-process engine needs, and what to install where it is missing.
-ENGINE_MODULES = {"onnxruntime": ("onnxruntime", "onnxruntime"), "openvino": ("openvino", "openvino==2026.4.1"),
-                  "paddle": ("paddle", "paddlepaddle==2.6.2")}
-
-
 def engine_python(install: TritonInstall) -> str:
     """The interpreter the python backend's stubs will run: the first python3 on the server's PATH."""
     return shutil.which("python3", path=install.env.get("PATH") or os.environ.get("PATH")) or sys.executable
@@ -409,9 +404,12 @@ def engine_python(install: TritonInstall) -> str:
 def check_engine(manifest: dict, install: TritonInstall) -> None:
     """A python-backend bundle's engine must be importable where its models will run; otherwise one line, before
     anything starts (the model would fail to load and the server would not come up, or come up without it)."""
-    if manifest.get("backend") != "python" or manifest.get("engine") not in ENGINE_MODULES:
+    needs = manifest.get("engine_needs")  # {"module", "install"}: what the package stage's engine said it needs
+    if manifest.get("backend") != "python" or not isinstance(needs, dict):
         return
-    module, pin = ENGINE_MODULES[manifest["engine"]]
+    module, pin = str(needs.get("module")), str(needs.get("install"))
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", module):  # a top-level name: looking it up imports nothing
+        raise ServerError(f"bundle.json: field 'engine_needs.module' {module!r} is not a python module name")
     python = engine_python(install)
     probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 3)"
     try:

@@ -285,9 +285,14 @@ def _triton_problems(source: str, where: str) -> list[str]:
 
 
 def test_triton_code_imports_only_what_triton_has():
-    """serving/triton is copied into bundles and run by Triton's python backend, where neither pipeline nor serving
-    is installed: checked from the source, so a model that would fail only when Triton loads it fails here."""
-    files = sorted((ROOT / "serving" / "triton").rglob("*.py"))
+    """serving/triton and the engines' served modules are copied into bundles and run by Triton's python backend,
+    where neither pipeline nor serving is installed: checked from the source, so a model that would fail only when Triton loads it fails here."""
+    from pipeline.backends.registry import SERVED_ENGINES
+
+    # and every served engine's module, copied beside runner.py as engine.py
+    engines = [e.source for e in SERVED_ENGINES]
+    assert {f.parent.name for f in engines} >= {"onnxruntime", "openvino", "paddle"}
+    files = sorted((ROOT / "serving" / "triton").rglob("*.py")) + engines
     assert len(files) > 10 and any(f.parent.name == "models" for f in files)
     problems = [p for f in files for p in _triton_problems(f.read_text(encoding="utf-8"), str(f.relative_to(ROOT)))]
     assert problems == []

@@ -75,13 +75,17 @@ def test_search_rows_calibrate_on_the_first_rows_and_score_on_the_last(tmp_path)
 
 
 def test_openvino_forms_only_when_openvino_is_a_compress_engine():
-    from pipeline.quantization.select import openvino_params, search_params
-
-    assert openvino_params(_tiny_cfg())["alphas"] == _tiny_cfg().quantization.openvino_smooth_alphas
+    """An engine's own form (OpenVINO's IR) is made, and keys compress, only where it is one of compress.engines."""
+    from pipeline.backends.registry import own_form_engines
     from pipeline.config import load_task_config
+    from pipeline.quantization.select import search_params
+    from pipeline.stages.compress import params
 
-    assert openvino_params(load_task_config("tnews", {"compress.engines": ["onnxruntime"]})) is None
-    assert openvino_params(load_task_config("tnews", {"compress.runtime": "paddle"})) is None
+    assert [e.name for e in own_form_engines(_tiny_cfg())] == ["openvino"]
+    assert params(_tiny_cfg())["openvino"]["alphas"] == _tiny_cfg().quantization.openvino_smooth_alphas
+    for without in ({"compress.engines": ["onnxruntime"]}, {"compress.runtime": "paddle"}):
+        cfg = load_task_config("tnews", without)
+        assert own_form_engines(cfg) == [] and params(cfg)["openvino"] is None
     assert search_params(_tiny_cfg())["budget_points"] == _tiny_cfg().gates.max_accuracy_drop
 
 
@@ -111,18 +115,19 @@ def test_shipped_searches_round_trip_in_the_file_layout_meta_json_keeps(tmp_path
 
     searched = {"chosen": {"name": "static-sq0.85", "drop_points": 0.4}, "within_budget": True, "candidates": []}
     s = ShippedSearches({"cores": 2}, FormSearch(searched), FormSearch({"chosen": {"name": "static-sq0.85", "drop_points": 0.5}}),
-                        FormSearch({"chosen": {"name": "openvino-sq0.5", "drop_points": 0.1}}))
+                        {"openvino": FormSearch({"chosen": {"name": "openvino-sq0.5", "drop_points": 0.1}})})
     s.write(tmp_path / "int8_search.json")
     on_disk = json.loads((tmp_path / "int8_search.json").read_text())
     assert on_disk["chosen"]["name"] == "static-sq0.85" and on_disk["qdq"]["chosen"]["drop_points"] == 0.5
     back = ShippedSearches.read(tmp_path / "int8_search.json")
-    assert back == s and back.onnxruntime.searched and back.openvino.recipe == "openvino-sq0.5"
+    assert on_disk["openvino"]["chosen"]["name"] == "openvino-sq0.5"  # meta.json's section, by engine name
+    assert back == s and back.onnxruntime.searched and back.own["openvino"].recipe == "openvino-sq0.5"
     assert (back.onnxruntime.heldout_drop_points, back.onnxruntime.within_budget) == (0.4, True)
     dynamic = ShippedSearches({}, FormSearch({"recipe": "dynamic-per-batch", "batch_independent": False}),
                               FormSearch({"recipe": "static-minmax"}))
     dynamic.write(tmp_path / "d.json")
     back = ShippedSearches.read(tmp_path / "d.json")
-    assert back.openvino is None and not back.onnxruntime.searched and back.onnxruntime.recipe == "dynamic-per-batch"
+    assert back.own == {} and not back.onnxruntime.searched and back.onnxruntime.recipe == "dynamic-per-batch"
 
 
 # -- serving/bundle/kinds.py and serving/tools/kinds/ ---------------------------------------------------------------

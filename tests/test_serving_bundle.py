@@ -286,9 +286,14 @@ def test_other_runtime_bundles_are_complete(tiny_export, tmp_path, runtime):
     files = verify_bundle(info.path)["files"]
     model_files = sorted(f.split("/", 2)[2] for f in files if f.startswith("tiny_model/1/"))
     expected = {"onnxruntime": ["model.onnx"], "fastdeploy": ["model.onnx"],
-                "python-paddle": ["bundle_integrity.py", "model.pdiparams", "model.pdmodel", "model.py",
+                "python-paddle": ["bundle_integrity.py", "engine.py", "model.pdiparams", "model.pdmodel", "model.py",
                                   "model_support.py"]}[runtime]
     assert model_files == expected
+    if runtime == "python-paddle":  # the engine runner.py runs: Paddle's served module, from its folder
+        from pipeline.backends.registry import served_engine
+
+        engine = info.path / "tiny_model" / "1" / "engine.py"
+        assert engine.read_bytes() == served_engine("paddle").source.read_bytes()
     cfg = parse_pbtxt((info.path / "tiny_model" / "config.pbtxt").read_text())
     assert cfg.backend == {"onnxruntime": "onnxruntime", "fastdeploy": "fastdeploy", "python-paddle": "python"}[runtime]
 

@@ -220,6 +220,40 @@ def test_python_paddle_runtime_serves_the_offline_predictions(tiny_export, dev, 
             assert [p.label for p in client.classify(texts, batch_size=16)] == expected
 
 
+@pytest.mark.slow
+def test_an_engine_registered_once_is_packaged_served_and_is_the_offline_reference(tiny_export, dev, tmp_path, monkeypatch):
+    """One ServedEngine added to the registry (its module, tests/registered_engine.py, defined outside the pipeline)
+    is a package.runtime, is copied into the bundle as the engine runner.py runs, is named in bundle.json with what the
+    serving python needs, and is both what the server runs and what the offline reference runs: it answers negated
+    logits, so served labels equal its offline labels and differ from ONNX Runtime's own."""
+    import registered_engine
+    from pipeline.backends import registry
+    from pipeline.backends.engine import ServedEngine
+    from serving.bundle.config import PackageConfig, runtimes
+    from serving.bundle.repository import ExportArtifacts, write_repository
+    from serving.tools.offline import BundleModel, offline_logits
+
+    copy = ServedEngine(name="negated", served="registered_engine", model_file="model.onnx", requirement="onnxruntime",
+                        import_name="onnxruntime")
+    monkeypatch.setattr(registry, "SERVED_ENGINES", (*registry.SERVED_ENGINES, copy))
+    assert runtimes()["python-negated"] == ("python", "negated")
+    texts, _ = dev
+    info = write_repository(tmp_path / "repo", "tiny", ExportArtifacts.from_dir(tiny_export),
+                            PackageConfig(runtime="python-negated", threads=1, max_batch_size=16, preferred_batch_size=8))
+    m = info.manifest
+    assert (m["runtime"], m["engine"], m["model_form"]) == ("python-negated", "negated", "onnx_int8")
+    assert m["engine_needs"] == {"module": "onnxruntime", "install": "onnxruntime"}
+    bundle = BundleModel.open(info.path)
+    assert (bundle.model_dir / "engine.py").read_bytes() == Path(registered_engine.__file__).read_bytes()
+    labels = bundle.labels()
+    expected = [labels[i] for i in offline_logits(bundle, texts).argmax(-1)]
+    ort = BundleModel(bundle.root, {**bundle.manifest, "engine": "onnxruntime"})
+    assert expected != [labels[i] for i in offline_logits(ort, texts).argmax(-1)]
+    with start_server(info.path, timeout=120, log_path=tmp_path / "server.log") as srv:
+        with ClassifierClient(srv.grpc_url, "grpc", "tiny") as client:
+            assert [p.label for p in client.classify(texts, batch_size=16)] == expected
+
+
 def _perf_analyzer_or_skip():
     from serving.tools.perf import PerfError, find_perf_analyzer
 
@@ -295,8 +329,8 @@ def test_fused_layout_is_one_model_with_the_ensemble_contract(fused_server, tiny
     assert m["package"]["layout"] == "auto" and m["layout"] == "fused" and set(m["models"].values()) == {"tiny"}
     assert sorted(p.name for p in tiny_fused_bundle.iterdir() if p.is_dir()) == ["tiny"]
     folder = tiny_fused_bundle / "tiny" / "1"
-    for name in ("model.py", "runner.py", "class_outputs.py", "text_input.py", "wordpiece.py", "vocab.txt", "labels.json",
-                 "model.onnx"):
+    for name in ("model.py", "runner.py", "engine.py", "class_outputs.py", "text_input.py", "wordpiece.py", "vocab.txt",
+                 "labels.json", "model.onnx"):
         assert f"tiny/1/{name}" in m["files"], name
     assert (folder / "model.py").read_bytes() == (SERVING / "triton" / "models" / "classifier.py").read_bytes()
     bundle = BundleModel.open(tiny_fused_bundle)  # offline reference reads the one folder
@@ -305,6 +339,23 @@ def test_fused_layout_is_one_model_with_the_ensemble_contract(fused_server, tiny
     report = measure(tiny_fused_bundle, "tiny", None, [2], seconds=1.0, url=fused_server.grpc_url, offline_seconds=1.5,
                      items=dev[0][:50])
     assert [s["model"] for s in report["levels"][0]["models"]] == ["tiny"]
+
+
+def test_the_launcher_checks_the_bundle_engine_before_starting(tiny_bundle):
+    """bundle.json names what the in-process engine needs (from its ServedEngine); the launcher probes the serving
+    python for it and refuses in one line naming what to install; a name that is not a module name is refused."""
+    from serving.server import TritonInstall, check_engine
+    from serving.triton.integrity import verify_bundle
+
+    manifest = verify_bundle(tiny_bundle, allow_bytecode=True)
+    assert manifest["engine_needs"] == {"module": "onnxruntime", "install": "onnxruntime"}
+    here = TritonInstall(Path(sys.executable), None, None, {"PATH": str(Path(sys.executable).parent)})
+    check_engine(manifest, here)  # this python has onnxruntime: nothing said
+    lacking = {**manifest, "engine_needs": {"module": "no_such_engine_here", "install": "no-such-engine==1.0"}}
+    with pytest.raises(ServerError, match=r"does not have: install no-such-engine==1\.0 there"):
+        check_engine(lacking, here)
+    with pytest.raises(ServerError, match="engine_needs.module"):
+        check_engine({**manifest, "engine_needs": {"module": "os.path", "install": "x"}}, here)
 
 
 def test_fused_layout_is_refused_where_it_cannot_work():

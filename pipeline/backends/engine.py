@@ -1,6 +1,8 @@
-"""What a CPU engine that runs the exported ONNX is to compress: one object per engine folder (its ``engine.py``),
-listed by ``pipeline.backends.registry.CPU_ENGINES``.  Compress, its config check and validate's interleaved rounds
-read an engine's name, files and steps from here instead of comparing engine names.
+"""What an engine is to the pipeline and to a bundle: one object per engine folder (its ``engine.py``), listed by
+``pipeline.backends.registry``.  ``CpuEngine``: what a CPU engine that runs the exported ONNX is to compress (compress,
+its config check and validate's interleaved rounds read an engine's name, files and steps from here instead of
+comparing engine names).  ``ServedEngine``: how a bundle serves it on Triton's python backend (the package stage,
+the server's start check and the offline reference read it).
 
 The object holds functions, not state: each imports its engine's libraries when called, so listing the engines
 imports neither ONNX Runtime nor OpenVINO.
@@ -8,9 +10,49 @@ imports neither ONNX Runtime nor OpenVINO.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+
+@dataclass(frozen=True)
+class ServedEngine:
+    """An engine as a bundle serves it: ``package.runtime: python-<name>`` runs its ``served`` module's ``Engine``
+    (copied into ``<task>_model/1/`` as ``engine.py``, beside ``runner.py``) over its form's file."""
+
+    name: str  # the model config's ``engine`` parameter and bundle.json's ``engine``
+    served: str  # the module whose ``Engine(path, threads, gpu, params)`` runs the model (numpy + the engine only)
+    model_file: str  # the name its form's main file gets in <task>_model/1/ (companions keep their suffixes)
+    requirement: str  # what the serving python must have installed, as pip reads it ("openvino==2026.4.1")
+    import_name: str  # the module that must import there
+    # The export form it ships when it runs a form of its own (OpenVINO's IR); None: it runs the forms ``reads``
+    # names ("onnx": the ONNX forms, "paddle": the Paddle programs), chosen by precision and accelerator
+    # (serving.bundle.repository.choose_model)
+    form: str | None = None
+    reads: str = "onnx"
+    # Whether meta.json records the CPU properties its form was validated with (section ``<name>.properties``),
+    # passed to the served engine as ``engine_properties``
+    properties: bool = False
+    # package.instance_count 0 on CPU: one instance with every core (an engine whose one request already uses
+    # every core), or one single-thread instance per core
+    one_instance: bool = False
+
+    @property
+    def distribution(self) -> str:
+        return self.requirement.split("==")[0]
+
+    @property
+    def source(self) -> Path:
+        """The served module's file, copied into bundles (found by path, never imported here)."""
+        spec = importlib.util.find_spec(self.served)
+        assert spec is not None and spec.origin, self.served
+        return Path(spec.origin)
+
+    def engine(self, path: Path, threads: int = 0, gpu: bool = False, params: dict | None = None):
+        """The served ``Engine`` over ``path`` in this process, unwarmed: the offline reference's session."""
+        return importlib.import_module(self.served).Engine(Path(path), threads, gpu, params or {})
 
 
 @dataclass(frozen=True)
@@ -34,3 +76,12 @@ class CpuEngine:
     # (fp32 onnx, out path, task config) -> the per-batch INT8 form (quantization.batch_independent_int8: false);
     # None: the engine has only fixed-scale INT8, so it has no candidate in that mode
     per_batch_int8: Callable[..., object] | None = None
+    # The export form it ships as its own beside the ONNX forms (a ``pipeline.contract.FORMS`` name: OpenVINO's IR),
+    # built by ``search`` for the selected width among compress's shipped forms, described in meta.json's section
+    # named after the engine; None: its INT8 is one of the ONNX forms (ONNX Runtime)
+    form: str | None = None
+    # the task config -> what decides its own form (recipes, library versions, every property it is served with):
+    # part of the compress stage's key and of its meta.json section
+    form_params: Callable[[object], dict] = lambda cfg: {}
+    # how a bundle serves it
+    served: ServedEngine | None = None

@@ -17,9 +17,10 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from pipeline.backends.engine import CpuEngine
+from pipeline.backends.engine import CpuEngine, ServedEngine
 from pipeline.backends.onnxruntime.engine import ENGINE as _ONNXRUNTIME
 from pipeline.backends.openvino.engine import ENGINE as _OPENVINO
+from pipeline.backends.paddle.engine import SERVED as _PADDLE_SERVED
 from pipeline.backends.shapes import ShapeRange
 from pipeline.contract import ExportLayout
 
@@ -29,6 +30,20 @@ from pipeline.contract import ExportLayout
 CPU_ENGINES: tuple[CpuEngine, ...] = (_ONNXRUNTIME, _OPENVINO)
 
 
+# The engines a bundle can run on Triton's python backend (``package.runtime: python-<name>``): each CPU engine's own,
+# and Paddle Inference's.
+SERVED_ENGINES: tuple[ServedEngine, ...] = (*(e.served for e in CPU_ENGINES if e.served is not None), _PADDLE_SERVED)
+
+
+def served_engine(name: str) -> ServedEngine | None:
+    return next((e for e in SERVED_ENGINES if e.name == name), None)
+
+
+def served_engine_of_form(form: str | None) -> ServedEngine | None:
+    """The engine that serves export form ``form`` as its own (OpenVINO's IR); None for the ONNX and Paddle forms."""
+    return next((e for e in SERVED_ENGINES if form is not None and e.form == form), None)
+
+
 def cpu_engine(name: str) -> CpuEngine | None:
     return next((e for e in CPU_ENGINES if e.name == name), None)
 
@@ -36,6 +51,14 @@ def cpu_engine(name: str) -> CpuEngine | None:
 def cpu_engines(names) -> list[CpuEngine]:
     """The CPU engines named in ``names`` (``compress.engines``), in the registry's order."""
     return [e for e in CPU_ENGINES if e.name in names]
+
+
+def own_form_engines(cfg) -> list[CpuEngine]:
+    """The compress engines of ``cfg`` that ship a form of their own (OpenVINO's IR): none when widths are judged
+    in Paddle (``compress.runtime: paddle``)."""
+    if cfg.compress.runtime != "onnxruntime":
+        return []
+    return [e for e in cpu_engines(cfg.compress.engines) if e.form is not None]
 
 
 def is_cpu_engine_form(rt: "Runtime") -> bool:

@@ -6,7 +6,8 @@ Under ``compress/out/shipped/`` in the export contract's layout (``pipeline.cont
     onnx/int8.onnx          ONNX Runtime's INT8 of the selected width: the recipe search's pick (fixed scales), or
                             with ``quantization.batch_independent_int8: false`` the per-batch dynamic form
     onnx/int8_qdq.onnx      the TensorRT (QDQ) form of the same width, from that recipe
-    openvino/int8.{xml,bin} OpenVINO's INT8 of the same width (NNCF's search), when openvino is a compress engine
+    openvino/int8.{xml,bin} each compress engine's own form (``CpuEngine.form``: OpenVINO's INT8 IR from NNCF's
+                            search) of the same width, when it is one of compress.engines
     int8_search.json        the CPU and every search's result (what meta.json reports)
 
 Each search is the one compress ran per width (``pipeline.run_cache``, ``runs/<task>/cache/int8``): for the selected width
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from pipeline.backends.registry import CPU_ENGINES, own_form_engines
 from pipeline.contract import ExportLayout
 
 SHIPPED_DIR = "shipped"
@@ -54,17 +56,18 @@ class FormSearch:
 @dataclass(frozen=True)
 class ShippedSearches:
     """``int8_search.json``, typed: the CPU the recipes were chosen on and each shipped INT8 form's search (ONNX
-    Runtime's, its QDQ form's, OpenVINO's when it is an engine).  The file keeps its layout (meta.json's ``int8``,
-    ``int8_qdq`` and ``openvino`` sections are these records as they are)."""
+    Runtime's, its QDQ form's, and each engine's own form's, by engine name: OpenVINO's when it is an engine).  The
+    file keeps its layout (meta.json's ``int8``, ``int8_qdq`` and ``openvino`` sections are these records as they
+    are)."""
 
     cpu: dict
     onnxruntime: FormSearch
     qdq: FormSearch
-    openvino: FormSearch | None = None
+    own: dict[str, FormSearch] = field(default_factory=dict)  # engine name -> its own form's search
 
     def as_dict(self) -> dict:
         return {"cpu": self.cpu, **self.onnxruntime.record, "qdq": self.qdq.record,
-                **({"openvino": self.openvino.record} if self.openvino else {})}
+                **{name: search.record for name, search in self.own.items()}}
 
     def write(self, path: Path) -> None:
         Path(path).write_text(json.dumps(self.as_dict(), indent=2), encoding="utf-8")
@@ -72,9 +75,10 @@ class ShippedSearches:
     @classmethod
     def read(cls, path: Path) -> "ShippedSearches":
         d = json.loads(Path(path).read_text(encoding="utf-8"))
-        own = {k: v for k, v in d.items() if k not in ("cpu", "qdq", "openvino")}
-        return cls(dict(d.get("cpu") or {}), FormSearch(own), FormSearch(dict(d.get("qdq") or {})),
-                   FormSearch(d["openvino"]) if isinstance(d.get("openvino"), dict) else None)
+        engines = [e.name for e in CPU_ENGINES if e.form is not None]
+        top = {k: v for k, v in d.items() if k not in ("cpu", "qdq", *engines)}
+        return cls(dict(d.get("cpu") or {}), FormSearch(top), FormSearch(dict(d.get("qdq") or {})),
+                   {name: FormSearch(d[name]) for name in engines if isinstance(d.get(name), dict)})
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,6 @@ def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path,
     from pipeline.backends.onnxruntime import quantize as ort_quantize
     from pipeline.backends.onnxruntime.int8.search import search_qdq, search_recipe
     from pipeline.backends.onnxruntime.int8.stats import activation_ranges
-    from pipeline.quantization.select import openvino_params
 
     qcfg, budget = cfg.quantization, cfg.gates.max_accuracy_drop
     layout = ExportLayout(Path(out_dir) / SHIPPED_DIR)
@@ -133,13 +136,10 @@ def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path,
         ort_quantize.quantize_int8_qdq(source, layout.path("onnx_int8_qdq"), rows.feeds, embeddings=qcfg.int8_embeddings)
         own = FormSearch({"recipe": ort_quantize.DynamicRecipe().name, "batch_independent": False})
         qdq_search = FormSearch({"recipe": "static-minmax"})
-    ov_search = None
-    if qcfg.batch_independent_int8 and openvino_params(cfg) is not None:
-        from pipeline.backends.openvino.quantize import search_recipe as openvino_search
-
-        log(f"[compress] OpenVINO INT8 of the selected width: NNCF's recipe search from {which} FP32 ONNX (cached)")
-        ov = openvino_search(source, layout.path("openvino_int8"), rows, qcfg, budget, cache_dir, baseline=baseline, log=log,
-                             properties=cfg.openvino.cpu_properties())
-        ov_search = FormSearch(ov.as_dict())
-    ShippedSearches(cpu.as_dict(), own, qdq_search, ov_search).write(layout.int8_search)
+    forms = {}  # each engine's own form (OpenVINO's IR): its search for this width, a cache hit of compress's
+    for engine in own_form_engines(cfg) if qcfg.batch_independent_int8 else ():
+        log(f"[compress] {engine.name} INT8 of the selected width: its recipe search from {which} FP32 ONNX (cached)")
+        forms[engine.name] = FormSearch(engine.search(source, layout.path(engine.form), rows, cfg, cache_dir, baseline,
+                                                      log).as_dict())
+    ShippedSearches(cpu.as_dict(), own, qdq_search, forms).write(layout.int8_search)
     return layout

@@ -70,19 +70,3 @@ def search_params(cfg) -> dict:
             "max_fp32_matmuls": q.int8_max_fp32_matmuls, "budget_points": cfg.gates.max_accuracy_drop,
             "calibration_sentences": q.calibration_sentences, "calibration_batch_size": q.calibration_batch_size,
             "embeddings": q.int8_embeddings, "opset": cfg.export.opset}
-
-
-def openvino_params(cfg) -> dict | None:
-    """What decides the OpenVINO forms (None when OpenVINO is not one of the engines)."""
-    if cfg.compress.runtime != "onnxruntime" or "openvino" not in cfg.compress.engines:
-        return None
-    from importlib import metadata
-
-    versions = {}
-    for package in ("openvino", "nncf"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    return {"alphas": cfg.quantization.openvino_smooth_alphas, "inference_precision": cfg.openvino.inference_precision,
-            "properties": cfg.openvino.served(), **versions}  # every property, defaults too: each changes numerics

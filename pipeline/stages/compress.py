@@ -30,12 +30,15 @@ SELECTED_MODEL_DIR = "selected_model"
 
 
 def params(cfg: TaskConfig) -> dict:
-    from pipeline.quantization.select import openvino_params, search_params
+    from pipeline.backends.registry import CPU_ENGINES, own_form_engines
+    from pipeline.quantization.select import search_params
 
+    own = own_form_engines(cfg)
     return {
         "compress": dataclasses.asdict(cfg.compress),
         "int8_search": search_params(cfg) if cfg.compress.runtime == "onnxruntime" else None,
-        "openvino": openvino_params(cfg),
+        # what decides each engine's own form (None where it makes none here): "openvino"
+        **{e.name: e.form_params(cfg) if e in own else None for e in CPU_ENGINES if e.form is not None},
         # compress builds every INT8 form of the selected candidate (pipeline.compress.shipped)
         "quantization": dataclasses.asdict(cfg.quantization), "opset": cfg.export.opset,
         "max_seq_len": cfg.max_seq_len,

@@ -31,6 +31,7 @@ from pipeline.config import TaskConfig
 from pipeline.errors import ModelError
 from pipeline.contract import LABELS_FILE, META_FILE, TOKENIZER_DIR, ExportLayout, form
 from pipeline.backends.paddle.convert import copy_static
+from pipeline.backends.registry import cpu_engine
 from pipeline.handoffs import CompressOutputs, ExportManifest, SelectedCandidate
 from pipeline.modeling import write_labels
 from pipeline.kinds import get_kind
@@ -99,9 +100,9 @@ def run(ctx):
                "onnx_int8_qdq_mb": stats["int8_qdq"].file_bytes / 2**20, "int8_size_ratio": ratio,
                "int8_initializers": stats["int8"].int8_initializers, "selected": selected.name, "pruned": selected.pruned,
                "int8_recipe": searches.onnxruntime.recipe}
-    if searches.openvino is not None:
-        metrics.update(openvino_recipe=searches.openvino.recipe, openvino_heldout_drop_points=searches.openvino.heldout_drop_points,
-                       openvino_int8_mb=layout.bytes("openvino_int8") / 2**20)
+    for name, search in searches.own.items():  # each engine's own form (OpenVINO's IR): openvino_recipe, ...
+        metrics.update({f"{name}_recipe": search.recipe, f"{name}_heldout_drop_points": search.heldout_drop_points,
+                        f"{name}_int8_mb": layout.bytes(cpu_engine(name).form) / 2**20})
     if searches.onnxruntime.searched:
         metrics.update(int8_heldout_drop_points=searches.onnxruntime.heldout_drop_points,
                        int8_within_budget=searches.onnxruntime.within_budget, qdq_recipe=searches.qdq.recipe,
@@ -112,8 +113,8 @@ def run(ctx):
         gate = (f"{form('onnx_int8').path} is {100 * ratio:.1f}% of {form('onnx_fp32').path}, above gates.max_int8_size_ratio "
                 f"{100 * limit:.0f}% by {100 * (ratio - limit):.1f} points")
     ctx.log(f"[export] ONNX FP32 {metrics['onnx_fp32_mb']:.1f} MB, INT8 {metrics['onnx_int8_mb']:.1f} MB ({100 * ratio:.0f}%), "
-            f"QDQ {metrics['onnx_int8_qdq_mb']:.1f} MB" + (f", OpenVINO INT8 {metrics['openvino_int8_mb']:.1f} MB"
-                                                           if "openvino_int8_mb" in metrics else ""))
+            f"QDQ {metrics['onnx_int8_qdq_mb']:.1f} MB" + "".join(f", {name} INT8 {metrics[f'{name}_int8_mb']:.1f} MB"
+                                                                  for name in searches.own))
     return StageResult(metrics=metrics, artifacts=artifacts, gate_error=gate,
                        message=f"ONNX INT8 {metrics['onnx_int8_mb']:.1f} MB ({100 * ratio:.0f}% of FP32)")
 
@@ -148,7 +149,6 @@ def manifest(cfg, kind, data, selected: SelectedCandidate, searches: ShippedSear
     """meta.json: the model contract (inputs, outputs, labels), how each INT8 form was made, the CPU it was chosen
     on, and what the kind's served pre/post-processing needs (``TaskKind.manifest_sections``)."""
     from pipeline.backends.onnxruntime.convert import INPUT_NAMES, OUTPUT_NAME
-    from pipeline.quantization.select import openvino_params
 
     meta = {
         "task": cfg.task,
@@ -170,9 +170,10 @@ def manifest(cfg, kind, data, selected: SelectedCandidate, searches: ShippedSear
         "int8_qdq": searches.qdq.record,
         **kind.manifest_sections(cfg),
     }
-    if searches.openvino is not None:
-        # openvino_params' "properties": every property the served engine compiles with
-        meta["openvino"] = {**searches.openvino.record, **openvino_params(cfg), "file": form("openvino_int8").path}
+    for name, search in searches.own.items():  # each engine's own form, its section named after it ("openvino")
+        engine = cpu_engine(name)
+        # its form_params' "properties" (OpenVINO's): every property the served engine compiles with
+        meta[name] = {**search.record, **engine.form_params(cfg), "file": form(engine.form).path}
     return meta
 
 

@@ -74,6 +74,7 @@ def external_intact(cfg: TaskConfig, external: dict[str, str]) -> bool:
 
 
 def _artifacts(ctx) -> "object":
+    from pipeline.backends.registry import SERVED_ENGINES
     from serving.bundle.repository import ExportArtifacts
 
     rec = ctx.upstream["export"]
@@ -94,7 +95,8 @@ def _artifacts(ctx) -> "object":
         raise ModelError(f"export stage output lacks {', '.join(missing)} (runs/{ctx.cfg.task}/export/out)")
     return ExportArtifacts(onnx_fp32=required["onnx_fp32"], tokenizer_dir=required["tokenizer_dir"], labels=required["labels"],
                            meta=required["meta"], onnx_int8=path("onnx_int8"), onnx_int8_qdq=path("onnx_int8_qdq"),
-                           paddle_fp32=path("paddle_fp32"), paddle_int8=path("paddle_int8"), openvino_int8=path("openvino_int8"))
+                           paddle_fp32=path("paddle_fp32"), paddle_int8=path("paddle_int8"),
+                           own={e.form: p for e in SERVED_ENGINES if e.form and (p := path(e.form)) is not None})
 
 
 def _gates(ctx) -> dict:

@@ -1,10 +1,9 @@
 """The ``package:`` and ``deploy:`` sections of a task config.  Owned by the package stage / serving.bundle; read by
 ``pipeline/config.py`` (the one pipeline module besides the package stage that imports serving).
 
-Validated in ``__post_init__`` so a bad value fails when the config is loaded, naming the key.
-The error type is ``pipeline.errors.ConfigError`` when the pipeline is installed (so the CLI maps
-it to exit code 2), otherwise a plain ``ValueError``: the pipeline is imported only when an error is made,
-so building a bundle's files needs no pipeline import at load time.
+Validated in ``__post_init__`` so a bad value fails when the config is loaded, naming the key; the error type is
+``pipeline.errors.ConfigError`` (so the CLI maps it to exit code 2).  Which engines a bundle can serve in-process
+(``python-<engine>``) is the engine registry's list (``pipeline.backends.registry``, read when asked; light: no engine is imported).
 """
 
 from __future__ import annotations
@@ -13,17 +12,23 @@ import os
 import re
 from dataclasses import dataclass
 
-# runtime -> (Triton backend, engine inside it)
-RUNTIMES = {
-    # python backend, the engine of the form compress selected and validate verified (on the packaging CPU):
-    # python-onnxruntime or python-openvino, resolved by the package stage (PackageConfig.resolved)
-    "auto": ("python", "auto"),
-    "python-onnxruntime": ("python", "onnxruntime"),  # in-process ORT: runs on any Triton, the one here too
-    "python-openvino": ("python", "openvino"),  # in-process OpenVINO (NNCF INT8 IR)
-    "python-paddle": ("python", "paddle"),  # in-process Paddle Inference
-    "onnxruntime": ("onnxruntime", "onnxruntime"),  # Triton's native ORT backend (optional TensorRT accelerator)
-    "fastdeploy": ("fastdeploy", "fastdeploy"),  # FastDeploy serving image's backend
-}
+def runtimes() -> dict[str, tuple[str, str]]:
+    """``package.runtime`` -> (Triton backend, engine inside it).  ``python-<engine>``: the engine run in-process on
+    the python backend (it runs on any Triton, the one here too), one for each engine a bundle can serve: the
+    registry's list, read when asked (``pipeline.backends.registry.SERVED_ENGINES``: ONNX Runtime, OpenVINO, Paddle
+    Inference)."""
+    from pipeline.backends.registry import SERVED_ENGINES
+
+    return {
+        # python backend, the engine of the form compress selected and validate verified (on the packaging CPU),
+        # resolved by the package stage (PackageConfig.resolved)
+        "auto": ("python", "auto"),
+        **{f"python-{e.name}": ("python", e.name) for e in SERVED_ENGINES},
+        "onnxruntime": ("onnxruntime", "onnxruntime"),  # Triton's native ORT backend (optional TensorRT accelerator)
+        "fastdeploy": ("fastdeploy", "fastdeploy"),  # FastDeploy serving image's backend
+    }
+
+
 PRECISIONS = ("auto", "int8", "fp32")
 ACCELERATORS = ("none", "tensorrt-fp16", "tensorrt-int8")
 FASTDEPLOY_ENGINES = ("paddle", "onnxruntime", "tensorrt", "openvino")
@@ -71,7 +76,7 @@ class PackageConfig:
     # 2000 µs gave 98 and 981 (each of the three batched models in the ensemble waits).
     max_queue_delay_microseconds: int = 0
     # 0: on CPU, ONNX Runtime gets one instance per core of the packaging machine and OpenVINO one instance with
-    # every core (1 on GPU); each instance cores/instances intra-op threads.  Chosen by make perf on the TNEWS
+    # every core (``ServedEngine.one_instance``; 1 on GPU); each instance cores/instances intra-op threads.  Chosen by make perf on the TNEWS
     # bundle (MEASUREMENTS.md): ORT served more with 2 instances x 1 thread, OpenVINO with 1 x 2 at every
     # concurrency (its batches grow larger and its threads split one GEMM better than two processes share cores).
     instance_count: int = 0
@@ -83,13 +88,14 @@ class PackageConfig:
     api: str = "ernie-bundle"  # one of APIS; the task kinds fastdeploy covers are checked with the task (pipeline.config)
 
     def __post_init__(self) -> None:
-        if self.runtime not in RUNTIMES:
-            raise _config_error(f"package.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        known = runtimes()
+        if self.runtime not in known:
+            raise _config_error(f"package.runtime: {self.runtime!r} is not one of {', '.join(known)}")
         if self.layout not in LAYOUTS:
             raise _config_error(f"package.layout: {self.layout!r} is not one of {', '.join(LAYOUTS)}")
-        if self.layout == "fused" and RUNTIMES[self.runtime][0] != "python":
-            raise _config_error(f"package.layout: fused needs a python runtime (auto, python-onnxruntime, python-openvino, "
-                                f"python-paddle), not {self.runtime}")
+        if self.layout == "fused" and known[self.runtime][0] != "python":
+            python = ", ".join(r for r, (backend, _) in known.items() if backend == "python")
+            raise _config_error(f"package.layout: fused needs a python runtime ({python}), not {self.runtime}")
         if self.precision not in PRECISIONS:
             raise _config_error(f"package.precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.accelerator not in ACCELERATORS:
@@ -123,11 +129,14 @@ class PackageConfig:
 
     @property
     def instances(self) -> int:
-        """Instances per model: ``instance_count``, or with 0: 1 on GPU; on CPU one per core here for ONNX Runtime and
-        the other engines, one with every core for OpenVINO (see ``instance_count``)."""
+        """Instances per model: ``instance_count``, or with 0: 1 on GPU; on CPU one with every core for an engine
+        whose one request uses them all (OpenVINO), else one per core here (see ``instance_count``)."""
         if self.instance_count:
             return self.instance_count
-        return 1 if self.kind == "GPU" or self.engine == "openvino" else _cores()
+        from pipeline.backends.registry import served_engine
+
+        served = served_engine(self.engine)
+        return 1 if self.kind == "GPU" or (served is not None and served.one_instance) else _cores()
 
     @property
     def engine_threads(self) -> int:
@@ -137,21 +146,21 @@ class PackageConfig:
 
     @property
     def backend(self) -> str:
-        return RUNTIMES[self.runtime][0]
+        return runtimes()[self.runtime][0]
 
     @property
     def engine(self) -> str:
-        return RUNTIMES[self.runtime][1]
+        return runtimes()[self.runtime][1]
 
     def resolved(self, engine: str) -> "PackageConfig":
-        """``runtime: auto`` made concrete for the form being shipped (``engine``: the form's engine, onnxruntime
-        or openvino); any other runtime is returned as it is."""
+        """``runtime: auto`` made concrete for the form being shipped (``engine``: the served engine that runs it);
+        any other runtime is returned as it is."""
         import dataclasses
 
         if self.runtime != "auto":
             return self
         runtime = f"python-{engine}"
-        if runtime not in RUNTIMES:
+        if runtime not in runtimes():
             raise _config_error(f"package.runtime auto: no python runtime runs the {engine} engine")
         return dataclasses.replace(self, runtime=runtime)
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.contract import TaskKind
-from serving.bundle.config import PackageConfig, _config_error
+from serving.bundle.config import PackageConfig, _config_error, runtimes
 
 API = "fastdeploy"
 
@@ -78,9 +78,9 @@ def check(task_type: str, pc: PackageConfig) -> None:
                             f"token_classification (ernie_tokencls) and uie (uie), not {task_type}; use package.api "
                             "ernie-bundle")
     if example.one_model and pc.backend != "python":
+        python = ", ".join(r for r, (backend, _) in runtimes().items() if backend == "python")
         raise _config_error(f"package.api: fastdeploy's uie is one python model running the engine in-process (as "
-                            f"FastDeploy's example does): use a python runtime (auto, python-onnxruntime, "
-                            f"python-openvino, python-paddle), not {pc.runtime}")
+                            f"FastDeploy's example does): use a python runtime ({python}), not {pc.runtime}")
     if example.one_model and pc.layout == "ensemble":
         raise _config_error("package.api: fastdeploy's uie is one python model (layout fused), not an ensemble")
 

@@ -5,7 +5,7 @@ templates, so a config that Triton would reject for its structure cannot be writ
 
     <task>              ensemble: text -> tokenizer -> model -> postprocess -> label, label_desc, confidence, probs, top-k
     <task>_tokenizer    python backend: WordPiece over the bundle's vocab.txt
-    <task>_model        the classifier; runtime chosen at package time (serving.bundle.config.RUNTIMES)
+    <task>_model        the classifier; runtime chosen at package time (serving.bundle.config.runtimes)
     <task>_postprocess  python backend: softmax, label mapping, top-k
 
 That is the classification bundle.  The other task kinds (``BundleShape.task_type``) keep the four

@@ -40,7 +40,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline.contract import META_FILE, ExportLayout, TaskKind, read_meta
+from pipeline.backends.registry import SERVED_ENGINES, ServedEngine, served_engine, served_engine_of_form
+from pipeline.contract import META_FILE, ExportLayout, TaskKind, form, read_meta
 from pipeline.errors import ModelError
 from serving.bundle import fastdeploy_api, model_io
 from serving.bundle.config import DeployConfig, PackageConfig
@@ -53,7 +54,8 @@ from serving.triton import integrity, model_support, text_input
 MODELS_DIR = Path(model_support.__file__).resolve().parent / "models"
 PIPELINE_DIR = Path(__file__).resolve().parents[2] / "pipeline"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-SERVING_PACKAGES = ("numpy", "onnxruntime", "openvino", "tokenizers", "paddlepaddle", "tritonclient", "nvidia-pytriton", "protobuf")
+SERVING_PACKAGES = ("numpy", *(e.distribution for e in SERVED_ENGINES), "tokenizers", "tritonclient", "nvidia-pytriton",
+                    "protobuf")
 PYTRITON_TRITONSERVER = {"0.7.0": "2.51.0"}  # nvidia-pytriton release -> the tritonserver it ships
 
 
@@ -77,7 +79,8 @@ class ExportArtifacts:
     onnx_int8_qdq: Path | None = None
     paddle_fp32: Path | None = None  # dir with model.pdmodel + model.pdiparams
     paddle_int8: Path | None = None
-    openvino_int8: Path | None = None  # IR .xml, its .bin beside it
+    # the forms a served engine runs as its own (form name -> main file; OpenVINO's IR .xml, its .bin beside it)
+    own: dict[str, Path] = field(default_factory=dict)
 
     @classmethod
     def from_dir(cls, out: Path) -> "ExportArtifacts":
@@ -88,7 +91,8 @@ class ExportArtifacts:
 
         return cls(onnx_fp32=layout.path("onnx_fp32"), tokenizer_dir=layout.tokenizer_dir, labels=layout.labels,
                    meta=layout.meta, onnx_int8=opt("onnx_int8"), onnx_int8_qdq=opt("onnx_int8_qdq"),
-                   paddle_fp32=opt("paddle_fp32"), paddle_int8=opt("paddle_int8"), openvino_int8=opt("openvino_int8"))
+                   paddle_fp32=opt("paddle_fp32"), paddle_int8=opt("paddle_int8"),
+                   own={e.form: p for e in SERVED_ENGINES if e.form and (p := opt(e.form)) is not None})
 
     def read_meta(self) -> dict:
         """meta.json through the export contract's one reader."""
@@ -140,12 +144,16 @@ class BundleInfo:
         return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
 
 
-def _openvino_choice(exp: ExportArtifacts, pc: PackageConfig, want: str) -> ModelChoice:
-    xml = exp.openvino_int8
-    if want != "int8" or xml is None or not xml.with_suffix(".bin").is_file():
-        raise PackageError(f"runtime {pc.runtime}: the export has no OpenVINO INT8 model (openvino/int8.xml and .bin); "
-                           "it is made when compress.engines lists openvino")
-    return ModelChoice("int8", ((xml, "model.xml"), (xml.with_suffix(".bin"), "model.bin")), "model.xml", "openvino_int8")
+def _own_choice(exp: ExportArtifacts, pc: PackageConfig, want: str, engine: ServedEngine) -> ModelChoice:
+    """The form ``engine`` runs as its own (OpenVINO's INT8 IR), its files named after the engine's model file."""
+    shipped = form(engine.form)
+    main = exp.own.get(shipped.name)
+    files = [main] + [main.with_suffix(c) for c in shipped.companions] if main is not None else []
+    if want != "int8" or not files or not all(f.is_file() for f in files):
+        raise PackageError(f"runtime {pc.runtime}: the export has no {engine.name} INT8 model ({shipped.path} and its "
+                           f"{', '.join(shipped.companions) or 'files'}); it is made when compress.engines lists {engine.name}")
+    names = [engine.model_file] + [str(Path(engine.model_file).with_suffix(c)) for c in shipped.companions]
+    return ModelChoice(shipped.precision.value, tuple(zip(files, names)), engine.model_file, shipped.name)
 
 
 def _onnx_choice(exp: ExportArtifacts, pc: PackageConfig, want: str, int8_form: str | None) -> ModelChoice:
@@ -182,18 +190,21 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
     want = pc.precision if pc.precision != "auto" else (preferred or "int8")
     qdq_chosen = pc.precision == "auto" and preferred == "int8_qdq"  # validation picked the QDQ ONNX
     want = "int8" if want == "int8_qdq" else want
-    openvino = lambda: _openvino_choice(exp, pc, want)  # noqa: E731
     onnx = lambda int8_form: _onnx_choice(exp, pc, want, int8_form)  # noqa: E731
     paddle = lambda: _paddle_choice(exp, pc, want)  # noqa: E731
 
-    if pc.runtime == "python-openvino" or (pc.runtime == "auto" and preferred_form == "openvino_int8" and want == "int8"):
-        return openvino()
-    if pc.runtime in ("auto", "python-onnxruntime") or (pc.runtime == "onnxruntime" and pc.kind == "CPU" and pc.accelerator == "none"):
+    if pc.runtime == "auto":  # the engine of the form validate verified; ONNX Runtime's for the ONNX forms
+        python = served_engine_of_form(preferred_form) if want == "int8" else None
+    else:
+        python = served_engine(pc.engine) if pc.backend == "python" else None
+    if python is not None and python.form is not None:  # an engine that runs a form of its own (OpenVINO's IR)
+        return _own_choice(exp, pc, want, python)
+    if python is not None and python.reads == "paddle":
+        return paddle()
+    if pc.runtime == "auto" or python is not None or (pc.runtime == "onnxruntime" and pc.kind == "CPU" and pc.accelerator == "none"):
         if qdq_chosen and exp.onnx_int8_qdq is not None:
             return onnx("onnx_int8_qdq")
-        return onnx("onnx_int8")  # dynamic-quantized int8: the fast form on CPU
-    if pc.runtime == "python-paddle":
-        return paddle()
+        return onnx("onnx_int8")  # the fixed-scale int8: the fast form on CPU
     if pc.runtime == "onnxruntime":
         if pc.accelerator == "tensorrt-int8":
             return onnx("onnx_int8_qdq")  # TensorRT builds int8 engines from explicit Q/DQ
@@ -217,13 +228,22 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
 
 
 def _engine_properties(meta: dict, choice: ModelChoice) -> str:
-    """The OpenVINO CPU properties the export recorded for its INT8 form (validated with them), as JSON."""
-    if choice.form != "openvino_int8":
+    """The CPU properties the export recorded for the shipped form's engine (validated with them: OpenVINO's), as
+    JSON; "" for an engine that records none."""
+    engine = served_engine_of_form(choice.form)
+    if engine is None or not engine.properties:
         return ""
-    props = (meta.get("openvino") or {}).get("properties")
+    props = (meta.get(engine.name) or {}).get("properties")
     if not isinstance(props, dict):
-        raise PackageError("meta.json: field 'openvino.properties' missing for the OpenVINO form")
+        raise PackageError(f"meta.json: field '{engine.name}.properties' missing for the {engine.name} form")
     return json.dumps(props, sort_keys=True)
+
+
+def _served(pc: PackageConfig) -> ServedEngine:
+    engine = served_engine(pc.engine)
+    if engine is None:
+        raise PackageError(f"package.runtime {pc.runtime}: no engine named {pc.engine!r} is registered to serve")
+    return engine
 
 
 def _pad_id(vocab: Path) -> int:
@@ -316,6 +336,8 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
         shutil.copyfile(MODELS_DIR / "runner.py", model / "runner.py")
     elif pc.backend == "python":
         _copy_python_model(model, "runner.py")
+    if pc.backend == "python":  # the engine runner.py runs, from its folder in the pipeline
+        shutil.copyfile(_served(pc).source, model / "engine.py")
     shutil.copyfile(exp.meta, tmp / META_FILE)
     return shape
 
@@ -374,8 +396,12 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "runtime": pc.runtime,
         "backend": pc.backend,
         "engine": pc.fastdeploy_engine if pc.runtime == "fastdeploy" else pc.engine,
+        # what the serving python must import for the in-process engine, and what to install where it cannot
+        # (the launcher checks it before the server starts: serving.server.check_engine)
+        **({"engine_needs": {"module": (e := _served(pc)).import_name, "install": e.requirement}}
+           if pc.backend == "python" else {}),
         # the engine's CPU settings as validated, served with (OpenVINO); the offline reference uses them too
-        **({"engine_properties": json.loads(_engine_properties(meta, choice))} if choice.form == "openvino_int8" else {}),
+        **({"engine_properties": json.loads(props)} if (props := _engine_properties(meta, choice)) else {}),
         "accelerator": pc.accelerator,
         "precision": choice.precision,
         "model_form": choice.form,
@@ -514,7 +540,8 @@ def write_repository(
     fastdeploy_api.check(kind.name, pc)  # a combination FastDeploy's examples do not serve: one line, exit 2
     pc = fastdeploy_api.resolved(pc, kind.name)
     choice = choose_model(exported, pc, preferred_precision, preferred_form)
-    pc = pc.resolved("openvino" if choice.form == "openvino_int8" else "onnxruntime")
+    own = served_engine_of_form(choice.form)
+    pc = pc.resolved(own.name if own is not None else "onnxruntime")
     pc, settings = _serving_settings(pc, prov, choice, meta)
     tmp = repository / f".{task}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()

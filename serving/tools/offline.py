@@ -1,16 +1,17 @@
 """The bundle's own model run offline (no server): the reference the smoke test and load test compare to.
 
 Tokenizes with ``pipeline.tokenizer.Tokenizer`` over the bundle's vocabulary (the pipeline's code,
-not the served copy) and runs the very model file inside ``<task>_model/1/`` with ONNX Runtime or
-Paddle Inference.  Imports the pipeline lazily: only these developer tools need it.
+not the served copy) and runs the very model file inside ``<task>_model/1/`` in the engine that serves it.
+Imports the pipeline lazily: only these developer tools need it.
 
 Token classification (``offline_entities``) and reading comprehension (``offline_answers``) run
 the pipeline's ``bio`` / ``windows`` + ``spans`` modules (the originals of the copies inside the
 bundle) with the same tokenizer settings as the served pre-processing, and group the items into
 requests of ``batch_size`` in order, exactly as ``serving.tools.client`` sends them: every model call
 then sees the same rows as the served one.  The served OpenVINO engine pads a batch's width further, to its
-bucket (``runner.width_buckets``); with the properties the bundle records (no snippets code generation) that
-changed one TNEWS title's float rounding in 10,000 and no answer (MEASUREMENTS.md).
+bucket (``width_buckets`` in ``pipeline/backends/openvino/served.py``; warmed only in the server); with the
+properties the bundle records (no snippets code generation) that changed one TNEWS title's float rounding in
+10,000 and no answer (MEASUREMENTS.md).
 """
 
 from __future__ import annotations
@@ -74,45 +75,22 @@ class BundleModel:
         return Tokenizer.from_model_dir(self.tokenizer_dir, int(self.manifest["max_seq_len"]))
 
     def session(self, threads: int = 0):
-        """A callable ``(input_ids, token_type_ids) -> logits`` over the bundle's model file."""
-        xml = self.model_dir / "model.xml"
-        if xml.is_file():  # OpenVINO, with the CPU properties the bundle serves with (bundle.json)
-            import openvino as ov
-
-            props = dict(self.manifest.get("engine_properties") or {})
-            if threads:
-                props["INFERENCE_NUM_THREADS"] = threads
-            core = ov.Core()
-            compiled = core.compile_model(core.read_model(str(xml)), "CPU", props)
-            request, output = compiled.create_infer_request(), compiled.output(0)
-            return lambda ids, types: np.array(request.infer({"input_ids": ids, "token_type_ids": types})[output])
-        onnx = self.model_dir / "model.onnx"
-        if onnx.is_file():
-            import onnxruntime as ort
-
-            so = ort.SessionOptions()
-            if threads:
-                so.intra_op_num_threads = threads
-            sess = ort.InferenceSession(str(onnx), so, providers=["CPUExecutionProvider"])
-            names = {i.name for i in sess.get_inputs()}
-            return lambda ids, types: sess.run(None, {k: v for k, v in (("input_ids", ids), ("token_type_ids", types)) if k in names})[0]
+        """A callable ``(input_ids, token_type_ids) -> logits`` over the bundle's model file, run by the served engine
+        bundle.json names (a native backend's file by the first registered engine whose model file it is:
+        ``pipeline.backends.registry.SERVED_ENGINES``), in this process and unwarmed, with the CPU properties the
+        bundle serves with (bundle.json)."""
         import pipeline  # noqa: F401  (numpy before paddle)
-        from paddle import inference
+        from pipeline.backends.registry import SERVED_ENGINES, served_engine
 
-        config = inference.Config(str(self.model_dir / "model.pdmodel"), str(self.model_dir / "model.pdiparams"))
-        config.disable_gpu()
-        config.set_cpu_math_library_num_threads(threads or 1)
-        config.disable_glog_info()
-        pred = inference.create_predictor(config)
-
-        def run(ids, types):
-            feeds = {"input_ids": ids, "token_type_ids": types}
-            for name in pred.get_input_names():
-                pred.get_input_handle(name).copy_from_cpu(feeds[name])
-            pred.run()
-            return pred.get_output_handle(pred.get_output_names()[0]).copy_to_cpu()
-
-        return run
+        served = served_engine(str(self.manifest.get("engine")))
+        if served is None or not (self.model_dir / served.model_file).is_file():  # a native backend's file
+            served = next((e for e in SERVED_ENGINES if (self.model_dir / e.model_file).is_file()), None)
+        if served is None:
+            raise FileNotFoundError(f"{self.model_dir}: no model file any registered engine runs "
+                                    f"({', '.join(e.model_file for e in SERVED_ENGINES)})")
+        params = {"engine_properties": json.dumps(self.manifest.get("engine_properties") or {})}
+        engine = served.engine(self.model_dir / served.model_file, threads, False, params)
+        return lambda ids, types: np.asarray(engine({"input_ids": ids, "token_type_ids": types}))
 
 
 def encode_items(tok, items: Sequence):

@@ -1,11 +1,11 @@
 """ONNX Runtime as compress sees it (``pipeline.backends.engine.CpuEngine``): its fixed-scale INT8 recipe search,
-its per-batch form where the task asks for one, and its CPU sessions."""
+its per-batch form where the task asks for one, and its CPU sessions; served from its ONNX forms (``served.py``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.backends.engine import CpuEngine
+from pipeline.backends.engine import CpuEngine, ServedEngine
 
 
 def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: Path | None, log):
@@ -32,4 +32,6 @@ ENGINE = CpuEngine(
     name="onnxruntime", int8_suffix="int8", quantization="ort", candidate_file="model.onnx",
     where="ONNX Runtime on CPU (FP32 ONNX per width, INT8 from the recipe search)",
     search=_search, open=_open, per_batch_int8=_per_batch,
-    int8_embeddings=lambda cfg: cfg.quantization.int8_embeddings)
+    int8_embeddings=lambda cfg: cfg.quantization.int8_embeddings,
+    served=ServedEngine(name="onnxruntime", served="pipeline.backends.onnxruntime.served", model_file="model.onnx",
+                        requirement="onnxruntime", import_name="onnxruntime"))

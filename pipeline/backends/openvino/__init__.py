@@ -14,7 +14,6 @@ compress and validate measure both on the machine at hand and ship the faster (`
 
 from __future__ import annotations
 
-ENGINE = "openvino"
 REQUIREMENT = "openvino==2026.4.1 nncf==3.4.0"  # the pins requirements.lock carries
 
 

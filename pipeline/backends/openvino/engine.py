@@ -1,13 +1,13 @@
 """OpenVINO as compress sees it (``pipeline.backends.engine.CpuEngine``): NNCF's INT8 recipe search, and CPU
 sessions compiled with the task's ``openvino:`` properties (recorded on each candidate, so what was timed is what
-ships).  It has fixed-scale INT8 only: no per-batch form."""
+ships).  It has fixed-scale INT8 only: no per-batch form.  Served from its own IR (``served.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from pipeline.backends.engine import CpuEngine
+from pipeline.backends.engine import CpuEngine, ServedEngine
 
 
 def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: Path | None, log):
@@ -28,6 +28,19 @@ def _settings(cfg) -> dict:
     return {"openvino": dataclasses.asdict(cfg.openvino)}
 
 
+def _form_params(cfg) -> dict:
+    from importlib import metadata
+
+    versions = {}
+    for package in ("openvino", "nncf"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"alphas": cfg.quantization.openvino_smooth_alphas, "inference_precision": cfg.openvino.inference_precision,
+            "properties": cfg.openvino.served(), **versions}  # every property, defaults too: each changes numerics
+
+
 def _check(cfg) -> None:
     from pipeline.backends.openvino import missing
     from pipeline.errors import ConfigError
@@ -41,4 +54,9 @@ def _check(cfg) -> None:
 ENGINE = CpuEngine(
     name="openvino", int8_suffix="ov-int8", quantization="nncf", candidate_file="model.xml",  # model.bin beside it
     where="OpenVINO on CPU (INT8 from NNCF's recipe search)",
-    search=_search, open=_open, settings=_settings, check=_check)
+    search=_search, open=_open, settings=_settings, check=_check, form="openvino_int8", form_params=_form_params,
+    # served from its own IR, with the CPU properties validate ran it with; one instance has every core (its
+    # threads share one request: MEASUREMENTS.md, served at the engine's speed)
+    served=ServedEngine(name="openvino", served="pipeline.backends.openvino.served", model_file="model.xml",
+                        requirement="openvino==2026.4.1", import_name="openvino", form="openvino_int8",
+                        properties=True, one_instance=True))

@@ -1,0 +1,28 @@
+"""ONNX Runtime inside Triton's python backend: the engine ``runner.py`` runs a bundle's ONNX with.
+
+Copied into bundles as ``<task>_model/1/engine.py`` (``pipeline.backends.engine.ServedEngine``): it imports numpy
+and ONNX Runtime only, and runs on the serving image's Python (3.8 on FastDeploy's)."""
+
+from __future__ import annotations
+
+
+class Engine:
+    def __init__(self, path, threads: int, gpu: bool, params: dict):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        if threads:
+            so.intra_op_num_threads = threads
+            so.inter_op_num_threads = 1
+        # ORT's pool threads spin between ops by default: alone on a machine that buys a little latency, but in a
+        # server they burn the cores the tokenizer, post-processing and Triton itself need.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        providers = ["CPUExecutionProvider"]
+        if gpu and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        self.session = ort.InferenceSession(str(path), so, providers=providers)
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.output = self.session.get_outputs()[0].name
+
+    def __call__(self, feeds):
+        return self.session.run([self.output], {k: v for k, v in feeds.items() if k in self.inputs})[0]

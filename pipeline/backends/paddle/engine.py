@@ -1,0 +1,9 @@
+"""Paddle Inference as a bundle serves it (``package.runtime: python-paddle``): its program run by ``served.py``.
+Not a compress engine: compress judges widths in Paddle through ``compress.runtime: paddle``'s own path."""
+
+from __future__ import annotations
+
+from pipeline.backends.engine import ServedEngine
+
+SERVED = ServedEngine(name="paddle", served="pipeline.backends.paddle.served", model_file="model.pdmodel",
+                      requirement="paddlepaddle==2.6.2", import_name="paddle", reads="paddle")
