@@ -36,7 +36,7 @@ from pipeline.kinds import featurize  # noqa: E402
 from pipeline.tokenizer import Tokenizer  # noqa: E402
 
 
-def main(argv=None) -> int:
+def _arguments(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model_dir", required=True, type=Path, help="fine-tuned PaddleNLP classifier dir")
     ap.add_argument("--data_dir", required=True, type=Path)
@@ -57,8 +57,77 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="use only this many dev (and train) examples: smoke runs")
     ap.add_argument("--work_dir", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=Path("bench_compress.json"))
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+class Bench:
+    """The models under test (name -> (static dir, precision)), their dev results and the interleaved rates."""
+
+    def __init__(self, a: argparse.Namespace, dev):
+        self.a, self.dev = a, dev
+        self.models: dict[str, tuple[Path, str]] = {}
+        self.results: dict[str, dict] = {}
+
+    def evaluate(self) -> None:
+        """Dev accuracy and size of every model not yet evaluated."""
+        for name, (d, prec) in self.models.items():
+            if name not in self.results:
+                acc = evaluate_session(session(d, precision=prec, threads=self.a.threads), self.dev, 64, desc=name).accuracy
+                self.results[name] = {"accuracy": acc, "precision": prec,
+                                      "size_bytes": sum(p.stat().st_size for p in d.iterdir())}
+
+    def sessions(self, best: str) -> dict:
+        a = self.a
+        sessions = {name: session(d, precision=prec, threads=a.threads) for name, (d, prec) in self.models.items()}
+        if a.compare_default_int8:
+            name = f"{best}@default-int8-ops"
+            sessions[name] = session(self.models[best][0], precision="int8", threads=a.threads, int8_ops=set())
+            self.results[name] = {"accuracy": evaluate_session(sessions[name], self.dev, 64, desc=name).accuracy,
+                                  "precision": "int8-all-ops", "size_bytes": self.results[best]["size_bytes"]}
+        return sessions
+
+    def time(self, sessions: dict) -> None:
+        """Interleaved rounds (FP32, INT8, ..., FP32, INT8, ...): each model's median rate, p50 and ratio to FP32."""
+        import numpy as np
+
+        rates: dict[str, list[float]] = {n: [] for n in sessions}
+        p50: dict[str, list[float]] = {n: [] for n in sessions}
+        for _ in range(self.a.rounds):
+            for n, sess in sessions.items():
+                tp = measure_throughput(sess, self.dev, self.a.batch_size, warmup=2, repeats=1,
+                                        max_batches=self.a.timed_batches)
+                rates[n].append(tp.sentences_per_s)
+                p50[n].append(tp.latency_ms_p50)
+        base_acc, base_tp = self.results["fp32"]["accuracy"], float(np.median(rates["fp32"]))
+        for n in sessions:
+            r = self.results[n]
+            r.update(throughput=float(np.median(rates[n])), throughput_rounds=rates[n],
+                     latency_ms_p50=float(np.median(p50[n])))
+            r.update(speedup=r["throughput"] / base_tp, accuracy_drop_points=100 * (base_acc - r["accuracy"]))
+
+
+def _ptq_grid(bench: Bench, fp32: Path, grid, calib, work: Path) -> tuple[float, dict]:
+    grid_times = {}
+    t_grid = time.monotonic()
+    for s in grid:
+        t0 = time.monotonic()
+        bench.models[s.name] = (quantize_static(fp32, work / s.name, calib, s), "int8")
+        grid_times[s.name] = round(time.monotonic() - t0, 2)
+    return time.monotonic() - t_grid, grid_times
+
+
+def _pruned(a, cfg, train, dev, work: Path) -> Path | None:
+    if a.prune_width and not a.pruned_model_dir:
+        from pipeline.compress.dynabert import prune_width
+
+        return prune_width(a.model_dir, parse_width(a.prune_width), train, dev, max_seq_len=cfg.max_seq_len,
+                           out_dir=work / "pruned", epochs=1, learning_rate=2e-5, batch_size=32,
+                           max_steps=a.prune_steps, seed=42)
+    return a.pruned_model_dir
+
+
+def main(argv=None) -> int:
+    a = _arguments(argv)
     cfg = load_task_config(a.task, {"data.dir": str(a.data_dir.resolve())})
     data = load_task_data(cfg)
     dev, train = list(data.dev.examples), list(data.train.examples)
@@ -72,75 +141,36 @@ def main(argv=None) -> int:
     work = a.work_dir or Path(tempfile.mkdtemp(prefix="bench-compress-"))
     from pipeline.compress.build import load_classifier
 
-    models: dict[str, tuple[Path, str]] = {}  # name -> (static dir, precision)
+    bench = Bench(a, dev)
     fp32 = export_static(load_classifier(a.model_dir, len(data.labels)), work / "fp32")
-    models["fp32"] = (fp32, "fp32")
+    bench.models["fp32"] = (fp32, "fp32")
     calib = calibration_examples(train, max(s.calibration_examples for s in grid), 0)
-    grid_times = {}
-    t_grid = time.monotonic()
-    for s in grid:
-        t0 = time.monotonic()
-        models[s.name] = (quantize_static(fp32, work / s.name, calib, s), "int8")
-        grid_times[s.name] = round(time.monotonic() - t0, 2)
-    grid_wall = time.monotonic() - t_grid
-
-    pruned_dir = a.pruned_model_dir
-    if a.prune_width and not pruned_dir:
-        from pipeline.compress.dynabert import prune_width
-
-        pruned_dir = prune_width(a.model_dir, parse_width(a.prune_width), train, dev, max_seq_len=cfg.max_seq_len,
-                                 out_dir=work / "pruned", epochs=1, learning_rate=2e-5, batch_size=32,
-                                 max_steps=a.prune_steps, seed=42)
-
-    results: dict[str, dict] = {}
-    for name, (d, prec) in models.items():
-        results[name] = {"accuracy": evaluate_session(session(d, precision=prec, threads=a.threads), dev, 64, desc=name).accuracy,
-                         "precision": prec, "size_bytes": sum(p.stat().st_size for p in d.iterdir())}
-    best = max((n for n in models if n != "fp32"), key=lambda n: results[n]["accuracy"])
+    grid_wall, grid_times = _ptq_grid(bench, fp32, grid, calib, work)
+    pruned_dir = _pruned(a, cfg, train, dev, work)
+    bench.evaluate()
+    best = max((n for n in bench.models if n != "fp32"), key=lambda n: bench.results[n]["accuracy"])
     if pruned_dir:
         pf = export_static(load_classifier(pruned_dir, len(data.labels)), work / "pruned-fp32")
         s = next(g for g in grid if g.name == best)
-        models["pruned-fp32"] = (pf, "fp32")
-        models[f"pruned-{best}"] = (quantize_static(pf, work / f"pruned-{best}", calib, s), "int8")
+        bench.models["pruned-fp32"] = (pf, "fp32")
+        bench.models[f"pruned-{best}"] = (quantize_static(pf, work / f"pruned-{best}", calib, s), "int8")
     if a.embeddings:
         for base in [best] + ([f"pruned-{best}"] if pruned_dir else []):
-            quantize_embeddings(models[base][0], work / f"{base}+emb")
-            models[f"{base}+emb"] = (work / f"{base}+emb", "int8")
-    for name, (d, prec) in models.items():
-        if name not in results:
-            results[name] = {"accuracy": evaluate_session(session(d, precision=prec, threads=a.threads), dev, 64, desc=name).accuracy,
-                             "precision": prec, "size_bytes": sum(p.stat().st_size for p in d.iterdir())}
-    sessions = {name: session(d, precision=prec, threads=a.threads) for name, (d, prec) in models.items()}
-    if a.compare_default_int8:
-        d = models[best][0]
-        name = f"{best}@default-int8-ops"
-        sessions[name] = session(d, precision="int8", threads=a.threads, int8_ops=set())
-        results[name] = {"accuracy": evaluate_session(sessions[name], dev, 64, desc=name).accuracy, "precision": "int8-all-ops",
-                         "size_bytes": results[best]["size_bytes"]}
-    rates: dict[str, list[float]] = {n: [] for n in sessions}
-    p50: dict[str, list[float]] = {n: [] for n in sessions}
-    for _ in range(a.rounds):  # interleaved: FP32, INT8, ..., FP32, INT8, ...
-        for n, sess in sessions.items():
-            tp = measure_throughput(sess, dev, a.batch_size, warmup=2, repeats=1, max_batches=a.timed_batches)
-            rates[n].append(tp.sentences_per_s)
-            p50[n].append(tp.latency_ms_p50)
-    import numpy as np
+            quantize_embeddings(bench.models[base][0], work / f"{base}+emb")
+            bench.models[f"{base}+emb"] = (work / f"{base}+emb", "int8")
+    bench.evaluate()
+    sessions = bench.sessions(best)
+    bench.time(sessions)
 
-    base_acc, base_tp = results["fp32"]["accuracy"], float(np.median(rates["fp32"]))
     print(f"\n{len(dev)} dev examples, batch {a.batch_size}, threads {a.threads or 'OMP default'}, "
           f"PTQ grid of {len(grid)}: {grid_wall:.1f}s wall ({grid_times})")
     print(f"{'model':<40}{'accuracy':>10}{'drop pts':>10}{'sent/s':>10}{'x FP32':>8}{'MiB':>8}")
     for n in sessions:
-        r = results[n]
-        r["throughput"] = float(np.median(rates[n]))
-        r["throughput_rounds"] = rates[n]
-        r["latency_ms_p50"] = float(np.median(p50[n]))
-        r["speedup"] = r["throughput"] / base_tp
-        r["accuracy_drop_points"] = 100 * (base_acc - r["accuracy"])
+        r = bench.results[n]
         print(f"{n:<40}{r['accuracy']:>10.4f}{r['accuracy_drop_points']:>10.2f}{r['throughput']:>10.0f}{r['speedup']:>8.2f}{r['size_bytes'] / 2**20:>8.1f}")
     payload = {"model_dir": str(a.model_dir), "pruned_model_dir": str(pruned_dir) if pruned_dir else None, "dev_examples": len(dev),
                "batch_size": a.batch_size, "threads": a.threads, "ptq_grid_wall_s": grid_wall, "ptq_grid_s": grid_times,
-               "int8_ops": sorted(ONEDNN_INT8_OPS), "results": results, "versions": pipeline.env.versions()}
+               "int8_ops": sorted(ONEDNN_INT8_OPS), "results": bench.results, "versions": pipeline.env.versions()}
     a.out.write_text(json.dumps(payload, indent=2))
     print(f"wrote {a.out}")
     return 0

@@ -44,47 +44,46 @@ def _hf_bert(vocab: Path, lowercase: bool):
     return BertWordPieceTokenizer(str(vocab), lowercase=lowercase, handle_chinese_chars=True)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=str(ROOT / "../shared/models/tnews-e5mini6-ft"))
-    ap.add_argument("--data-root", default=str(ROOT / "../shared/data"))
-    ap.add_argument("--json-out", default=str(ROOT / "runs/tokenizer_parity.json"))
-    ap.add_argument("--show", type=int, default=5, help="differing examples to print per task")
-    args = ap.parse_args(argv)
+class Parity:
+    """The oracle (PaddleNLP's tokenizer for the model), the two implementations held to it, and the report."""
 
-    from paddlenlp.transformers import AutoTokenizer
+    def __init__(self, model: Path, show: int):
+        from paddlenlp.transformers import AutoTokenizer
 
-    from pipeline.contract import detect_cpu as detect
-    from pipeline.reading.squad import read_squad
-    from pipeline.tokenizer import Tokenizer
+        from pipeline.contract import detect_cpu
+        from pipeline.tokenizer import Tokenizer
 
-    model, data = Path(args.model), Path(args.data_root)
-    oracle = AutoTokenizer.from_pretrained(str(model))
-    lowercase = bool(getattr(oracle.basic_tokenizer, "do_lower_case", True))
-    ours = {"hf-bert": _hf_bert(model / "vocab.txt", lowercase),
-            "ernie-bundle": Tokenizer.from_model_dir(model, 128).raw}
-    report = {"oracle": type(oracle).__name__, "model": str(model), "cpu": detect().as_dict(), "tasks": {}}
+        self.model, self.show = model, show
+        self.oracle = AutoTokenizer.from_pretrained(str(model))
+        lowercase = bool(getattr(self.oracle.basic_tokenizer, "do_lower_case", True))
+        self.ours = {"hf-bert": _hf_bert(model / "vocab.txt", lowercase),
+                     "ernie-bundle": Tokenizer.from_model_dir(model, 128).raw}
+        self.pair_tokenizer = Tokenizer.from_model_dir(model, 64)  # the cmrc2018 pair cut at 64 tokens
+        self.nli_tokenizer = Tokenizer.from_model_dir(model, 128)  # OCNLI's pairs at the task's 128 tokens
+        self.report = {"oracle": type(self.oracle).__name__, "model": str(model), "cpu": detect_cpu().as_dict(),
+                       "tasks": {}}
 
-    def check(task: str, items: list, compare) -> None:
+    def check(self, task: str, items: list, compare) -> None:
         """``compare(tok, item)`` -> "same", "ids" (token ids differ) or "offsets" (ids equal, char offsets
         differ); "unk-offsets": only the spans of [UNK] tokens differ (see the module doc)."""
-        counts = {name: {"ids": 0, "offsets": 0, "unk-offsets": 0} for name in ours}
+        counts = {name: {"ids": 0, "offsets": 0, "unk-offsets": 0} for name in self.ours}
         shown = 0
         for item in items:
-            for name, tok in ours.items():
+            for name, tok in self.ours.items():
                 verdict = compare(tok, item)
                 if verdict != "same":
                     counts[name][verdict] += 1
-                    if name == "hf-bert" and verdict == "ids" and shown < args.show:
+                    if name == "hf-bert" and verdict == "ids" and shown < self.show:
                         shown += 1
                         print(f"   e.g. {(item if isinstance(item, str) else item[0])[:60]!r}")
-        report["tasks"][task] = {"examples": len(items), **counts}
-        print(f"{task}: {len(items)} examples; differing from {type(oracle).__name__}: " + "; ".join(
+        self.report["tasks"][task] = {"examples": len(items), **counts}
+        print(f"{task}: {len(items)} examples; differing from {type(self.oracle).__name__}: " + "; ".join(
             f"{name} ids {c['ids']}, offsets {c['offsets']}, [UNK] spans only {c['unk-offsets']}" for name, c in counts.items()))
 
-    def single(max_len: int, offsets: bool):
+    def single(self, max_len: int, offsets: bool):
+        """A comparison of one text's ids (and char offsets) without special tokens, cut at ``max_len``."""
         def compare(tok, text: str) -> str:
-            want = oracle(text, max_length=max_len, truncation=True, return_offsets_mapping=offsets)
+            want = self.oracle(text, max_length=max_len, truncation=True, return_offsets_mapping=offsets)
             enc = tok.encode(text, add_special_tokens=False)
             keep = max_len - 2
             if list(enc.ids[:keep]) != want["input_ids"][1:-1]:
@@ -94,42 +93,30 @@ def main(argv=None) -> int:
             got, exp = [tuple(o) for o in enc.offsets[:keep]], [tuple(o) for o in want["offset_mapping"][1:-1]]
             if got == exp:
                 return "same"
-            unk = oracle.unk_token_id
+            unk = self.oracle.unk_token_id
             bad = {i for i, (g, e) in enumerate(zip(got, exp)) if g != e}
             return "unk-offsets" if all(enc.ids[i] == unk for i in bad) else "offsets"
         return compare
 
-    check("tnews", _read_lines(data / "tnews/dev.json", "sentence"), single(64, offsets=False))
-    check("cluener", _read_lines(data / "cluener/dev.json", "text"), single(128, offsets=True))
-    squad = read_squad(data / "cmrc2018/dev.json").examples
-    check("cmrc2018 question", [e.question for e in squad], single(10_000, offsets=True))
-    check("cmrc2018 context", list(dict.fromkeys(e.context for e in squad)), single(10_000, offsets=True))
-
-    pair_tokenizer = Tokenizer.from_model_dir(model, 64)
-
-    def pair(tok, item) -> bool:
+    def pair(self, tok, item) -> str:
+        """A question and a context cut together at 64 tokens (pair truncation)."""
         q, c = item
-        want = oracle(q, c, max_length=64, truncation=True)["input_ids"]
-        if tok is ours["ernie-bundle"]:
-            got = pair_tokenizer.encode([q], [c]).input_ids[0].tolist()
+        want = self.oracle(q, c, max_length=64, truncation=True)["input_ids"]
+        if tok is self.ours["ernie-bundle"]:
+            got = self.pair_tokenizer.encode([q], [c]).input_ids[0].tolist()
         else:
             tok.enable_truncation(64, strategy="longest_first")
             got = tok.encode(q, c).ids
             tok.no_truncation()
         return "same" if got == want else "ids"
 
-    pairs = [(e.question, e.context[: 40 + 7 * (i % 9)]) for i, e in enumerate(squad)]  # varied lengths
-    check("cmrc2018 pair@64", pairs, pair)
-
-    # Sentence pairs as a pair classifier (OCNLI) serves them: ids and segment ids at the task's 128 tokens, from
-    # the same wordpiece.encode_pairs the served pre-processing calls.
-    nli_tokenizer = Tokenizer.from_model_dir(model, 128)
-
-    def nli_pair(tok, item) -> str:
+    def nli_pair(self, tok, item) -> str:
+        """Sentence pairs as a pair classifier (OCNLI) serves them: ids and segment ids at the task's 128 tokens,
+        from the same wordpiece.encode_pairs the served pre-processing calls."""
         a, b = item
-        want = oracle(a, b, max_length=128, truncation=True)
-        if tok is ours["ernie-bundle"]:
-            enc = nli_tokenizer.encode([a], [b])
+        want = self.oracle(a, b, max_length=128, truncation=True)
+        if tok is self.ours["ernie-bundle"]:
+            enc = self.nli_tokenizer.encode([a], [b])
             n = int(enc.lengths[0])
             got = (enc.input_ids[0, :n].tolist(), enc.token_type_ids[0, :n].tolist())
         else:
@@ -139,33 +126,56 @@ def main(argv=None) -> int:
             tok.no_truncation()
         return "same" if got == (want["input_ids"], want["token_type_ids"]) else "ids"
 
+    def speed(self, titles: list[str]) -> dict:
+        """Tokens/s of each implementation over ``titles`` (one batch call per 64; best of 3, with the spread)."""
+        batches = [titles[i : i + 64] for i in range(0, len(titles), 64)]
+        n_tokens = sum(len(e.ids) for b in batches for e in self.ours["ernie-bundle"].encode_batch(b))
+        speed = {}
+        for name, run in [("hf-bert", lambda b: self.ours["hf-bert"].encode_batch(b)),
+                          ("ernie-bundle", lambda b: self.ours["ernie-bundle"].encode_batch(b)),
+                          ("paddlenlp", lambda b: self.oracle(b))]:
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                for b in batches:
+                    run(b)
+                times.append(time.perf_counter() - t0)
+            speed[name] = {"tokens_per_s": n_tokens / min(times), "spread": [n_tokens / max(times), n_tokens / min(times)]}
+        return speed
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=str(ROOT / "../shared/models/tnews-e5mini6-ft"))
+    ap.add_argument("--data-root", default=str(ROOT / "../shared/data"))
+    ap.add_argument("--json-out", default=str(ROOT / "runs/tokenizer_parity.json"))
+    ap.add_argument("--show", type=int, default=5, help="differing examples to print per task")
+    args = ap.parse_args(argv)
+
+    from pipeline.reading.squad import read_squad
+
+    data = Path(args.data_root)
+    run = Parity(Path(args.model), args.show)
+    run.check("tnews", _read_lines(data / "tnews/dev.json", "sentence"), run.single(64, offsets=False))
+    run.check("cluener", _read_lines(data / "cluener/dev.json", "text"), run.single(128, offsets=True))
+    squad = read_squad(data / "cmrc2018/dev.json").examples
+    run.check("cmrc2018 question", [e.question for e in squad], run.single(10_000, offsets=True))
+    run.check("cmrc2018 context", list(dict.fromkeys(e.context for e in squad)), run.single(10_000, offsets=True))
+    pairs = [(e.question, e.context[: 40 + 7 * (i % 9)]) for i, e in enumerate(squad)]  # varied lengths
+    run.check("cmrc2018 pair@64", pairs, run.pair)
     ocnli = data / "ocnli/dev.json"
     if ocnli.is_file():
         rows = [json.loads(line) for line in ocnli.read_text(encoding="utf-8").splitlines() if line.strip()]
-        check("ocnli pair@128 (ids and segment ids)", [(r["sentence1"], r["sentence2"]) for r in rows], nli_pair)
+        run.check("ocnli pair@128 (ids and segment ids)", [(r["sentence1"], r["sentence2"]) for r in rows], run.nli_pair)
 
-    titles = _read_lines(data / "tnews/dev.json", "sentence")
-    batches = [titles[i : i + 64] for i in range(0, len(titles), 64)]
-    n_tokens = sum(len(e.ids) for b in batches for e in ours["ernie-bundle"].encode_batch(b))
-    speed = {}
-    for name, run in [("hf-bert", lambda b: ours["hf-bert"].encode_batch(b)),
-                      ("ernie-bundle", lambda b: ours["ernie-bundle"].encode_batch(b)),
-                      ("paddlenlp", lambda b: oracle(b))]:
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            for b in batches:
-                run(b)
-            times.append(time.perf_counter() - t0)
-        speed[name] = {"tokens_per_s": n_tokens / min(times), "spread": [n_tokens / max(times), n_tokens / min(times)]}
-    report["tokens_per_s"] = speed
+    speed = run.report["tokens_per_s"] = run.speed(_read_lines(data / "tnews/dev.json", "sentence"))
     print("tokens/s over TNEWS dev (best of 3; [slowest, fastest]): " + "; ".join(
         f"{k} {v['tokens_per_s']:,.0f} [{v['spread'][0]:,.0f}-{v['spread'][1]:,.0f}]" for k, v in speed.items()))
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    out.write_text(json.dumps(run.report, indent=2), encoding="utf-8")
     print(f"wrote {out}")
-    ok = all(v["ernie-bundle"]["ids"] == 0 and v["ernie-bundle"]["offsets"] == 0 for v in report["tasks"].values())
+    ok = all(v["ernie-bundle"]["ids"] == 0 and v["ernie-bundle"]["offsets"] == 0 for v in run.report["tasks"].values())
     return 0 if ok else 1
 
 
