@@ -204,7 +204,7 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
     if pc.runtime == "auto" or python is not None or (pc.runtime == "onnxruntime" and pc.kind == "CPU" and pc.accelerator == "none"):
         if qdq_chosen and exp.onnx_int8_qdq is not None:
             return onnx("onnx_int8_qdq")
-        return onnx("onnx_int8")  # the fixed-scale int8: the fast form on CPU
+        return onnx("onnx_int8")  # ONNX Runtime's INT8 (int8.onnx: fixed scales unless the task asks per-batch): the CPU form
     if pc.runtime == "onnxruntime":
         if pc.accelerator == "tensorrt-int8":
             return onnx("onnx_int8_qdq")  # TensorRT builds int8 engines from explicit Q/DQ
