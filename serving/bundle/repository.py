@@ -6,7 +6,9 @@
       meta.json                            the export stage's model description
       <task>/config.pbtxt, 1/              ensemble
       <task>_tokenizer/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, vocab.txt, tokenizer_config.json, special_tokens_map.json}
-      <task>_model/config.pbtxt, 1/{model.onnx | model.pdmodel + model.pdiparams [, model.py, bundle_integrity.py, model_support.py]}
+      <task>_model/config.pbtxt, 1/{model.onnx | model.xml + model.bin | model.pdmodel + model.pdiparams
+                                    [, model.py (runner.py), engine.py (the engine's served.py), bundle_integrity.py,
+                                    model_support.py]}
       <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, labels.json}
       kubernetes.yaml, kserve.yaml         deployment manifests (package stage; serving.bundle.manifests)
 
