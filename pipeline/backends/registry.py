@@ -44,6 +44,12 @@ def served_engine_of_form(form: str | None) -> ServedEngine | None:
     return next((e for e in SERVED_ENGINES if form is not None and e.form == form), None)
 
 
+def own_forms() -> list[str]:
+    """The export forms served engines run as their own (OpenVINO's IR): what a package carries beside the ONNX and
+    Paddle forms."""
+    return [e.form for e in SERVED_ENGINES if e.form is not None]
+
+
 def cpu_engine(name: str) -> CpuEngine | None:
     return next((e for e in CPU_ENGINES if e.name == name), None)
 

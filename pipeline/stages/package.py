@@ -74,7 +74,7 @@ def external_intact(cfg: TaskConfig, external: dict[str, str]) -> bool:
 
 
 def _artifacts(ctx) -> "object":
-    from pipeline.backends.registry import SERVED_ENGINES
+    from pipeline.backends.registry import own_forms
     from serving.bundle.repository import ExportArtifacts
 
     rec = ctx.upstream["export"]
@@ -96,7 +96,7 @@ def _artifacts(ctx) -> "object":
     return ExportArtifacts(onnx_fp32=required["onnx_fp32"], tokenizer_dir=required["tokenizer_dir"], labels=required["labels"],
                            meta=required["meta"], onnx_int8=path("onnx_int8"), onnx_int8_qdq=path("onnx_int8_qdq"),
                            paddle_fp32=path("paddle_fp32"), paddle_int8=path("paddle_int8"),
-                           own={e.form: p for e in SERVED_ENGINES if e.form and (p := path(e.form)) is not None})
+                           own={f: p for f in own_forms() if (p := path(f)) is not None})
 
 
 def _gates(ctx) -> dict:

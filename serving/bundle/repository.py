@@ -42,7 +42,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline.backends.registry import SERVED_ENGINES, ServedEngine, served_engine, served_engine_of_form
+from pipeline.backends.registry import SERVED_ENGINES, ServedEngine, own_forms, served_engine, served_engine_of_form
 from pipeline.contract import META_FILE, ExportLayout, TaskKind, form, read_meta
 from pipeline.errors import ModelError
 from serving.bundle import fastdeploy_api, model_io
@@ -94,7 +94,7 @@ class ExportArtifacts:
         return cls(onnx_fp32=layout.path("onnx_fp32"), tokenizer_dir=layout.tokenizer_dir, labels=layout.labels,
                    meta=layout.meta, onnx_int8=opt("onnx_int8"), onnx_int8_qdq=opt("onnx_int8_qdq"),
                    paddle_fp32=opt("paddle_fp32"), paddle_int8=opt("paddle_int8"),
-                   own={e.form: p for e in SERVED_ENGINES if e.form and (p := opt(e.form)) is not None})
+                   own={f: p for f in own_forms() if (p := opt(f)) is not None})
 
     def read_meta(self) -> dict:
         """meta.json through the export contract's one reader."""

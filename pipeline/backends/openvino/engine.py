@@ -51,12 +51,14 @@ def _check(cfg) -> None:
     cfg.openvino.check()  # a property the CPU plugin refuses: named now, not after DynaBERT
 
 
+FORM = "openvino_int8"  # its own shipped form (pipeline.contract.FORMS): compress builds it, bundles serve it
+
 ENGINE = CpuEngine(
     name="openvino", int8_suffix="ov-int8", quantization="nncf", candidate_file="model.xml",  # model.bin beside it
     where="OpenVINO on CPU (INT8 from NNCF's recipe search)",
-    search=_search, open=_open, settings=_settings, check=_check, form="openvino_int8", form_params=_form_params,
+    search=_search, open=_open, settings=_settings, check=_check, form=FORM, form_params=_form_params,
     # served from its own IR, with the CPU properties validate ran it with; one instance has every core (its
     # threads share one request: MEASUREMENTS.md, served at the engine's speed)
     served=ServedEngine(name="openvino", served="pipeline.backends.openvino.served", model_file="model.xml",
-                        requirement="openvino==2026.4.1", import_name="openvino", form="openvino_int8",
+                        requirement="openvino==2026.4.1", import_name="openvino", form=FORM,
                         properties=True, one_instance=True))
