@@ -1,4 +1,4 @@
-"""The export contract, in one place: the task kinds, the exported model forms (file, precision, engine), the export
+"""The export contract, in one place: the task kinds, the exported model forms (file, precision), the export
 directory's layout, ``meta.json`` (its one reader and writer) and the CPU a measurement was made on.
 
 Export writes through it; validate, package, the serving tools and the benchmarks read through it; nothing else
@@ -51,20 +51,13 @@ class Precision(str, Enum):
     INT8_QDQ = "int8_qdq"  # explicit QuantizeLinear/DequantizeLinear: TensorRT's form
 
 
-class Engine(str, Enum):
-    ONNXRUNTIME = "onnxruntime"
-    OPENVINO = "openvino"
-    PADDLE = "paddle"
-
-
 @dataclass(frozen=True)
 class Form:
-    """One exported model: where it lives in the export directory, how it computes, which engine runs it."""
+    """One exported model: where it lives in the export directory and how it computes."""
 
     name: str  # the artifact role in records and bundle.json ("model_form")
     path: str  # relative to the export directory (a directory for Paddle programs)
     precision: Precision
-    engine: Engine
     companions: tuple[str, ...] = ()  # files that belong to ``path`` (an OpenVINO IR's weights)
 
     def files(self, root: Path) -> list[Path]:
@@ -72,14 +65,30 @@ class Form:
         return [main, *(main.with_suffix(s) for s in self.companions)]
 
 
+# The forms every export writes (the ONNX models both CPU engines read, the Paddle programs).  An engine that ships a
+# form of its own declares it in its folder with ``register_form`` (OpenVINO's IR: ``backends/openvino/engine.py``),
+# which adds it here when ``pipeline.backends.registry`` imports the engine: this module is standard library only
+# and imported by the launcher, so it cannot import the registry itself.
 FORMS: dict[str, Form] = {f.name: f for f in (
-    Form("onnx_fp32", "onnx/fp32.onnx", Precision.FP32, Engine.ONNXRUNTIME),
-    Form("onnx_int8", "onnx/int8.onnx", Precision.INT8, Engine.ONNXRUNTIME),
-    Form("onnx_int8_qdq", "onnx/int8_qdq.onnx", Precision.INT8_QDQ, Engine.ONNXRUNTIME),
-    Form("openvino_int8", "openvino/int8.xml", Precision.INT8, Engine.OPENVINO, (".bin",)),
-    Form("paddle_fp32", "paddle_fp32", Precision.FP32, Engine.PADDLE),
-    Form("paddle_int8", "paddle_int8", Precision.INT8, Engine.PADDLE),
+    Form("onnx_fp32", "onnx/fp32.onnx", Precision.FP32),
+    Form("onnx_int8", "onnx/int8.onnx", Precision.INT8),
+    Form("onnx_int8_qdq", "onnx/int8_qdq.onnx", Precision.INT8_QDQ),
+    Form("paddle_fp32", "paddle_fp32", Precision.FP32),
+    Form("paddle_int8", "paddle_int8", Precision.INT8),
 )}
+
+
+def register_form(new: Form) -> Form:
+    """Add an engine's own form to ``FORMS`` (once; the same form again is a no-op) and return it.  A second form of
+    the same name, or one at a path another form has, is a programming error."""
+    known = FORMS.get(new.name)
+    if known is not None and known != new:
+        raise ValueError(f"form {new.name!r} is registered twice, as {known} and as {new}")
+    clash = next((f.name for f in FORMS.values() if f.path == new.path and f.name != new.name), None)
+    if clash:
+        raise ValueError(f"form {new.name!r} would be written at {new.path}, where {clash} is")
+    FORMS[new.name] = new
+    return new
 
 
 def form(name: str) -> Form:

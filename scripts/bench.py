@@ -82,11 +82,12 @@ def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, width
     """OpenVINO's rows: the FP32 ONNX itself (run by OpenVINO, f32), the export's NNCF INT8 IR, and compress's
     OpenVINO candidates of the other widths (unpruned included).  Empty when OpenVINO is not installed."""
     from pipeline.backends.openvino import missing
+    from pipeline.backends.openvino.engine import FORM  # imported, it is registered in the export contract
 
     if missing():
         return {}
     forms = {OPENVINO_FP32: fp32}
-    shipped = ExportLayout(export_dir).path("openvino_int8")
+    shipped = ExportLayout(export_dir).path(FORM)
     recipe = ((meta.data.get("openvino") or {}).get("chosen") or {}).get("name", "?")
     if shipped.is_file():
         forms[f"openvino-int8 ({f'w{width:g}, ' if width < 1.0 else 'unpruned, '}{recipe})"] = shipped

@@ -143,11 +143,12 @@ def tiny_fused_bundle(tiny_export, tmp_path_factory) -> Path:
 def export_without(export: Path, dst: Path, *forms: str) -> Path:
     """A copy of ``export`` without the models of ``forms`` (``pipeline.contract.FORMS`` names): an export that
     did not make them (no QDQ form, no OpenVINO IR)."""
+    import pipeline.backends.registry  # noqa: F401  (registers the engines' own forms: OpenVINO's IR)
+
     shutil.copytree(export, dst)
     layout = ExportLayout(dst)
     for form in forms:
-        path = layout.path(form)
-        for p in [path, path.with_suffix(".bin")] if path.suffix == ".xml" else [path]:
+        for p in layout.files(form):
             p.unlink()
     return dst
 

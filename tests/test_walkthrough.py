@@ -40,9 +40,13 @@ def test_every_path_test_and_name_the_walkthrough_names_exists():
             assert hasattr(registry, table), table
     fields = {f.name for f in dataclasses.fields(CpuEngine)} | {f.name for f in dataclasses.fields(ServedEngine)}
     assert {"form", "form_params", "served"} <= fields and {"form", "form_params"} <= quoted
-    modules = [q for q in quoted if re.fullmatch(r"pipeline(\.\w+)+", q)]
-    for m in modules:
-        importlib.import_module(m)
+    dotted = [q for q in quoted if re.fullmatch(r"pipeline(\.\w+)+", q)]
+    for name in dotted:  # a module, or a name in one (pipeline.contract.register_form)
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:
+            module, _, attr = name.rpartition(".")
+            assert hasattr(importlib.import_module(module), attr), name
     assert hasattr(importlib.import_module("serving.bundle.config"), "runtimes")
 
 
@@ -58,10 +62,9 @@ def test_every_registered_engine_folder_has_what_the_walkthrough_lists():
 
 
 def test_the_files_it_counts_are_the_places_an_engine_is_named_outside_its_folder():
-    """"4 files": the folder, registry.py, contract.py (its form's line) and its tests.  OpenVINO's name, form and
-    folder (as a string or an import) appear in no other module of pipeline/ or serving/ (comments and docstrings
-    aside)."""
-    assert "4 files" in _section() and "`pipeline/config.py`" in _section()
+    """"3 files": the folder, registry.py and its tests.  OpenVINO's name, form and folder (as a string or an import)
+    appear in no other module of pipeline/ or serving/ (comments and docstrings aside)."""
+    assert "3 files" in _section() and "`pipeline/config.py`" in _section()
     import ast
 
     named = set()
@@ -81,6 +84,36 @@ def test_the_files_it_counts_are_the_places_an_engine_is_named_outside_its_folde
     # FastDeploy's own engine choice (its fastdeploy_engine: openvino) is FastDeploy's name, not our engine's
     # and pipeline/config.py holds its settings' section of the task config (openvino:), which an engine without
     # settings of its own does not need (the walkthrough says so)
-    allowed = {"pipeline/backends/registry.py", "pipeline/contract.py", "pipeline/config.py", "serving/bundle/config.py",
+    allowed = {"pipeline/backends/registry.py", "pipeline/config.py", "serving/bundle/config.py",
                "serving/bundle/repository.py", "serving/bundle/model_config.py"}
     assert named <= allowed, sorted(named - allowed)
+
+
+def test_an_engine_declares_its_own_form_in_its_folder_and_registering_it_lists_it():
+    """The export contract names the forms every export writes; an engine's own form (OpenVINO's IR) comes from its
+    folder when the registry imports it.  A fresh interpreter shows both halves: the contract alone lacks it, the
+    registry adds every registered engine's form with its file and precision."""
+    import subprocess
+    import sys
+
+    code = ("import pipeline.contract as c; before = set(c.FORMS); from pipeline.backends import registry; "
+            "own = [e.form for e in registry.CPU_ENGINES if e.form]; "
+            "print(sorted(before & set(own)), [(c.form(n).path, c.form(n).precision.value) for n in own])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] [('openvino/int8.xml', 'int8')]"
+
+
+def test_a_second_form_of_the_same_name_or_path_is_refused():
+    import pytest
+
+    from pipeline.contract import FORMS, Form, Precision, register_form
+
+    mine = Form("walkthrough_int8", "walkthrough/int8.bin", Precision.INT8)
+    try:
+        assert register_form(mine) is mine and register_form(mine) is mine  # once, then a no-op
+        with pytest.raises(ValueError, match="registered twice"):
+            register_form(Form("walkthrough_int8", "walkthrough/other.bin", Precision.INT8))
+        with pytest.raises(ValueError, match="where onnx_int8 is"):
+            register_form(Form("walkthrough_onnx", "onnx/int8.onnx", Precision.INT8))
+    finally:
+        FORMS.pop("walkthrough_int8", None)

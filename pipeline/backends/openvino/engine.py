@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from pipeline.backends.engine import CpuEngine, ServedEngine
+from pipeline.contract import Form, Precision, register_form
 
 
 def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: Path | None, log):
@@ -51,7 +52,8 @@ def _check(cfg) -> None:
     cfg.openvino.check()  # a property the CPU plugin refuses: named now, not after DynaBERT
 
 
-FORM = "openvino_int8"  # its own shipped form (pipeline.contract.FORMS): compress builds it, bundles serve it
+# Its own shipped form, beside the export's ONNX forms: compress builds it for the selected width, bundles serve it.
+FORM = register_form(Form("openvino_int8", "openvino/int8.xml", Precision.INT8, companions=(".bin",))).name
 
 ENGINE = CpuEngine(
     name="openvino", int8_suffix="ov-int8", quantization="nncf", candidate_file="model.xml",  # model.bin beside it
