@@ -51,20 +51,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         if not self.text_a:
             raise ConfigError("data.text_a: a text field is required")
-        one_of("data.format", self.format, DATA_FORMATS)
+        from pipeline.kinds import data_formats
 
-
-DATA_FORMATS = ("clue", "cluener", "msra_bio", "squad", "uie")
-# Per task kind (`type`, a pipeline.contract.TaskKind value): the data formats its reader takes
-FORMATS_BY_TYPE = {TaskKind.CLASSIFICATION.value: ("clue",), TaskKind.TOKEN_CLASSIFICATION.value: ("cluener", "msra_bio"),
-                   TaskKind.READING_COMPREHENSION.value: ("squad",),
-                   # uie: PaddleNLP's UIE JSON lines, or CLUENER converted (one prompt per entity type, uie.prompts)
-                   TaskKind.UIE.value: ("uie", "cluener")}
-assert set(FORMATS_BY_TYPE) == {k.value for k in TaskKind}, "FORMATS_BY_TYPE: one entry per pipeline.contract.TaskKind"
-# ... and for the kinds whose model input is a first segment (question, prompt) followed by windows of the text: the
-# config key capping the first segment ([CLS] first [SEP] text [SEP] must leave the text room), and what the text is
-FIRST_SEGMENT_BY_TYPE = {TaskKind.READING_COMPREHENSION.value: ("reading", "max_query_len", "passage"),
-                         TaskKind.UIE.value: ("uie", "max_prompt_len", "content")}
+        one_of("data.format", self.format, data_formats())  # which kind reads it: TaskConfig checks
 
 
 @dataclass
@@ -283,13 +272,14 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         check_task_name(self.task)
-        if self.type not in FORMATS_BY_TYPE:
-            raise ConfigError(f"type: {self.type!r} is not one of {', '.join(FORMATS_BY_TYPE)}")
-        if self.data.format not in FORMATS_BY_TYPE[self.type]:
+        from pipeline.kinds import kind_class
+
+        kind = kind_class(self.type)  # ConfigError naming the kinds for an unknown type
+        if self.data.format not in kind.data_formats:
             raise ConfigError(f"data.format: {self.data.format!r} does not fit type {self.type!r} "
-                              f"(use {' or '.join(FORMATS_BY_TYPE[self.type])})")
-        if self.type in FIRST_SEGMENT_BY_TYPE:
-            section, key, text = FIRST_SEGMENT_BY_TYPE[self.type]
+                              f"(use {' or '.join(kind.data_formats)})")
+        if kind.first_segment is not None:
+            section, key, text = kind.first_segment
             first = getattr(getattr(self, section), key)
             if first + 3 >= self.max_seq_len:
                 raise ConfigError(f"{section}.{key} {first} leaves no room for the {text} in max_seq_len {self.max_seq_len}")

@@ -95,6 +95,7 @@ def form(name: str) -> Form:
     try:
         return FORMS[name]
     except KeyError:
+        # an engine's own form is listed once its engine is imported (pipeline.backends.registry imports them all)
         raise ModelError(f"unknown exported form {name!r}; forms are {', '.join(FORMS)}") from None
 
 

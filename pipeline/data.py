@@ -10,12 +10,22 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
-from pipeline.config import TaskConfig
 from pipeline.env import is_online
 from pipeline.errors import DataError
 from pipeline.labels_file import json_lines, read_labels
+
+
+class TaskConfigView(Protocol):
+    """What this module reads of a task config (``pipeline.config.TaskConfig``, not imported: the config checks a
+    kind's data formats, and the kinds read their data here)."""
+
+    task: str
+    labels: Sequence[str]
+    data: Any  # pipeline.config.DataConfig
+
+    def data_dir(self) -> Path | None: ...
 
 
 @dataclass(frozen=True)
@@ -47,7 +57,7 @@ class TaskDataset:
     fingerprint: str  # content hash of everything read; part of the stage cache keys
 
 
-def data_hashes(cfg: TaskConfig) -> dict[str, str]:
+def data_hashes(cfg: TaskConfigView) -> dict[str, str]:
     """Content hashes of the task's data files (no parsing: cheap enough for ``status``): an input of every stage
     that reads the data."""
     from pipeline.hashing import file_sha256
@@ -64,7 +74,7 @@ def data_hashes(cfg: TaskConfig) -> dict[str, str]:
     return {"data": f"paddlenlp:clue/{cfg.data.clue_name}"}
 
 
-def resolve_local_dir(cfg: TaskConfig) -> Path:
+def resolve_local_dir(cfg: TaskConfigView) -> Path:
     """The local data directory of a task whose format has no online fallback."""
     data_dir = cfg.data_dir()
     if data_dir is None:
@@ -84,7 +94,7 @@ def data_fingerprint(paths: Sequence[Path], extra: str = "") -> str:
     return digest.hexdigest()
 
 
-def load_classification_data(cfg: TaskConfig) -> TaskDataset:
+def load_classification_data(cfg: TaskConfigView) -> TaskDataset:
     data_dir = cfg.data_dir()
     explicit = cfg.data.dir is not None
     if data_dir is not None and data_dir.exists():
@@ -94,13 +104,13 @@ def load_classification_data(cfg: TaskConfig) -> TaskDataset:
     return _load_online(cfg, data_dir)
 
 
-def _is_default_dir(cfg: TaskConfig) -> bool:
+def _is_default_dir(cfg: TaskConfigView) -> bool:
     # The task YAMLs point at ../shared/data/<task> for development machines; on other machines that
     # directory is simply absent and the online loader is the right fallback, not an error.
     return cfg.data.dir is not None and cfg.data.dir.startswith("../shared/")
 
 
-def _load_online(cfg: TaskConfig, tried: Path | None) -> TaskDataset:
+def _load_online(cfg: TaskConfigView, tried: Path | None) -> TaskDataset:
     hint = (
         f"no local data for task {cfg.task!r}"
         + (f" ({tried} does not exist)" if tried else "")
@@ -136,7 +146,7 @@ def _load_online(cfg: TaskConfig, tried: Path | None) -> TaskDataset:
     return TaskDataset(labels, _names(cfg, labels), splits["train"], splits["dev"], fp)
 
 
-def _load_local(cfg: TaskConfig, data_dir: Path) -> TaskDataset:
+def _load_local(cfg: TaskConfigView, data_dir: Path) -> TaskDataset:
     if not data_dir.is_dir():
         raise DataError(f"data dir is not a directory: {data_dir}")
     digest = hashlib.sha256()
@@ -150,7 +160,7 @@ def _load_local(cfg: TaskConfig, data_dir: Path) -> TaskDataset:
     return TaskDataset(labels, _names(cfg, labels), splits["train"], splits["dev"], digest.hexdigest())
 
 
-def _read_labels(cfg: TaskConfig, data_dir: Path, digest) -> tuple[str, ...]:
+def _read_labels(cfg: TaskConfigView, data_dir: Path, digest) -> tuple[str, ...]:
     path = data_dir / cfg.data.labels_file if cfg.data.labels_file else None
     if path is None or not path.is_file():
         if not cfg.labels:
@@ -169,7 +179,7 @@ def _read_labels(cfg: TaskConfig, data_dir: Path, digest) -> tuple[str, ...]:
     return tuple(labels)
 
 
-def read_jsonl_split(cfg: TaskConfig, path: Path, split_name: str, labels: tuple[str, ...], digest=None) -> Split:
+def read_jsonl_split(cfg: TaskConfigView, path: Path, split_name: str, labels: tuple[str, ...], digest=None) -> Split:
     raw = path.read_bytes()
     if digest is not None:
         digest.update(path.name.encode())
@@ -199,7 +209,7 @@ def _skip_labels(count: int) -> dict[str, int]:
     return {"data.skip_labels": count} if count else {}
 
 
-def _example(cfg: TaskConfig, row: dict, label_value: str, labels: tuple[str, ...], where: str) -> Example | None:
+def _example(cfg: TaskConfigView, row: dict, label_value: str, labels: tuple[str, ...], where: str) -> Example | None:
     if label_value in cfg.data.skip_labels:
         return None
     if label_value not in labels:
@@ -227,7 +237,7 @@ def _field(row: dict, spec: str | list[str], join: str, where: str) -> str:
     return node
 
 
-def _names(cfg: TaskConfig, labels: tuple[str, ...]) -> tuple[str, ...]:
+def _names(cfg: TaskConfigView, labels: tuple[str, ...]) -> tuple[str, ...]:
     if cfg.label_names and len(cfg.label_names) == len(cfg.labels):
         by_value = dict(zip(cfg.labels, cfg.label_names))
         return tuple(by_value.get(v, v) for v in labels)

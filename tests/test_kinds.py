@@ -174,3 +174,24 @@ def test_model_loads_with_the_head_it_was_saved_with(tmp_path):
         import paddle
 
         assert model(paddle.ones([2, 7], "int64")).shape == [2, 7, width]
+
+
+def test_each_kind_class_declares_what_the_task_config_checks_of_it():
+    """The config has no kind table of its own: a kind's data formats and first segment come from its class
+    (``kind_class``), and data.format accepts exactly the formats some kind reads."""
+    from pipeline.config import DataConfig
+    from pipeline.contract import TaskKind as Kind
+    from pipeline.kinds import data_formats, kind_class
+
+    classes = {k.value: kind_class(k.value) for k in Kind}
+    assert all(c.data_formats and c.name == name for name, c in classes.items())
+    assert set(data_formats()) == {f for c in classes.values() for f in c.data_formats}
+    assert {n for n, c in classes.items() if c.first_segment} == {Kind.READING_COMPREHENSION.value, Kind.UIE.value}
+    for c in classes.values():  # a first segment names a real config key
+        if c.first_segment:
+            section, key, _ = c.first_segment
+            assert isinstance(getattr(getattr(load_task_config("tnews"), section), key), int)
+    with pytest.raises(ConfigError, match="data.format: 'csv' is not one of clue, cluener, msra_bio, squad, uie"):
+        DataConfig(format="csv")
+    with pytest.raises(ConfigError, match="type: 'summarization' is not one of"):
+        kind_class("summarization")

@@ -9,42 +9,53 @@ from pipeline.kinds.base import Batch, Feature, FeatureSet, Score, TaskKind, tri
 KIND_NAMES = tuple(k.value for k in Kind)  # pipeline.contract.TaskKind is the one list of kinds
 
 
-def _classification(cfg) -> TaskKind:
+def _classification() -> type[TaskKind]:
     from pipeline.kinds.classification import Classification
 
-    return Classification()
+    return Classification
 
 
-def _token_classification(cfg) -> TaskKind:
+def _token_classification() -> type[TaskKind]:
     from pipeline.kinds.token_classification import TokenClassification
 
-    return TokenClassification(cfg)
+    return TokenClassification
 
 
-def _reading_comprehension(cfg) -> TaskKind:
+def _reading_comprehension() -> type[TaskKind]:
     from pipeline.kinds.reading_comprehension import ReadingComprehension
 
-    return ReadingComprehension(cfg)
+    return ReadingComprehension
 
 
-def _uie(cfg) -> TaskKind:
+def _uie() -> type[TaskKind]:
     from pipeline.kinds.extraction import UniversalExtraction
 
-    return UniversalExtraction(cfg)
+    return UniversalExtraction
 
 
 # each kind's module is imported when a config of that kind asks for it
-_MAKERS = {Kind.CLASSIFICATION.value: _classification, Kind.TOKEN_CLASSIFICATION.value: _token_classification,
-           Kind.READING_COMPREHENSION.value: _reading_comprehension, Kind.UIE.value: _uie}
-assert set(_MAKERS) == set(KIND_NAMES), "pipeline/kinds: one kind object per pipeline.contract.TaskKind"
+_CLASSES = {Kind.CLASSIFICATION.value: _classification, Kind.TOKEN_CLASSIFICATION.value: _token_classification,
+            Kind.READING_COMPREHENSION.value: _reading_comprehension, Kind.UIE.value: _uie}
+assert set(_CLASSES) == set(KIND_NAMES), "pipeline/kinds: one kind class per pipeline.contract.TaskKind"
+
+
+def kind_class(type_name: str) -> type[TaskKind]:
+    """The kind class of a config's ``type`` (a pipeline.contract.TaskKind value): what the task config checks
+    against (its data formats, its first segment) before a config exists to make the kind object with."""
+    find = _CLASSES.get(type_name)
+    if find is None:
+        raise ConfigError(f"type: {type_name!r} is not one of {', '.join(KIND_NAMES)}")
+    return find()
+
+
+def data_formats() -> tuple[str, ...]:
+    """Every ``data.format`` some kind reads, in kind order."""
+    return tuple(dict.fromkeys(f for find in _CLASSES.values() for f in find().data_formats))
 
 
 def get_kind(cfg) -> TaskKind:
     """The kind object for a task config (its ``type``, a pipeline.contract.TaskKind value)."""
-    maker = _MAKERS.get(cfg.type)
-    if maker is None:
-        raise ConfigError(f"type: {cfg.type!r} is not one of {', '.join(KIND_NAMES)}")
-    return maker(cfg)
+    return kind_class(cfg.type)(cfg)
 
 
 def load_task_data(cfg):
@@ -56,4 +67,5 @@ def featurize(cfg, tokenizer, examples) -> FeatureSet:
     return get_kind(cfg).featurize(tokenizer, examples, cfg)
 
 
-__all__ = ["Batch", "Feature", "FeatureSet", "KIND_NAMES", "Score", "TaskKind", "featurize", "get_kind", "trim_outputs"]
+__all__ = ["Batch", "Feature", "FeatureSet", "KIND_NAMES", "Score", "TaskKind", "featurize", "data_formats", "get_kind",
+           "kind_class", "trim_outputs"]

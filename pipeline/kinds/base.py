@@ -106,6 +106,17 @@ class TaskKind:
     # (a stage version bump would re-train every kind's models).
     loss_version: str = ""
 
+    # -- config ---------------------------------------------------------------------------------------
+    # the ``data.format`` values this kind reads (the task config refuses others, naming these)
+    data_formats: tuple[str, ...] = ()
+    # for kinds whose model input is a first segment (question, prompt) followed by windows of a text: the config
+    # section and key capping the first segment ([CLS] first [SEP] text [SEP] must leave the text room), and what
+    # the text is called; None: no first segment
+    first_segment: tuple[str, str, str] | None = None
+
+    def __init__(self, cfg=None):
+        """A kind that reads nothing of the task config beyond what each call is given (classification)."""
+
     # -- data ---------------------------------------------------------------------------------------
     uses_uie_checkpoints: bool = False  # finetune takes a PaddleNLP UIE checkpoint directory as is (converted)
 

@@ -15,6 +15,7 @@ class Classification(TaskKind):
     name = "classification"
     metric = "accuracy"
     metric_label = "accuracy"
+    data_formats = ("clue",)
 
 
     def baseline_details(self, ev, fs: FeatureSet, labels) -> tuple[dict, str]:

@@ -26,6 +26,9 @@ class UniversalExtraction(TaskKind):
     name = "uie"
     metric = "f1"
     metric_label = "span F1"
+    # PaddleNLP's UIE JSON lines, or CLUENER converted (one prompt per entity type, uie.prompts)
+    data_formats = ("uie", "cluener")
+    first_segment = ("uie", "max_prompt_len", "content")
     token_level_outputs = True
     token_level_targets = True
     loss_version = "logit-adjusted"  # uie.positive_weight shifts the logits by its log (see loss)

@@ -26,6 +26,8 @@ class ReadingComprehension(TaskKind):
     name = "reading_comprehension"
     metric = "f1"
     metric_label = "F1"
+    data_formats = ("squad",)
+    first_segment = ("reading", "max_query_len", "passage")
     token_level_outputs = True
 
 

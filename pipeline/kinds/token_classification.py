@@ -22,6 +22,7 @@ class TokenClassification(TaskKind):
     name = "token_classification"
     metric = "f1"
     metric_label = "entity F1"
+    data_formats = ("cluener", "msra_bio")
     token_level_outputs = True
     token_level_targets = True
 
