@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from pipeline.contract import TaskKind as Kind
 from pipeline.errors import ConfigError
 from pipeline.kinds.base import Batch, Feature, FeatureSet, Score, TaskKind, trim_outputs
@@ -48,6 +50,7 @@ def kind_class(type_name: str) -> type[TaskKind]:
     return find()
 
 
+@functools.cache  # every DataConfig asks; the answer never changes, and it imports every kind's module once
 def data_formats() -> tuple[str, ...]:
     """Every ``data.format`` some kind reads, in kind order."""
     return tuple(dict.fromkeys(f for find in _CLASSES.values() for f in find().data_formats))
