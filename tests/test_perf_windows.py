@@ -23,6 +23,10 @@ seen.append(window)
 calls.write_text(json.dumps(seen))
 if {mode!r} == "crash":
     print("error: failed to get model metadata"); sys.exit(99)
+if {mode!r} in ("abort", "abort_once") and (len(seen) == 1 or {mode!r} == "abort"):
+    import os, signal
+    print("E1127 ev_epoll1_linux.cc:373] (event_engine) encountered epoll_wait error: Bad file descriptor", flush=True)
+    os.kill(os.getpid(), signal.SIGABRT)
 if {mode!r} == "unstable" or len(seen) < {stable_at}:
     print("Failed to obtain stable measurement within 6 measurement windows for concurrency 2. "
           "Please try to increase the --measurement-interval."); sys.exit(2)
@@ -81,3 +85,19 @@ def test_other_failures_are_not_retried(tmp_path):
     with pytest.raises(perf.PerfError, match=r"exit 99\): error: failed to get model metadata"):
         _level(tmp_path, pa, [])
     assert json.loads(calls.read_text()) == [1000]
+
+
+def test_a_perf_analyzer_killed_by_a_signal_is_run_once_more(tmp_path):
+    """perf_analyzer 2.51's gRPC client sometimes aborts (SIGABRT) mid-run; that level is measured once more with the
+    same window, and a second death is an error naming the signal."""
+    pa, calls = _fake(tmp_path, "abort_once")
+    logs = []
+    assert _level(tmp_path, pa, logs).requests_per_s == 120.5
+    assert json.loads(calls.read_text()) == [1000, 1000]
+    assert len(logs) == 1 and "died at concurrency 2 (SIGABRT)" in logs[0] and "epoll_wait error" in logs[0]
+    again = tmp_path / "again"
+    again.mkdir()
+    pa, calls = _fake(again, "abort")
+    with pytest.raises(perf.PerfError, match=r"exit -6\): .*epoll_wait error"):
+        _level(again, pa, [])
+    assert json.loads(calls.read_text()) == [1000, 1000]

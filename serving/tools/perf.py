@@ -33,6 +33,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -188,17 +189,26 @@ def _run_measured(cmd: list[str], env: dict, timeout: float, workdir: Path) -> t
     return proc.returncode, out_path.read_text(errors="replace"), usage.ru_utime + usage.ru_stime
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: int, seconds: float,
               composing: Sequence[str], workdir: Path, log=lambda msg: print(msg, file=sys.stderr),
               items_per_request: int = 1, processes: dict[str, int] | None = None) -> Level:
     """One level: ``concurrency`` clients each sending requests of ``items_per_request`` items.  On a shared or
     loaded machine perf_analyzer may not see 6 windows within 25% of each other and exits without numbers; the level
     is then measured again with windows twice as long (up to ``WINDOW_RETRIES`` times), and the window that gave the
-    numbers is reported with them.  ``processes`` (label -> pid): their CPU over the run, with the client's."""
+    numbers is reported with them.  A perf_analyzer killed by a signal (its gRPC client aborts now and then) is run
+    once more.  ``processes`` (label -> pid): their CPU over the run, with the client's."""
     from serving.tools import process_cpu
 
     out_csv = workdir / f"c{concurrency}.csv"
-    for attempt in range(WINDOW_RETRIES + 1):
+    attempt, crashed = 0, False
+    while True:
         window = seconds * 2 ** attempt
         cmd = [str(pa.binary), "-m", model, "-u", url, "-i", "grpc", "--input-data", str(data),
                "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "time_windows",
@@ -213,6 +223,13 @@ def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: i
         if rc == 0 and out_csv.is_file():
             break
         tail = output.strip().splitlines()[-3:]
+        if rc < 0 and rc != -signal.SIGKILL and not crashed:  # SIGKILL: our timeout (or the OOM killer): not again
+            # Killed by a signal, not an error it reported: perf_analyzer 2.51's gRPC client aborts now and then
+            # (SIGABRT after "epoll_wait error: Bad file descriptor", seen on this VM between two good levels).
+            crashed = True
+            log(f"perf_analyzer died at concurrency {concurrency} ({_signal_name(-rc)}): "
+                f"{tail[-1] if tail else 'no output'}; measuring the level again")
+            continue
         if UNSTABLE not in output:
             raise PerfError(f"perf_analyzer failed at concurrency {concurrency} (exit {rc}): {' | '.join(tail)}")
         if attempt == WINDOW_RETRIES:
@@ -221,6 +238,7 @@ def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: i
                             "pass a longer --seconds)")
         log(f"perf_analyzer: concurrency {concurrency} not stable over {window:g} s windows (another process "
             f"on these cores?): measuring again with {2 * window:g} s windows")
+        attempt += 1
     with out_csv.open(newline="") as fh:
         row = next(csv.DictReader(fh))
     rps = float(row["Inferences/Second"])

@@ -207,8 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ClientError, BundleIntegrityError, UserInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print("PASS" if result.ok else f"FAIL: {kind.smoke_failure}")
-    return 0 if result.ok and (concurrent is None or concurrent.ok) else 1
+    failure = kind.smoke_failure if not result.ok else _concurrent_failure(concurrent)
+    print(f"FAIL: {failure}" if failure else "PASS")  # the verdict the exit status gives, never PASS with status 1
+    return 1 if failure else 0
+
+
+def _concurrent_failure(concurrent: ConcurrentResult | None) -> str:
+    if concurrent is None or concurrent.ok:
+        return ""
+    return (f"{concurrent.mismatches} of {concurrent.items} items sent alone from {concurrent.concurrency} clients "
+            "differ from their offline answer alone")
 
 
 def check_out_file(path: str | None, flag: str = "--json-out") -> None:
