@@ -301,11 +301,12 @@ def ner_export(ner_data, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def ner_bundle(ner_export, tmp_path_factory) -> Path:
-    """Packaged cluener bundle (python-onnxruntime, int8); copy it before changing it."""
+    """Packaged cluener bundle (python-onnxruntime, int8, layout ensemble: tokenizer, model and post-processing
+    models); copy it before changing it."""
     from serving.bundle.config import PackageConfig
     from serving.bundle.repository import ExportArtifacts, write_repository
 
-    pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, max_text_bytes=4096)
+    pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, max_text_bytes=4096, layout="ensemble")
     return write_repository(tmp_path_factory.mktemp("ner_repo"), "cluener", ExportArtifacts.from_dir(ner_export), pc).path
 
 

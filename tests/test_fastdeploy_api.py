@@ -56,7 +56,7 @@ def bundles(tiny_export, ner_export, uie_export, tmp_path_factory) -> dict[str, 
     root = tmp_path_factory.mktemp("fastdeploy_api")
     return {
         "fd_seqcls": _package(tiny_export, "tiny", root / "fd_seqcls", **FD),  # layout auto: fused
-        "fd_tokencls": _package(ner_export, "cluener", root / "fd_tokencls", **FD, max_batch_size=8, preferred_batch_size=4),
+        "fd_tokencls": _package(ner_export, "cluener", root / "fd_tokencls", **FD, max_batch_size=8, preferred_batch_size=4),  # fused
         "fd_uie": _package(uie_export, "tinyuie", root / "fd_uie", api="fastdeploy", threads=1),  # instances: auto
         "ours_seqcls": _package(tiny_export, "tiny", root / "ours_seqcls", instance_count=1, threads=1),
         "ours_tokencls": _package(ner_export, "cluener", root / "ours_tokencls", instance_count=1, threads=1,
@@ -289,8 +289,10 @@ def test_configs_are_fastdeploys_interface():
     assert fused["ernie_seqcls"].input[0].name == "INPUT"
 
     ner = all_configs(BundleShape(task="ernie_tokencls", num_labels=5, max_seq_len=64, model_file="model.onnx",
-                                  task_type="token_classification"), PackageConfig(api="fastdeploy"))
+                                  task_type="token_classification"), PackageConfig(api="fastdeploy", layout="ensemble"))
     ens = ner["ernie_tokencls"]
+    assert list(all_configs(BundleShape(task="ernie_tokencls", num_labels=5, max_seq_len=64, model_file="model.onnx",
+                                        task_type="token_classification"), PackageConfig(api="fastdeploy"))) == ["ernie_tokencls"]
     assert [(i.name, i.data_type, list(i.dims)) for i in ens.input] == [("INPUT", mc.TYPE_STRING, [1])]
     assert [(o.name, o.data_type, list(o.dims)) for o in ens.output] == [("OUTPUT", mc.TYPE_STRING, [1])]
     assert dict(ens.ensemble_scheduling.step[2].output_map) == {"entities": "OUTPUT"}
@@ -314,9 +316,10 @@ def test_fastdeploy_bundles_carry_their_models_and_payload_code(bundles):
     seq = verify(bundles["fd_seqcls"])
     assert seq["api"] == "fastdeploy" and seq["models"]["ensemble"] == "ernie_seqcls" and seq["layout"] == "fused"
     assert "ernie_seqcls/1/model.py" in seq["files"] and "seq_cls_grpc_client.py" in (bundles["fd_seqcls"] / "README.md").read_text()
-    tok = verify(bundles["fd_tokencls"])
-    assert {"ernie_tokencls/config.pbtxt", "ernie_tokencls_tokenizer/1/model.py", "ernie_tokencls_model/1/model.onnx",
-            "ernie_tokencls_postprocess/1/fastdeploy_payloads.py"} <= set(tok["files"])
+    tok = verify(bundles["fd_tokencls"])  # layout auto: one python model, FastDeploy's ensemble interface
+    assert tok["layout"] == "fused" and {"ernie_tokencls/config.pbtxt", "ernie_tokencls/1/model.py", "ernie_tokencls/1/model.onnx",
+                                         "ernie_tokencls/1/fastdeploy_payloads.py", "ernie_tokencls/1/entity_outputs.py"} <= set(tok["files"])
+    assert "argmax over the BIO tags, bio.decode_tags" in (bundles["fd_tokencls"] / "README.md").read_text(encoding="utf-8")
     uie = verify(bundles["fd_uie"])
     files = {f for f in uie["files"] if f.startswith("uie/1/")}
     assert {"uie/1/model.py", "uie/1/runner.py", "uie/1/windows.py", "uie/1/spans.py", "uie/1/fastdeploy_payloads.py",

@@ -6,13 +6,14 @@ is that the served entities are exactly the offline ones, not their quality.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import threading
 from pathlib import Path
 
 import pytest
-from serving_fixtures import ner_bundle, ner_data, ner_export  # noqa: F401  (fixtures)
+from serving_fixtures import mrc_data, mrc_export, ner_bundle, ner_data, ner_export  # noqa: F401  (fixtures)
 
 from serving.tools.client import ClassifierClient, RequestRejected
 from serving.tools.kinds import kind_of_outputs
@@ -28,8 +29,10 @@ PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
 SHAPE = BundleShape(task="cluener", num_labels=21, max_seq_len=64, model_file="model.onnx", task_type="token_classification")
 
 
-@pytest.mark.parametrize("pc", [PackageConfig(), PackageConfig(runtime="onnxruntime"), PackageConfig(runtime="python-paddle", kind="GPU"),
-                                PackageConfig(max_batch_size=0)], ids=["python-ort", "native-ort", "python-paddle-gpu", "mbs0"])
+@pytest.mark.parametrize("pc", [PackageConfig(layout="ensemble"), PackageConfig(runtime="onnxruntime"),
+                                PackageConfig(runtime="python-paddle", kind="GPU", layout="ensemble"),
+                                PackageConfig(max_batch_size=0, layout="ensemble")],
+                         ids=["python-ort", "native-ort", "python-paddle-gpu", "mbs0"])
 def test_ner_configs_round_trip(pc):
     configs = all_configs(SHAPE, pc)
     assert set(configs) == {"cluener", "cluener_tokenizer", "cluener_model", "cluener_postprocess"}
@@ -46,6 +49,26 @@ def test_ner_configs_round_trip(pc):
     assert [o.name for o in configs["cluener_tokenizer"].output] == ["input_ids", "token_type_ids", "offsets"]
     assert list(configs["cluener_tokenizer"].output[2].dims) == b + [-1, 2]
     assert configs["cluener_postprocess"].input[0].allow_ragged_batch == bool(pc.max_batch_size)
+
+
+@pytest.mark.parametrize("api", ["ernie-bundle", "fastdeploy"])
+def test_ner_fused_config_is_the_ensembles_contract_on_one_python_model(api):
+    """layout auto on a python runtime: one model named like the ensemble, same input and output, batched and
+    instanced like the model, with the tokenizer's limits and the engine's settings as parameters."""
+    pc = PackageConfig(api=api, instance_count=2, threads=1)
+    shape = dataclasses.replace(SHAPE, task="ernie_tokencls" if api == "fastdeploy" else "cluener", engine_properties='{"A": 1}')
+    configs = all_configs(shape, pc)
+    assert list(configs) == [shape.task]
+    cfg = parse_pbtxt(to_pbtxt(configs[shape.task]))
+    names = ("INPUT", "OUTPUT") if api == "fastdeploy" else ("text", "entities")
+    assert cfg.backend == "python" and cfg.max_batch_size == 64 and cfg.instance_group[0].count == 2
+    assert [(i.name, i.data_type, list(i.dims)) for i in cfg.input] == [(names[0], mc.TYPE_STRING, [1])]
+    assert [(o.name, o.data_type, list(o.dims)) for o in cfg.output] == [(names[1], mc.TYPE_STRING, [1])]
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
+    assert {k: params[k] for k in ("max_seq_len", "model_file", "threads", "engine_properties")} == {
+        "max_seq_len": "64", "model_file": "model.onnx", "threads": "1", "engine_properties": '{"A": 1}'}
+    assert (params.get("text_input"), params.get("entities_output"), params.get("api")) == (
+        ("INPUT", "OUTPUT", "fastdeploy") if api == "fastdeploy" else (None, None, None))
 
 
 def test_ner_bundle_carries_the_pipeline_bio_module(ner_bundle, tmp_path):
@@ -85,6 +108,23 @@ def server(ner_bundle, tmp_path_factory) -> TritonServer:
 
 
 @pytest.fixture(scope="module")
+def fused_bundle(ner_export, tmp_path_factory) -> Path:
+    """The same export packaged with layout auto: on a python runtime, one fused model (serving/triton/models/tagger.py)."""
+    pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, max_text_bytes=4096)
+    return write_repository(tmp_path_factory.mktemp("ner_fused_repo"), "cluener", ExportArtifacts.from_dir(ner_export), pc).path
+
+
+@pytest.fixture(scope="module")
+def fused_server(fused_bundle, tmp_path_factory) -> TritonServer:
+    srv = start_server(fused_bundle, log_path=tmp_path_factory.mktemp("triton_ner_fused") / "server.log", timeout=120)
+    yield srv
+    assert srv.stop() == 0, srv.log_tail()
+
+
+LAYOUTS = pytest.mark.parametrize("layout", ["server", "fused_server"])  # ensemble, and layout fused (auto)
+
+
+@pytest.fixture(scope="module")
 def dev(ner_data):
     from serving.tools.smoke import _dev_examples
 
@@ -102,9 +142,12 @@ def _key(entities):
     return [(e.type, e.start, e.end, e.text) for e in entities]
 
 
+@LAYOUTS
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_served_entities_equal_offline(server, dev, bundle, protocol):
+def test_served_entities_equal_offline(layout, request, dev, bundle, protocol):
     from serving.tools.offline import offline_entities
+
+    server = request.getfixturevalue(layout)
 
     texts = [e.text for e in dev]
     url = server.http_url if protocol == "http" else server.grpc_url
@@ -120,7 +163,9 @@ def test_served_entities_equal_offline(server, dev, bundle, protocol):
     assert max(e.end for e in served[texts.index(long_one)]) <= 40  # truncated to max_seq_len 32 tokens, as offline
 
 
-def test_bad_requests_are_refused_and_the_server_keeps_serving(server):
+@LAYOUTS
+def test_bad_requests_are_refused_and_the_server_keeps_serving(layout, request):
+    server = request.getfixturevalue(layout)
     with ClassifierClient(server.grpc_url, "grpc", "cluener", retries=0) as client:
         good = client.extract_entities_batch(["赵子龙在小米科技"])
         with pytest.raises(RequestRejected, match=r"text\[1\]: empty text"):
@@ -135,8 +180,11 @@ def test_bad_requests_are_refused_and_the_server_keeps_serving(server):
     assert server.alive()
 
 
-def test_concurrent_requests_of_different_lengths_are_merged_and_answered_correctly(server, dev):
-    """The batcher merges requests of different token counts; the runner cuts each one's logits back."""
+@LAYOUTS
+def test_concurrent_requests_of_different_lengths_are_merged_and_answered_correctly(layout, request, dev):
+    """The batcher merges requests of different token counts; the runner (fused: the tagger) cuts each one's logits
+    back."""
+    server = request.getfixturevalue(layout)
     texts = [e.text for e in dev][:24]
     with ClassifierClient(server.grpc_url, "grpc", "cluener", retries=0) as c:
         expected = [_key(c.extract_entities_batch([t])[0]) for t in texts]
@@ -158,7 +206,7 @@ def test_concurrent_requests_of_different_lengths_are_merged_and_answered_correc
     assert not errors and got == expected
 
 
-def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_path, capsys):
+def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_path, capsys, monkeypatch):
     from pipeline.labeling.metric import chunk_f1
     from serving.tools import client_cli
     from serving.tools.offline import offline_entities
@@ -170,8 +218,6 @@ def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_pat
     expected_f1 = chunk_f1([e.entities for e in dev], offline_entities(bundle, [e.text for e in dev], 8)).f1
     assert result.served_f1 == result.offline_f1 == expected_f1
     # bundle.json "validated" is held to: a different number fails the smoke test
-    import dataclasses
-
     assert not dataclasses.replace(result, validated_metric="entity_f1", validated_value=result.served_f1 + 0.01).ok
 
     from serving.tools import smoke
@@ -183,6 +229,15 @@ def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_pat
     assert "PASS" in printed and written["ok"]
     assert "from 4 clients; answers differing from the offline single-item run: 0" in printed
     assert written["concurrent"]["ok"] and written["concurrent"]["items"] == len(dev)
+
+    # A concurrent pass with a differing answer fails the run, and the verdict printed says so (it printed PASS
+    # with exit status 1 before).
+    real = smoke.run_concurrent
+    monkeypatch.setattr(smoke, "run_concurrent", lambda *a: dataclasses.replace(real(*a), mismatches=1))
+    assert smoke.main(["--task", "cluener", "--repository", str(ner_bundle.parent), "--data-dir", str(ner_data),
+                       "--url", server.http_url, "--batch-size", "8", "--concurrency", "2"]) == 1
+    printed = capsys.readouterr().out
+    assert "PASS" not in printed and f"FAIL: 1 of {len(dev)} items sent alone from 2 clients differ" in printed
 
     f = tmp_path / "texts.txt"
     f.write_text("\n".join(e.text for e in dev[:3]), encoding="utf-8")
@@ -204,16 +259,40 @@ def test_tampered_bio_copy_stops_the_served_models(ner_bundle, tmp_path):
         start_server(bad, verify=False, timeout=120, log_path=tmp_path / "bad.log")
 
 
-def test_fused_layout_is_refused_for_ner(ner_export, tmp_path):
-    with pytest.raises(PackageError, match="package.layout: fused is for classification bundles; cluener is token_classification"):
-        write_repository(tmp_path / "repo", "cluener", ExportArtifacts.from_dir(ner_export), PackageConfig(layout="fused"))
-    assert not (tmp_path / "repo" / "cluener").exists()  # nothing half-written
+def test_fused_bundle_is_one_model_running_the_ensembles_code(fused_bundle, fused_server, bundle):
+    """layout auto makes a python-runtime NER bundle one model, named like the ensemble, whose folder holds the
+    tagger and verbatim copies of the code the ensemble's three models run; the tools find it by bundle.json."""
+    from serving.tools.offline import BundleModel
+
+    m = verify_bundle(fused_bundle, allow_bytecode=True)
+    assert m["package"]["layout"] == "auto" and m["layout"] == "fused" and set(m["models"].values()) == {"cluener"}
+    models = Path(__file__).resolve().parent.parent / "serving" / "triton"
+    assert (fused_bundle / "cluener/1/model.py").read_bytes() == (models / "models" / "tagger.py").read_bytes()
+    assert (fused_bundle / "cluener/1/bio.py").read_bytes() == (PIPELINE / "labeling" / "bio.py").read_bytes()
+    for shared in ("entity_outputs.py", "text_input.py", "runner.py"):
+        assert f"cluener/1/{shared}" in m["files"]
+    assert (fused_bundle / "cluener/1/entity_outputs.py").read_bytes() == (
+        ensemble := bundle.root / "cluener_postprocess/1/entity_outputs.py").read_bytes(), ensemble
+    assert not any(f.startswith(("cluener_tokenizer/", "cluener_model/", "cluener_postprocess/")) for f in m["files"])
+    assert "layout fused" in (fused_bundle / "README.md").read_text(encoding="utf-8")
+    with ClassifierClient(fused_server.grpc_url, "grpc", "cluener", retries=0) as client:
+        assert kind_of_outputs(client.output_names()).name == "token_classification"
+    assert BundleModel.open(fused_bundle).tokenizer_dir == fused_bundle / "cluener" / "1"
 
 
-def test_smoke_concurrent_mode_holds_every_text_to_its_offline_single_answer(server, dev, bundle):
+def test_fused_layout_is_refused_for_windowed_kinds(mrc_export, tmp_path):
+    with pytest.raises(PackageError, match="package.layout: fused is for classification or token_classification "
+                                           "bundles; cmrc is reading_comprehension"):
+        write_repository(tmp_path / "repo", "cmrc", ExportArtifacts.from_dir(mrc_export), PackageConfig(layout="fused"))
+    assert not (tmp_path / "repo" / "cmrc").exists()  # nothing half-written
+
+
+@LAYOUTS
+def test_smoke_concurrent_mode_holds_every_text_to_its_offline_single_answer(layout, request, dev, bundle):
     """make smoke ARGS=--concurrency N: each text sent alone from N clients (the batcher mixes them) must give
     exactly the entities of that text run alone offline."""
     from serving.tools.smoke import run_concurrent
 
+    server = request.getfixturevalue(layout)
     r = run_concurrent(bundle, server.grpc_url, "grpc", [e.text for e in dev][:40], concurrency=6)
     assert (r.items, r.concurrency, r.mismatches) == (40, 6, 0) and r.ok

@@ -369,7 +369,9 @@ def test_fused_layout_is_refused_where_it_cannot_work():
     from serving.bundle.kinds import bundle_kind
 
     assert bundle_kind("classification").layout(PackageConfig(runtime="onnxruntime")) == "ensemble"  # native model backend
-    assert bundle_kind("token_classification").layout(PackageConfig()) == "ensemble"
+    assert bundle_kind("token_classification").layout(PackageConfig()) == "fused"
+    assert bundle_kind("token_classification").layout(PackageConfig(runtime="onnxruntime")) == "ensemble"
+    assert bundle_kind("reading_comprehension").layout(PackageConfig()) == "ensemble"  # windows: no fused form
 
 
 @LAYOUTS

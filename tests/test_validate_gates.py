@@ -222,9 +222,9 @@ def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_pa
         compare_outputs("onnxruntime-cpu-int8", Ev, ref, None)
     with pytest.raises(DataError, match="no calibration batch"):
         quantize_int8_qdq(tmp_path / "absent.onnx", tmp_path / "q.onnx", [])
-    ner = BundleShape(task="ner", num_labels=5, max_seq_len=32, model_file="model.onnx", task_type="token_classification")
-    with pytest.raises(ConfigError, match="package.layout: fused is for classification bundles"):
-        all_configs(ner, dataclasses.replace(PackageConfig(), layout="fused"))
+    mrc = BundleShape(task="mrc", num_labels=2, max_seq_len=32, model_file="model.onnx", task_type="reading_comprehension")
+    with pytest.raises(ConfigError, match="package.layout: fused is for classification or token_classification bundles"):
+        all_configs(mrc, dataclasses.replace(PackageConfig(), layout="fused"))
 
 
 def test_a_gpu_runtime_that_can_run_is_measured_not_skipped(exported, tmp_path, monkeypatch):

@@ -26,11 +26,11 @@ from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig, _config_error
 from serving.bundle.model_config import BundleShape, ModelNames
-from serving.triton import class_outputs, fastdeploy_payloads
+from serving.triton import class_outputs, entity_outputs, fastdeploy_payloads
 
 
 class BundleKind:
-    """Base: what every kind but classification shares (JSON label rows, no fused layout of its own)."""
+    """Base: what every kind shares unless it says otherwise (JSON label rows, no fused layout)."""
 
     kind: TaskKind
     tokenizer_source: str
@@ -48,6 +48,7 @@ class BundleKind:
     unit: str = "logits per token"
     client_example: str = ""
     fastdeploy_io: str = ""  # package.api fastdeploy: the served tensors, as FastDeploy's example client reads them
+    post_steps: str = ""  # what the post-processing does, for a fused bundle's card ("softmax")
 
     @property
     def name(self) -> str:
@@ -106,7 +107,7 @@ class BundleKind:
         return self.ensemble_configs(shape, pc)
 
     def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
-        raise _config_error(f"package.layout: fused is for classification bundles, not {self.name}")
+        raise _config_error(f"package.layout: fused is for {fused_kinds()} bundles, not {self.name}")
 
     def ensemble_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
         raise NotImplementedError
@@ -122,7 +123,7 @@ class BundleKind:
         kind = "ensemble" if not names.fused else f"python, runtime `{pc.runtime}`, layout fused"
         return [f"- `{names.ensemble}` ({kind}; FastDeploy's ERNIE 3.0 serving interface): {self.fastdeploy_io}.",
                 f"- Models: `{names.tokenizer}` (WordPiece, max_seq_len {meta['max_seq_len']}), `{names.model}` ({engine}), "
-                f"`{names.postprocess}`." if not names.fused else f"- Inside: WordPiece, {engine}, softmax.",
+                f"`{names.postprocess}`." if not names.fused else f"- Inside: WordPiece, {engine}, {self.post_steps}.",
                 f"- Batching: max_batch_size {pc.max_batch_size}; {pc.instances} {pc.kind} instance(s) per model."]
 
 
@@ -132,6 +133,7 @@ class Classification(BundleKind):
     token_level = False
     fusable = True
     describes = "text classifier"
+    post_steps = "softmax"
     unit = "labels"
     client_example = "classify --model {task} '今天股市大涨'"
     fastdeploy_io = ("input `INPUT` (TYPE_STRING [B, 1]) -> `label` (TYPE_INT64: the class index in labels.json order) and "
@@ -183,10 +185,12 @@ class Classification(BundleKind):
 
 class TokenClassification(BundleKind):
     kind = TaskKind.TOKEN_CLASSIFICATION
-    tokenizer_source, postprocess_source = "ner_tokenizer.py", "ner_postprocess.py"
+    tokenizer_source, postprocess_source, fused_source = "ner_tokenizer.py", "ner_postprocess.py", "tagger.py"
     tokenizer_pure = ("wordpiece.py", "labeling/bio.py")
     postprocess_pure = ("labeling/bio.py",)
+    fusable = True
     describes = "named entity recognizer"
+    post_steps = "argmax over the BIO tags, bio.decode_tags"
     unit = "tags"
     client_example = "extract --model {task} '浙商银行企业信贷部叶老桂博士'"
     fastdeploy_io = ("input `INPUT` (TYPE_STRING [B, 1]) -> `OUTPUT` (TYPE_STRING, answered as [B]): per text the Python literal "
@@ -199,14 +203,29 @@ class TokenClassification(BundleKind):
             return f"token classification needs BIO tags with 'O' first, got {names[:5]}"
         return None
 
+    def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [Path(entity_outputs.__file__), *super().postprocess_helpers(pc)]  # tags -> entities, both APIs
+
+    def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
+        return (mcfg.ner_fused_config(shape, pc),)
+
     def ensemble_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
         return (mcfg.ner_ensemble_config(shape, pc), mcfg.ner_tokenizer_config(shape, pc),
                 mcfg.model_config(shape, pc, self.token_level), mcfg.ner_postprocess_config(shape, pc))
 
     def card_lines(self, names, pc, meta, model_line, batching, choice) -> list[str]:
+        io = ("input `text` (TYPE_STRING, a batch of UTF-8 texts) -> output `entities` (TYPE_STRING per text: a JSON "
+              "list of {\"type\", \"text\", \"start\", \"end\"}, char offsets, end exclusive).")
+        if self.layout(pc) == "fused":
+            return [
+                f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: tokenizer, model and "
+                f"post-processing in one process): {io}",
+                f"- Inside: bio.encode_tokens (WordPiece with char offsets, max_seq_len {meta['max_seq_len']}), the "
+                f"{choice.precision} model from `{choice.form}`, argmax over {meta['num_labels']} BIO tags, bio.decode_tags.",
+                batching,
+            ]
         return [
-            f"- Ensemble `{names.ensemble}`: input `text` (TYPE_STRING, a batch of UTF-8 texts) -> output `entities` "
-            "(TYPE_STRING per text: a JSON list of {\"type\", \"text\", \"start\", \"end\"}, char offsets, end exclusive).",
+            f"- Ensemble `{names.ensemble}`: {io}",
             f"- `{names.tokenizer}` (python): bio.encode_token (WordPiece with char offsets), max_seq_len {meta['max_seq_len']}.",
             model_line,
             f"- `{names.postprocess}` (python): argmax over {meta['num_labels']} BIO tags, bio.decode_tags.",
@@ -311,6 +330,11 @@ class UniversalExtraction(_Windowed):
 
 KINDS: dict[str, BundleKind] = kind_table((Classification(), TokenClassification(), ReadingComprehension(),
                                            UniversalExtraction()), "serving/bundle/kinds.py")
+
+
+def fused_kinds() -> str:
+    """The kinds with a fused layout of their own, for messages ("classification or token_classification")."""
+    return " or ".join(k.name for k in KINDS.values() if k.fusable)
 
 
 def bundle_kind(task_type: str | TaskKind) -> BundleKind:

@@ -330,13 +330,19 @@ def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     _api_params(cfg, pc)
     if pc.api == fd.API:
         _param(cfg, "text_input", fd.INPUT)
-    for key, value in (("max_seq_len", shape.max_seq_len), ("max_text_bytes", pc.max_text_bytes), ("top_k", k),
+    _param(cfg, "top_k", k)
+    _fused_steps(cfg, shape, pc)
+    return cfg
+
+
+def _fused_steps(cfg: mc.ModelConfig, shape: BundleShape, pc: PackageConfig) -> None:
+    """The parameters of a fused model's three steps: the tokenizer's limits and the model runner's engine."""
+    for key, value in (("max_seq_len", shape.max_seq_len), ("max_text_bytes", pc.max_text_bytes),
                        ("engine", pc.engine), ("model_file", shape.model_file), ("threads", pc.engine_threads),
                        ("pad_id", shape.pad_id)):
         _param(cfg, key, value)
     if shape.engine_properties:
         _param(cfg, "engine_properties", shape.engine_properties)
-    return cfg
 
 
 # -- token classification (NER) --------------------------------------------------------------
@@ -374,6 +380,22 @@ def ner_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
     cfg.output.append(_out(public.get(ENTITIES, ENTITIES), mc.TYPE_STRING, [1], pc))
     _common(cfg, pc, scheduled=False)
     _chain(cfg, names, (TEXT,), (OFFSETS,), (TEXT,), (ENTITIES,), _model_output(shape, pc), public)
+    return cfg
+
+
+def ner_fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    """package.layout fused: the ensemble's input and output on one python model (``tagger.py``), batched and
+    instanced like the model."""
+    public = {TEXT: fd.INPUT, ENTITIES: fd.OUTPUT} if pc.api == fd.API else {}
+    cfg = mc.ModelConfig(name=ModelNames(shape.task, fused=True).ensemble, backend="python")
+    cfg.input.append(_inp(public.get(TEXT, TEXT), mc.TYPE_STRING, [1], pc))
+    cfg.output.append(_out(public.get(ENTITIES, ENTITIES), mc.TYPE_STRING, [1], pc))
+    _common(cfg, pc)
+    _api_params(cfg, pc)
+    if public:
+        _param(cfg, "text_input", public[TEXT])
+        _param(cfg, "entities_output", public[ENTITIES])
+    _fused_steps(cfg, shape, pc)
     return cfg
 
 

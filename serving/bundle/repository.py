@@ -47,7 +47,7 @@ from pipeline.contract import META_FILE, ExportLayout, TaskKind, form, read_meta
 from pipeline.errors import ModelError
 from serving.bundle import fastdeploy_api, model_io
 from serving.bundle.config import DeployConfig, PackageConfig
-from serving.bundle.kinds import BundleKind, all_configs, bundle_kind
+from serving.bundle.kinds import BundleKind, all_configs, bundle_kind, fused_kinds
 from serving.bundle.model_config import VERSION, BundleShape, ModelNames, to_pbtxt
 from serving.triton import integrity, model_support, text_input
 
@@ -311,7 +311,7 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
                         **kind.shape_fields(meta))
     one_model = kind.one_model(pc)  # FastDeploy's uie: one python model
     if names.fused and not kind.fusable and not one_model:
-        raise PackageError(f"package.layout: fused is for classification bundles; {task} is {kind.name}")
+        raise PackageError(f"package.layout: fused is for {fused_kinds()} bundles; {task} is {kind.name}")
     configs = all_configs(shape, pc)
     for name in names.all():
         (tmp / name / VERSION).mkdir(parents=True)
