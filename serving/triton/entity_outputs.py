@@ -22,17 +22,20 @@ def entities_json(entities) -> bytes:
 
 
 class Entities:
-    """labels.json's BIO tags in model output order, and how a text's entities are written (``payload``: bytes per
-    text, ``entities_json`` or FastDeploy's ``token_entities``)."""
+    """labels.json's BIO tags in model output order, and how a text's entities are answered: ours, ``entities_json``
+    [N, 1]; with FastDeploy's API (``fastdeploy_payloads``, the module copied beside), its ``token_entities`` rows,
+    [N], as FastDeploy's client reads them."""
 
-    def __init__(self, labels: Path, bio, payload=entities_json):
+    def __init__(self, labels: Path, bio, fastdeploy_payloads=None):
         rows = [json.loads(line) for line in Path(labels).read_text(encoding="utf-8").splitlines() if line.strip()]
         self.tags = [str(r["label"]) for r in rows]
-        self.bio, self.payload = bio, payload
+        self.bio = bio
+        self.payload = entities_json if fastdeploy_payloads is None else fastdeploy_payloads.token_entities
+        self.shape = (-1, 1) if fastdeploy_payloads is None else (-1,)
 
     def rows(self, logits: np.ndarray, offsets: np.ndarray, texts) -> np.ndarray:
-        """One payload per text (object [N]) from ``logits`` [N, T', C] and ``offsets`` [N, T, 2] (T' >= T: the
-        model may have run the texts padded wider); ValueError when the arrays do not fit labels.json."""
+        """One payload per text (object array, ``shape``) from ``logits`` [N, T', C] and ``offsets`` [N, T, 2]
+        (T' >= T: the model may have run the texts padded wider); ValueError when the arrays do not fit labels.json."""
         if logits.shape[-1] != len(self.tags):
             raise ValueError(f"logits have {logits.shape[-1]} tags, labels.json has {len(self.tags)}")
         width = offsets.shape[1]
@@ -42,4 +45,4 @@ class Entities:
         out = np.empty(len(texts), dtype=np.object_)
         for i, text in enumerate(texts):
             out[i] = self.payload(self.bio.decode_tags(tag_ids[i], offsets[i], text, self.tags))
-        return out
+        return out.reshape(self.shape)

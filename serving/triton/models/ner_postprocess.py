@@ -20,12 +20,10 @@ class TritonPythonModel(model_support.PerRequest):
     folder, siblings, what = HERE, ("bio", "entity_outputs"), "postprocessing"
 
     def setup(self, params):
-        payload = (model_support.sibling(HERE, "fastdeploy_payloads").token_entities if self.fastdeploy
-                   else self.entity_outputs.entities_json)
-        self.entities = self.entity_outputs.Entities(HERE / "labels.json", self.bio, payload)
-        self.rows = (-1,) if self.fastdeploy else (-1, 1)
+        fastdeploy = model_support.sibling(HERE, "fastdeploy_payloads") if self.fastdeploy else None
+        self.entities = self.entity_outputs.Entities(HERE / "labels.json", self.bio, fastdeploy)
 
     def one(self, request):
         logits, offsets = self.tensor(request, "logits"), self.tensor(request, "offsets")
         texts = self.strings(request, "text")  # the tokenizer already checked them
-        return {"entities": self.entities.rows(logits, offsets, texts).reshape(self.rows)}
+        return {"entities": self.entities.rows(logits, offsets, texts)}

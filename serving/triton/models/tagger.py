@@ -30,12 +30,10 @@ class TritonPythonModel(model_support.Batched):
     def setup(self, params):
         self.text_setup(params)  # no truncation: encode_tokens cuts to max_seq_len itself and keeps the offsets straight
         self.engine = self.runner_engine(params)
-        payload = (model_support.sibling(HERE, "fastdeploy_payloads").token_entities if self.fastdeploy
-                   else self.entity_outputs.entities_json)
-        self.entities = self.entity_outputs.Entities(HERE / "labels.json", self.bio, payload)
+        fastdeploy = model_support.sibling(HERE, "fastdeploy_payloads") if self.fastdeploy else None
+        self.entities = self.entity_outputs.Entities(HERE / "labels.json", self.bio, fastdeploy)
         self.input_name = params.get("text_input", "text")
         self.output_name = params.get("entities_output", "entities")
-        self.rows = (-1,) if self.fastdeploy else (-1, 1)
 
     def take(self, request):
         return self.texts(self.items(request, self.input_name), self.input_name)
@@ -48,4 +46,4 @@ class TritonPythonModel(model_support.Batched):
 
     def split(self, rows, parts):
         for part in model_support.slices(parts):
-            yield {self.output_name: rows[part].reshape(self.rows)}
+            yield {self.output_name: rows[part]}  # views of the batch's rows
