@@ -52,7 +52,8 @@ def _package(export: Path, task: str, folder: Path, **package) -> Path:
 
 @pytest.fixture(scope="module")
 def bundles(tiny_export, ner_export, uie_export, tmp_path_factory) -> dict[str, Path]:
-    """FastDeploy's interface (fd_*) and ours (ours_*) on the same three exports, one repository each."""
+    """FastDeploy's interface (fd_*) and ours (ours_*) on the same three exports, one repository each; our UIE in
+    both layouts."""
     root = tmp_path_factory.mktemp("fastdeploy_api")
     return {
         "fd_seqcls": _package(tiny_export, "tiny", root / "fd_seqcls", **FD),  # layout auto: fused
@@ -61,13 +62,15 @@ def bundles(tiny_export, ner_export, uie_export, tmp_path_factory) -> dict[str, 
         "ours_seqcls": _package(tiny_export, "tiny", root / "ours_seqcls", instance_count=1, threads=1),
         "ours_tokencls": _package(ner_export, "cluener", root / "ours_tokencls", instance_count=1, threads=1,
                                   max_batch_size=8, preferred_batch_size=4),
-        "ours_uie": _package(uie_export, "tinyuie", root / "ours_uie", instance_count=1, threads=1),
+        "ours_uie": _package(uie_export, "tinyuie", root / "ours_uie", instance_count=1, threads=1),  # fused
+        "ours_uie_ensemble": _package(uie_export, "tinyuie_ensemble", root / "ours_uie_ensemble", instance_count=1,
+                                      threads=1, layout="ensemble"),
     }
 
 
 @pytest.fixture(scope="module")
 def server(bundles, tmp_path_factory):
-    """One tritonserver for the six bundles (each its own --model-repository; no two share a model name)."""
+    """One tritonserver for the seven bundles (each its own --model-repository; no two share a model name)."""
     from serving.triton.integrity import clear_bytecode
     from serving.server import start_server
 
@@ -242,6 +245,44 @@ def test_uie_client_reads_our_spans_and_relations(server, ner_texts):
         assert any("relation" in d for r in relation for d in r.get("姓名", [])), "no relation found: the test shows nothing"
 
 
+def _uie_request(server, model: str, texts: list, schema: list):
+    """Our UIE interface, sent as tensors (``text`` [N], ``schema`` [P]) so that malformed requests can be sent too."""
+    from tritonclient.grpc import InferenceServerClient, InferInput
+
+    inputs = []
+    for name, items in (("text", texts), ("schema", schema)):
+        data = np.array([x if isinstance(x, bytes) else x.encode("utf-8") for x in items], dtype=np.object_)
+        inputs.append(InferInput(name, [len(items)], "BYTES"))
+        inputs[-1].set_data_from_numpy(data)
+    return InferenceServerClient(server.grpc_url).infer(model, inputs).as_numpy("results")
+
+
+def test_uie_fused_answers_and_refuses_as_the_ensemble(server, ner_texts):
+    """Layout fused (one python model) and layout ensemble (three) on the same export: the same spans for every text,
+    and every malformed request refused alone with the same message."""
+    from tritonclient.utils import InferenceServerException
+
+    texts, schema = ner_texts[:12], ["姓名", "公司"]
+    fused, ensemble = _uie_request(server, "tinyuie", texts, schema), _uie_request(server, "tinyuie_ensemble", texts, schema)
+    assert fused.shape == ensemble.shape == (12, 2)
+    got, want = [[json.loads(x) for x in row] for row in fused], [[json.loads(x) for x in row] for row in ensemble]
+    spans = lambda rows: [[[(d["start"], d["end"], d["text"]) for d in cell] for cell in row] for row in rows]  # noqa: E731
+    assert spans(got) == spans(want) and any(d for row in got for cell in row for d in cell), "the random model finds spans"
+    probs = lambda rows: [d["probability"] for row in rows for cell in row for d in cell]  # noqa: E731
+    np.testing.assert_allclose(probs(got), probs(want), atol=1e-6)
+
+    bad = [([], schema, "no texts in the request"), (texts[:1], [], "no prompts in the schema"),
+           (texts[:1], ["姓名", "姓名 "], "schema: a prompt is repeated"),
+           (texts[:1], ["姓名" * 7], "schema item 0 is 14 tokens, over the bundle's max_prompt_len 12"),
+           ([b"\xff\xfe"], schema, r"text\[0\]: not valid UTF-8"), ([" "], schema, r"text\[0\]: empty text")]
+    for request_texts, request_schema, message in bad:
+        for model in ("tinyuie", "tinyuie_ensemble"):
+            with pytest.raises(InferenceServerException, match=message) as info:
+                _uie_request(server, model, request_texts, request_schema)
+            assert "INVALID_ARG" in str(info.value.status()), (model, message)
+    assert [[json.loads(x) for x in row] for row in _uie_request(server, "tinyuie", texts[:3], schema)] == got[:3]
+
+
 def test_bad_requests_are_refused_one_by_one_and_the_server_keeps_serving(server, tiny_dev):
     from tritonclient.grpc import InferInput
     from tritonclient.utils import InferenceServerException
@@ -326,7 +367,15 @@ def test_fastdeploy_bundles_carry_their_models_and_payload_code(bundles):
             "uie/1/vocab.txt", "uie/1/model.onnx"} <= files
     assert (bundles["fd_uie"] / "uie/1/model.py").read_bytes() == (SERVING / "triton/models/uie_fastdeploy.py").read_bytes()
     assert uie["package"]["instances"] == 1  # instance_count auto: one, so "the schema sent last" is one per server
-    assert verify(bundles["ours_uie"])["api"] == "ernie-bundle"
+    ours = verify(bundles["ours_uie"])  # layout auto: one python model, extractor.py, with the request checks beside it
+    assert ours["api"] == "ernie-bundle" and ours["layout"] == "fused" and ours["models"]["ensemble"] == "tinyuie"
+    assert (bundles["ours_uie"] / "tinyuie/1/model.py").read_bytes() == (SERVING / "triton/models/extractor.py").read_bytes()
+    assert {"tinyuie/1/uie_requests.py", "tinyuie/1/windows.py", "tinyuie/1/spans.py", "tinyuie/1/runner.py"} <= set(ours["files"])
+    assert "windowing, model and decoding in one process" in (bundles["ours_uie"] / "README.md").read_text(encoding="utf-8")
+    ens = verify(bundles["ours_uie_ensemble"])
+    assert ens["layout"] == "ensemble" and {"tinyuie_ensemble_tokenizer/1/uie_requests.py",
+                                            "tinyuie_ensemble_postprocess/1/uie_requests.py"} <= set(ens["files"])
+    assert "uie/1/uie_requests.py" in uie["files"]  # FastDeploy's uie checks its prompts with the same code
 
 
 def test_smoke_test_says_it_speaks_the_other_api(bundles, capsys):

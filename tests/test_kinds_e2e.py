@@ -306,9 +306,8 @@ def test_uie_bundle_end_to_end(tmp_path, capsys):
     assert [lv["concurrency"] for lv in perf["levels"]] == [1, 2] and perf["schema_size"] == 2
     for lv in perf["levels"]:
         shares = {m["model"]: m for m in lv["models"]}
-        assert lv["requests_per_s"] > 0 and set(shares) == {"tinyuie_tokenizer", "tinyuie_model", "tinyuie_postprocess"}
-        # one text x 2 prompts per request: the model gets each request's windows as one call (max_batch_size 0)
-        assert shares["tinyuie_model"]["requests"] == shares["tinyuie_tokenizer"]["requests"] > 0
+        # layout auto: one python model windows, runs the engine and decodes (max_batch_size 0: a request per call)
+        assert lv["requests_per_s"] > 0 and set(shares) == {"tinyuie"} and shares["tinyuie"]["requests"] > 0
     assert perf["offline_model_only_items_per_s"] > 0 and "2 prompts: req/s are texts/s" in perf["md"]
 
 

@@ -51,6 +51,32 @@ def test_mrc_configs_round_trip_unbatched(pc):
     assert configs["cmrc2018_tokenizer"].instance_group[0].count == pc.instances
 
 
+UIE_SHAPE = BundleShape(task="uie", num_labels=2, max_seq_len=64, model_file="model.onnx", task_type="uie", doc_stride=16,
+                        max_prompt_len=8, position_prob=0.5, max_span_len=8, schema=("姓名",))
+
+
+def test_uie_fused_is_the_ensembles_interface_and_settings_on_one_model():
+    """UIE's layout auto on a python runtime: one python model with the ensemble's inputs and output, unbatched like
+    it, carrying each of the three steps' settings as the ensemble's models carry them."""
+    fused = all_configs(UIE_SHAPE, PackageConfig(instance_count=2))
+    ens = all_configs(UIE_SHAPE, PackageConfig(instance_count=2, layout="ensemble"))
+    assert list(fused) == ["uie"] and set(ens) == {"uie", "uie_tokenizer", "uie_model", "uie_postprocess"}
+    cfg = fused["uie"]
+    assert parse_pbtxt(to_pbtxt(cfg)) == cfg and cfg.backend == "python" and cfg.instance_group[0].count == 2
+    assert "max_batch_size: 0" in to_pbtxt(cfg) and not cfg.HasField("dynamic_batching")
+
+    def io(c):
+        return [(t.name, t.data_type, list(t.dims)) for t in (*c.input, *c.output)]
+
+    assert io(cfg) == io(ens["uie"])
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
+    for step in ("uie_tokenizer", "uie_postprocess", "uie_model"):
+        theirs = {k: v.string_value for k, v in ens[step].parameters.items() if k != "vocab_size"}
+        assert theirs.items() <= params.items(), step
+    assert params["position_prob"] == "0.5" and params["doc_stride"] == "16" and params["max_items"] == "64"
+    assert list(all_configs(UIE_SHAPE, PackageConfig(runtime="onnxruntime"))) == list(ens)  # a native engine: ensemble
+
+
 def test_mrc_bundle_carries_the_pipeline_modules(mrc_bundle, tmp_path):
     m = verify_bundle(mrc_bundle)
     assert m["task_type"] == "reading_comprehension" and m["reading"] == {"doc_stride": 10, "max_query_len": 12, "max_answer_len": 8}

@@ -282,7 +282,7 @@ def test_fused_bundle_is_one_model_running_the_ensembles_code(fused_bundle, fuse
 
 
 def test_fused_layout_is_refused_for_windowed_kinds(mrc_export, tmp_path):
-    with pytest.raises(PackageError, match="package.layout: fused is for classification or token_classification "
+    with pytest.raises(PackageError, match="package.layout: fused is for classification, token_classification or uie "
                                            "bundles; cmrc is reading_comprehension"):
         write_repository(tmp_path / "repo", "cmrc", ExportArtifacts.from_dir(mrc_export), PackageConfig(layout="fused"))
     assert not (tmp_path / "repo" / "cmrc").exists()  # nothing half-written

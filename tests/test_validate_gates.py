@@ -223,7 +223,7 @@ def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_pa
     with pytest.raises(DataError, match="no calibration batch"):
         quantize_int8_qdq(tmp_path / "absent.onnx", tmp_path / "q.onnx", [])
     mrc = BundleShape(task="mrc", num_labels=2, max_seq_len=32, model_file="model.onnx", task_type="reading_comprehension")
-    with pytest.raises(ConfigError, match="package.layout: fused is for classification or token_classification bundles"):
+    with pytest.raises(ConfigError, match="package.layout: fused is for classification, token_classification or uie bundles"):
         all_configs(mrc, dataclasses.replace(PackageConfig(), layout="fused"))
 
 

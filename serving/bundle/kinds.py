@@ -3,9 +3,9 @@ meta.json's ``task_type`` with ``bundle_kind``.  ``serving/bundle/repository.py`
 nothing else in serving/bundle compares kind names.
 
     tokenizer_source, postprocess_source  python models of <task>_tokenizer / _postprocess (serving/triton/models)
-    fused_source                          the one python model of layout fused (None: the kind has no fused form)
+    fused_source, fused_model(pc)         the one python model of layout fused (None: the kind has no fused form)
     tokenizer_pure, postprocess_pure      the pipeline's pure modules copied beside them (served == offline code)
-    postprocess_helpers(pc)               serving/triton helpers copied beside the post-processing model
+    tokenizer_helpers(pc), postprocess_helpers(pc)   serving/triton helpers copied beside the pre- / post-processing model
     layout(pc)                            ensemble or fused, for these package settings
     one_model(pc)                         FastDeploy's uie: one python model runs all three steps
     label_problem(rows)                   what is wrong with labels.json's rows for this kind (None: nothing)
@@ -26,7 +26,7 @@ from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig, _config_error
 from serving.bundle.model_config import BundleShape, ModelNames
-from serving.triton import class_outputs, entity_outputs, fastdeploy_payloads
+from serving.triton import class_outputs, entity_outputs, fastdeploy_payloads, uie_requests
 
 
 class BundleKind:
@@ -42,7 +42,7 @@ class BundleKind:
     postprocess_pure: tuple[str, ...] = ()
     meta_section: str | None = None  # meta.json's section of this kind's windowing / decoding settings
     token_level: bool = True  # the model's logits are per token ([T, C]), not per text ([C])
-    fusable: bool = False  # layout auto: fused on a python runtime (the three steps fit one batched model)
+    fusable: bool = False  # layout auto: fused on a python runtime (the three steps fit one python model)
     # model card
     describes: str = ""
     unit: str = "logits per token"
@@ -65,8 +65,8 @@ class BundleKind:
         return pc.api == fd.API and self.fastdeploy is not None and self.fastdeploy.one_model
 
     def layout(self, pc: PackageConfig) -> str:
-        """``package.layout``, or with auto fused where the kind's three steps fit one batched python model
-        (classification on a python runtime) and ensemble otherwise.  FastDeploy's uie (api fastdeploy) is one
+        """``package.layout``, or with auto fused where the kind's three steps fit one python model
+        (``fusable``, on a python runtime) and ensemble otherwise.  FastDeploy's uie (api fastdeploy) is one
         python model: fused (serving.bundle.fastdeploy_api refuses an explicit ensemble)."""
         if self.one_model(pc):
             return "fused"
@@ -75,6 +75,14 @@ class BundleKind:
         return "fused" if self.fusable and pc.backend == "python" else "ensemble"
 
     # -- files ----------------------------------------------------------------------------------------------------
+    def fused_model(self, pc: PackageConfig) -> str | None:
+        """The python model (serving/triton/models) of layout fused for these package settings."""
+        return self.fused_source
+
+    def tokenizer_helpers(self, pc: PackageConfig) -> list[Path]:
+        """serving/triton modules the pre-processing model loads beside it (``text_input.py`` always goes)."""
+        return []
+
     def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
         """serving/triton modules the post-processing model loads beside it: FastDeploy's payloads (token
         classification rows, UIE results) with package.api fastdeploy."""
@@ -277,12 +285,22 @@ class ReadingComprehension(_Windowed):
 
 class UniversalExtraction(_Windowed):
     kind = TaskKind.UIE
-    tokenizer_source, postprocess_source, fused_source = "uie_tokenizer.py", "uie_postprocess.py", "uie_fastdeploy.py"
+    tokenizer_source, postprocess_source, fused_source = "uie_tokenizer.py", "uie_postprocess.py", "extractor.py"
     tokenizer_pure = ("wordpiece.py", "reading/windows.py")
     postprocess_pure = ("extraction/spans.py",)
+    fusable = True
     meta_section = "uie"
     describes = "schema-prompted information extractor (UIE)"
     client_example = "ie --model {task} --schema 姓名 --schema 公司 '浙商银行企业信贷部叶老桂博士'"
+
+    def fused_model(self, pc: PackageConfig) -> str | None:
+        return "uie_fastdeploy.py" if self.one_model(pc) else self.fused_source
+
+    def tokenizer_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [Path(uie_requests.__file__)]  # the request checks, shared with the fused models
+
+    def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [Path(uie_requests.__file__), *super().postprocess_helpers(pc)]  # the answer rows
 
     def shape_fields(self, meta: dict) -> dict[str, Any]:
         u = meta.get(self.meta_section, {})
@@ -293,7 +311,7 @@ class UniversalExtraction(_Windowed):
     def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
         if self.one_model(pc):
             return (mcfg.uie_fastdeploy_config(shape, pc),)
-        return super().fused_configs(shape, pc)
+        return (mcfg.uie_fused_config(shape, pc),)
 
     def ensemble_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
         return (mcfg.uie_ensemble_config(shape, pc), mcfg.uie_tokenizer_config(shape, pc),
@@ -301,10 +319,22 @@ class UniversalExtraction(_Windowed):
 
     def card_lines(self, names, pc, meta, model_line, batching, choice) -> list[str]:
         u = meta[self.meta_section]
+        io = (f"inputs `text` [N] and `schema` [P] (TYPE_STRING: texts, and prompts such as "
+              f"{'、'.join(u.get('schema', [])[:3]) or '姓名'}) -> output `results` [N, P] (TYPE_STRING: per text and prompt a JSON "
+              "list of {\"text\", \"start\", \"end\", \"probability\"}, char offsets, end exclusive).")
+        if self.layout(pc) == "fused":
+            return [
+                f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: windowing, model and decoding "
+                f"in one process): {io}",
+                f"- Inside: every text x every prompt, windows.make_windows (max_seq_len {meta['max_seq_len']}, doc_stride "
+                f"{u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens), the {choice.precision} model from "
+                f"`{choice.form}` on all of a request's windows in one call, spans.decode_spans (start/end sigmoid >= "
+                f"{u['position_prob']}, spans of at most {u['max_span_len']} tokens).",
+                f"- Batching: none by Triton (max_batch_size 0: windows per request vary); up to "
+                f"{pc.max_batch_size or 'any number of'} texts per request, {pc.instances} {pc.kind} instance(s).",
+            ]
         return [
-            f"- Ensemble `{names.ensemble}`: inputs `text` [N] and `schema` [P] (TYPE_STRING: texts, and prompts such as "
-            f"{'、'.join(u.get('schema', [])[:3]) or '姓名'}) -> output `results` [N, P] (TYPE_STRING: per text and prompt a JSON "
-            "list of {\"text\", \"start\", \"end\", \"probability\"}, char offsets, end exclusive).",
+            f"- Ensemble `{names.ensemble}`: {io}",
             f"- `{names.tokenizer}` (python): every text x every prompt, windows.make_windows, max_seq_len {meta['max_seq_len']}, "
             f"doc_stride {u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens.",
             model_line,
@@ -333,8 +363,9 @@ KINDS: dict[str, BundleKind] = kind_table((Classification(), TokenClassification
 
 
 def fused_kinds() -> str:
-    """The kinds with a fused layout of their own, for messages ("classification or token_classification")."""
-    return " or ".join(k.name for k in KINDS.values() if k.fusable)
+    """The kinds with a fused layout of their own, for messages ("classification, token_classification or uie")."""
+    names = [k.name for k in KINDS.values() if k.fusable]
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def bundle_kind(task_type: str | TaskKind) -> BundleKind:

@@ -522,15 +522,30 @@ def uie_fastdeploy_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConf
     cfg.output.append(_out(fd.UIE_RESULTS, mc.TYPE_STRING, [1], pc1))
     _common(cfg, pc1)
     cfg.ClearField("dynamic_batching")  # as FastDeploy's: one request at a time (nothing to merge at batch size 1)
-    for key, value in (("engine", pc.engine), ("model_file", shape.model_file), ("threads", pc.engine_threads),
-                       ("pad_id", shape.pad_id), ("max_seq_len", shape.max_seq_len), ("doc_stride", shape.doc_stride),
-                       ("max_prompt_len", shape.max_prompt_len), ("position_prob", shape.position_prob),
-                       ("max_span_len", shape.max_span_len), ("max_text_bytes", pc.max_text_bytes),
-                       ("max_items", pc.max_batch_size), ("schema", json.dumps(list(shape.schema), ensure_ascii=False))):
-        _param(cfg, key, value)
-    if shape.engine_properties:
-        _param(cfg, "engine_properties", shape.engine_properties)
+    _uie_steps(cfg, shape, pc)
+    _param(cfg, "schema", json.dumps(list(shape.schema), ensure_ascii=False))
     return cfg
+
+
+def uie_fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    """package.layout fused: the ensemble's inputs and output on one python model (``extractor.py``) that windows,
+    runs the engine in-process and decodes; max_batch_size 0 as the ensemble's (windows per request vary)."""
+    pc0 = windowed_package(pc)
+    cfg = mc.ModelConfig(name=ModelNames(shape.task, fused=True).ensemble, backend="python")
+    cfg.input.extend([_inp(TEXT, mc.TYPE_STRING, [], pc0), _inp(SCHEMA, mc.TYPE_STRING, [], pc0)])
+    cfg.output.append(_out(RESULTS, mc.TYPE_STRING, [-1], pc0))
+    _common(cfg, pc0)
+    _uie_steps(cfg, shape, pc)
+    return cfg
+
+
+def _uie_steps(cfg: mc.ModelConfig, shape: BundleShape, pc: PackageConfig) -> None:
+    """The parameters of a UIE model that runs all three steps: a fused model's, the windowing and the decoding."""
+    _fused_steps(cfg, shape, pc)
+    for key, value in (("doc_stride", shape.doc_stride), ("max_prompt_len", shape.max_prompt_len),
+                       ("position_prob", shape.position_prob), ("max_span_len", shape.max_span_len),
+                       ("max_items", pc.max_batch_size)):  # texts per request; 0: no limit
+        _param(cfg, key, value)
 
 
 def to_pbtxt(cfg: mc.ModelConfig) -> str:

@@ -318,23 +318,24 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
         (tmp / name / "config.pbtxt").write_text(to_pbtxt(configs[name]), encoding="utf-8")
     # The ensemble's version folder stays empty: Triton requires it to exist.
     tok = tmp / names.tokenizer / VERSION
-    # Fused: the three steps' files share one folder, whose model.py is the fused classifier (or FastDeploy's uie).
-    _copy_python_model(tok, kind.fused_source if names.fused else kind.tokenizer_source,
+    # Fused: the three steps' files share one folder, whose model.py is the kind's fused model (or FastDeploy's uie).
+    _copy_python_model(tok, kind.fused_model(pc) if names.fused else kind.tokenizer_source,
                        kind.tokenizer_pure + (kind.postprocess_pure if names.fused else ()))
-    shutil.copyfile(Path(text_input.__file__), tok / "text_input.py")
+    for helper in (Path(text_input.__file__), *kind.tokenizer_helpers(pc)):  # uie_requests.py: UIE's request checks
+        shutil.copyfile(helper, tok / helper.name)
     for f in TOKENIZER_FILES:
         if (exp.tokenizer_dir / f).is_file():
             shutil.copyfile(exp.tokenizer_dir / f, tok / f)
     post = tmp / names.postprocess / VERSION
     if not names.fused:
         _copy_python_model(post, kind.postprocess_source, kind.postprocess_pure)
-    for helper in kind.postprocess_helpers(pc):  # class_outputs.py; FastDeploy's token-classification rows and UIE results
+    for helper in kind.postprocess_helpers(pc):  # class_outputs.py, entity_outputs.py, uie_requests.py; FastDeploy's rows
         shutil.copyfile(helper, post / helper.name)
     shutil.copyfile(exp.labels, post / "labels.json")
     model = tmp / names.model / VERSION
     for src, dst in choice.sources:
         shutil.copyfile(src, model / dst)
-    if names.fused:  # the model step's engine, loaded by the classifier as its runner.py
+    if names.fused:  # the model step's engine, loaded by the fused model as its runner.py
         shutil.copyfile(MODELS_DIR / "runner.py", model / "runner.py")
     elif pc.backend == "python":
         _copy_python_model(model, "runner.py")

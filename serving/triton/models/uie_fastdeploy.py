@@ -29,40 +29,22 @@ import model_support  # noqa: E402  (copied next to this file: set-up and the pe
 
 
 class TritonPythonModel(model_support.PerRequest):
-    folder, siblings, what = HERE, ("windows", "spans"), "extraction"
+    folder, siblings, what = HERE, ("windows", "spans", "uie_requests"), "extraction"
 
     def setup(self, params):
-        self.text_setup(params)  # no truncation, no padding: make_windows does both
+        self.uie_requests.setup(self, params)
         self.payloads = model_support.sibling(HERE, "fastdeploy_payloads")
         self.refusals += (self.payloads.BadPayload,)
-        self.doc_stride = int(params["doc_stride"])
-        self.max_prompt_len = int(params["max_prompt_len"])
-        self.position_prob = float(params["position_prob"])
-        self.max_span_len = int(params["max_span_len"])
-        self.engine = self.runner_engine(params)
         # the schema sent last; before any, the prompts the model was trained and validated with
         self.schema = self.payloads.parse_schema(params.get("schema", "[]").encode("utf-8"), "schema")
-
-    def _prompt_problem(self, prompt):
-        n = len(self.tok.encode(prompt, add_special_tokens=False).ids)
-        if not n:
-            return f"schema prompt {prompt!r} is empty"
-        if n > self.max_prompt_len:
-            return f"schema prompt {prompt!r} is {n} tokens, over the bundle's max_prompt_len {self.max_prompt_len}"
-        return None
 
     def _run(self, prompts, contents):
         """The spans of each (prompt, content) pair: all windows in one engine call."""
         for prompt in dict.fromkeys(prompts):
-            problem = self._prompt_problem(prompt)
+            problem = self.uie_requests.prompt_problem(self.tok, prompt, self.max_prompt_len, f"schema prompt {prompt!r}")
             if problem:
                 raise self.text_input.BadText(problem)
-        wins = self.windows.make_windows(self.tok, prompts, contents, max_seq_len=self.max_seq_len,
-                                         doc_stride=self.doc_stride, max_query_len=self.max_prompt_len)
-        ids, types = self.windows.pad_windows(wins, self.pad_id)
-        logits = np.asarray(self.engine({"input_ids": ids, "token_type_ids": types}), dtype=np.float32)
-        return self.spans.decode_spans(list(logits), wins, contents, position_prob=self.position_prob,
-                                       max_span_len=self.max_span_len)
+        return self.uie_requests.extract(self, prompts, contents)
 
     def one(self, request):
         raw_texts, raw_schema = self.items(request, "INPUT_0"), self.items(request, "INPUT_1")

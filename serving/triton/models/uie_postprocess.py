@@ -8,11 +8,8 @@ merges the windows of a (text, prompt) pair, exactly as the offline evaluation d
 ``{"text", "start", "end", "probability"}`` (char offsets into the text, end exclusive).
 """
 
-import json
 import sys
 from pathlib import Path
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -20,7 +17,7 @@ import model_support  # noqa: E402  (copied next to this file: set-up and the pe
 
 
 class TritonPythonModel(model_support.PerRequest):
-    folder, siblings, what = HERE, ("spans",), "postprocessing"
+    folder, siblings, what = HERE, ("spans", "uie_requests"), "postprocessing"
 
     def setup(self, params):
         self.position_prob = float(params["position_prob"])
@@ -33,8 +30,7 @@ class TritonPythonModel(model_support.PerRequest):
         schema = [p.strip() for p in self.strings(request, "schema")]
         if logits.ndim != 3 or logits.shape[-1] != 2:
             raise ValueError(f"logits of shape {logits.shape}, expected [windows, tokens, 2]")
-        contents = [t for t in texts for _ in schema]
+        _, contents = self.uie_requests.pairs(texts, schema)
         found = self.spans.decode_spans(list(logits[:, : offsets.shape[1]]), model_support.windows(example, offsets),
                                         contents, position_prob=self.position_prob, max_span_len=self.max_span_len)
-        rows = [json.dumps([s.as_dict() for s in spans], ensure_ascii=False).encode("utf-8") for spans in found]
-        return {"results": np.array(rows, dtype=np.object_).reshape(len(texts), len(schema))}
+        return {"results": self.uie_requests.results(found, len(texts), len(schema))}

@@ -7,9 +7,9 @@ evaluated with).  Outputs, W windows (W >= N * P): ``input_ids``/``token_type_id
 [W, T, 2] (char offsets into the text, (-1, -1) outside it and on padding), ``window_example`` [W] (the
 pair each window belongs to).  Hence max_batch_size 0, as for reading comprehension.
 
-Bad input is refused per request: no text or no prompt, more than ``max_items`` texts, non-UTF-8, an empty
-text or prompt, a text over ``max_text_bytes``, a prompt over ``max_prompt_len`` tokens (cutting it would
-ask another question), a repeated prompt.
+Bad input is refused per request (``uie_requests.texts_and_schema``): no text or no prompt, more than ``max_items``
+texts, non-UTF-8, an empty text or prompt, a text over ``max_text_bytes``, a prompt over ``max_prompt_len`` tokens
+(cutting it would ask another question), a repeated prompt.
 """
 
 import sys
@@ -21,7 +21,7 @@ import model_support  # noqa: E402  (copied next to this file: set-up and the pe
 
 
 class TritonPythonModel(model_support.PerRequest):
-    folder, siblings, what = HERE, ("windows",), "windowing"
+    folder, siblings, what = HERE, ("windows", "uie_requests"), "windowing"
 
     def setup(self, params):
         self.text_setup(params)  # no truncation, no padding: make_windows does both
@@ -29,26 +29,8 @@ class TritonPythonModel(model_support.PerRequest):
         self.max_prompt_len = int(params["max_prompt_len"])
 
     def one(self, request):
-        raw_texts, raw_schema = self.items(request, "text"), self.items(request, "schema")
-        bad = self.text_input.BadText
-        if not len(raw_texts):
-            raise bad("no texts in the request")
-        if not len(raw_schema):
-            raise bad("no prompts in the schema: send one or more, e.g. 姓名")
-        if self.max_items and len(raw_texts) > self.max_items:
-            raise bad(f"{len(raw_texts)} texts in one request, over the limit of {self.max_items} (max_batch_size)")
-        texts = self.texts(raw_texts, "text")
-        schema = [prompt.strip() for prompt in self.texts(raw_schema, "schema")]
-        if len(set(schema)) != len(schema):
-            raise bad("schema: a prompt is repeated")
-        for j, prompt in enumerate(schema):
-            n = len(self.tok.encode(prompt, add_special_tokens=False).ids)
-            if not n:
-                raise bad(f"schema item {j} is empty")
-            if n > self.max_prompt_len:
-                raise bad(f"schema item {j} is {n} tokens, over the bundle's max_prompt_len {self.max_prompt_len}")
-        prompts = [p for _ in texts for p in schema]
-        contents = [t for t in texts for _ in schema]
+        texts, schema = self.uie_requests.texts_and_schema(self, self.items(request, "text"), self.items(request, "schema"))
+        prompts, contents = self.uie_requests.pairs(texts, schema)
         wins = self.windows.make_windows(self.tok, prompts, contents, max_seq_len=self.max_seq_len,
                                          doc_stride=self.doc_stride, max_query_len=self.max_prompt_len)
         ids, types, offsets, example = self.windows.window_arrays(wins, self.pad_id)
