@@ -21,11 +21,17 @@ def prompt_problem(tok, prompt: str, max_prompt_len: int, name: str):
     return None
 
 
-def setup(model, params: dict) -> None:
-    """A one-model form's windowing and decoding settings (its engine comes from ``model.runner_engine``)."""
+def windowing_setup(model, params: dict) -> None:
+    """What a model that checks and windows requests reads of its parameters: the text checks and WordPiece, the
+    windows' stride and the longest prompt."""
     model.text_setup(params)  # no truncation, no padding: make_windows does both
     model.doc_stride = int(params["doc_stride"])
     model.max_prompt_len = int(params["max_prompt_len"])
+
+
+def setup(model, params: dict) -> None:
+    """A one-model form's windowing and decoding settings, and its engine (``model.runner_engine``)."""
+    windowing_setup(model, params)
     model.position_prob = float(params["position_prob"])
     model.max_span_len = int(params["max_span_len"])
     model.engine = model.runner_engine(params)

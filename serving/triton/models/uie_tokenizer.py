@@ -24,9 +24,7 @@ class TritonPythonModel(model_support.PerRequest):
     folder, siblings, what = HERE, ("windows", "uie_requests"), "windowing"
 
     def setup(self, params):
-        self.text_setup(params)  # no truncation, no padding: make_windows does both
-        self.doc_stride = int(params["doc_stride"])
-        self.max_prompt_len = int(params["max_prompt_len"])
+        self.uie_requests.windowing_setup(self, params)
 
     def one(self, request):
         texts, schema = self.uie_requests.texts_and_schema(self, self.items(request, "text"), self.items(request, "schema"))
