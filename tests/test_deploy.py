@@ -33,7 +33,7 @@ def test_bundle_carries_valid_manifests_sized_from_the_bundle(tiny_fused_bundle)
     k8s = {d["kind"]: d for d in _docs(tiny_fused_bundle / "kubernetes.yaml")}
     pod = k8s["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    cores = manifest["package"]["instances"] * manifest["package"]["engine_threads"]
+    cores = min(manifest["package"]["instances"] * manifest["package"]["engine_threads"], manifest["cpu"]["cores"])
     assert container["resources"]["requests"]["cpu"] == container["resources"]["limits"]["cpu"] == str(cores)
     assert "--model-control-mode=none" in container["args"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
@@ -44,6 +44,19 @@ def test_bundle_carries_valid_manifests_sized_from_the_bundle(tiny_fused_bundle)
     (isvc,) = _docs(tiny_fused_bundle / "kserve.yaml")
     model = isvc["spec"]["predictor"]["model"]
     assert model["modelFormat"]["name"] == "triton" and model["storageUri"].endswith("/tiny")
+
+
+def test_the_cpu_request_is_at_most_the_cores_the_settings_were_measured_on():
+    """Two instances x every core's threads (a tune's choice, a windowed kind's default) shared the cores of the
+    machine that measured them: the pod asks for those cores, not one per thread."""
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.manifests import sizing
+
+    shared = sizing({"package": {"instances": 2, "engine_threads": 2}, "cpu": {"cores": 2}}, 10 * 2**20, DeployConfig())
+    assert shared.cpu == "2" and "2 instance(s) x 2 engine thread(s), sharing the 2 cores" in shared.why
+    assert sizing({"package": {"instances": 2, "engine_threads": 1}, "cpu": {"cores": 2}}, 1, DeployConfig()).cpu == "2"
+    assert sizing({"package": {"instances": 2, "engine_threads": 2}}, 1, DeployConfig()).cpu == "4"  # no CPU record
+    assert sizing({"package": {"instances": 2, "engine_threads": 2}, "cpu": {"cores": 2}}, 1, DeployConfig(cpu="3")).cpu == "3"
 
 
 def test_schema_check_catches_what_kubernetes_would_refuse():

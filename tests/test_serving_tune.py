@@ -84,3 +84,31 @@ def test_an_unreadable_record_is_one_line(tmp_path):
         bad.write_text(text)
         with pytest.raises(TuneRecordError, match=says):
             ServingTune.read(bad)
+
+
+def test_a_windowed_kind_serves_two_instances_of_every_core_where_no_record_applies():
+    """MRC and UIE models take whole requests (nothing batches them): without a tune record that applies, an OpenVINO
+    bundle of theirs gets 2 instances x every core, and bundle.json says why; a batched kind, a config that chose,
+    ONNX Runtime (already an instance per core) and GPU keep the package defaults."""
+    import dataclasses
+
+    from serving.bundle.config import PackageConfig, _cores
+    from serving.bundle.kinds import bundle_kind
+    from serving.bundle.serving_tune import ServingSettings, ServingTune, applied
+
+    ov = PackageConfig(runtime="python-openvino")
+    assert (ov.instances, ov.engine_threads) == (1, _cores())
+    for name in ("uie", "reading_comprehension"):
+        pc, why = bundle_kind(name).serving_defaults(ov)
+        assert (pc.instances, pc.engine_threads) == (2, _cores()) and "whole requests" in why
+        assert applied(ov, None, "openvino", {}, [], (pc, why)) == (pc, {"chosen_by": "package defaults (no make tune record)",
+                                                                       "kind_default": why})
+        stale = ServingTune("t", "openvino", {"model.xml": "a"}, {"flags": []}, ServingSettings(1, 1))
+        built, settings = applied(ov, stale, "openvino", {"model.xml": "b"}, [], (pc, why))
+        assert built == pc and settings["kind_default"] == why and "other model files" in settings["tune_not_applied"]
+        built, settings = applied(ov, stale, "openvino", {"model.xml": "a"}, [], (pc, why))
+        assert (built.instances, built.engine_threads) == (1, 1) and settings["chosen_by"] == "make tune"
+    assert bundle_kind("classification").serving_defaults(ov) == (ov, None)  # batched: 1 x all cores
+    for pc in (dataclasses.replace(ov, instance_count=1), dataclasses.replace(ov, threads=1),
+               PackageConfig(runtime="python-onnxruntime"), dataclasses.replace(ov, kind="GPU")):
+        assert bundle_kind("uie").serving_defaults(pc) == (pc, None)

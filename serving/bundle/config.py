@@ -79,6 +79,8 @@ class PackageConfig:
     # every core (``ServedEngine.one_instance``; 1 on GPU); each instance cores/instances intra-op threads.  Chosen by make perf on the TNEWS
     # bundle (MEASUREMENTS.md): ORT served more with 2 instances x 1 thread, OpenVINO with 1 x 2 at every
     # concurrency (its batches grow larger and its threads split one GEMM better than two processes share cores).
+    # Reading comprehension and UIE (whole requests, nothing batched) get 2 x every core on OpenVINO instead
+    # (``BundleKind.serving_defaults``); a make tune record measured for the bundle here overrides either.
     instance_count: int = 0
     kind: str = "CPU"
     threads: int = 0  # intra-op threads of each in-process engine instance; 0: cores / instances (see above)

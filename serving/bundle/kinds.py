@@ -9,6 +9,7 @@ nothing else in serving/bundle compares kind names.
     layout(pc)                            ensemble or fused, for these package settings
     one_model(pc)                         FastDeploy's uie: one python model runs all three steps
     label_problem(rows)                   what is wrong with labels.json's rows for this kind (None: nothing)
+    serving_defaults(pc)                  instances x threads where make tune has not measured the bundle here
     meta_section                          meta.json's section of its windowing / decoding settings (reading, uie)
     shape_fields(meta), meta_sections(meta)   what of it goes into the Triton configs and into bundle.json
     configs(shape, pc)                    its Triton model configs (``all_configs``: by model name)
@@ -17,6 +18,7 @@ nothing else in serving/bundle compares kind names.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from typing import Any
 from pipeline.contract import TaskKind, kind_table, lookup_kind
 from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
-from serving.bundle.config import PackageConfig, _config_error
+from serving.bundle.config import PackageConfig, _config_error, _cores
 from serving.bundle.model_config import BundleShape, ModelNames
 from serving.triton import class_outputs, entity_outputs, fastdeploy_payloads, uie_requests
 
@@ -98,6 +100,12 @@ class BundleKind:
 
     def tag_problem(self, names: list[str]) -> str | None:
         return None
+
+    # -- serving settings -----------------------------------------------------------------------------------------
+    def serving_defaults(self, pc: PackageConfig) -> tuple[PackageConfig, str | None]:
+        """(package config, why) for a bundle make tune has not measured here, when the config left instances and
+        threads to be chosen: ``pc`` as it is (None) unless the kind knows better."""
+        return pc, None
 
     # -- meta.json ------------------------------------------------------------------------------------------------
     def meta_sections(self, meta: dict) -> dict[str, Any]:
@@ -244,6 +252,22 @@ class TokenClassification(BundleKind):
 class _Windowed(BundleKind):
     """Reading comprehension and UIE: an item becomes a varying number of windows (max_batch_size 0 everywhere,
     model_config.windowed_package), and the model answers start/end logits per token."""
+
+    def serving_defaults(self, pc: PackageConfig) -> tuple[PackageConfig, str | None]:
+        """Two instances with every core each, on CPU with an engine whose one request uses every core (OpenVINO).
+        Nothing batches whole requests, so at one instance each request's python (windowing, decoding, the
+        hand-offs) runs while the engine waits; a second instance runs its engine meanwhile.  Every make tune of a
+        windowed bundle chose this (CMRC2018 on Intel: 1.29x at c16, level at c1; UIE fused and ensemble on AMD:
+        1.11x and 1.09x at c16, level at c1; MEASUREMENTS.md), and two instances x one thread lost c1 by 0.6x."""
+        from pipeline.backends.registry import served_engine
+
+        served = served_engine(pc.engine)
+        if pc.instance_count or pc.threads or pc.kind != "CPU" or served is None or not served.one_instance:
+            return pc, None
+        cores = _cores()
+        return (dataclasses.replace(pc, instance_count=2, threads=cores),
+                f"{self.name}: 2 instances x {cores} threads (whole requests: one instance's python overlaps the "
+                "other's engine)")
 
     def tag_problem(self, names: list[str]) -> str | None:
         if names != ["start", "end"]:

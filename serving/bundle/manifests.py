@@ -19,7 +19,8 @@ The Helm chart ``serving/bundle/chart/ernie-bundle`` renders the same objects: t
 ``helm-values.yaml``, the values that make it render this bundle's (``serving.bundle.helm_chart``).
 
 Sizes come from the bundle: the CPU request is the cores its instances and engine threads were
-validated with (``bundle.json`` ``package.instances`` x ``package.engine_threads``), memory 1 GiB plus
+validated with (``bundle.json`` ``package.instances`` x ``package.engine_threads``, at most the ``cpu.cores`` they
+were measured on), memory 1 GiB plus
 three times the bundle's size, unless ``deploy.cpu`` / ``deploy.memory`` say otherwise.
 """
 
@@ -115,11 +116,16 @@ class Sizing:
 
 def sizing(bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> Sizing:
     package = bundle.get("package", {})
-    cores = int(package.get("instances") or 1) * int(package.get("engine_threads") or 1)
+    threads = int(package.get("instances") or 1) * int(package.get("engine_threads") or 1)
+    # Two instances x every core's threads (make tune's choice, a windowed kind's default) were measured sharing
+    # the cores of that machine: request those cores, not one per thread.
+    measured = int((bundle.get("cpu") or {}).get("cores") or 0)
+    cores = min(threads, measured) if measured else threads
+    shared = f", sharing the {measured} cores they were measured on" if cores < threads else ""
     mib = 1024 + 3 * math.ceil(bundle_bytes / 2**20)
     cpu, memory = cfg.cpu or str(cores), cfg.memory or f"{mib}Mi"
     why = (f"cpu {cpu}" + ("" if cfg.cpu else f" = {package.get('instances', 1)} instance(s) x "
-                                             f"{package.get('engine_threads', 1)} engine thread(s), as validated")
+                                             f"{package.get('engine_threads', 1)} engine thread(s){shared}, as validated")
            + f"; memory {memory}" + ("" if cfg.memory else f" = 1 GiB + 3 x the bundle's {bundle_bytes / 2**20:.0f} MiB"))
     return Sizing(cpu, memory, why)
 

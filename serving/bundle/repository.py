@@ -358,11 +358,12 @@ def _model_output(exp: ExportArtifacts, pc: PackageConfig, choice: ModelChoice) 
         raise PackageError(f"runtime {pc.runtime}: {exc}") from None
 
 
-def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig) -> dict:
+def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig, meta: dict) -> dict:
     from serving.bundle import manifests
 
     try:
-        written = manifests.write(tmp, task, {"package": {"instances": pc.instances, "engine_threads": pc.engine_threads}},
+        written = manifests.write(tmp, task, {"package": {"instances": pc.instances, "engine_threads": pc.engine_threads},
+                                              "cpu": meta.get("cpu", {})},
                                   manifests.bundle_bytes(tmp), deploy)
     except manifests.ManifestError as exc:
         raise PackageError(f"deploy manifests: {exc}") from None
@@ -374,14 +375,16 @@ def _serving_settings(pc: PackageConfig, prov: Provenance, choice: ModelChoice, 
     bundle.json says of it (``serving_tune.applied``)."""
     from serving.bundle import serving_tune
 
+    defaults = _kind(meta).serving_defaults(pc)
     if prov.serving_tune is None:
-        return serving_tune.applied(pc, None, pc.engine, {}, [])
+        return serving_tune.applied(pc, None, pc.engine, {}, [], defaults)
     flags = (meta.get("cpu") or {}).get("flags")
     if flags is None:  # an export that did not record its CPU: the one packaging it
         from pipeline.contract import detect_cpu
 
         flags = detect_cpu().as_dict()["flags"]
-    return serving_tune.applied(pc, prov.serving_tune, pc.engine, serving_tune.file_digests(choice.sources), flags)
+    return serving_tune.applied(pc, prov.serving_tune, pc.engine, serving_tune.file_digests(choice.sources), flags,
+                                defaults)
 
 
 def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance,
@@ -551,7 +554,7 @@ def write_repository(
     try:
         _build(tmp, task, exported, pc, meta, choice)
         (tmp / "README.md").write_text(model_card(task, pc, meta, choice, prov), encoding="utf-8")
-        deployment = _deploy_manifests(tmp, task, pc, deploy) if deploy is not None else None
+        deployment = _deploy_manifests(tmp, task, pc, deploy, meta) if deploy is not None else None
         manifest = _manifest(tmp, task, pc, meta, choice, prov, deployment, settings)
         (tmp / integrity.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         integrity.verify_bundle(tmp)  # what we hand over must pass the check the server makes

@@ -115,17 +115,20 @@ def file_digests(files) -> dict:
     return out
 
 
-def applied(pc, tune: "ServingTune | None", engine: str, model_files: dict, cpu_flags: list):
+def applied(pc, tune: "ServingTune | None", engine: str, model_files: dict, cpu_flags: list, defaults=None):
     """(package config to build with, bundle.json's ``serving_settings``): ``tune``'s settings where they apply and the
-    config left instances and threads to be chosen; otherwise ``pc`` as it is, with the reason."""
+    config left instances and threads to be chosen; otherwise ``pc`` as it is, with the reason.  ``defaults``: the
+    kind's (package config, why) for when no tune record applies (``BundleKind.serving_defaults``)."""
+    base, why_default = defaults or (pc, None)
+    default_note = {"kind_default": why_default} if why_default else {}
     explicit = pc.instance_count or pc.threads
     if tune is None:
-        return pc, {"chosen_by": "package defaults (no make tune record)"}
+        return base, {"chosen_by": "package defaults (no make tune record)", **default_note}
     if explicit:
         return pc, {"chosen_by": "the task config (package.instance_count / package.threads)", "tune_not_applied": True}
     why = tune.mismatch(engine, model_files, cpu_flags)
     if why:
-        return pc, {"chosen_by": "package defaults", "tune_not_applied": why}
+        return base, {"chosen_by": "package defaults", "tune_not_applied": why, **default_note}
     s = tune.chosen
     return dataclasses.replace(pc, instance_count=s.instances, threads=s.threads,
                                max_queue_delay_microseconds=s.max_queue_delay_microseconds), tune.summary()
