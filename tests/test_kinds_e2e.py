@@ -255,6 +255,7 @@ def test_reading_bundle_end_to_end(tmp_path, capsys):
 
     bundle = tmp_path / "repo" / "tinymrc"
     manifest = json.loads((bundle / "bundle.json").read_text())
+    assert manifest["layout"] == "fused" and set(manifest["models"].values()) == {"tinymrc"}  # reader.py serves it
     out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys)
     assert "answers differing: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())

@@ -25,12 +25,13 @@ from serving.bundle.repository import ExportArtifacts, PackageError, write_repos
 from serving.server import TritonServer, start_server
 
 PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
+SERVING = Path(__file__).resolve().parent.parent / "serving" / "triton"
 SHAPE = BundleShape(task="cmrc2018", num_labels=2, max_seq_len=512, model_file="model.onnx", task_type="reading_comprehension",
                     doc_stride=128, max_query_len=64, max_answer_len=30)
 
 
-@pytest.mark.parametrize("pc", [PackageConfig(), PackageConfig(runtime="onnxruntime"), PackageConfig(runtime="fastdeploy"),
-                                PackageConfig(runtime="python-paddle", instance_count=2)], ids=["python-ort", "native-ort", "fastdeploy", "paddle-x2"])
+@pytest.mark.parametrize("pc", [PackageConfig(layout="ensemble"), PackageConfig(runtime="onnxruntime"), PackageConfig(runtime="fastdeploy"),
+                                PackageConfig(runtime="python-paddle", instance_count=2, layout="ensemble")], ids=["python-ort", "native-ort", "fastdeploy", "paddle-x2"])
 def test_mrc_configs_round_trip_unbatched(pc):
     configs = all_configs(SHAPE, pc)
     assert set(configs) == {"cmrc2018", "cmrc2018_tokenizer", "cmrc2018_model", "cmrc2018_postprocess"}
@@ -55,37 +56,54 @@ UIE_SHAPE = BundleShape(task="uie", num_labels=2, max_seq_len=64, model_file="mo
                         max_prompt_len=8, position_prob=0.5, max_span_len=8, schema=("姓名",))
 
 
-def test_uie_fused_is_the_ensembles_interface_and_settings_on_one_model():
-    """UIE's layout auto on a python runtime: one python model with the ensemble's inputs and output, unbatched like
-    it, carrying each of the three steps' settings as the ensemble's models carry them."""
-    fused = all_configs(UIE_SHAPE, PackageConfig(instance_count=2))
-    ens = all_configs(UIE_SHAPE, PackageConfig(instance_count=2, layout="ensemble"))
-    assert list(fused) == ["uie"] and set(ens) == {"uie", "uie_tokenizer", "uie_model", "uie_postprocess"}
-    cfg = fused["uie"]
+@pytest.mark.parametrize("shape, settings", [(SHAPE, {"max_answer_len": "30", "doc_stride": "128", "max_items": "64"}),
+                                             (UIE_SHAPE, {"position_prob": "0.5", "doc_stride": "16", "max_items": "64"})],
+                         ids=["mrc", "uie"])
+def test_windowed_fused_is_the_ensembles_interface_and_settings_on_one_model(shape, settings):
+    """MRC's and UIE's layout auto on a python runtime: one python model (reader.py, extractor.py) with the
+    ensemble's inputs and outputs, unbatched like it, carrying each of the three steps' settings as the ensemble's
+    models carry them."""
+    task = shape.task
+    fused = all_configs(shape, PackageConfig(instance_count=2))
+    ens = all_configs(shape, PackageConfig(instance_count=2, layout="ensemble"))
+    assert list(fused) == [task] and set(ens) == {task, f"{task}_tokenizer", f"{task}_model", f"{task}_postprocess"}
+    cfg = fused[task]
     assert parse_pbtxt(to_pbtxt(cfg)) == cfg and cfg.backend == "python" and cfg.instance_group[0].count == 2
     assert "max_batch_size: 0" in to_pbtxt(cfg) and not cfg.HasField("dynamic_batching")
 
     def io(c):
         return [(t.name, t.data_type, list(t.dims)) for t in (*c.input, *c.output)]
 
-    assert io(cfg) == io(ens["uie"])
+    assert io(cfg) == io(ens[task])
     params = {k: v.string_value for k, v in cfg.parameters.items()}
-    for step in ("uie_tokenizer", "uie_postprocess", "uie_model"):
+    for step in (f"{task}_tokenizer", f"{task}_postprocess", f"{task}_model"):
         theirs = {k: v.string_value for k, v in ens[step].parameters.items() if k != "vocab_size"}
         assert theirs.items() <= params.items(), step
-    assert params["position_prob"] == "0.5" and params["doc_stride"] == "16" and params["max_items"] == "64"
-    assert list(all_configs(UIE_SHAPE, PackageConfig(runtime="onnxruntime"))) == list(ens)  # a native engine: ensemble
+    assert settings.items() <= params.items()
+    assert list(all_configs(shape, PackageConfig(runtime="onnxruntime"))) == list(ens)  # a native engine: ensemble
 
 
-def test_mrc_bundle_carries_the_pipeline_modules(mrc_bundle, tmp_path):
+def test_mrc_bundle_carries_the_pipeline_modules(mrc_bundle, mrc_ensemble_bundle, tmp_path):
+    """Layout auto (python runtime): one model, reader.py, with the pipeline's windows.py and spans.py and the request
+    code beside it; the ensemble's pre- and post-processing load the same request code."""
     m = verify_bundle(mrc_bundle)
     assert m["task_type"] == "reading_comprehension" and m["reading"] == {"doc_stride": 10, "max_query_len": 12, "max_answer_len": 8}
-    for rel, src in (("cmrc2018_tokenizer/1/windows.py", "reading/windows.py"), ("cmrc2018_postprocess/1/spans.py", "reading/spans.py")):
-        assert rel in m["files"]
-        assert (mrc_bundle / rel).read_bytes() == (PIPELINE / src).read_bytes()
+    assert m["layout"] == "fused" and set(m["models"].values()) == {"cmrc2018"}
+    assert (mrc_bundle / "cmrc2018/1/model.py").read_bytes() == (SERVING / "models/reader.py").read_bytes()
+    ens = verify_bundle(mrc_ensemble_bundle)
+    assert ens["layout"] == "ensemble"
+    for bundle, man, rel, src in ((mrc_bundle, m, "cmrc2018/1/windows.py", PIPELINE / "reading/windows.py"),
+                                  (mrc_bundle, m, "cmrc2018/1/spans.py", PIPELINE / "reading/spans.py"),
+                                  (mrc_bundle, m, "cmrc2018/1/mrc_requests.py", SERVING / "mrc_requests.py"),
+                                  (mrc_ensemble_bundle, ens, "cmrc2018_tokenizer/1/windows.py", PIPELINE / "reading/windows.py"),
+                                  (mrc_ensemble_bundle, ens, "cmrc2018_postprocess/1/spans.py", PIPELINE / "reading/spans.py"),
+                                  (mrc_ensemble_bundle, ens, "cmrc2018_tokenizer/1/mrc_requests.py", SERVING / "mrc_requests.py"),
+                                  (mrc_ensemble_bundle, ens, "cmrc2018_postprocess/1/mrc_requests.py", SERVING / "mrc_requests.py")):
+        assert rel in man["files"]
+        assert (bundle / rel).read_bytes() == src.read_bytes()
     copy = tmp_path / "cmrc2018"
     shutil.copytree(mrc_bundle, copy)
-    with open(copy / "cmrc2018_postprocess/1/spans.py", "a", encoding="utf-8") as f:
+    with open(copy / "cmrc2018/1/spans.py", "a", encoding="utf-8") as f:
         f.write("\n")
     with pytest.raises(BundleIntegrityError, match="spans.py: SHA-256 differs"):
         verify_bundle(copy)
@@ -104,10 +122,27 @@ def test_mrc_meta_needs_reading_settings(mrc_export, tmp_path):
 
 
 @pytest.fixture(scope="module")
+def mrc_ensemble_bundle(mrc_export, tmp_path_factory) -> Path:
+    """The same export packaged with layout ensemble: tokenizer, model and post-processing as three models."""
+    pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, max_text_bytes=4096, layout="ensemble")
+    return write_repository(tmp_path_factory.mktemp("mrc_ens_repo"), "cmrc2018", ExportArtifacts.from_dir(mrc_export), pc).path
+
+
+@pytest.fixture(scope="module")
 def server(mrc_bundle, tmp_path_factory) -> TritonServer:
     srv = start_server(mrc_bundle, log_path=tmp_path_factory.mktemp("triton_mrc") / "server.log", timeout=120)
     yield srv
     assert srv.stop() == 0, srv.log_tail()
+
+
+@pytest.fixture(scope="module")
+def ensemble_server(mrc_ensemble_bundle, tmp_path_factory) -> TritonServer:
+    srv = start_server(mrc_ensemble_bundle, log_path=tmp_path_factory.mktemp("triton_mrc_ens") / "server.log", timeout=120)
+    yield srv
+    assert srv.stop() == 0, srv.log_tail()
+
+
+LAYOUTS = pytest.mark.parametrize("layout", ["server", "ensemble_server"])  # layout fused (auto), and the ensemble
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +159,16 @@ def bundle(mrc_bundle):
     return BundleModel.open(mrc_bundle)
 
 
+@LAYOUTS
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_served_answers_equal_offline(server, dev, bundle, protocol):
+def test_served_answers_equal_offline(layout, request, dev, bundle, protocol):
     from pipeline.reading.windows import make_windows
     from serving.tools.offline import offline_answers
 
     qs, cs = [e.question for e in dev], [e.context for e in dev]
     wins = make_windows(bundle.wordpiece(), qs, cs, max_seq_len=48, doc_stride=10, max_query_len=12)
     assert len(wins) > 2 * len(dev)  # most contexts span several windows
+    server = request.getfixturevalue(layout)
     url = server.http_url if protocol == "http" else server.grpc_url
     with ClassifierClient(url, protocol, "cmrc2018", retries=0) as client:
         assert kind_of_outputs(client.output_names()).name == "reading_comprehension"
@@ -144,9 +181,11 @@ def test_served_answers_equal_offline(server, dev, bundle, protocol):
     assert len({a.start for a in served}) > 3  # answers vary; not one degenerate position
 
 
-def test_bad_requests_are_refused_and_the_server_keeps_serving(server, dev):
+@LAYOUTS
+def test_bad_requests_are_refused_and_the_server_keeps_serving(layout, request, dev):
     import tritonclient.http as th
 
+    server = request.getfixturevalue(layout)
     q, c = dev[0].question, dev[0].context
     with ClassifierClient(server.grpc_url, "grpc", "cmrc2018", retries=0) as client:
         good = client.answer_batch([q], [c])
@@ -200,9 +239,11 @@ def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_pat
     assert "in pairs" in capsys.readouterr().err
 
 
-def test_smoke_concurrent_mode_holds_every_question_to_its_offline_single_answer(server, dev, bundle):
+@LAYOUTS
+def test_smoke_concurrent_mode_holds_every_question_to_its_offline_single_answer(layout, request, dev, bundle):
     from serving.tools.smoke import run_concurrent
 
+    server = request.getfixturevalue(layout)
     items = [(e.question, e.context) for e in dev]  # the tiny dev set: 10 questions
     r = run_concurrent(bundle, server.grpc_url, "grpc", items, concurrency=6)
     assert (r.items, r.mismatches) == (len(dev), 0) and r.items >= 10 and r.ok

@@ -34,9 +34,9 @@ ACCELERATORS = ("none", "tensorrt-fp16", "tensorrt-int8")
 FASTDEPLOY_ENGINES = ("paddle", "onnxruntime", "tensorrt", "openvino")
 KINDS = ("CPU", "GPU")
 # ensemble: tokenizer -> model -> postprocess, three Triton models; fused: one python model doing all three
-# in one process (classification, NER and UIE on a python runtime: two fewer IPC hops per request, and no other
-# stub competing with the engine's threads for the cores); auto: fused where it applies, else ensemble (the task kind
-# decides: serving.bundle.kinds.BundleKind.layout).  Measured on TNEWS, CLUENER and UIE: MEASUREMENTS.md.
+# in one process (every task kind on a python runtime: two fewer IPC hops per request, and no other stub competing
+# with the engine's threads for the cores); auto: fused where it applies, else ensemble (the task kind decides:
+# serving.bundle.kinds.BundleKind.layout).  Measured on TNEWS, CLUENER, UIE and CMRC2018: MEASUREMENTS.md.
 LAYOUTS = ("auto", "ensemble", "fused")
 VERSION_POLICIES = ("latest", "all")
 # The served interface: ernie-bundle (ours: label codes, descriptions, probabilities, top-k, JSON entities/spans) or

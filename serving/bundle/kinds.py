@@ -28,7 +28,7 @@ from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig, _config_error, _cores
 from serving.bundle.model_config import BundleShape, ModelNames
-from serving.triton import class_outputs, entity_outputs, fastdeploy_payloads, uie_requests
+from serving.triton import class_outputs, entity_outputs, fastdeploy_payloads, mrc_requests, uie_requests
 
 
 class BundleKind:
@@ -253,6 +253,12 @@ class _Windowed(BundleKind):
     """Reading comprehension and UIE: an item becomes a varying number of windows (max_batch_size 0 everywhere,
     model_config.windowed_package), and the model answers start/end logits per token."""
 
+    def batching_line(self, pc: PackageConfig, items: str, fused: bool) -> str:
+        """The model card's batching line: nothing batched by Triton; ``items`` per request, instances."""
+        return (f"- Batching: none by Triton (max_batch_size 0: windows per request vary); up to "
+                f"{pc.max_batch_size or 'any number of'} {items} per request, {pc.instances} {pc.kind} instance(s)"
+                f"{'' if fused else ' per model'}.")
+
     def serving_defaults(self, pc: PackageConfig) -> tuple[PackageConfig, str | None]:
         """Two instances with every core each, on CPU with an engine whose one request uses every core (OpenVINO).
         Nothing batches whole requests, so at one instance each request's python (windowing, decoding, the
@@ -277,9 +283,10 @@ class _Windowed(BundleKind):
 
 class ReadingComprehension(_Windowed):
     kind = TaskKind.READING_COMPREHENSION
-    tokenizer_source, postprocess_source = "mrc_tokenizer.py", "mrc_postprocess.py"
+    tokenizer_source, postprocess_source, fused_source = "mrc_tokenizer.py", "mrc_postprocess.py", "reader.py"
     tokenizer_pure = ("wordpiece.py", "reading/windows.py")
     postprocess_pure = ("reading/spans.py",)
+    fusable = True
     meta_section = "reading"
     describes = "extractive reading comprehension model"
     client_example = "answer --model {task} --question '谁发明了造纸术？' --context '蔡伦改进了造纸术。'"
@@ -289,21 +296,40 @@ class ReadingComprehension(_Windowed):
         return {"doc_stride": int(r.get("doc_stride", 0)), "max_query_len": int(r.get("max_query_len", 0)),
                 "max_answer_len": int(r.get("max_answer_len", 0))}
 
+    def tokenizer_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [Path(mrc_requests.__file__)]  # the request checks, shared with the fused model
+
+    def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [Path(mrc_requests.__file__), *super().postprocess_helpers(pc)]  # the answers
+
+    def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
+        return (mcfg.mrc_fused_config(shape, pc),)
+
     def ensemble_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
         return (mcfg.mrc_ensemble_config(shape, pc), mcfg.mrc_tokenizer_config(shape, pc),
                 mcfg.model_config(shape, mcfg.windowed_package(pc), self.token_level), mcfg.mrc_postprocess_config(shape, pc))
 
     def card_lines(self, names, pc, meta, model_line, batching, choice) -> list[str]:
         r = meta[self.meta_section]
+        io = ("inputs `question`, `context` (TYPE_STRING, [N] each) -> outputs `answer` (TYPE_STRING), `start`, `end` "
+              "(INT64 char offsets into the context, end exclusive), `score` (FP32), [N] each.")
+        if self.layout(pc) == "fused":
+            return [
+                f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: windowing, model and answer "
+                f"picking in one process): {io}",
+                f"- Inside: windows.make_windows (max_seq_len {meta['max_seq_len']}, doc_stride {r['doc_stride']}, "
+                f"max_query_len {r['max_query_len']}), the {choice.precision} model from `{choice.form}` on all of a "
+                f"request's windows in one call, spans.best_spans over each question's windows (max_answer_len "
+                f"{r['max_answer_len']}).",
+                self.batching_line(pc, "questions", fused=True),
+            ]
         return [
-            f"- Ensemble `{names.ensemble}`: inputs `question`, `context` (TYPE_STRING, [N] each) -> outputs `answer` "
-            "(TYPE_STRING), `start`, `end` (INT64 char offsets into the context, end exclusive), `score` (FP32), [N] each.",
+            f"- Ensemble `{names.ensemble}`: {io}",
             f"- `{names.tokenizer}` (python): windows.make_windows, max_seq_len {meta['max_seq_len']}, doc_stride "
             f"{r['doc_stride']}, max_query_len {r['max_query_len']}; one question becomes one or more windows.",
             model_line,
             f"- `{names.postprocess}` (python): spans.best_spans over all windows of a question, max_answer_len {r['max_answer_len']}.",
-            f"- Batching: none by Triton (max_batch_size 0: windows per question vary); up to {pc.max_batch_size or 'any number of'} "
-            f"questions per request, {pc.instances} {pc.kind} instance(s) per model.",
+            self.batching_line(pc, "questions", fused=False),
         ]
 
 
@@ -354,8 +380,7 @@ class UniversalExtraction(_Windowed):
                 f"{u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens), the {choice.precision} model from "
                 f"`{choice.form}` on all of a request's windows in one call, spans.decode_spans (start/end sigmoid >= "
                 f"{u['position_prob']}, spans of at most {u['max_span_len']} tokens).",
-                f"- Batching: none by Triton (max_batch_size 0: windows per request vary); up to "
-                f"{pc.max_batch_size or 'any number of'} texts per request, {pc.instances} {pc.kind} instance(s).",
+                self.batching_line(pc, "texts", fused=True),
             ]
         return [
             f"- Ensemble `{names.ensemble}`: {io}",
@@ -364,8 +389,7 @@ class UniversalExtraction(_Windowed):
             model_line,
             f"- `{names.postprocess}` (python): spans.decode_spans (start/end sigmoid >= {u['position_prob']}, UIE's pairing, "
             f"spans of at most {u['max_span_len']} tokens) over all windows of a pair.",
-            f"- Batching: none by Triton (max_batch_size 0: windows per request vary); up to {pc.max_batch_size or 'any number of'} "
-            f"texts per request, {pc.instances} {pc.kind} instance(s) per model.",
+            self.batching_line(pc, "texts", fused=False),
         ]
 
     def fastdeploy_card_lines(self, names, pc, meta, engine) -> list[str]:

@@ -19,7 +19,8 @@ model names, with other tensors (which builders make a kind's configs: its objec
       <task>_postprocess  logits + offsets + text -> entities  (argmax, bio.decode_tags)
 
     reading_comprehension (MRC), max_batch_size 0 everywhere (see windowed_package for why):
-      <task>              question [N], context [N] -> answer [N], start [N], end [N], score [N]
+      <task>              question [N], context [N] -> answer [N], start [N], end [N], score [N]  (layout fused:
+                          one python model, reader.py, runs all three steps)
       <task>_tokenizer    -> input_ids, token_type_ids [W, T], offsets [W, T, 2], window_example [W]
       <task>_model        -> logits [W, T, 2]
       <task>_postprocess  logits + offsets + window_example + context -> answer, start, end, score  (spans.best_spans)
@@ -472,6 +473,22 @@ def mrc_ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig
     _common(cfg, pc0, scheduled=False)
     _chain(cfg, names, (QUESTION, CONTEXT), (OFFSETS, WINDOW_EXAMPLE), (CONTEXT,), (ANSWER, START, END, SCORE),
            _model_output(shape, pc))
+    return cfg
+
+
+def mrc_fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    """package.layout fused: the ensemble's inputs and outputs on one python model (``reader.py``) that windows,
+    runs the engine in-process and picks the answers; max_batch_size 0 as the ensemble's (windows per question vary)."""
+    pc0 = windowed_package(pc)
+    cfg = mc.ModelConfig(name=ModelNames(shape.task, fused=True).ensemble, backend="python")
+    cfg.input.extend([_inp(QUESTION, mc.TYPE_STRING, [], pc0), _inp(CONTEXT, mc.TYPE_STRING, [], pc0)])
+    cfg.output.extend(_mrc_outputs(pc0))
+    _common(cfg, pc0)
+    _fused_steps(cfg, shape, pc)
+    for key, value in (("doc_stride", shape.doc_stride), ("max_query_len", shape.max_query_len),
+                       ("max_answer_len", shape.max_answer_len), ("n_best", shape.n_best),
+                       ("max_items", pc.max_batch_size)):  # questions per request; 0: no limit
+        _param(cfg, key, value)
     return cfg
 
 

@@ -12,19 +12,16 @@ tokenizes to nothing): answer "", start = end = -1, score -inf.
 import sys
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import model_support  # noqa: E402  (copied next to this file: set-up and the per-request loop of every model)
 
 
 class TritonPythonModel(model_support.PerRequest):
-    folder, siblings, what = HERE, ("spans",), "postprocessing"
+    folder, siblings, what = HERE, ("spans", "mrc_requests"), "postprocessing"
 
     def setup(self, params):
-        self.max_answer_len = int(params["max_answer_len"])
-        self.n_best = int(params.get("n_best", "20"))
+        self.mrc_requests.decoding_setup(self, params)
 
     def one(self, request):
         logits, offsets = self.tensor(request, "logits"), self.tensor(request, "offsets")
@@ -35,8 +32,4 @@ class TritonPythonModel(model_support.PerRequest):
         # Padding rows have offsets (-1, -1): best_spans never picks them, as offline.
         found = self.spans.best_spans(list(logits[:, : offsets.shape[1]]), model_support.windows(example, offsets), contexts,
                                       max_answer_len=self.max_answer_len, n_best=self.n_best)
-        n = len(contexts)
-        return {"answer": np.array([(s.text if s else "").encode("utf-8") for s in found], dtype=np.object_).reshape(n),
-                "start": np.array([s.start if s else -1 for s in found], dtype=np.int64).reshape(n),
-                "end": np.array([s.end if s else -1 for s in found], dtype=np.int64).reshape(n),
-                "score": np.array([s.score if s else -np.inf for s in found], dtype=np.float32).reshape(n)}
+        return self.mrc_requests.answers(found)

@@ -8,8 +8,8 @@ them.  Outputs, all with the WINDOW count W as first dimension (W >= N, it depen
 (-1, -1) outside it and on padding) and ``window_example`` [W] (the pair each window belongs to).
 This is why the reading-comprehension chain runs with max_batch_size 0 (see serving/bundle/model_config.py).
 
-Bad input is refused per request: question/context counts differ, more than ``max_items`` pairs,
-non-UTF-8, empty question or context, an item over ``max_text_bytes``.
+Bad input is refused per request (``mrc_requests.questions_and_contexts``): question/context counts differ, more
+than ``max_items`` pairs, non-UTF-8, empty question or context, an item over ``max_text_bytes``.
 """
 
 import sys
@@ -21,24 +21,14 @@ import model_support  # noqa: E402  (copied next to this file: set-up and the pe
 
 
 class TritonPythonModel(model_support.PerRequest):
-    folder, siblings, what = HERE, ("windows",), "windowing"
+    folder, siblings, what = HERE, ("windows", "mrc_requests"), "windowing"
 
     def setup(self, params):
-        self.text_setup(params)  # no truncation, no padding: make_windows slices and pads itself
-        self.doc_stride = int(params["doc_stride"])
-        self.max_query_len = int(params["max_query_len"])
+        self.mrc_requests.windowing_setup(self, params)
 
     def one(self, request):
-        questions, contexts = self.items(request, "question"), self.items(request, "context")
-        bad = self.text_input.BadText
-        if len(questions) != len(contexts):
-            raise bad(f"{len(questions)} questions but {len(contexts)} contexts: send one context per question")
-        if not len(questions):
-            raise bad("no questions in the request")
-        if self.max_items and len(questions) > self.max_items:
-            raise bad(f"{len(questions)} questions in one request, over the limit of {self.max_items} (max_batch_size)")
-        qs, cs = self.texts(questions, "question"), self.texts(contexts, "context")
-        wins = self.windows.make_windows(self.tok, qs, cs, max_seq_len=self.max_seq_len, doc_stride=self.doc_stride,
-                                         max_query_len=self.max_query_len)
+        questions, contexts = self.mrc_requests.questions_and_contexts(self, self.items(request, "question"),
+                                                                       self.items(request, "context"))
+        wins = self.mrc_requests.make_windows(self, questions, contexts)
         ids, types, offsets, example = self.windows.window_arrays(wins, self.pad_id)
         return {"input_ids": ids, "token_type_ids": types, "offsets": offsets, "window_example": example}
