@@ -371,7 +371,8 @@ def test_fused_layout_is_refused_where_it_cannot_work():
     assert bundle_kind("classification").layout(PackageConfig(runtime="onnxruntime")) == "ensemble"  # native model backend
     assert bundle_kind("token_classification").layout(PackageConfig()) == "fused"
     assert bundle_kind("token_classification").layout(PackageConfig(runtime="onnxruntime")) == "ensemble"
-    assert bundle_kind("reading_comprehension").layout(PackageConfig()) == "ensemble"  # windows: no fused form
+    assert bundle_kind("reading_comprehension").layout(PackageConfig()) == "fused"  # reader.py
+    assert bundle_kind("reading_comprehension").layout(PackageConfig(layout="ensemble")) == "ensemble"
 
 
 @LAYOUTS
