@@ -167,7 +167,8 @@ def run(ctx):
     pkg, settings = info.manifest["package"], info.manifest.get("serving_settings", {})
     why = settings.get("tune_not_applied")
     ctx.log(f"[package] serving {pkg['instances']} instance(s) x {pkg['engine_threads']} engine thread(s): "
-            f"{settings.get('chosen_by', 'package defaults')}" + (f" (make tune's record not applied: {why})" if isinstance(why, str) else ""))
+            f"{settings.get('chosen_by', 'package defaults')}" + (f" (make tune's record not applied: {why})" if isinstance(why, str) else "")
+            + (f"; {settings['kind_default']}" if settings.get("kind_default") else ""))
     deploy = info.manifest.get("deploy")
     if deploy:
         kinds = ", ".join(o["kind"] for o in deploy["objects"])
