@@ -135,10 +135,16 @@ class PackageConfig:
         whose one request uses them all (OpenVINO), else one per core here (see ``instance_count``)."""
         if self.instance_count:
             return self.instance_count
+        return 1 if self.kind == "GPU" or self.engine_takes_every_core else _cores()
+
+    @property
+    def engine_takes_every_core(self) -> bool:
+        """The served engine runs one request on every core (``ServedEngine.one_instance``: OpenVINO), rather than
+        one instance per core (ONNX Runtime)."""
         from pipeline.backends.registry import served_engine
 
         served = served_engine(self.engine)
-        return 1 if self.kind == "GPU" or (served is not None and served.one_instance) else _cores()
+        return served is not None and served.one_instance
 
     @property
     def engine_threads(self) -> int:

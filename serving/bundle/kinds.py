@@ -26,7 +26,7 @@ from typing import Any
 from pipeline.contract import TaskKind, kind_table, lookup_kind
 from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
-from serving.bundle.config import PackageConfig, _config_error, _cores
+from serving.bundle.config import PackageConfig, _config_error
 from serving.bundle.model_config import BundleShape, ModelNames
 from serving.triton import class_outputs, entity_outputs, fastdeploy_payloads, mrc_requests, uie_requests
 
@@ -265,12 +265,9 @@ class _Windowed(BundleKind):
         hand-offs) runs while the engine waits; a second instance runs its engine meanwhile.  Every make tune of a
         windowed bundle chose this (CMRC2018 on Intel: 1.29x at c16, level at c1; UIE fused and ensemble on AMD:
         1.11x and 1.09x at c16, level at c1; MEASUREMENTS.md), and two instances x one thread lost c1 by 0.6x."""
-        from pipeline.backends.registry import served_engine
-
-        served = served_engine(pc.engine)
-        if pc.instance_count or pc.threads or pc.kind != "CPU" or served is None or not served.one_instance:
+        if pc.instance_count or pc.threads or pc.kind != "CPU" or not pc.engine_takes_every_core:
             return pc, None
-        cores = _cores()
+        cores = pc.engine_threads  # one instance's: every core
         return (dataclasses.replace(pc, instance_count=2, threads=cores),
                 f"{self.name}: 2 instances x {cores} threads (whole requests: one instance's python overlaps the "
                 "other's engine)")
