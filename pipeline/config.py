@@ -283,7 +283,7 @@ class TaskConfig:
             first = getattr(getattr(self, section), key)
             if first + 3 >= self.max_seq_len:
                 raise ConfigError(f"{section}.{key} {first} leaves no room for the {text} in max_seq_len {self.max_seq_len}")
-        from serving.bundle.fastdeploy_api import check as check_api
+        from serving.bundle.kinds import check_api
 
         check_api(self.type, self.package)  # package.api fastdeploy: only the kinds FastDeploy's examples serve
         if self.data.text_b and self.package.api == "fastdeploy":

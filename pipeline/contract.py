@@ -29,10 +29,16 @@ class TaskKind(str, Enum):
     UIE = "uie"
 
 
-def kind_table(objects, where: str) -> dict:
-    """One object per TaskKind, keyed by its ``name`` (a TaskKind value): a side's per-kind table (``where`` names it)."""
-    table = {o.name: o for o in objects}
-    assert set(table) == {k.value for k in TaskKind}, f"{where}: one object per pipeline.contract.TaskKind"
+def kind_table(package: str) -> dict:
+    """One object per TaskKind, keyed by its value: each ``KIND`` of the module ``<package>.<value>`` (a side's kind
+    objects live in modules named after their kind, so a new kind is its modules and its value here, no table)."""
+    import importlib
+
+    table = {}
+    for k in TaskKind:
+        obj = importlib.import_module(f"{package}.{k.value}").KIND
+        assert obj.name == k.value, f"{package}.{k.value}: KIND is {obj.name!r}, not {k.value!r}"
+        table[k.value] = obj
     return table
 
 
@@ -158,7 +164,8 @@ META_REQUIRED = {"task": str, "max_seq_len": int, "num_labels": int}
 
 def read_meta(path: Path) -> dict[str, Any]:
     """``meta.json`` as export wrote it, checked: a missing, truncated or hand-edited file is one line naming it and
-    the field.  The kind-specific sections (``reading``, ``uie``) are checked by the kind that reads them."""
+    the field.  The kind-specific sections (``reading``, ``uie``) are checked by the kind that reads them, when a bundle is
+    packaged (``serving/bundle/kinds/``, ``meta_problem``)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -178,24 +185,6 @@ def read_meta(path: Path) -> dict[str, Any]:
     task_type = data.get("task_type", TaskKind.CLASSIFICATION.value)
     if task_type not in {k.value for k in TaskKind}:
         raise ModelError(f"{path}: task_type {task_type!r} is not one of {', '.join(k.value for k in TaskKind)}")
-    windows = {TaskKind.READING_COMPREHENSION.value: ("reading", ("doc_stride", "max_query_len", "max_answer_len")),
-               TaskKind.UIE.value: ("uie", ("doc_stride", "max_prompt_len", "max_span_len"))}
-    if task_type in windows:  # what the served pre/post-processing windows and decodes with
-        section, keys = windows[task_type]
-        values = data.get(section)
-        if not isinstance(values, dict):
-            raise ModelError(f"{path}: field {section!r} ({', '.join(keys)}) missing")
-        for key in keys:
-            if isinstance(values.get(key), bool) or not isinstance(values.get(key), int) or values[key] < 1:
-                raise ModelError(f"{path}: {section}.{key} must be a positive integer, got {values.get(key)!r}")
-        first = values.get("max_query_len", values.get("max_prompt_len"))
-        if first + 3 >= data["max_seq_len"]:
-            raise ModelError(f"{path}: {section}.{keys[1]} {first} leaves no room for context in max_seq_len "
-                             f"{data['max_seq_len']}")
-        if section == "uie":
-            prob = values.get("position_prob")
-            if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0 < prob < 1:
-                raise ModelError(f"{path}: uie.position_prob must be in (0, 1), got {prob!r}")
     return data
 
 

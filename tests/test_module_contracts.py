@@ -130,7 +130,7 @@ def test_shipped_searches_round_trip_in_the_file_layout_meta_json_keeps(tmp_path
     assert back.own == {} and not back.onnxruntime.searched and back.onnxruntime.recipe == "dynamic-per-batch"
 
 
-# -- serving/bundle/kinds.py and serving/tools/kinds/ ---------------------------------------------------------------
+# -- serving/bundle/kinds/ and serving/tools/kinds/ -----------------------------------------------------------------
 BUNDLE_IMPORTS_ALLOWED = {"numpy", "tokenizers", "json", "re", "unicodedata", "math", "dataclasses", "typing",
                           "__future__", "collections", "functools", "itertools", "bisect"}
 
@@ -166,3 +166,42 @@ def test_both_kind_tables_cover_every_kind_and_the_client_command_line_takes_eac
             client_cli.main([k.command, "--help"])
         assert exc.value.code == 0
     assert kind_of_outputs(["label", "probs"]).name == TaskKind.CLASSIFICATION.value  # FastDeploy's outputs
+
+
+@pytest.mark.parametrize("name, section, keys", [
+    ("reading_comprehension", "reading", ("doc_stride", "max_query_len", "max_answer_len")),
+    ("uie", "uie", ("doc_stride", "max_prompt_len", "max_span_len"))])
+def test_a_windowed_kind_names_what_is_wrong_with_its_meta_section(name, section, keys):
+    """The served windowing reads meta.json's section of its kind: each integer positive, the first segment leaving
+    room for context, UIE's threshold a probability; the other kinds have no section to check."""
+    from serving.bundle.kinds import bundle_kind
+
+    kind = bundle_kind(name)
+    good = {"max_seq_len": 64, section: {**dict.fromkeys(keys, 8), "position_prob": 0.5}}
+    assert kind.meta_problem(good) is None
+    assert kind.meta_problem({"max_seq_len": 64}) == f"field {section!r} ({', '.join(keys)}) missing"
+    for key, bad in ((keys[0], 0), (keys[2], True), (keys[2], "8")):
+        assert kind.meta_problem({**good, section: {**good[section], key: bad}}) == \
+            f"{section}.{key} must be a positive integer, got {bad!r}"
+    assert kind.meta_problem({**good, section: {**good[section], keys[1]: 61}}) == \
+        f"{section}.{keys[1]} 61 leaves no room for context in max_seq_len 64"
+    prob = kind.meta_problem({**good, section: {**good[section], "position_prob": 1.0}})
+    assert prob == ("uie.position_prob must be in (0, 1), got 1.0" if name == "uie" else None)
+    assert bundle_kind("classification").meta_problem({"max_seq_len": 64}) is None
+
+
+def test_package_api_fastdeploy_is_offered_for_the_kinds_that_name_an_example():
+    """Each kind names its own FastDeploy example; the refusal for one without lists those that have one."""
+    from pipeline.errors import ConfigError
+    from serving.bundle.config import PackageConfig
+    from serving.bundle.kinds import KINDS, bundle_kind, check_api
+
+    offered = {n: k.fastdeploy.model for n, k in KINDS.items() if k.fastdeploy is not None}
+    assert offered == {"classification": "ernie_seqcls", "token_classification": "ernie_tokencls", "uie": "uie"}
+    fastdeploy = PackageConfig(api="fastdeploy")
+    assert [bundle_kind(n).served_name("news", fastdeploy) for n in offered] == list(offered.values())
+    assert bundle_kind("classification").served_name("news", PackageConfig()) == "news"
+    with pytest.raises(ConfigError, match=r"^package.api: fastdeploy has serving examples for classification "
+                       r"\(ernie_seqcls\), token_classification \(ernie_tokencls\) and uie \(uie\), not reading_comprehension"):
+        check_api("reading_comprehension", fastdeploy)
+    check_api("reading_comprehension", PackageConfig())  # our API serves every kind

@@ -163,7 +163,7 @@ def bundle(mrc_bundle):
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_served_answers_equal_offline(layout, request, dev, bundle, protocol):
     from pipeline.reading.windows import make_windows
-    from serving.tools.offline import offline_answers
+    from serving.tools.kinds.reading_comprehension import offline_answers
 
     qs, cs = [e.question for e in dev], [e.context for e in dev]
     wins = make_windows(bundle.wordpiece(), qs, cs, max_seq_len=48, doc_stride=10, max_query_len=12)
@@ -255,7 +255,8 @@ def test_offline_yardstick_counts_questions(bundle, dev, monkeypatch):
     import numpy as np
 
     from pipeline.reading import windows
-    from serving.tools.offline import BundleModel, model_only_question_rate
+    from serving.tools.kinds.reading_comprehension import question_batches
+    from serving.tools.offline import BundleModel
 
     pairs = [(e.question, e.context) for e in dev][:6]
     tok, reading = bundle.wordpiece(), bundle.manifest["reading"]
@@ -271,7 +272,7 @@ def test_offline_yardstick_counts_questions(bundle, dev, monkeypatch):
         return run
 
     monkeypatch.setattr(BundleModel, "session", fake_session)
-    assert model_only_question_rate(bundle, pairs, seconds=0.2) > 0
+    assert question_batches(bundle, pairs).round(0.2)[0] > 0
     # every question's windows once to warm every padded width, then one call per question in the timed round
     assert batches[: 2 * len(pairs)] == expected + expected
 

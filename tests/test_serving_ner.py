@@ -145,7 +145,7 @@ def _key(entities):
 @LAYOUTS
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_served_entities_equal_offline(layout, request, dev, bundle, protocol):
-    from serving.tools.offline import offline_entities
+    from serving.tools.kinds.token_classification import offline_entities
 
     server = request.getfixturevalue(layout)
 
@@ -209,7 +209,7 @@ def test_concurrent_requests_of_different_lengths_are_merged_and_answered_correc
 def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_path, capsys, monkeypatch):
     from pipeline.labeling.metric import chunk_f1
     from serving.tools import client_cli
-    from serving.tools.offline import offline_entities
+    from serving.tools.kinds.token_classification import offline_entities
     from serving.tools.kinds.token_classification import run_smoke
 
     with ClassifierClient(server.http_url, "http", "cluener", retries=0) as client:

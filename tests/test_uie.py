@@ -18,7 +18,7 @@ from pipeline.errors import ConfigError, DataError
 from pipeline.extraction.examples import ExtractionExample, read_uie_lines
 from pipeline.extraction.metric import span_scores
 from pipeline.extraction.spans import decode_spans, pair_pointers
-from pipeline.kinds.extraction import pointer_targets
+from pipeline.kinds.uie import pointer_targets
 
 
 def _write_lines(path: Path, rows) -> Path:

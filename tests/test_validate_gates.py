@@ -198,7 +198,7 @@ def test_thresholds_that_are_not_numbers_are_config_errors(tiny_finetuned):
     assert rc == 2
 
 
-def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_path):
+def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_path, monkeypatch):
     """Three places that raised a bare ValueError (a traceback): a backend whose outputs do not match the FP32
     reference, a QDQ build without calibration batches, a package layout the task kind cannot have."""
     import dataclasses
@@ -222,16 +222,19 @@ def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_pa
         compare_outputs("onnxruntime-cpu-int8", Ev, ref, None)
     with pytest.raises(DataError, match="no calibration batch"):
         quantize_int8_qdq(tmp_path / "absent.onnx", tmp_path / "q.onnx", [])
-    from serving.bundle.kinds import BundleKind, ReadingComprehension
+    from serving.bundle.kinds import KINDS, BundleKind
+    from serving.bundle.kinds.reading_comprehension import ReadingComprehension
 
     class Unfused(ReadingComprehension):  # a kind with no fused form of its own (every built-in kind has one)
         fusable, fused_configs = False, BundleKind.fused_configs
 
     mrc = BundleShape(task="mrc", num_labels=2, max_seq_len=32, model_file="model.onnx", task_type="reading_comprehension")
-    with pytest.raises(ConfigError, match="package.layout: fused is for classification, token_classification, "
-                                          "reading_comprehension or uie bundles, not reading_comprehension"):
-        Unfused().configs(mrc, dataclasses.replace(PackageConfig(), layout="fused"))
-    assert list(all_configs(mrc, dataclasses.replace(PackageConfig(), layout="fused"))) == ["mrc"]
+    fused = dataclasses.replace(PackageConfig(), layout="fused")
+    assert list(all_configs(mrc, fused)) == ["mrc"]
+    monkeypatch.setitem(KINDS, "reading_comprehension", Unfused())
+    with pytest.raises(ConfigError, match="package.layout: fused is for classification, token_classification "
+                                          "or uie bundles, not reading_comprehension"):
+        all_configs(mrc, fused)
 
 
 def test_a_gpu_runtime_that_can_run_is_measured_not_skipped(exported, tmp_path, monkeypatch):

@@ -9,6 +9,8 @@ import importlib
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -117,3 +119,73 @@ def test_a_second_form_of_the_same_name_or_path_is_refused():
             register_form(Form("walkthrough_onnx", "onnx/int8.onnx", Precision.INT8))
     finally:
         FORMS.pop("walkthrough_int8", None)
+
+
+# -- "Adding a task kind" ------------------------------------------------------------------------------------------
+def _kind_section() -> str:
+    text = (ROOT / "DEVELOPERS.md").read_text(encoding="utf-8")
+    start = text.index("- Adding a task kind")
+    return text[start : text.index("\n- ", start + 1)]
+
+
+KIND_SIDES = ("pipeline/kinds", "serving/bundle/kinds", "serving/tools/kinds")
+
+
+def test_the_kind_walkthrough_names_files_that_exist_and_every_kind_has_its_three_modules():
+    """Every path it quotes exists (``<kind>`` as each kind); each kind's object is the ``KIND`` of the module named
+    after it on each side, and says it is that kind."""
+    from pipeline.contract import TaskKind
+
+    section = _kind_section()
+    paths = [q for q in _quoted(section) if "/" in q and " " not in q and "::" not in q]
+    assert len(paths) >= 8 and "5 files" in section
+    for q in paths:
+        for kind in TaskKind:
+            path = ROOT / q.replace("<kind>", kind.value)
+            assert path.exists(), q
+    for side in KIND_SIDES:
+        assert f"`{side}/<kind>.py`" in section, side
+        for kind in TaskKind:
+            obj = importlib.import_module(f"{side.replace('/', '.')}.{kind.value}").KIND
+            assert obj.name == kind.value, (side, kind)
+    for name in ("label_problem", "meta_problem", "fastdeploy", "first_segment", "data_formats"):
+        assert f"`{name}`" in section, name
+
+
+def _written_outside(kind, own: tuple[str, ...]) -> set[str]:
+    """Modules of pipeline/ and serving/ (outside ``own``) that spell the kind: its value as a string, its TaskKind
+    member, or an import of one of its modules (comments and docstrings aside)."""
+    import ast
+
+    own_modules = {o.removesuffix(".py").replace("/", ".") for o in own if o.endswith(".py")}
+    named = set()
+    for path in [*(ROOT / "pipeline").rglob("*.py"), *(ROOT / "serving").rglob("*.py")]:
+        rel = str(path.relative_to(ROOT))
+        if any(rel == o or (o.endswith("/") and rel.startswith(o)) for o in own):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr == kind.name) \
+                    or (isinstance(node, ast.ImportFrom) and node.module in own_modules) \
+                    or (isinstance(node, ast.Constant) and node.value == kind.value and id(node) not in docs):
+                named.add(rel)
+    return named
+
+
+@pytest.mark.parametrize("value, helpers", [
+    ("token_classification", ("pipeline/labeling/", "serving/triton/entity_outputs.py")),
+    ("reading_comprehension", ("pipeline/reading/", "serving/triton/mrc_requests.py")),
+    ("uie", ("pipeline/extraction/", "serving/triton/uie_requests.py"))])
+def test_the_files_it_counts_are_the_places_a_kind_is_named_outside_its_modules(value, helpers):
+    """"5 files": no module outside a kind's own three (and the helpers only it loads) spells it, but
+    ``pipeline/contract.py``'s TaskKind.  (Classification, the default of records older than ``task_type``, is
+    named as that default too.)"""
+    from pipeline.contract import TaskKind
+
+    kind = TaskKind(value)
+    own = (*(f"{side}/{value}.py" for side in KIND_SIDES), *helpers)
+    assert _written_outside(kind, own) == {"pipeline/contract.py"}
+    # and the scan sees what it looks for: the classification default is spelled where records predate task_type
+    assert "pipeline/config.py" in _written_outside(TaskKind.CLASSIFICATION, tuple(f"{s}/classification.py" for s in KIND_SIDES))

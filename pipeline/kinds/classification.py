@@ -86,3 +86,6 @@ def macro_f1(pred: np.ndarray, labels: np.ndarray, num_labels: int) -> float:
         if tp + fp + fn:
             f1s.append(2 * tp / (2 * tp + fp + fn))
     return float(np.mean(f1s)) if f1s else 0.0
+
+
+KIND = Classification  # what pipeline.kinds.kind_class finds in the module named after the kind

@@ -127,3 +127,6 @@ class TokenClassification(TaskKind):
 
     def predictions(self, outputs, fs: FeatureSet) -> list:
         return [tuple((e.type, e.start, e.end) for e in ents) for ents in self.entities(outputs, fs)]
+
+
+KIND = TokenClassification  # what pipeline.kinds.kind_class finds in the module named after the kind

@@ -40,8 +40,8 @@ and ``<name>_postprocess`` (FastDeploy's model names), with our tensor names bet
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
-from pipeline.contract import TaskKind
 from serving.bundle.config import PackageConfig, _config_error, runtimes
 
 API = "fastdeploy"
@@ -49,18 +49,13 @@ API = "fastdeploy"
 
 @dataclass(frozen=True)
 class Example:
-    """FastDeploy's serving example for one task kind."""
+    """FastDeploy's serving example for one task kind (each kind names its own: ``BundleKind.fastdeploy``)."""
 
     model: str  # the served model's name
     client: str  # FastDeploy's own client script for it
     one_model: bool = False  # one python model that windows, runs the engine in-process and decodes (uie)
 
 
-# task kind (a TaskKind value) -> its example; the kinds not here have none
-EXAMPLES = {TaskKind.CLASSIFICATION.value: Example("ernie_seqcls", "seq_cls_grpc_client.py"),
-            TaskKind.TOKEN_CLASSIFICATION.value: Example("ernie_tokencls", "token_cls_grpc_client.py"),
-            TaskKind.UIE.value: Example("uie", "grpc_client.py", one_model=True)}
-MODEL_NAMES = {kind: example.model for kind, example in EXAMPLES.items()}
 # ernie_seqcls / ernie_tokencls ensemble tensors
 INPUT, OUTPUT = "INPUT", "OUTPUT"
 # uie tensors
@@ -68,35 +63,31 @@ UIE_TEXTS, UIE_SCHEMA, UIE_RESULTS = "INPUT_0", "INPUT_1", "OUTPUT_0"
 UIE_MAX_BATCH_SIZE = 1  # FastDeploy's uie config: one request carries its texts as one JSON list
 
 
-def check(task_type: str, pc: PackageConfig) -> None:
-    """Refuse, naming package.api, a package config FastDeploy's examples have no served interface for."""
+def check(task_type: str, example: Example | None, pc: PackageConfig, offered: Sequence[tuple[str, Example]]) -> None:
+    """Refuse, naming package.api, a package config FastDeploy's examples have no served interface for
+    (``example``: the kind's; ``offered``: every kind that has one)."""
     if pc.api != API:
         return
-    example = EXAMPLES.get(task_type)
     if example is None:
-        raise _config_error(f"package.api: fastdeploy has serving examples for classification (ernie_seqcls), "
-                            f"token_classification (ernie_tokencls) and uie (uie), not {task_type}; use package.api "
-                            "ernie-bundle")
+        names = [f"{name} ({ex.model})" for name, ex in offered]
+        names = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        raise _config_error(f"package.api: fastdeploy has serving examples for {names}, not {task_type}; use "
+                            "package.api ernie-bundle")
     if example.one_model and pc.backend != "python":
         python = ", ".join(r for r, (backend, _) in runtimes().items() if backend == "python")
-        raise _config_error(f"package.api: fastdeploy's uie is one python model running the engine in-process (as "
+        raise _config_error(f"package.api: fastdeploy's {example.model} is one python model running the engine in-process (as "
                             f"FastDeploy's example does): use a python runtime ({python}), not {pc.runtime}")
     if example.one_model and pc.layout == "ensemble":
-        raise _config_error("package.api: fastdeploy's uie is one python model (layout fused), not an ensemble")
+        raise _config_error(f"package.api: fastdeploy's {example.model} is one python model (layout fused), not an "
+                            "ensemble")
 
 
-def served_name(task: str, task_type: str, pc: PackageConfig) -> str:
-    """The name clients call: the task's with our API, FastDeploy's example name with theirs."""
-    return MODEL_NAMES[task_type] if pc.api == API else task
-
-
-def resolved(pc: PackageConfig, task_type: str) -> PackageConfig:
+def resolved(pc: PackageConfig, example: Example | None) -> PackageConfig:
     """FastDeploy's uie keeps the schema it was sent last per model instance (``UIEModel.set_schema``; its
     client sends ``[]`` to mean "the same again"), so with instance_count auto the uie model gets one instance, as
     in FastDeploy's config, and every core as engine threads: then "the schema sent last" is one per server."""
     import dataclasses
 
-    example = EXAMPLES.get(task_type)
     if pc.api == API and example is not None and example.one_model and pc.instance_count == 0:
         return dataclasses.replace(pc, instance_count=1)
     return pc

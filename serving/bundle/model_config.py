@@ -9,7 +9,7 @@ templates, so a config that Triton would reject for its structure cannot be writ
     <task>_postprocess  python backend: softmax, label mapping, top-k
 
 That is the classification bundle.  The other task kinds (``BundleShape.task_type``) keep the four
-model names, with other tensors (which builders make a kind's configs: its object in serving/bundle/kinds.py,
+model names, with other tensors (which builders make a kind's configs: its object in serving/bundle/kinds/,
 ``all_configs`` there):
 
     token_classification (NER), batched like classification (max_batch_size from package):

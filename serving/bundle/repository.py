@@ -15,7 +15,7 @@
 Token classification / reading comprehension bundles (meta.json "task_type") have the same four
 models with other python models (serving/triton/models/{ner,mrc}_*.py) and, next to them, verbatim copies
 of the pipeline's pure pre/post-processing modules (wordpiece.py, bio.py, windows.py, spans.py: each kind's object
-in serving/bundle/kinds.py names its sources and modules)
+in serving/bundle/kinds/ names its sources and modules)
 and of serving/triton/text_input.py, so the served pre/post-processing is the offline code; like every
 file they are hashed in bundle.json.
 
@@ -47,7 +47,7 @@ from pipeline.contract import META_FILE, ExportLayout, TaskKind, form, read_meta
 from pipeline.errors import ModelError
 from serving.bundle import fastdeploy_api, model_io
 from serving.bundle.config import DeployConfig, PackageConfig
-from serving.bundle.kinds import BundleKind, all_configs, bundle_kind, fused_kinds
+from serving.bundle.kinds import BundleKind, all_configs, bundle_kind, check_api, fused_kinds
 from serving.bundle.model_config import VERSION, BundleShape, ModelNames, to_pbtxt
 from serving.triton import integrity, model_support, text_input
 
@@ -286,7 +286,7 @@ def _kind(meta: dict) -> BundleKind:
 
 def _names(task: str, pc: PackageConfig, kind: BundleKind) -> ModelNames:
     """The bundle's model names: the task's, or FastDeploy's example names with package.api fastdeploy."""
-    return ModelNames(fastdeploy_api.served_name(task, kind.name, pc), fused=kind.layout(pc) == "fused")
+    return ModelNames(kind.served_name(task, pc), fused=kind.layout(pc) == "fused")
 
 
 def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: dict, choice: ModelChoice) -> BundleShape:
@@ -543,8 +543,11 @@ def write_repository(
     prov = provenance or Provenance()
     meta = exported.read_meta()
     kind = _kind(meta)
-    fastdeploy_api.check(kind.name, pc)  # a combination FastDeploy's examples do not serve: one line, exit 2
-    pc = fastdeploy_api.resolved(pc, kind.name)
+    problem = kind.meta_problem(meta)  # what the served windowing would trip on
+    if problem:
+        raise PackageError(f"{exported.meta}: {problem}")
+    check_api(kind.name, pc)  # a combination FastDeploy's examples do not serve: one line, exit 2
+    pc = fastdeploy_api.resolved(pc, kind.fastdeploy)
     choice = choose_model(exported, pc, preferred_precision, preferred_form)
     own = served_engine_of_form(choice.form)
     pc = pc.resolved(own.name if own is not None else "onnxruntime")

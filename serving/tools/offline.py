@@ -4,11 +4,11 @@ Tokenizes with ``pipeline.tokenizer.Tokenizer`` over the bundle's vocabulary (th
 not the served copy) and runs the very model file inside ``<task>_model/1/`` in the engine that serves it.
 Imports the pipeline lazily: only these developer tools need it.
 
-Token classification (``offline_entities``) and reading comprehension (``offline_answers``) run
-the pipeline's ``bio`` / ``windows`` + ``spans`` modules (the originals of the copies inside the
-bundle) with the same tokenizer settings as the served pre-processing, and group the items into
-requests of ``batch_size`` in order, exactly as ``serving.tools.client`` sends them: every model call
-then sees the same rows as the served one.  The served OpenVINO engine pads a batch's width further, to its
+Each kind's offline answers live in its tool module (``serving/tools/kinds/``: ``offline_entities``,
+``offline_answers``, ``offline_extractions``): they run the pipeline's ``bio`` / ``windows`` + ``spans`` modules
+(the originals of the copies inside the bundle) with the same tokenizer settings as the served pre-processing, and
+group the items into requests in order (``request_groups``), exactly as ``serving.tools.client`` sends them: every
+model call then sees the same rows as the served one.  The served OpenVINO engine pads a batch's width further, to its
 bucket (``width_buckets`` in ``pipeline/backends/openvino/served.py``; warmed only in the server); with the
 properties the bundle records (no snippets code generation) that changed one TNEWS title's float rounding in
 10,000 and no answer (MEASUREMENTS.md).
@@ -180,114 +180,6 @@ def model_only_throughput(bundle: BundleModel, texts: Sequence[str], batch_size:
     return text_batches(bundle, texts, batch_size).round(seconds)[0]
 
 
-def question_batches(bundle: BundleModel, pairs: Sequence[tuple[str, str]]) -> ModelOnly:
-    """Reading comprehension: each question's windows as one batch, what the served model executes per request
-    (Triton does not batch them: windows per question vary)."""
-    from pipeline.reading import windows
-
-    reading = bundle.manifest["reading"]
-    tok = bundle.wordpiece()
-    pad_id = tok.token_to_id("[PAD]")
-    batches = [windows.pad_windows(windows.make_windows(tok, [q], [c], max_seq_len=bundle.max_seq_len,
-                                                        doc_stride=int(reading["doc_stride"]),
-                                                        max_query_len=int(reading["max_query_len"])), pad_id)
-               for q, c in pairs[:200]]
-    return ModelOnly(bundle.session(engine_threads(bundle)), batches, [1] * len(batches))
-
-
-def model_only_question_rate(bundle: BundleModel, pairs: Sequence[tuple[str, str]], seconds: float = 5.0,
-                             threads: int = 0) -> float:
-    """Questions/s of a reading-comprehension model file alone (``question_batches``)."""
-    return question_batches(bundle, pairs).round(seconds)[0]
-
-
-def schema_batches(bundle: BundleModel, items: Sequence[tuple[str, Sequence[str]]]) -> ModelOnly:
-    """UIE: each text asked its whole schema, every (text, prompt) window of it as one batch: what the served model
-    executes for a one-text request (``max_batch_size`` 0, no Triton batching)."""
-    from pipeline.reading import windows
-
-    u = bundle.manifest["uie"]
-    tok = bundle.wordpiece()
-    pad_id = tok.token_to_id("[PAD]")
-    batches = [windows.pad_windows(windows.make_windows(tok, list(schema), [text] * len(schema), max_seq_len=bundle.max_seq_len,
-                                                        doc_stride=int(u["doc_stride"]), max_query_len=int(u["max_prompt_len"])),
-                                   pad_id)
-               for text, schema in items[:200]]
-    return ModelOnly(bundle.session(engine_threads(bundle)), batches, [1] * len(batches))
-
-
-def model_only_schema_rate(bundle: BundleModel, items: Sequence[tuple[str, Sequence[str]]], seconds: float = 5.0,
-                           threads: int = 0) -> float:
-    """UIE: texts/s of the model file alone (``schema_batches``)."""
-    return schema_batches(bundle, items).round(seconds)[0]
-
-
-def _groups(n: int, size: int) -> list[range]:
+def request_groups(n: int, size: int) -> list[range]:
+    """Item indices in requests of ``size``, in order, as ``serving.tools.client`` sends them."""
     return [range(i, min(i + size, n)) for i in range(0, n, size)]
-
-
-def offline_entities(bundle: BundleModel, texts: Sequence[str], batch_size: int = 32, threads: int = 0) -> list[list]:
-    """Entities (``pipeline.labeling.bio.Entity``) per text: bio.encode_token + pad_batch, the model, argmax, bio.decode_tags."""
-    from pipeline.labeling import bio
-    from pipeline.progress import progress
-
-    tok = bundle.wordpiece()
-    pad_id = tok.token_to_id("[PAD]")
-    tags = bundle.labels()
-    run = bundle.session(threads)
-    out: list[list] = []
-    for group in progress(_groups(len(texts), batch_size), desc="offline model", unit="batch"):
-        batch = [texts[i] for i in group]
-        ids, types, offsets = bio.pad_batch([bio.encode_token(tok, t, bundle.max_seq_len) for t in batch], pad_id)
-        tag_ids = np.asarray(run(ids, types))[:, : offsets.shape[1]].argmax(-1)
-        out.extend(bio.decode_tags(tag_ids[r], offsets[r], text, tags) for r, text in enumerate(batch))
-    return out
-
-
-def offline_answers(bundle: BundleModel, questions: Sequence[str], contexts: Sequence[str], batch_size: int = 32,
-                    threads: int = 0) -> list:
-    """The best span (``pipeline.reading.spans.Span`` or None) per question: make_windows + pad_windows, the model, best_spans."""
-    from pipeline.progress import progress
-    from pipeline.reading import spans, windows
-
-    if len(questions) != len(contexts):
-        raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
-    reading = bundle.manifest["reading"]
-    tok = bundle.wordpiece()
-    pad_id = tok.token_to_id("[PAD]")
-    run = bundle.session(threads)
-    out: list = []
-    for group in progress(_groups(len(questions), batch_size), desc="offline model", unit="batch"):
-        qs, cs = [questions[i] for i in group], [contexts[i] for i in group]
-        wins = windows.make_windows(tok, qs, cs, max_seq_len=bundle.max_seq_len, doc_stride=int(reading["doc_stride"]),
-                                    max_query_len=int(reading["max_query_len"]))
-        ids, types = windows.pad_windows(wins, pad_id)
-        logits = np.asarray(run(ids, types), dtype=np.float32)
-        out.extend(spans.best_spans(list(logits), wins, cs, max_answer_len=int(reading["max_answer_len"])))
-    return out
-
-
-def offline_extractions(bundle: BundleModel, requests: Sequence[tuple[Sequence[str], Sequence[str]]], threads: int = 0) -> list:
-    """UIE: for each request (texts, schema), per text and prompt the spans (``pipeline.extraction.spans.ExtractedSpan``),
-    ``[request][text][prompt]``: every text x prompt windowed with make_windows as the served pre-processing does (pair
-    n * P + p), the model on all windows of the request at once, decode_spans."""
-    from pipeline.extraction import spans
-    from pipeline.progress import progress
-    from pipeline.reading import windows
-
-    u = bundle.manifest["uie"]
-    tok = bundle.wordpiece()
-    pad_id = tok.token_to_id("[PAD]")
-    run = bundle.session(threads)
-    out: list = []
-    for texts, schema in progress(requests, desc="offline model", unit="request"):
-        prompts = [p for _ in texts for p in schema]
-        contents = [t for t in texts for _ in schema]
-        wins = windows.make_windows(tok, prompts, contents, max_seq_len=bundle.max_seq_len, doc_stride=int(u["doc_stride"]),
-                                    max_query_len=int(u["max_prompt_len"]))
-        ids, types = windows.pad_windows(wins, pad_id)
-        logits = np.asarray(run(ids, types), dtype=np.float32)
-        found = spans.decode_spans(list(logits), wins, contents, position_prob=float(u["position_prob"]),
-                                   max_span_len=int(u["max_span_len"]))
-        out.append([found[n * len(schema) : (n + 1) * len(schema)] for n in range(len(texts))])
-    return out

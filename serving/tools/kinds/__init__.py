@@ -1,6 +1,6 @@
 """The serving tools' side of the task kinds: one object per ``pipeline.contract.TaskKind`` (a ``ToolKind``,
-``serving/tools/kinds/base.py``), each in its kind's module with what only it does (its smoke run and result, how its
-requests and answers look, how the client prints them).  The tools look the object up once, from the bundle's
+``serving/tools/kinds/base.py``), the ``KIND`` of the module named after its kind, with what only it does (its smoke
+run and result, its offline answers, how its requests and answers look, how the client prints them).  The tools look the object up once, from the bundle's
 ``task_type`` (``tool_kind``) or the served ensemble's outputs (``kind_of_outputs``), and call it."""
 
 from __future__ import annotations
@@ -10,13 +10,8 @@ from typing import Iterable
 from pipeline.contract import TaskKind, kind_table, lookup_kind
 from pipeline.errors import ModelError
 from serving.tools.kinds.base import ToolKind
-from serving.tools.kinds.classification import Classification
-from serving.tools.kinds.reading_comprehension import ReadingComprehension
-from serving.tools.kinds.token_classification import TokenClassification
-from serving.tools.kinds.uie import UniversalExtraction
 
-KINDS: dict[str, ToolKind] = kind_table((Classification(), TokenClassification(), ReadingComprehension(),
-                                         UniversalExtraction()), "serving/tools/kinds")
+KINDS: dict[str, ToolKind] = kind_table("serving.tools.kinds")  # serving/tools/kinds/<kind>.py: its KIND
 COMMANDS = {k.command: k.name for k in KINDS.values()}  # serving.client's command -> the kind it asks
 
 

@@ -120,3 +120,6 @@ class Classification(ToolKind):
             else:
                 pair = "" if pr.text_pair is None else f"\t{pr.text_pair}"
                 print(f"{pr.label}\t{pr.label_desc}\t{pr.confidence:.3f}\t{pr.text}{pair}")
+
+
+KIND = Classification()  # what serving.tools.kinds finds in the module named after the kind

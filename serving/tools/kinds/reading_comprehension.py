@@ -7,12 +7,14 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+
 from pipeline.contract import TaskKind
 from serving.tools.kinds.base import ToolKind, other_dev_set, print_validated, same, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import ClassifierClient
-    from serving.tools.offline import BundleModel
+    from serving.tools.offline import BundleModel, ModelOnly
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,50 @@ class SmokeResult:
                 and same(served, self.validated_value))
 
 
+def offline_answers(bundle: "BundleModel", questions: Sequence[str], contexts: Sequence[str], batch_size: int = 32,
+                    threads: int = 0) -> list:
+    """The best span (``pipeline.reading.spans.Span`` or None) per question: make_windows + pad_windows, the model, best_spans."""
+    from pipeline.progress import progress
+    from pipeline.reading import spans, windows
+    from serving.tools.offline import request_groups
+
+    if len(questions) != len(contexts):
+        raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+    reading = bundle.manifest["reading"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    run = bundle.session(threads)
+    out: list = []
+    for group in progress(request_groups(len(questions), batch_size), desc="offline model", unit="batch"):
+        qs, cs = [questions[i] for i in group], [contexts[i] for i in group]
+        wins = windows.make_windows(tok, qs, cs, max_seq_len=bundle.max_seq_len, doc_stride=int(reading["doc_stride"]),
+                                    max_query_len=int(reading["max_query_len"]))
+        ids, types = windows.pad_windows(wins, pad_id)
+        logits = np.asarray(run(ids, types), dtype=np.float32)
+        out.extend(spans.best_spans(list(logits), wins, cs, max_answer_len=int(reading["max_answer_len"])))
+    return out
+
+
+def question_batches(bundle: "BundleModel", pairs: Sequence[tuple[str, str]]) -> "ModelOnly":
+    """Reading comprehension: each question's windows as one batch, what the served model executes per request
+    (Triton does not batch them: windows per question vary)."""
+    from pipeline.reading import windows
+    from serving.tools.offline import ModelOnly, engine_threads
+
+    reading = bundle.manifest["reading"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    batches = [windows.pad_windows(windows.make_windows(tok, [q], [c], max_seq_len=bundle.max_seq_len,
+                                                        doc_stride=int(reading["doc_stride"]),
+                                                        max_query_len=int(reading["max_query_len"])), pad_id)
+               for q, c in pairs[:200]]
+    return ModelOnly(bundle.session(engine_threads(bundle)), batches, [1] * len(batches))
+
+
 def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
     """``examples``: ``pipeline.reading.squad.QAExample`` (id, question, context, answers)."""
     from pipeline.progress import progress
     from pipeline.reading.metric import cmrc_scores
-    from serving.tools.offline import offline_answers
 
     questions, contexts = [e.question for e in examples], [e.context for e in examples]
     served: list = []
@@ -83,8 +124,7 @@ class ReadingComprehension(ToolKind):
         return (served.text, served.start, served.end)
 
     def offline_keys(self, bundle: "BundleModel", items: Sequence) -> list[tuple]:
-        from serving.tools.offline import offline_answers
-
+    
         qs, cs = [q for q, _ in items], [c for _, c in items]
         return [(o.text, o.start, o.end) if o else ("", -1, -1) for o in offline_answers(bundle, qs, cs, batch_size=1)]
 
@@ -103,8 +143,6 @@ class ReadingComprehension(ToolKind):
         return {"question": {"content": [q], "shape": [1]}, "context": {"content": [c], "shape": [1]}}
 
     def model_only(self, bundle: "BundleModel", items: Sequence, items_per_request: int, alone: bool = False):
-        from serving.tools.offline import question_batches
-
         # One request is one question; the model runs its windows as one batch (no Triton batching).
         return question_batches(bundle, items)
 
@@ -118,3 +156,6 @@ class ReadingComprehension(ToolKind):
                 print(json.dumps(asdict(a), ensure_ascii=False))
             else:
                 print(f"{a.text or '-'}\t[{a.start},{a.end})\t{a.score:.3f}\t{a.question}")
+
+
+KIND = ReadingComprehension()  # what serving.tools.kinds finds in the module named after the kind

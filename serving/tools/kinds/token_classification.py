@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+
 from pipeline.contract import TaskKind
 from serving.tools.kinds.base import ToolKind, print_validated, same, text_row, validated
 
@@ -31,11 +33,29 @@ class SmokeResult:
         return self.mismatches == 0 and self.served_f1 == self.offline_f1 and same(self.served_f1, self.validated_value)
 
 
+def offline_entities(bundle: "BundleModel", texts: Sequence[str], batch_size: int = 32, threads: int = 0) -> list[list]:
+    """Entities (``pipeline.labeling.bio.Entity``) per text: bio.encode_token + pad_batch, the model, argmax, bio.decode_tags."""
+    from pipeline.labeling import bio
+    from pipeline.progress import progress
+    from serving.tools.offline import request_groups
+
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    tags = bundle.labels()
+    run = bundle.session(threads)
+    out: list[list] = []
+    for group in progress(request_groups(len(texts), batch_size), desc="offline model", unit="batch"):
+        batch = [texts[i] for i in group]
+        ids, types, offsets = bio.pad_batch([bio.encode_token(tok, t, bundle.max_seq_len) for t in batch], pad_id)
+        tag_ids = np.asarray(run(ids, types))[:, : offsets.shape[1]].argmax(-1)
+        out.extend(bio.decode_tags(tag_ids[r], offsets[r], text, tags) for r, text in enumerate(batch))
+    return out
+
+
 def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
     """``examples``: ``pipeline.labeling.readers.LabelingExample`` (text, entities)."""
     from pipeline.labeling.metric import chunk_f1
     from pipeline.progress import progress
-    from serving.tools.offline import offline_entities
 
     texts = [e.text for e in examples]
     served: list = []
@@ -74,8 +94,7 @@ class TokenClassification(ToolKind):
         return _entities_key(served)
 
     def offline_keys(self, bundle: "BundleModel", items: Sequence) -> list[tuple]:
-        from serving.tools.offline import offline_entities
-
+    
         return [_entities_key(o) for o in offline_entities(bundle, list(items), batch_size=1)]
 
     def smoke(self, bundle, client, examples: Sequence, batch_size: int) -> SmokeResult:
@@ -98,3 +117,6 @@ class TokenClassification(ToolKind):
             else:
                 spans = " ".join(f"{e.type}:{e.text}[{e.start},{e.end})" for e in ents) or "-"
                 print(f"{spans}\t{text}")
+
+
+KIND = TokenClassification()  # what serving.tools.kinds finds in the module named after the kind

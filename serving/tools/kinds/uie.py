@@ -8,12 +8,14 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+
 from pipeline.contract import TaskKind
 from serving.tools.kinds.base import ToolKind, other_dev_set, print_validated, same, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import ClassifierClient
-    from serving.tools.offline import BundleModel
+    from serving.tools.offline import BundleModel, ModelOnly
 
 
 @dataclass(frozen=True)
@@ -59,11 +61,52 @@ def uie_requests(examples: Sequence, batch_size: int) -> list[tuple[list[str], l
     return requests
 
 
+def offline_extractions(bundle: "BundleModel", requests: Sequence[tuple[Sequence[str], Sequence[str]]], threads: int = 0) -> list:
+    """UIE: for each request (texts, schema), per text and prompt the spans (``pipeline.extraction.spans.ExtractedSpan``),
+    ``[request][text][prompt]``: every text x prompt windowed with make_windows as the served pre-processing does (pair
+    n * P + p), the model on all windows of the request at once, decode_spans."""
+    from pipeline.extraction import spans
+    from pipeline.progress import progress
+    from pipeline.reading import windows
+
+    u = bundle.manifest["uie"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    run = bundle.session(threads)
+    out: list = []
+    for texts, schema in progress(requests, desc="offline model", unit="request"):
+        prompts = [p for _ in texts for p in schema]
+        contents = [t for t in texts for _ in schema]
+        wins = windows.make_windows(tok, prompts, contents, max_seq_len=bundle.max_seq_len, doc_stride=int(u["doc_stride"]),
+                                    max_query_len=int(u["max_prompt_len"]))
+        ids, types = windows.pad_windows(wins, pad_id)
+        logits = np.asarray(run(ids, types), dtype=np.float32)
+        found = spans.decode_spans(list(logits), wins, contents, position_prob=float(u["position_prob"]),
+                                   max_span_len=int(u["max_span_len"]))
+        out.append([found[n * len(schema) : (n + 1) * len(schema)] for n in range(len(texts))])
+    return out
+
+
+def schema_batches(bundle: "BundleModel", items: Sequence[tuple[str, Sequence[str]]]) -> "ModelOnly":
+    """UIE: each text asked its whole schema, every (text, prompt) window of it as one batch: what the served model
+    executes for a one-text request (``max_batch_size`` 0, no Triton batching)."""
+    from pipeline.reading import windows
+    from serving.tools.offline import ModelOnly, engine_threads
+
+    u = bundle.manifest["uie"]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+    batches = [windows.pad_windows(windows.make_windows(tok, list(schema), [text] * len(schema), max_seq_len=bundle.max_seq_len,
+                                                        doc_stride=int(u["doc_stride"]), max_query_len=int(u["max_prompt_len"])),
+                                   pad_id)
+               for text, schema in items[:200]]
+    return ModelOnly(bundle.session(engine_threads(bundle)), batches, [1] * len(batches))
+
+
 def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
     """``examples``: ``pipeline.extraction.examples.ExtractionExample`` (content, prompt, gold spans)."""
     from pipeline.extraction.metric import span_scores
     from pipeline.progress import progress
-    from serving.tools.offline import offline_extractions
 
     requests = uie_requests(examples, batch_size)
     served: list = [None] * len(examples)
@@ -113,8 +156,7 @@ class UniversalExtraction(ToolKind):
         return tuple((p, s.start, s.end, s.text) for p, spans in served.items() for s in spans)
 
     def offline_keys(self, bundle: "BundleModel", items: Sequence) -> list[tuple]:
-        from serving.tools.offline import offline_extractions
-
+    
         found = offline_extractions(bundle, [([t], list(schema)) for t, schema in items])
         return [tuple((p, s.start, s.end, s.text) for p, spans in zip(schema, f[0]) for s in spans)
                 for (_, schema), f in zip(items, found)]
@@ -134,8 +176,6 @@ class UniversalExtraction(ToolKind):
         return {"text": {"content": [text], "shape": [1]}, "schema": {"content": list(schema), "shape": [len(schema)]}}
 
     def model_only(self, bundle: "BundleModel", items: Sequence, items_per_request: int, alone: bool = False):
-        from serving.tools.offline import schema_batches
-
         # One request is one text with its schema: every (text, prompt) window runs as one batch, as served.
         return schema_batches(bundle, items)
 
@@ -160,3 +200,6 @@ class UniversalExtraction(ToolKind):
             else:
                 cells = " ".join(f"{p}:{s.text}[{s.start},{s.end})" for p, spans in by_prompt.items() for s in spans) or "-"
                 print(f"{cells}\t{text}")
+
+
+KIND = UniversalExtraction()  # what serving.tools.kinds finds in the module named after the kind

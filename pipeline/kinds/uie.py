@@ -191,3 +191,6 @@ def pointer_targets(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np
         target[inside[first], 0] = 1
         target[inside[last], 1] = 1
     return target
+
+
+KIND = UniversalExtraction  # what pipeline.kinds.kind_class finds in the module named after the kind

@@ -1,0 +1,44 @@
+"""What a bundle is made of, per task kind: one object per kind (``pipeline.contract.TaskKind``), the ``KIND`` of
+``serving/bundle/kinds/<kind>.py`` (its base: ``base.py``), looked up once from meta.json's ``task_type`` with
+``bundle_kind``.  ``serving/bundle/repository.py`` and the Triton configs ask it; nothing else in serving/bundle
+compares kind names."""
+
+from __future__ import annotations
+
+from pipeline.contract import TaskKind, kind_table, lookup_kind
+from serving.bundle import fastdeploy_api as fd
+from serving.bundle.config import PackageConfig, _config_error
+from serving.bundle.kinds.base import BundleKind, WindowedKind
+from serving.bundle.model_config import BundleShape
+
+KINDS: dict[str, BundleKind] = kind_table("serving.bundle.kinds")
+
+
+def fused_kinds() -> str:
+    """The kinds with a fused layout of their own, for messages ("classification, token_classification or uie")."""
+    names = [k.name for k in KINDS.values() if k.fusable]
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def bundle_kind(task_type: str | TaskKind) -> BundleKind:
+    """The kind object of a meta.json / bundle.json ``task_type`` (a TaskKind value)."""
+    return lookup_kind(KINDS, task_type, _config_error)
+
+
+def check_api(task_type: str | TaskKind, pc: PackageConfig) -> None:
+    """Refuse, naming package.api, settings FastDeploy's examples have no served interface for (each kind names its
+    own example: ``BundleKind.fastdeploy``)."""
+    kind = bundle_kind(task_type)
+    fd.check(kind.name, kind.fastdeploy, pc, [(k.name, k.fastdeploy) for k in KINDS.values() if k.fastdeploy is not None])
+
+
+def all_configs(shape: BundleShape, pc: PackageConfig) -> dict:
+    """Every Triton model config of the bundle, by model name (``BundleShape.task_type`` picks the kind)."""
+    kind = bundle_kind(shape.task_type)
+    configs = kind.configs(shape, pc)
+    if configs is None:
+        raise _config_error(f"package.layout: fused is for {fused_kinds()} bundles, not {kind.name}")
+    return {c.name: c for c in configs}
+
+
+__all__ = ["KINDS", "BundleKind", "WindowedKind", "all_configs", "bundle_kind", "check_api", "fused_kinds"]

@@ -1,0 +1,99 @@
+"""The bundle side of UIE (texts x schema prompts -> spans), FastDeploy's one-model uie included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.contract import TaskKind
+from serving.bundle import fastdeploy_api as fd
+from serving.bundle import model_config as mcfg
+from serving.bundle.config import PackageConfig
+from serving.bundle.kinds.base import WindowedKind
+from serving.bundle.model_config import BundleShape
+from serving.triton import uie_requests
+
+
+class UniversalExtraction(WindowedKind):
+    kind = TaskKind.UIE
+    tokenizer_source, postprocess_source, fused_source = "uie_tokenizer.py", "uie_postprocess.py", "extractor.py"
+    tokenizer_pure = ("wordpiece.py", "reading/windows.py")
+    postprocess_pure = ("extraction/spans.py",)
+    fusable = True
+    meta_section = "uie"
+    describes = "schema-prompted information extractor (UIE)"
+    client_example = "ie --model {task} --schema 姓名 --schema 公司 '浙商银行企业信贷部叶老桂博士'"
+    fastdeploy = fd.Example("uie", "grpc_client.py", one_model=True)
+    meta_keys = ("doc_stride", "max_prompt_len", "max_span_len")
+
+    def fused_model(self, pc: PackageConfig) -> str | None:
+        return "uie_fastdeploy.py" if self.one_model(pc) else self.fused_source
+
+    def meta_problem(self, meta: dict) -> str | None:
+        problem = super().meta_problem(meta)
+        prob = None if problem else meta[self.meta_section].get("position_prob")
+        if problem is None and (isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0 < prob < 1):
+            return f"{self.meta_section}.position_prob must be in (0, 1), got {prob!r}"
+        return problem
+
+    def tokenizer_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [Path(uie_requests.__file__)]  # the request checks, shared with the fused models
+
+    def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [Path(uie_requests.__file__), *super().postprocess_helpers(pc)]  # the answer rows
+
+    def shape_fields(self, meta: dict) -> dict[str, Any]:
+        u = meta.get(self.meta_section, {})
+        return {"doc_stride": int(u.get("doc_stride", 0)), "max_prompt_len": int(u.get("max_prompt_len", 0)),
+                "position_prob": float(u.get("position_prob", 0.5)), "max_span_len": int(u.get("max_span_len", 0)),
+                "schema": tuple(u.get("schema", ()))}
+
+    def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
+        if self.one_model(pc):
+            return (mcfg.uie_fastdeploy_config(shape, pc),)
+        return (mcfg.uie_fused_config(shape, pc),)
+
+    def ensemble_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
+        return (mcfg.uie_ensemble_config(shape, pc), mcfg.uie_tokenizer_config(shape, pc),
+                mcfg.model_config(shape, mcfg.windowed_package(pc), self.token_level), mcfg.uie_postprocess_config(shape, pc))
+
+    def card_lines(self, names, pc, meta, model_line, batching, choice) -> list[str]:
+        u = meta[self.meta_section]
+        io = (f"inputs `text` [N] and `schema` [P] (TYPE_STRING: texts, and prompts such as "
+              f"{'、'.join(u.get('schema', [])[:3]) or '姓名'}) -> output `results` [N, P] (TYPE_STRING: per text and prompt a JSON "
+              "list of {\"text\", \"start\", \"end\", \"probability\"}, char offsets, end exclusive).")
+        if self.layout(pc) == "fused":
+            return [
+                f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: windowing, model and decoding "
+                f"in one process): {io}",
+                f"- Inside: every text x every prompt, windows.make_windows (max_seq_len {meta['max_seq_len']}, doc_stride "
+                f"{u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens), the {choice.precision} model from "
+                f"`{choice.form}` on all of a request's windows in one call, spans.decode_spans (start/end sigmoid >= "
+                f"{u['position_prob']}, spans of at most {u['max_span_len']} tokens).",
+                self.batching_line(pc, "texts", fused=True),
+            ]
+        return [
+            f"- Ensemble `{names.ensemble}`: {io}",
+            f"- `{names.tokenizer}` (python): every text x every prompt, windows.make_windows, max_seq_len {meta['max_seq_len']}, "
+            f"doc_stride {u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens.",
+            model_line,
+            f"- `{names.postprocess}` (python): spans.decode_spans (start/end sigmoid >= {u['position_prob']}, UIE's pairing, "
+            f"spans of at most {u['max_span_len']} tokens) over all windows of a pair.",
+            self.batching_line(pc, "texts", fused=False),
+        ]
+
+    def fastdeploy_card_lines(self, names, pc, meta, engine) -> list[str]:
+        u = meta[self.meta_section]
+        return [
+            f"- `{names.ensemble}` (python, FastDeploy's UIE serving interface, max_batch_size 1): inputs `INPUT_0` (a JSON "
+            "list of texts) and `INPUT_1` (a JSON schema: prompts, {prompt: [child prompts]} for relations, or [] for the "
+            "schema sent last), TYPE_STRING [1, 1] -> `OUTPUT_0` [N]: per text the Python literal of {prompt: [{'start', "
+            "'end', 'probability', 'text'[, 'relation']}]}, as FastDeploy's grpc_client.py reads it (ast.literal_eval).",
+            f"- Inside: WordPiece windows (max_seq_len {meta['max_seq_len']}, doc_stride {u['doc_stride']}, prompts of at "
+            f"most {u['max_prompt_len']} tokens), {engine} in-process, spans.decode_spans (>= {u['position_prob']}).",
+            f"- {pc.instances} {pc.kind} instance(s), {pc.engine_threads} engine thread(s) each; the schema sent last is "
+            "remembered per instance, as FastDeploy's UIEModel.set_schema.",
+        ]
+
+
+KIND = UniversalExtraction()  # what serving.bundle.kinds finds in the module named after the kind
