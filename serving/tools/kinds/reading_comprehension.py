@@ -124,7 +124,6 @@ class ReadingComprehension(ToolKind):
         return (served.text, served.start, served.end)
 
     def offline_keys(self, bundle: "BundleModel", items: Sequence) -> list[tuple]:
-    
         qs, cs = [q for q, _ in items], [c for _, c in items]
         return [(o.text, o.start, o.end) if o else ("", -1, -1) for o in offline_answers(bundle, qs, cs, batch_size=1)]
 

@@ -94,7 +94,6 @@ class TokenClassification(ToolKind):
         return _entities_key(served)
 
     def offline_keys(self, bundle: "BundleModel", items: Sequence) -> list[tuple]:
-    
         return [_entities_key(o) for o in offline_entities(bundle, list(items), batch_size=1)]
 
     def smoke(self, bundle, client, examples: Sequence, batch_size: int) -> SmokeResult:

@@ -156,7 +156,6 @@ class UniversalExtraction(ToolKind):
         return tuple((p, s.start, s.end, s.text) for p, spans in served.items() for s in spans)
 
     def offline_keys(self, bundle: "BundleModel", items: Sequence) -> list[tuple]:
-    
         found = offline_extractions(bundle, [([t], list(schema)) for t, schema in items])
         return [tuple((p, s.start, s.end, s.text) for p, spans in zip(schema, f[0]) for s in spans)
                 for (_, schema), f in zip(items, found)]
