@@ -189,3 +189,29 @@ def test_the_files_it_counts_are_the_places_a_kind_is_named_outside_its_modules(
     assert _written_outside(kind, own) == {"pipeline/contract.py"}
     # and the scan sees what it looks for: the classification default is spelled where records predate task_type
     assert "pipeline/config.py" in _written_outside(TaskKind.CLASSIFICATION, tuple(f"{s}/classification.py" for s in KIND_SIDES))
+
+
+# -- the module map --------------------------------------------------------------------------------------------------
+def test_the_module_map_names_every_module_of_pipeline_and_serving():
+    """Every module in pipeline/, serving/ and their folders is named in DEVELOPERS.md's module map, except in the
+    folders the map describes as one module per item (stage, kind, engine, python model)."""
+    text = (ROOT / "DEVELOPERS.md").read_text(encoding="utf-8")
+    start = text.index("### Module map")
+    module_map = text[start : text.index("```", text.index("```", start) + 3)]
+    per_item = {"pipeline/stages": "one module per stage", "pipeline/kinds": "one\n                               module per kind",
+                "serving/bundle/kinds": "module per task kind", "serving/tools/kinds": "one module per task kind",
+                "pipeline/backends": "one folder per engine", "serving/triton/models": "the python models"}
+    for folder, says in per_item.items():
+        assert says in module_map, (folder, says)
+    folders = [ROOT / "pipeline", ROOT / "serving"]
+    folders += [p for f in list(folders) for p in f.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    unnamed = []
+    for folder in folders:
+        rel = str(folder.relative_to(ROOT))
+        if rel in per_item:
+            continue
+        for path in sorted(folder.glob("*.py")):
+            if path.name not in ("__init__.py", "__main__.py") and \
+                    not re.search(rf"(?<!\w){re.escape(path.stem)}(\.py)?(?!\w)", module_map):
+                unnamed.append(str(path.relative_to(ROOT)))
+    assert unnamed == []
