@@ -1,9 +1,10 @@
 """Exports and bundles for the serving tests.
 
-``tiny_export`` is the export stage's own output for the tiny fine-tuned classifier (the pipeline run to export).
-The NER, reading and UIE stand-ins below still write the export contract's layout themselves from tiny RANDOM
-models (``export_layer``: paddle.jit.save, paddle2onnx, ``quantize_dynamic``), because those tests need models
-of a given shape in seconds; the real export of each kind is served in ``tests/test_kinds_e2e.py``.
+Every export here is the export stage's own output: ``tiny_export`` for the tiny fine-tuned classifier,
+``ner_export`` and ``mrc_export`` (and the UIE export of ``tests/test_fastdeploy_api.py``) for tiny models fine-tuned
+from scratch on the synthetic data below, each through finetune, finetune-check, compress and export as
+``make bundle`` runs them (``run_until_export``).  So the forms the serving tests package and serve (the fixed-scale
+INT8 ONNX, the OpenVINO IR) are the ones a real bundle ships.
 """
 
 from __future__ import annotations
@@ -13,78 +14,11 @@ import shutil
 from pathlib import Path
 
 import pipeline  # noqa: F401  (numpy before paddle)
-from pipeline.contract import ExportLayout, write_meta
+import pytest
 
-TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-
-
-def export_layer(model, out: Path, tokenizer_src: Path, labels: list[str], label_names: list[str], max_seq_len: int, task: str,
-                 task_type: str = "classification", extra_meta: dict | None = None) -> Path:
-    """Export a paddle Layer ``(input_ids, token_type_ids) -> logits`` in the export contract's layout.
-
-    logits: [B, C] (classification), [B, T, C] (token_classification: C = tags),
-    [B, T, 2] (reading_comprehension: start, end).
-    """
-    import paddle
-    import paddle2onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from pipeline.modeling import write_labels
-
-    out = Path(out)
-    (out / "paddle_fp32").mkdir(parents=True)
-    (out / "onnx").mkdir()
-    (out / "tokenizer").mkdir()
-    model.eval()
-    spec = [paddle.static.InputSpec([None, None], "int64", name="input_ids"),
-            paddle.static.InputSpec([None, None], "int64", name="token_type_ids")]
-    paddle.jit.save(paddle.jit.to_static(model, input_spec=spec), str(out / "paddle_fp32" / "model"))
-    paddle2onnx.export(str(out / "paddle_fp32" / "model.pdmodel"), str(out / "paddle_fp32" / "model.pdiparams"),
-                       save_file=str(out / "onnx" / "fp32.onnx"), opset_version=13, enable_onnx_checker=True)
-    _name_output(out / "onnx" / "fp32.onnx", "logits")
-    quantize_dynamic(str(out / "onnx" / "fp32.onnx"), str(out / "onnx" / "int8.onnx"), weight_type=QuantType.QInt8)
-    for f in TOKENIZER_FILES:
-        if (Path(tokenizer_src) / f).is_file():
-            shutil.copyfile(Path(tokenizer_src) / f, out / "tokenizer" / f)
-    write_labels(out / "labels.json", labels, label_names)
-    meta = {
-        "task": task,
-        "max_seq_len": max_seq_len,
-        "do_lower_case": True,
-        "inputs": [{"name": "input_ids", "dtype": "int64", "shape": [-1, -1]},
-                   {"name": "token_type_ids", "dtype": "int64", "shape": [-1, -1]}],
-        "outputs": [{"name": "logits", "dtype": "float32",
-                     "shape": [-1, len(labels)] if task_type == "classification" else [-1, -1, len(labels)]}],
-        "num_labels": len(labels),
-        "labels": list(labels),
-        "label_names": list(label_names),
-        "selected_candidate": {"name": "fp32-baseline", "note": "test stand-in"},
-        **({} if task_type == "classification" else {"task_type": task_type}),
-        **(extra_meta or {}),
-    }
-    write_meta(ExportLayout(out).meta, meta)  # the contract's writer: checked as the package stage reads it
-    return out
+from pipeline.contract import ExportLayout
 
 
-def _name_output(path: Path, name: str) -> None:
-    """paddle2onnx names the output after the last op (e.g. linear_3.tmp_1); the contract says ``logits``."""
-    import onnx
-
-    m = onnx.load(str(path))
-    old = m.graph.output[0].name
-    if old == name:
-        return
-    for node in m.graph.node:
-        node.output[:] = [name if o == old else o for o in node.output]
-        node.input[:] = [name if i == old else i for i in node.input]
-    m.graph.output[0].name = name
-    onnx.save(m, str(path))
-
-
-import pytest  # noqa: E402
-
-
-# compress kept quick on the tiny model: no pruning, one timing batch, one calibration setting
 QUICK_EXPORT = {"compress.strategy": "ptq", "compress.throughput_batches": 1, "compress.timing_rounds": 2,
                 "compress.algo_list": "[mse]", "compress.batch_size_list": "[4]", "gates.max_int8_size_ratio": 1,
                 "gates.max_accuracy_drop": 100}
@@ -153,9 +87,8 @@ def export_without(export: Path, dst: Path, *forms: str) -> Path:
     return dst
 
 
-# -- token classification (NER) and reading comprehension (MRC) stand-ins ------------------------
-# Tiny RANDOM models (served == offline is what these tests check, not quality), a char vocabulary
-# written here, and CLUENER / SQuAD-format dev files.  The lead swaps them for the export stage's output.
+# -- token classification (NER) and reading comprehension (MRC) data ------------------------------------------------
+# CLUENER / SQuAD-format files the tiny models are fine-tuned on and served with.
 
 NER_TYPES = ("company", "name")  # sorted, as readers.entity_types gives them
 NER_WORDS = {"name": ["叶老桂", "张三丰", "李小龙", "王大明", "赵子龙"], "company": ["浙商银行", "华为公司", "小米科技", "阿里巴巴"]}
@@ -166,16 +99,6 @@ def _rng(seed: int):
     import random
 
     return random.Random(seed)
-
-
-def write_char_vocab(root: Path, texts) -> Path:
-    """vocab.txt (+ tokenizer_config.json, special_tokens_map.json) with every char of ``texts``."""
-    from pipeline.tokenizer import build_char_vocab, write_vocab
-
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    write_vocab(build_char_vocab(texts, min_freq=1), root)
-    return root
 
 
 def write_cluener_dev(path: Path, n: int = 40, seed: int = 0) -> Path:
@@ -221,69 +144,6 @@ def write_squad_dev(path: Path, n_contexts: int = 10, seed: int = 0) -> Path:
     return path
 
 
-def _tiny_ernie_config(vocab_size: int, **kw):
-    from paddlenlp.transformers import ErnieConfig
-
-    # initializer_range 0.2 (not 0.02): logits far enough apart that the random model's tags and
-    # spans vary, and float rounding cannot decide a near tie.
-    return ErnieConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
-                       max_position_embeddings=64, type_vocab_size=2, pad_token_id=0, initializer_range=0.2, **kw)
-
-
-def make_ner_export(out: Path, vocab_dir: Path, max_seq_len: int = 32, task: str = "cluener", seed: int = 0) -> Path:
-    """A random tiny ErnieForTokenClassification exported like the export stage: logits [B, T, num_tags]."""
-    import paddle
-    from paddlenlp.transformers import ErnieForTokenClassification
-
-    from pipeline.labeling.bio import tag_names
-
-    tags = tag_names(list(NER_TYPES))
-    vocab_size = len((Path(vocab_dir) / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    paddle.seed(seed)
-    inner = ErnieForTokenClassification(_tiny_ernie_config(vocab_size, num_labels=len(tags)))
-
-    class TokenLogits(paddle.nn.Layer):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, token_type_ids):
-            return self.model(input_ids, token_type_ids=token_type_ids)
-
-    return export_layer(TokenLogits(inner), out, vocab_dir, tags, tags, max_seq_len, task, "token_classification")
-
-
-def make_mrc_export(out: Path, vocab_dir: Path, max_seq_len: int = 48, task: str = "cmrc2018", seed: int = 0,
-                    reading: dict | None = None) -> Path:
-    """A random tiny reading-comprehension export (``make_pointer_export``)."""
-    reading = reading or {"doc_stride": 10, "max_query_len": 12, "max_answer_len": 8}
-    return make_pointer_export(out, vocab_dir, max_seq_len, task, seed, "reading_comprehension", {"reading": reading})
-
-
-def make_pointer_export(out: Path, vocab_dir: Path, max_seq_len: int, task: str, seed: int, task_type: str,
-                        sections: dict) -> Path:
-    """A random tiny ErnieForQuestionAnswering whose forward returns stack([start, end], -1): logits [B, T, 2]
-    (reading comprehension's and UIE's model; ``sections``: the kind's meta.json section)."""
-    import paddle
-    from paddlenlp.transformers import ErnieForQuestionAnswering
-
-    vocab_size = len((Path(vocab_dir) / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    paddle.seed(seed)
-    inner = ErnieForQuestionAnswering(_tiny_ernie_config(vocab_size))
-
-    class SpanLogits(paddle.nn.Layer):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, token_type_ids):
-            start, end = self.model(input_ids, token_type_ids=token_type_ids)[:2]
-            return paddle.stack([start, end], axis=-1)
-
-    return export_layer(SpanLogits(inner), out, vocab_dir, ["start", "end"], ["start", "end"], max_seq_len, task,
-                        task_type, sections)
-
-
 @pytest.fixture(scope="session")
 def ner_data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cluener_data")
@@ -292,11 +152,32 @@ def ner_data(tmp_path_factory) -> Path:
     return root
 
 
+def run_until_export(root: Path, task: dict, epochs: int = 12) -> Path:
+    """finetune (a tiny scratch model), finetune-check, compress and export of ``task`` (a task config) as
+    ``make bundle`` runs them, with the quick compress settings: the export directory a real bundle is packaged
+    from."""
+    import yaml
+
+    from conftest import TINY_MODEL_OVERRIDES
+    from pipeline.cli import main
+
+    task_yaml = root / f"{task['task']}.yaml"
+    task_yaml.write_text(yaml.safe_dump(task, allow_unicode=True), encoding="utf-8")
+    sets = {**TINY_MODEL_OVERRIDES, **QUICK_EXPORT, "max_seq_len": task["max_seq_len"], "finetune.epochs": epochs,
+            "gates.min_accuracy": 0.0}
+    args = ["run", "--task", str(task_yaml), "--runs-dir", str(root / "runs"), "--until", "export"]
+    assert main([*args, *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))]) == 0
+    return root / "runs" / task["task"] / "export" / "out"
+
+
 @pytest.fixture(scope="session")
 def ner_export(ner_data, tmp_path_factory) -> Path:
-    rows = [json.loads(line)["text"] for line in (ner_data / "dev.json").read_text(encoding="utf-8").splitlines()]
-    vocab = write_char_vocab(tmp_path_factory.mktemp("ner_vocab"), rows + [SPAN_FILLER])
-    return make_ner_export(tmp_path_factory.mktemp("ner_export") / "out", vocab)
+    """The export stage's own output for a tiny token classifier fine-tuned from scratch on ``ner_data`` (as
+    ``make bundle TASK=cluener`` runs the stages up to export): the NER serving tests serve the forms a real bundle
+    ships, not a stand-in."""
+    return run_until_export(tmp_path_factory.mktemp("ner_export"), {
+        "task": "cluener", "type": "token_classification", "max_seq_len": 32, "labels": list(NER_TYPES),
+        "data": {"dir": str(ner_data), "format": "cluener", "labels_file": None}})
 
 
 @pytest.fixture(scope="session")
@@ -320,11 +201,13 @@ def mrc_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def mrc_export(mrc_data, tmp_path_factory) -> Path:
-    raw = json.loads((mrc_data / "dev.json").read_text(encoding="utf-8"))
-    texts = [p["context"] for d in raw["data"] for p in d["paragraphs"]]
-    texts += [q["question"] for d in raw["data"] for p in d["paragraphs"] for q in p["qas"]]
-    vocab = write_char_vocab(tmp_path_factory.mktemp("mrc_vocab"), texts + [SPAN_FILLER])
-    return make_mrc_export(tmp_path_factory.mktemp("mrc_export") / "out", vocab)
+    """The export stage's own output for a tiny reading-comprehension model fine-tuned from scratch on ``mrc_data``
+    (as ``make bundle TASK=cmrc2018`` runs the stages up to export)."""
+    return run_until_export(tmp_path_factory.mktemp("mrc_export"), {
+        "task": "cmrc2018", "type": "reading_comprehension", "max_seq_len": 48,
+        "data": {"dir": str(mrc_data), "format": "squad", "train_file": "trial.json", "dev_file": "dev.json",
+                 "labels_file": None},
+        "reading": {"doc_stride": 10, "max_query_len": 12, "max_answer_len": 8}})
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from serving_fixtures import (SPAN_FILLER, export_without, make_pointer_export, ner_data, ner_export, tiny_export,  # noqa: F401
-                              write_char_vocab)
+from serving_fixtures import (NER_TYPES, SPAN_FILLER, export_without, ner_data, ner_export, run_until_export,  # noqa: F401
+                              tiny_export)
 
 from pipeline.errors import ConfigError
 from serving.bundle.config import PackageConfig
@@ -38,12 +38,14 @@ UIE_META = {"doc_stride": 10, "max_prompt_len": 12, "position_prob": 0.5, "max_s
 
 @pytest.fixture(scope="session")
 def uie_export(ner_data, tmp_path_factory) -> Path:
-    """A random tiny ERNIE with start/end pointer logits [B, T, 2], exported as a UIE model (served == offline and
-    FastDeploy's payloads are what is checked, not quality)."""
-    rows = [json.loads(line)["text"] for line in (ner_data / "dev.json").read_text(encoding="utf-8").splitlines()]
-    vocab = write_char_vocab(tmp_path_factory.mktemp("uie_vocab"), rows + [SPAN_FILLER, "姓名公司时间"])
-    return make_pointer_export(tmp_path_factory.mktemp("uie_export") / "out", vocab, 48, "tinyuie", 1, "uie",
-                               {"uie": UIE_META})
+    """The export stage's own output for a tiny UIE model fine-tuned from scratch on the NER data, one prompt per
+    entity type (as ``make bundle TASK=uie`` runs the stages up to export)."""
+    return run_until_export(tmp_path_factory.mktemp("uie_export"), {
+        "task": "tinyuie", "type": "uie", "max_seq_len": 48, "labels": list(NER_TYPES),
+        "data": {"dir": str(ner_data), "format": "cluener", "labels_file": None},
+        # pointers start far below position_prob on 40 texts: weigh the span tokens up (the config's own knob)
+        "uie": {**{k: UIE_META[k] for k in ("doc_stride", "max_prompt_len", "position_prob", "max_span_len")},
+                "positive_weight": 10.0}}, epochs=30)
 
 
 def _package(export: Path, task: str, folder: Path, **package) -> Path:
