@@ -30,7 +30,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 SERVING = Path(__file__).resolve().parent.parent / "serving"
 FD = dict(api="fastdeploy", instance_count=1, threads=1)  # one instance per model: fewer python stubs to start
-UIE_META = {"doc_stride": 10, "max_prompt_len": 12, "position_prob": 0.5, "max_span_len": 4, "schema": ["姓名", "公司"]}
+# the tiny UIE task's windowing and decoding (its schema comes from the labels: 公司, 姓名)
+UIE_SETTINGS = {"doc_stride": 10, "max_prompt_len": 12, "position_prob": 0.5, "max_span_len": 4}
 
 
 # -- the exports and bundles ---------------------------------------------------------------------------------------
@@ -44,8 +45,7 @@ def uie_export(ner_data, tmp_path_factory) -> Path:
         "task": "tinyuie", "type": "uie", "max_seq_len": 48, "labels": list(NER_TYPES),
         "data": {"dir": str(ner_data), "format": "cluener", "labels_file": None},
         # pointers start far below position_prob on 40 texts: weigh the span tokens up (the config's own knob)
-        "uie": {**{k: UIE_META[k] for k in ("doc_stride", "max_prompt_len", "position_prob", "max_span_len")},
-                "positive_weight": 10.0}}, epochs=30)
+        "uie": {**UIE_SETTINGS, "positive_weight": 10.0}}, epochs=30)
 
 
 def _package(export: Path, task: str, folder: Path, **package) -> Path:
