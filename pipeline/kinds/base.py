@@ -188,6 +188,14 @@ def span_feature_params(cfg) -> dict:
     return {"type": cfg.type, "format": cfg.data.format, "files": [cfg.data.train_file, cfg.data.dev_file]}
 
 
+def with_some_negatives(fs: FeatureSet, positive, ratio: float, seed: int) -> FeatureSet:
+    """Every window ``positive(feature)`` holds for, plus ``ratio`` of the others, drawn with ``seed`` in feature
+    order (the span kinds' training sets: windows without a span teach the model to answer nothing)."""
+    rng = np.random.RandomState(seed)
+    keep = [i for i, f in enumerate(fs.features) if positive(f) or rng.random_sample() < ratio]
+    return fs.subset(keep) if len(keep) < len(fs) else fs
+
+
 def request_shaped_batches(fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
     """``batch_size`` examples per batch in data order, all features (windows) of an example together.
 

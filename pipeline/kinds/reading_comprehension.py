@@ -17,7 +17,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, masked_positions, request_shaped_batches, span_feature_params
+from pipeline.kinds.base import (Feature, FeatureSet, Score, TaskKind, masked_positions, request_shaped_batches,
+                                 span_feature_params, with_some_negatives)
 
 LABELS = ("start", "end")
 
@@ -83,10 +84,7 @@ class ReadingComprehension(TaskKind):
 
     def for_training(self, fs: FeatureSet, seed: int) -> FeatureSet:
         """Every window with its answer, plus ``reading.negative_window_ratio`` of the others (deterministic)."""
-        rng = np.random.RandomState(seed)
-        keep = [i for i, f in enumerate(fs.features)
-                if (f.target[0] > 0 or f.target[1] > 0) or rng.random_sample() < self.rc.negative_window_ratio]
-        return fs.subset(keep) if len(keep) < len(fs) else fs
+        return with_some_negatives(fs, lambda f: f.target[0] > 0 or f.target[1] > 0, self.rc.negative_window_ratio, seed)
 
     def eval_batches(self, fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
         # Shaped like the served requests (data order, ``batch_size`` items each): with a per-batch INT8

@@ -17,7 +17,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, request_shaped_batches, span_feature_params
+from pipeline.kinds.base import (Feature, FeatureSet, Score, TaskKind, request_shaped_batches, span_feature_params,
+                                 with_some_negatives)
 
 LABELS = ("start", "end")
 
@@ -106,9 +107,7 @@ class UniversalExtraction(TaskKind):
 
     def for_training(self, fs: FeatureSet, seed: int) -> FeatureSet:
         """Every window holding a span, plus ``uie.negative_ratio`` of the others (deterministic)."""
-        rng = np.random.RandomState(seed)
-        keep = [i for i, f in enumerate(fs.features) if f.target.any() or rng.random_sample() < self.uc.negative_ratio]
-        return fs.subset(keep) if len(keep) < len(fs) else fs
+        return with_some_negatives(fs, lambda f: f.target.any(), self.uc.negative_ratio, seed)
 
     def eval_batches(self, fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
         return request_shaped_batches(fs, batch_size)

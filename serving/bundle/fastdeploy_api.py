@@ -40,7 +40,6 @@ and ``<name>_postprocess`` (FastDeploy's model names), with our tensor names bet
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 from serving.bundle.config import PackageConfig, _config_error, runtimes
 
@@ -63,15 +62,13 @@ UIE_TEXTS, UIE_SCHEMA, UIE_RESULTS = "INPUT_0", "INPUT_1", "OUTPUT_0"
 UIE_MAX_BATCH_SIZE = 1  # FastDeploy's uie config: one request carries its texts as one JSON list
 
 
-def check(task_type: str, example: Example | None, pc: PackageConfig, offered: Sequence[tuple[str, Example]]) -> None:
+def check(task_type: str, example: Example | None, pc: PackageConfig, offered: str) -> None:
     """Refuse, naming package.api, a package config FastDeploy's examples have no served interface for
-    (``example``: the kind's; ``offered``: every kind that has one)."""
+    (``example``: the kind's; ``offered``: the kinds that have one, for the message)."""
     if pc.api != API:
         return
     if example is None:
-        names = [f"{name} ({ex.model})" for name, ex in offered]
-        names = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
-        raise _config_error(f"package.api: fastdeploy has serving examples for {names}, not {task_type}; use "
+        raise _config_error(f"package.api: fastdeploy has serving examples for {offered}, not {task_type}; use "
                             "package.api ernie-bundle")
     if example.one_model and pc.backend != "python":
         python = ", ".join(r for r, (backend, _) in runtimes().items() if backend == "python")

@@ -14,10 +14,14 @@ from serving.bundle.model_config import BundleShape
 KINDS: dict[str, BundleKind] = kind_table("serving.bundle.kinds")
 
 
+def _listed(names: list[str], last: str) -> str:
+    """``a, b and c`` (``last``: "and" / "or"), for messages."""
+    return f" {last} ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
 def fused_kinds() -> str:
     """The kinds with a fused layout of their own, for messages ("classification, token_classification or uie")."""
-    names = [k.name for k in KINDS.values() if k.fusable]
-    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    return _listed([k.name for k in KINDS.values() if k.fusable], "or")
 
 
 def bundle_kind(task_type: str | TaskKind) -> BundleKind:
@@ -29,7 +33,8 @@ def check_api(task_type: str | TaskKind, pc: PackageConfig) -> None:
     """Refuse, naming package.api, settings FastDeploy's examples have no served interface for (each kind names its
     own example: ``BundleKind.fastdeploy``)."""
     kind = bundle_kind(task_type)
-    fd.check(kind.name, kind.fastdeploy, pc, [(k.name, k.fastdeploy) for k in KINDS.values() if k.fastdeploy is not None])
+    offered = _listed([f"{k.name} ({k.fastdeploy.model})" for k in KINDS.values() if k.fastdeploy is not None], "and")
+    fd.check(kind.name, kind.fastdeploy, pc, offered)
 
 
 def all_configs(shape: BundleShape, pc: PackageConfig) -> dict:
