@@ -29,15 +29,17 @@ class TaskKind(str, Enum):
     UIE = "uie"
 
 
-def kind_table(package: str) -> dict:
-    """One object per TaskKind, keyed by its value: each ``KIND`` of the module ``<package>.<value>`` (a side's kind
-    objects live in modules named after their kind, so a new kind is its modules and its value here, no table)."""
+def kind_table(module: str) -> dict:
+    """One object per TaskKind, keyed by its value: each ``KIND`` of the module ``module`` names with ``{kind}`` as
+    the kind's value (``pipeline.kinds.{kind}``, ``serving.kinds.{kind}.bundle``): a side's kind objects live in
+    modules named after their kind, so a new kind is its modules and its value here, no table."""
     import importlib
 
     table = {}
     for k in TaskKind:
-        obj = importlib.import_module(f"{package}.{k.value}").KIND
-        assert obj.name == k.value, f"{package}.{k.value}: KIND is {obj.name!r}, not {k.value!r}"
+        name = module.format(kind=k.value)
+        obj = importlib.import_module(name).KIND
+        assert obj.name == k.value, f"{name}: KIND is {obj.name!r}, not {k.value!r}"
         table[k.value] = obj
     return table
 
@@ -165,7 +167,7 @@ META_REQUIRED = {"task": str, "max_seq_len": int, "num_labels": int}
 def read_meta(path: Path) -> dict[str, Any]:
     """``meta.json`` as export wrote it, checked: a missing, truncated or hand-edited file is one line naming it and
     the field.  The kind-specific sections (``reading``, ``uie``) are checked by the kind that reads them, when a bundle is
-    packaged (``serving/bundle/kinds/``, ``meta_problem``)."""
+    packaged (``serving/kinds/<kind>/bundle.py``, ``meta_problem``)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

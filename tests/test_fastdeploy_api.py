@@ -342,7 +342,8 @@ def test_configs_are_fastdeploys_interface():
     assert dict(ens.ensemble_scheduling.step[2].input_map)["text"] == "INPUT"
 
     uie = all_configs(BundleShape(task="uie", num_labels=2, max_seq_len=64, model_file="model.onnx", task_type="uie",
-                                  doc_stride=16, max_prompt_len=8, max_span_len=8, schema=("时间",)),
+                                  settings={"doc_stride": 16, "max_prompt_len": 8, "position_prob": 0.5,
+                                            "max_span_len": 8, "schema": ("时间",)}),
                       PackageConfig(api="fastdeploy", instance_count=1))
     cfg = parse_pbtxt(to_pbtxt(uie["uie"]))
     assert list(uie) == ["uie"] and cfg.backend == "python" and cfg.max_batch_size == 1
@@ -367,11 +368,11 @@ def test_fastdeploy_bundles_carry_their_models_and_payload_code(bundles):
     files = {f for f in uie["files"] if f.startswith("uie/1/")}
     assert {"uie/1/model.py", "uie/1/runner.py", "uie/1/windows.py", "uie/1/spans.py", "uie/1/fastdeploy_payloads.py",
             "uie/1/vocab.txt", "uie/1/model.onnx"} <= files
-    assert (bundles["fd_uie"] / "uie/1/model.py").read_bytes() == (SERVING / "triton/models/uie_fastdeploy.py").read_bytes()
+    assert (bundles["fd_uie"] / "uie/1/model.py").read_bytes() == (SERVING / "kinds/uie/models/uie_fastdeploy.py").read_bytes()
     assert uie["package"]["instances"] == 1  # instance_count auto: one, so "the schema sent last" is one per server
     ours = verify(bundles["ours_uie"])  # layout auto: one python model, extractor.py, with the request checks beside it
     assert ours["api"] == "ernie-bundle" and ours["layout"] == "fused" and ours["models"]["ensemble"] == "tinyuie"
-    assert (bundles["ours_uie"] / "tinyuie/1/model.py").read_bytes() == (SERVING / "triton/models/extractor.py").read_bytes()
+    assert (bundles["ours_uie"] / "tinyuie/1/model.py").read_bytes() == (SERVING / "kinds/uie/models/extractor.py").read_bytes()
     assert {"tinyuie/1/uie_requests.py", "tinyuie/1/windows.py", "tinyuie/1/spans.py", "tinyuie/1/runner.py"} <= set(ours["files"])
     assert "windowing, model and decoding in one process" in (bundles["ours_uie"] / "README.md").read_text(encoding="utf-8")
     ens = verify(bundles["ours_uie_ensemble"])

@@ -199,6 +199,7 @@ def test_no_engine_folder_imports_another():
 # What each part of serving may import of serving, besides itself (serving is split by where its code runs).
 SERVING_LAYERS = {
     "serving": set(),
+    "serving.kinds": set(),  # the kinds' folders' package files (their modules: KIND_FOLDER_PARTS)
     "serving.triton": set(),  # copied into bundles: see test_triton_code_imports_only_what_triton_has
     "serving.bundle": {"serving.triton"},  # builds bundles: locates and hashes what it copies, checks integrity
     "serving.server": {"serving.triton"},  # the launcher: the bundle check
@@ -220,8 +221,15 @@ TRITON_PACKAGES = {"numpy", "tokenizers", "onnxruntime", "openvino", "paddle", "
                    "model_support"}
 
 
+# A kind's folder (serving/kinds/<kind>/) holds one module of three parts: its bundle.py is built like serving/bundle,
+# its tools.py like serving/tools, and its models/ are copied into bundles like serving/triton.
+KIND_FOLDER_PARTS = {"bundle": "serving.bundle", "tools": "serving.tools", "models": "serving.triton"}
+
+
 def _serving_part(module: str) -> str:
     parts = module.split(".")
+    if parts[:2] == ["serving", "kinds"] and len(parts) > 3:
+        return KIND_FOLDER_PARTS[parts[3]]
     return ".".join(parts[:2]) if len(parts) > 1 else module
 
 
@@ -254,8 +262,13 @@ def test_layering():
                                "serving.server": {"pipeline.cpu", "serving.triton.integrity"},
                                "serving.bundle.repository": {"serving.tools.offline", "pipeline.errors"},
                                "pipeline.stages.export": {"serving.bundle.repository"},
-                               "pipeline.stages.package": {"serving.bundle.repository"}}) == [
+                               "pipeline.stages.package": {"serving.bundle.repository"},
+                               "serving.kinds.uie.bundle": {"serving.kinds.uie.tools", "pipeline.errors"},
+                               "serving.kinds.uie.tools": {"serving.kinds.uie.bundle"},
+                               "serving.kinds.uie.models.extractor": {"serving.bundle.config", "pipeline.contract"}}) == [
         "pipeline.stages.export -> serving.bundle.repository", "serving.bundle.repository -> serving.tools.offline",
+        "serving.kinds.uie.bundle -> serving.kinds.uie.tools", "serving.kinds.uie.models.extractor -> pipeline.contract",
+        "serving.kinds.uie.models.extractor -> serving.bundle.config",
         "serving.server -> pipeline.cpu", "serving.triton.text_input -> serving.bundle.config"]
 
 
@@ -285,15 +298,16 @@ def _triton_problems(source: str, where: str) -> list[str]:
 
 
 def test_triton_code_imports_only_what_triton_has():
-    """serving/triton and the engines' served modules are copied into bundles and run by Triton's python backend,
+    """serving/triton, the kinds' models/ and the engines' served modules are copied into bundles and run by Triton's python backend,
     where neither pipeline nor serving is installed: checked from the source, so a model that would fail only when Triton loads it fails here."""
     from pipeline.backends.registry import SERVED_ENGINES
 
     # and every served engine's module, copied beside runner.py as engine.py
     engines = [e.source for e in SERVED_ENGINES]
     assert {f.parent.name for f in engines} >= {"onnxruntime", "openvino", "paddle"}
-    files = sorted((ROOT / "serving" / "triton").rglob("*.py")) + engines
-    assert len(files) > 10 and any(f.parent.name == "models" for f in files)
+    files = sorted((ROOT / "serving" / "triton").rglob("*.py")) + sorted((ROOT / "serving" / "kinds").glob("*/models/*.py"))
+    files += engines
+    assert len(files) > 20 and {f.parent.parent.name for f in files if f.parent.name == "models"} >= {"triton", "uie"}
     problems = [p for f in files for p in _triton_problems(f.read_text(encoding="utf-8"), str(f.relative_to(ROOT)))]
     assert problems == []
     # the check itself sees imports inside functions, relative imports and serving's own modules

@@ -154,14 +154,14 @@ def test_each_kind_copies_only_modules_that_run_inside_triton(kind):
 
 
 def test_both_kind_tables_cover_every_kind_and_the_client_command_line_takes_each_command():
-    from serving.bundle.kinds import KINDS as BUNDLE_KINDS
+    from serving.bundle.kinds import kinds as bundle_kinds
     from serving.tools import client_cli
-    from serving.tools.kinds import COMMANDS, KINDS, kind_of_outputs, tool_kind
+    from serving.tools.kinds import commands, kind_of_outputs, kinds, tool_kind
 
-    assert set(BUNDLE_KINDS) == set(KINDS) == {k.value for k in TaskKind}
-    for name, k in KINDS.items():
+    assert set(bundle_kinds()) == set(kinds()) == {k.value for k in TaskKind}
+    for name, k in kinds().items():
         assert tool_kind(name) is k and kind_of_outputs([k.output]) is k
-        assert COMMANDS[k.command] == name
+        assert commands()[k.command] == name
         with pytest.raises(SystemExit) as exc:  # the command exists: --help exits 0
             client_cli.main([k.command, "--help"])
         assert exc.value.code == 0
@@ -194,9 +194,9 @@ def test_package_api_fastdeploy_is_offered_for_the_kinds_that_name_an_example():
     """Each kind names its own FastDeploy example; the refusal for one without lists those that have one."""
     from pipeline.errors import ConfigError
     from serving.bundle.config import PackageConfig
-    from serving.bundle.kinds import KINDS, bundle_kind, check_api
+    from serving.bundle.kinds import bundle_kind, check_api, kinds
 
-    offered = {n: k.fastdeploy.model for n, k in KINDS.items() if k.fastdeploy is not None}
+    offered = {n: k.fastdeploy.model for n, k in kinds().items() if k.fastdeploy is not None}
     assert offered == {"classification": "ernie_seqcls", "token_classification": "ernie_tokencls", "uie": "uie"}
     fastdeploy = PackageConfig(api="fastdeploy")
     assert [bundle_kind(n).served_name("news", fastdeploy) for n in offered] == list(offered.values())

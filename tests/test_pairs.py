@@ -116,7 +116,7 @@ def test_a_malformed_pair_request_is_refused_alone_naming_its_field(pair_bundle,
 
         def bad():
             try:
-                client._infer({k: np.array([[x.encode() if isinstance(x, str) else x for x in row] for row in v], dtype=object)
+                client.infer({k: np.array([[x.encode() if isinstance(x, str) else x for x in row] for row in v], dtype=object)
                                for k, v in arrays.items()}, ["label"])
             except RequestRejected as exc:
                 refused.append(str(exc))
@@ -144,7 +144,7 @@ def test_the_served_tokenizer_gives_paddlenlps_pair_ids_on_every_dev_pair(pair_b
             ClassifierClient(server.grpc_url, "grpc", "tinynli_tokenizer", retries=0) as client:
         for start in range(0, len(dev), 7):
             chunk = dev[start : start + 7]
-            out = client._infer({"text": np.array([[a.encode()] for a, _ in chunk], dtype=object),
+            out = client.infer({"text": np.array([[a.encode()] for a, _ in chunk], dtype=object),
                                  "text_pair": np.array([[b.encode()] for _, b in chunk], dtype=object)},
                                 ["input_ids", "token_type_ids"])
             want = [oracle(a, b, max_length=32, truncation=True) for a, b in chunk]

@@ -25,9 +25,9 @@ from serving.bundle.repository import ExportArtifacts, PackageError, write_repos
 from serving.server import TritonServer, start_server
 
 PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
-SERVING = Path(__file__).resolve().parent.parent / "serving" / "triton"
+MODELS = Path(__file__).resolve().parent.parent / "serving" / "kinds" / "reading_comprehension" / "models"
 SHAPE = BundleShape(task="cmrc2018", num_labels=2, max_seq_len=512, model_file="model.onnx", task_type="reading_comprehension",
-                    doc_stride=128, max_query_len=64, max_answer_len=30)
+                    settings={"doc_stride": 128, "max_query_len": 64, "max_answer_len": 30})
 
 
 @pytest.mark.parametrize("pc", [PackageConfig(layout="ensemble"), PackageConfig(runtime="onnxruntime"), PackageConfig(runtime="fastdeploy"),
@@ -52,8 +52,9 @@ def test_mrc_configs_round_trip_unbatched(pc):
     assert configs["cmrc2018_tokenizer"].instance_group[0].count == pc.instances
 
 
-UIE_SHAPE = BundleShape(task="uie", num_labels=2, max_seq_len=64, model_file="model.onnx", task_type="uie", doc_stride=16,
-                        max_prompt_len=8, position_prob=0.5, max_span_len=8, schema=("姓名",))
+UIE_SHAPE = BundleShape(task="uie", num_labels=2, max_seq_len=64, model_file="model.onnx", task_type="uie",
+                        settings={"doc_stride": 16, "max_prompt_len": 8, "position_prob": 0.5, "max_span_len": 8,
+                                  "schema": ("姓名",)})
 
 
 @pytest.mark.parametrize("shape, settings", [(SHAPE, {"max_answer_len": "30", "doc_stride": "128", "max_items": "64"}),
@@ -89,16 +90,16 @@ def test_mrc_bundle_carries_the_pipeline_modules(mrc_bundle, mrc_ensemble_bundle
     m = verify_bundle(mrc_bundle)
     assert m["task_type"] == "reading_comprehension" and m["reading"] == {"doc_stride": 10, "max_query_len": 12, "max_answer_len": 8}
     assert m["layout"] == "fused" and set(m["models"].values()) == {"cmrc2018"}
-    assert (mrc_bundle / "cmrc2018/1/model.py").read_bytes() == (SERVING / "models/reader.py").read_bytes()
+    assert (mrc_bundle / "cmrc2018/1/model.py").read_bytes() == (MODELS / "reader.py").read_bytes()
     ens = verify_bundle(mrc_ensemble_bundle)
     assert ens["layout"] == "ensemble"
     for bundle, man, rel, src in ((mrc_bundle, m, "cmrc2018/1/windows.py", PIPELINE / "reading/windows.py"),
                                   (mrc_bundle, m, "cmrc2018/1/spans.py", PIPELINE / "reading/spans.py"),
-                                  (mrc_bundle, m, "cmrc2018/1/mrc_requests.py", SERVING / "mrc_requests.py"),
+                                  (mrc_bundle, m, "cmrc2018/1/mrc_requests.py", MODELS / "mrc_requests.py"),
                                   (mrc_ensemble_bundle, ens, "cmrc2018_tokenizer/1/windows.py", PIPELINE / "reading/windows.py"),
                                   (mrc_ensemble_bundle, ens, "cmrc2018_postprocess/1/spans.py", PIPELINE / "reading/spans.py"),
-                                  (mrc_ensemble_bundle, ens, "cmrc2018_tokenizer/1/mrc_requests.py", SERVING / "mrc_requests.py"),
-                                  (mrc_ensemble_bundle, ens, "cmrc2018_postprocess/1/mrc_requests.py", SERVING / "mrc_requests.py")):
+                                  (mrc_ensemble_bundle, ens, "cmrc2018_tokenizer/1/mrc_requests.py", MODELS / "mrc_requests.py"),
+                                  (mrc_ensemble_bundle, ens, "cmrc2018_postprocess/1/mrc_requests.py", MODELS / "mrc_requests.py")):
         assert rel in man["files"]
         assert (bundle / rel).read_bytes() == src.read_bytes()
     copy = tmp_path / "cmrc2018"
@@ -163,7 +164,7 @@ def bundle(mrc_bundle):
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_served_answers_equal_offline(layout, request, dev, bundle, protocol):
     from pipeline.reading.windows import make_windows
-    from serving.tools.kinds.reading_comprehension import offline_answers
+    from serving.kinds.reading_comprehension.tools import offline_answers
 
     qs, cs = [e.question for e in dev], [e.context for e in dev]
     wins = make_windows(bundle.wordpiece(), qs, cs, max_seq_len=48, doc_stride=10, max_query_len=12)
@@ -211,7 +212,7 @@ def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_pat
     import dataclasses
 
     from serving.tools import client_cli
-    from serving.tools.kinds.reading_comprehension import run_smoke
+    from serving.kinds.reading_comprehension.tools import run_smoke
 
     with ClassifierClient(server.http_url, "http", "cmrc2018", retries=0) as client:
         result = run_smoke(bundle, client, dev, batch_size=8)
@@ -255,7 +256,7 @@ def test_offline_yardstick_counts_questions(bundle, dev, monkeypatch):
     import numpy as np
 
     from pipeline.reading import windows
-    from serving.tools.kinds.reading_comprehension import question_batches
+    from serving.kinds.reading_comprehension.tools import question_batches
     from serving.tools.offline import BundleModel
 
     pairs = [(e.question, e.context) for e in dev][:6]

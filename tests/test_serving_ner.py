@@ -109,7 +109,7 @@ def server(ner_bundle, tmp_path_factory) -> TritonServer:
 
 @pytest.fixture(scope="module")
 def fused_bundle(ner_export, tmp_path_factory) -> Path:
-    """The same export packaged with layout auto: on a python runtime, one fused model (serving/triton/models/tagger.py)."""
+    """The same export packaged with layout auto: on a python runtime, one fused model (serving/kinds/token_classification/models/tagger.py)."""
     pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, max_text_bytes=4096)
     return write_repository(tmp_path_factory.mktemp("ner_fused_repo"), "cluener", ExportArtifacts.from_dir(ner_export), pc).path
 
@@ -145,7 +145,7 @@ def _key(entities):
 @LAYOUTS
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_served_entities_equal_offline(layout, request, dev, bundle, protocol):
-    from serving.tools.kinds.token_classification import offline_entities
+    from serving.kinds.token_classification.tools import offline_entities
 
     server = request.getfixturevalue(layout)
 
@@ -209,8 +209,8 @@ def test_concurrent_requests_of_different_lengths_are_merged_and_answered_correc
 def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_path, capsys, monkeypatch):
     from pipeline.labeling.metric import chunk_f1
     from serving.tools import client_cli
-    from serving.tools.kinds.token_classification import offline_entities
-    from serving.tools.kinds.token_classification import run_smoke
+    from serving.kinds.token_classification.tools import offline_entities
+    from serving.kinds.token_classification.tools import run_smoke
 
     with ClassifierClient(server.http_url, "http", "cluener", retries=0) as client:
         result = run_smoke(bundle, client, dev, batch_size=8)
@@ -266,12 +266,12 @@ def test_fused_bundle_is_one_model_running_the_ensembles_code(fused_bundle, fuse
 
     m = verify_bundle(fused_bundle, allow_bytecode=True)
     assert m["package"]["layout"] == "auto" and m["layout"] == "fused" and set(m["models"].values()) == {"cluener"}
-    triton = Path(__file__).resolve().parent.parent / "serving" / "triton"
-    assert (fused_bundle / "cluener/1/model.py").read_bytes() == (triton / "models" / "tagger.py").read_bytes()
+    models = Path(__file__).resolve().parent.parent / "serving" / "kinds" / "token_classification" / "models"
+    assert (fused_bundle / "cluener/1/model.py").read_bytes() == (models / "tagger.py").read_bytes()
     assert (fused_bundle / "cluener/1/bio.py").read_bytes() == (PIPELINE / "labeling" / "bio.py").read_bytes()
     for shared in ("entity_outputs.py", "text_input.py", "runner.py"):
         assert f"cluener/1/{shared}" in m["files"]
-    decoding = (triton / "entity_outputs.py").read_bytes()  # one file: the fused model and the ensemble's post-processing
+    decoding = (models / "entity_outputs.py").read_bytes()  # one file: the fused model and the ensemble's post-processing
     assert (fused_bundle / "cluener/1/entity_outputs.py").read_bytes() == decoding
     assert (bundle.root / "cluener_postprocess/1/entity_outputs.py").read_bytes() == decoding
     assert not any(f.startswith(("cluener_tokenizer/", "cluener_model/", "cluener_postprocess/")) for f in m["files"])

@@ -167,7 +167,7 @@ def test_concurrent_requests_are_batched_and_answered_correctly(layout, request,
 def test_client_cli_and_smoke_and_loadtest(server, dev, offline, tmp_path, capsys):
     from serving.tools import client_cli
     from serving.tools.loadtest import run_level
-    from serving.tools.kinds.classification import run_smoke
+    from serving.kinds.classification.tools import run_smoke
 
     texts, gold = dev
     f = tmp_path / "texts.txt"
@@ -332,7 +332,7 @@ def test_fused_layout_is_one_model_with_the_ensemble_contract(fused_server, tiny
     for name in ("model.py", "runner.py", "engine.py", "class_outputs.py", "text_input.py", "wordpiece.py", "vocab.txt",
                  "labels.json", "model.onnx"):
         assert f"tiny/1/{name}" in m["files"], name
-    assert (folder / "model.py").read_bytes() == (SERVING / "triton" / "models" / "classifier.py").read_bytes()
+    assert (folder / "model.py").read_bytes() == (SERVING / "kinds" / "classification" / "models" / "classifier.py").read_bytes()
     bundle = BundleModel.open(tiny_fused_bundle)  # offline reference reads the one folder
     assert bundle.tokenizer_dir == bundle.model_dir == folder and len(bundle.labels()) == m["num_labels"]
     _perf_analyzer_or_skip()

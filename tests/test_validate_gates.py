@@ -222,16 +222,17 @@ def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_pa
         compare_outputs("onnxruntime-cpu-int8", Ev, ref, None)
     with pytest.raises(DataError, match="no calibration batch"):
         quantize_int8_qdq(tmp_path / "absent.onnx", tmp_path / "q.onnx", [])
-    from serving.bundle.kinds import KINDS, BundleKind
-    from serving.bundle.kinds.reading_comprehension import ReadingComprehension
+    from serving.bundle.kinds import BundleKind, kinds
+    from serving.kinds.reading_comprehension.bundle import ReadingComprehension
 
     class Unfused(ReadingComprehension):  # a kind with no fused form of its own (every built-in kind has one)
         fusable, fused_configs = False, BundleKind.fused_configs
 
-    mrc = BundleShape(task="mrc", num_labels=2, max_seq_len=32, model_file="model.onnx", task_type="reading_comprehension")
+    mrc = BundleShape(task="mrc", num_labels=2, max_seq_len=32, model_file="model.onnx", task_type="reading_comprehension",
+                      settings={"doc_stride": 8, "max_query_len": 8, "max_answer_len": 8})
     fused = dataclasses.replace(PackageConfig(), layout="fused")
     assert list(all_configs(mrc, fused)) == ["mrc"]
-    monkeypatch.setitem(KINDS, "reading_comprehension", Unfused())
+    monkeypatch.setitem(kinds(), "reading_comprehension", Unfused())
     with pytest.raises(ConfigError, match="package.layout: fused is for classification, token_classification "
                                           "or uie bundles, not reading_comprehension"):
         all_configs(mrc, fused)

@@ -128,26 +128,41 @@ def _kind_section() -> str:
     return text[start : text.index("\n- ", start + 1)]
 
 
-KIND_SIDES = ("pipeline/kinds", "serving/bundle/kinds", "serving/tools/kinds")
+# A kind's objects: its pipeline module, and its serving folder's bundle.py and tools.py.
+KIND_MODULES = ("pipeline/kinds/<kind>.py", "serving/kinds/<kind>/bundle.py", "serving/kinds/<kind>/tools.py")
 
 
-def test_the_kind_walkthrough_names_files_that_exist_and_every_kind_has_its_three_modules():
-    """Every path it quotes exists (``<kind>`` as each kind); each kind's object is the ``KIND`` of the module named
-    after it on each side, and says it is that kind."""
+def _own(value: str) -> tuple[str, ...]:
+    """What is a kind's own: its pipeline module and its serving folder."""
+    return (f"pipeline/kinds/{value}.py", f"serving/kinds/{value}/")
+
+
+def test_the_kind_walkthrough_names_files_that_exist_and_every_kind_has_its_module_and_folder():
+    """Every path it quotes exists (``<kind>`` as each kind); each kind's object is the ``KIND`` of its pipeline module
+    and of its folder's bundle.py and tools.py, and says it is that kind; its python models are in its folder."""
     from pipeline.contract import TaskKind
+    from serving.bundle.kinds import bundle_kind
+    from serving.bundle.config import PackageConfig
 
     section = _kind_section()
     paths = [q for q in _quoted(section) if "/" in q and " " not in q and "::" not in q]
-    assert len(paths) >= 8 and "5 files" in section
+    assert len(paths) >= 8 and "4 files" in section
     for q in paths:
         for kind in TaskKind:
             path = ROOT / q.replace("<kind>", kind.value)
             assert path.exists(), q
-    for side in KIND_SIDES:
-        assert f"`{side}/<kind>.py`" in section, side
+    for module in KIND_MODULES:
+        assert f"`{module}`" in section, module
         for kind in TaskKind:
-            obj = importlib.import_module(f"{side.replace('/', '.')}.{kind.value}").KIND
-            assert obj.name == kind.value, (side, kind)
+            obj = importlib.import_module(module.replace("<kind>", kind.value).removesuffix(".py").replace("/", ".")).KIND
+            assert obj.name == kind.value, (module, kind)
+    for kind in TaskKind:  # every python model and helper its bundles copy comes from its folder
+        obj, pc = bundle_kind(kind), PackageConfig()
+        folder = ROOT / "serving" / "kinds" / kind.value / "models"
+        sources = [obj.models / obj.tokenizer_source, obj.models / obj.postprocess_source,
+                   *(obj.models / m for m in (obj.fused_model(pc),) if m)]
+        helpers = [h for h in [*obj.tokenizer_helpers(pc), *obj.postprocess_helpers(pc)] if "triton" not in h.parts]
+        assert all(p.resolve().parent == folder.resolve() and p.is_file() for p in sources + helpers), kind
     for name in ("label_problem", "meta_problem", "fastdeploy", "first_segment", "data_formats"):
         assert f"`{name}`" in section, name
 
@@ -157,7 +172,10 @@ def _written_outside(kind, own: tuple[str, ...]) -> set[str]:
     member, or an import of one of its modules (comments and docstrings aside)."""
     import ast
 
-    own_modules = {o.removesuffix(".py").replace("/", ".") for o in own if o.endswith(".py")}
+    # its modules, and its serving folder's as a prefix (the pipeline helper folders are shared readers: imported by
+    # other kinds too, so an import of them does not name the kind)
+    own_modules = tuple(o.removesuffix(".py").replace("/", ".") for o in own
+                        if o.endswith(".py") or o.startswith("serving/kinds/"))
     named = set()
     for path in [*(ROOT / "pipeline").rglob("*.py"), *(ROOT / "serving").rglob("*.py")]:
         rel = str(path.relative_to(ROOT))
@@ -168,27 +186,27 @@ def _written_outside(kind, own: tuple[str, ...]) -> set[str]:
                 and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and node.attr == kind.name) \
-                    or (isinstance(node, ast.ImportFrom) and node.module in own_modules) \
+                    or (isinstance(node, ast.ImportFrom) and node.module
+                        and any(node.module == o or (o.endswith(".") and node.module.startswith(o)) for o in own_modules)) \
                     or (isinstance(node, ast.Constant) and node.value == kind.value and id(node) not in docs):
                 named.add(rel)
     return named
 
 
 @pytest.mark.parametrize("value, helpers", [
-    ("token_classification", ("pipeline/labeling/", "serving/triton/entity_outputs.py")),
-    ("reading_comprehension", ("pipeline/reading/", "serving/triton/mrc_requests.py")),
-    ("uie", ("pipeline/extraction/", "serving/triton/uie_requests.py"))])
+    ("token_classification", ("pipeline/labeling/",)),
+    ("reading_comprehension", ("pipeline/reading/",)),
+    ("uie", ("pipeline/extraction/",))])
 def test_the_files_it_counts_are_the_places_a_kind_is_named_outside_its_modules(value, helpers):
-    """"5 files": no module outside a kind's own three (and the helpers only it loads) spells it, but
-    ``pipeline/contract.py``'s TaskKind.  (Classification, the default of records older than ``task_type``, is
-    named as that default too.)"""
+    """"4 files": no module outside a kind's pipeline module and serving folder (and the pipeline helpers only it
+    loads) spells it, but ``pipeline/contract.py``'s TaskKind.  (Classification, the default of records older than
+    ``task_type``, is named as that default too.)"""
     from pipeline.contract import TaskKind
 
     kind = TaskKind(value)
-    own = (*(f"{side}/{value}.py" for side in KIND_SIDES), *helpers)
-    assert _written_outside(kind, own) == {"pipeline/contract.py"}
+    assert _written_outside(kind, (*_own(value), *helpers)) == {"pipeline/contract.py"}
     # and the scan sees what it looks for: the classification default is spelled where records predate task_type
-    assert "pipeline/config.py" in _written_outside(TaskKind.CLASSIFICATION, tuple(f"{s}/classification.py" for s in KIND_SIDES))
+    assert "pipeline/config.py" in _written_outside(TaskKind.CLASSIFICATION, _own("classification"))
 
 
 # -- the module map --------------------------------------------------------------------------------------------------
@@ -199,8 +217,8 @@ def test_the_module_map_names_every_module_of_pipeline_and_serving():
     start = text.index("### Module map")
     module_map = text[start : text.index("```", text.index("```", start) + 3)]
     per_item = {"pipeline/stages": "one module per stage", "pipeline/kinds": "one\n                               module per kind",
-                "serving/bundle/kinds": "module per task kind", "serving/tools/kinds": "one module per task kind",
-                "pipeline/backends": "one folder per engine", "serving/triton/models": "the python models"}
+                "serving/kinds": "one folder per task kind",
+                "pipeline/backends": "one folder per engine", "serving/triton/models": "the model runner"}
     for folder, says in per_item.items():
         assert says in module_map, (folder, says)
     folders = [ROOT / "pipeline", ROOT / "serving"]

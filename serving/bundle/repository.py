@@ -13,9 +13,9 @@
       kubernetes.yaml, kserve.yaml         deployment manifests (package stage; serving.bundle.manifests)
 
 Token classification / reading comprehension bundles (meta.json "task_type") have the same four
-models with other python models (serving/triton/models/{ner,mrc}_*.py) and, next to them, verbatim copies
-of the pipeline's pure pre/post-processing modules (wordpiece.py, bio.py, windows.py, spans.py: each kind's object
-in serving/bundle/kinds/ names its sources and modules)
+models with other python models (serving/kinds/<kind>/models/) and, next to them, verbatim copies
+of the pipeline's pure pre/post-processing modules (wordpiece.py, bio.py, windows.py, spans.py: each kind's object,
+serving/kinds/<kind>/bundle.py, names its sources and modules)
 and of serving/triton/text_input.py, so the served pre/post-processing is the offline code; like every
 file they are hashed in bundle.json.
 
@@ -51,9 +51,10 @@ from serving.bundle.kinds import BundleKind, all_configs, bundle_kind, check_api
 from serving.bundle.model_config import VERSION, BundleShape, ModelNames, to_pbtxt
 from serving.triton import integrity, model_support, text_input
 
-# Copied into bundles as files: the python models (serving/triton/models), the serving/triton helpers beside them
-# (their modules' files) and the pipeline's pure modules (each kind's, found by path, never imported from here).
-MODELS_DIR = Path(model_support.__file__).resolve().parent / "models"
+# Copied into bundles as files: the python models (the kind's, serving/kinds/<kind>/models, and the shared model
+# runner, serving/triton/models), the helpers beside them and the pipeline's pure modules (each kind's, found by
+# path, never imported from here).
+RUNNER = Path(model_support.__file__).resolve().parent / "models" / "runner.py"
 PIPELINE_DIR = Path(__file__).resolve().parents[2] / "pipeline"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 SERVING_PACKAGES = ("numpy", *(e.distribution for e in SERVED_ENGINES), "tokenizers", "tritonclient", "nvidia-pytriton",
@@ -268,8 +269,8 @@ def serving_versions() -> dict[str, str]:
     return out
 
 
-def _copy_python_model(version_dir: Path, source: str, pure: tuple[str, ...] = ()) -> None:
-    shutil.copyfile(MODELS_DIR / source, version_dir / "model.py")
+def _copy_python_model(version_dir: Path, source: Path, pure: tuple[str, ...] = ()) -> None:
+    shutil.copyfile(source, version_dir / "model.py")
     shutil.copyfile(Path(integrity.__file__), version_dir / "bundle_integrity.py")
     shutil.copyfile(Path(model_support.__file__), version_dir / "model_support.py")
     for rel in pure:
@@ -308,7 +309,7 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
                         model_file=choice.model_file, pad_id=_pad_id(vocab), task_type=kind.name,
                         vocab_size=sum(1 for _ in open(vocab, encoding="utf-8")),
                         engine_properties=_engine_properties(meta, choice), model_output=_model_output(exp, pc, choice),
-                        **kind.shape_fields(meta))
+                        settings=kind.shape_fields(meta))
     one_model = kind.one_model(pc)  # FastDeploy's uie: one python model
     if names.fused and not kind.fusable and not one_model:
         raise PackageError(f"package.layout: fused is for {fused_kinds()} bundles; {task} is {kind.name}")
@@ -319,7 +320,7 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     # The ensemble's version folder stays empty: Triton requires it to exist.
     tok = tmp / names.tokenizer / VERSION
     # Fused: the three steps' files share one folder, whose model.py is the kind's fused model (or FastDeploy's uie).
-    _copy_python_model(tok, kind.fused_model(pc) if names.fused else kind.tokenizer_source,
+    _copy_python_model(tok, kind.models / (kind.fused_model(pc) if names.fused else kind.tokenizer_source),
                        kind.tokenizer_pure + (kind.postprocess_pure if names.fused else ()))
     for helper in (Path(text_input.__file__), *kind.tokenizer_helpers(pc)):  # uie_requests.py: UIE's request checks
         shutil.copyfile(helper, tok / helper.name)
@@ -328,7 +329,7 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
             shutil.copyfile(exp.tokenizer_dir / f, tok / f)
     post = tmp / names.postprocess / VERSION
     if not names.fused:
-        _copy_python_model(post, kind.postprocess_source, kind.postprocess_pure)
+        _copy_python_model(post, kind.models / kind.postprocess_source, kind.postprocess_pure)
     for helper in kind.postprocess_helpers(pc):  # class_outputs.py, entity_outputs.py, uie_requests.py; FastDeploy's rows
         shutil.copyfile(helper, post / helper.name)
     shutil.copyfile(exp.labels, post / "labels.json")
@@ -336,9 +337,9 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     for src, dst in choice.sources:
         shutil.copyfile(src, model / dst)
     if names.fused:  # the model step's engine, loaded by the fused model as its runner.py
-        shutil.copyfile(MODELS_DIR / "runner.py", model / "runner.py")
+        shutil.copyfile(RUNNER, model / "runner.py")
     elif pc.backend == "python":
-        _copy_python_model(model, "runner.py")
+        _copy_python_model(model, RUNNER)
     if pc.backend == "python":  # the engine runner.py runs, from its folder in the pipeline
         shutil.copyfile(_served(pc).source, model / "engine.py")
     shutil.copyfile(exp.meta, tmp / META_FILE)

@@ -1,6 +1,8 @@
 """Client for a served bundle: tritonclient over HTTP or gRPC, with batching, retries and health checks.  The command
-line (``python -m serving.client``) is ``serving.tools.client_cli``; this module knows no task kinds, so the kinds'
-tool modules (``serving.tools.kinds``) use it without either importing the other.
+line (``python -m serving.client``) is ``serving.tools.client_cli``.  It looks up no task kind, so the kinds' tool
+modules (``serving/kinds/<kind>/tools.py``) use it without either importing the other: ``infer`` sends any request,
+and the built-in interfaces have a named method each (``classify``, ``extract_entities``, ``answer``,
+``extract_schema``) for users.
 
 Retries cover the transport (connection refused or reset, timeouts, server unavailable) with
 exponential backoff; an error the server gives for the request itself (empty text, bad UTF-8,
@@ -168,7 +170,7 @@ class ClassifierClient:
         arrays = {"text": np.array([[_as_bytes(t)] for t in texts], dtype=np.object_)}
         if pairs is not None:
             arrays["text_pair"] = np.array([[_as_bytes(t)] for t in pairs], dtype=np.object_)
-        return self._infer(arrays, OUTPUTS)
+        return self.infer(arrays, OUTPUTS)
 
     def takes_pairs(self) -> bool:
         """The served model classifies text pairs (it has a ``text_pair`` input)."""
@@ -183,8 +185,10 @@ class ClassifierClient:
         tensors = meta[side] if isinstance(meta, dict) else getattr(meta, side)
         return [t["name"] if isinstance(t, dict) else t.name for t in tensors]
 
-    def _infer(self, arrays: dict[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
-        """One request with the given BYTES inputs; retries transport failures, raises RequestRejected for the rest."""
+    def infer(self, arrays: dict[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
+        """One request with the given BYTES inputs, returning the ``names`` outputs: the transport every method below
+        uses, and what a kind's tools.py calls when its interface has no named method here.  Retries transport
+        failures, raises RequestRejected for the rest."""
         inputs = []
         for name, arr in arrays.items():
             inp = self._tc.InferInput(name, list(arr.shape), "BYTES")
@@ -238,7 +242,7 @@ class ClassifierClient:
     def extract_entities_batch(self, texts: Sequence[str | bytes]) -> list[list[ServedEntity]]:
         """One request: the entities of each text (a token-classification bundle)."""
         arr = np.array([[_as_bytes(t)] for t in texts], dtype=np.object_)
-        out = self._infer({"text": arr}, NER_OUTPUTS)["entities"].reshape(-1)
+        out = self.infer({"text": arr}, NER_OUTPUTS)["entities"].reshape(-1)
         return [[ServedEntity(str(e["type"]), str(e["text"]), int(e["start"]), int(e["end"])) for e in json.loads(_as_str(raw))]
                 for raw in out]
 
@@ -256,7 +260,7 @@ class ClassifierClient:
             raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
         q = np.array([_as_bytes(t) for t in questions], dtype=np.object_)
         c = np.array([_as_bytes(t) for t in contexts], dtype=np.object_)
-        out = self._infer({"question": q, "context": c}, MRC_OUTPUTS)
+        out = self.infer({"question": q, "context": c}, MRC_OUTPUTS)
         return [ServedAnswer(_as_str(questions[i]), _as_str(out["answer"].reshape(-1)[i]), int(out["start"].reshape(-1)[i]),
                              int(out["end"].reshape(-1)[i]), float(out["score"].reshape(-1)[i])) for i in range(len(questions))]
 
@@ -272,7 +276,7 @@ class ClassifierClient:
         """One request to a UIE bundle: every text asked every prompt of ``schema``; per text, prompt -> spans."""
         t = np.array([_as_bytes(x) for x in texts], dtype=np.object_)
         s = np.array([_as_bytes(x) for x in schema], dtype=np.object_)
-        results = self._infer({"text": t, "schema": s}, UIE_OUTPUTS)["results"].reshape(len(texts), len(schema))
+        results = self.infer({"text": t, "schema": s}, UIE_OUTPUTS)["results"].reshape(len(texts), len(schema))
         return [{prompt: [ServedSpan(**d) for d in json.loads(_as_str(results[i, j]))] for j, prompt in enumerate(schema)}
                 for i in range(len(texts))]
 

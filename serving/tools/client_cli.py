@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from serving.tools.client import ClassifierClient, ClientError, RequestRejected
-from serving.tools.kinds import COMMANDS, kind_of_outputs, tool_kind
+from serving.tools.kinds import commands, kind_of_outputs, tool_kind
 
 
 def _read_file(name: str) -> str:
@@ -130,11 +130,11 @@ def _run_command(args, client: ClassifierClient) -> int:
             return 0 if h["model_ready"] else 1
         if args.batch_size < 1:
             raise ClientError(f"--batch-size {args.batch_size}: items per request, must be >= 1")
-        kind = COMMANDS.get(args.command) or kind_of_outputs(client.output_names()).name
+        kind = commands().get(args.command) or kind_of_outputs(client.output_names()).name
         try:
             _predict(args, client, kind)
         except RequestRejected:
-            served = kind_of_outputs(client.output_names()).name if args.command in COMMANDS else kind
+            served = kind_of_outputs(client.output_names()).name if args.command in commands() else kind
             if served != kind:  # e.g. extract asked of a classification bundle: say so, not Triton's output error
                 command = tool_kind(served).command
                 raise ClientError(f"model {args.model!r} is a {served.replace('_', ' ')} bundle: use `{command}` "

@@ -4,7 +4,7 @@ Tokenizes with ``pipeline.tokenizer.Tokenizer`` over the bundle's vocabulary (th
 not the served copy) and runs the very model file inside ``<task>_model/1/`` in the engine that serves it.
 Imports the pipeline lazily: only these developer tools need it.
 
-Each kind's offline answers live in its tool module (``serving/tools/kinds/``: ``offline_entities``,
+Each kind's offline answers live in its tool module (``serving/kinds/<kind>/tools.py``: ``offline_entities``,
 ``offline_answers``, ``offline_extractions``): they run the pipeline's ``bio`` / ``windows`` + ``spans`` modules
 (the originals of the copies inside the bundle) with the same tokenizer settings as the served pre-processing, and
 group the items into requests in order (``request_groups``), exactly as ``serving.tools.client`` sends them: every

@@ -8,7 +8,7 @@ Token classification bundles are scored with entity chunk F1 (``pipeline.labelin
 reading comprehension bundles with CMRC2018 EM/F1 (``pipeline.reading.metric.cmrc_scores``), UIE bundles with
 span F1; all are held to the offline run of the same bundle (every example's entities / answer span identical)
 and to bundle.json "validated" ({"metric": "entity_f1" | "f1" | "accuracy", "value": ...}).  What differs per kind
-(its smoke run, result and printout, its requests and answer keys) is its object in ``serving/tools/kinds/``.
+(its smoke run, result and printout, its requests and answer keys) is its object in ``serving/kinds/<kind>/tools.py``.
 
     python -m serving.tools.smoke --task tnews [--repository model_repository] [--url 127.0.0.1:8000] [--concurrency 16]
 

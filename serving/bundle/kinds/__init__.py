@@ -1,9 +1,11 @@
 """What a bundle is made of, per task kind: one object per kind (``pipeline.contract.TaskKind``), the ``KIND`` of
-``serving/bundle/kinds/<kind>.py`` (its base: ``base.py``), looked up once from meta.json's ``task_type`` with
+``serving/kinds/<kind>/bundle.py`` (its base: ``base.py`` here), looked up once from meta.json's ``task_type`` with
 ``bundle_kind``.  ``serving/bundle/repository.py`` and the Triton configs ask it; nothing else in serving/bundle
 compares kind names."""
 
 from __future__ import annotations
+
+import functools
 
 from pipeline.contract import TaskKind, kind_table, lookup_kind
 from serving.bundle import fastdeploy_api as fd
@@ -11,7 +13,12 @@ from serving.bundle.config import PackageConfig, _config_error
 from serving.bundle.kinds.base import BundleKind, WindowedKind
 from serving.bundle.model_config import BundleShape
 
-KINDS: dict[str, BundleKind] = kind_table("serving.bundle.kinds")
+
+@functools.cache
+def kinds() -> dict[str, BundleKind]:
+    """Every kind's object by its value: each ``KIND`` of ``serving/kinds/<kind>/bundle.py``, imported on first use
+    (a kind's module imports its base from this package, so the table cannot be built while this package loads)."""
+    return kind_table("serving.kinds.{kind}.bundle")
 
 
 def _listed(names: list[str], last: str) -> str:
@@ -21,19 +28,19 @@ def _listed(names: list[str], last: str) -> str:
 
 def fused_kinds() -> str:
     """The kinds with a fused layout of their own, for messages ("classification, token_classification or uie")."""
-    return _listed([k.name for k in KINDS.values() if k.fusable], "or")
+    return _listed([k.name for k in kinds().values() if k.fusable], "or")
 
 
 def bundle_kind(task_type: str | TaskKind) -> BundleKind:
     """The kind object of a meta.json / bundle.json ``task_type`` (a TaskKind value)."""
-    return lookup_kind(KINDS, task_type, _config_error)
+    return lookup_kind(kinds(), task_type, _config_error)
 
 
 def check_api(task_type: str | TaskKind, pc: PackageConfig) -> None:
     """Refuse, naming package.api, settings FastDeploy's examples have no served interface for (each kind names its
     own example: ``BundleKind.fastdeploy``)."""
     kind = bundle_kind(task_type)
-    offered = _listed([f"{k.name} ({k.fastdeploy.model})" for k in KINDS.values() if k.fastdeploy is not None], "and")
+    offered = _listed([f"{k.name} ({k.fastdeploy.model})" for k in kinds().values() if k.fastdeploy is not None], "and")
     fd.check(kind.name, kind.fastdeploy, pc, offered)
 
 
@@ -46,4 +53,4 @@ def all_configs(shape: BundleShape, pc: PackageConfig) -> dict:
     return {c.name: c for c in configs}
 
 
-__all__ = ["KINDS", "BundleKind", "WindowedKind", "all_configs", "bundle_kind", "check_api", "fused_kinds"]
+__all__ = ["BundleKind", "WindowedKind", "all_configs", "bundle_kind", "check_api", "fused_kinds", "kinds"]

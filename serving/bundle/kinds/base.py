@@ -1,11 +1,12 @@
 """What a bundle is made of, per task kind: the base every kind's object extends (``BundleKind``; ``WindowedKind``
-for the kinds whose items become windows).  Each kind's object is the ``KIND`` of ``serving/bundle/kinds/<kind>.py``;
+for the kinds whose items become windows).  Each kind's object is the ``KIND`` of ``serving/kinds/<kind>/bundle.py``;
 what a kind object answers:
 
-    tokenizer_source, postprocess_source  python models of <task>_tokenizer / _postprocess (serving/triton/models)
+    models                                its python models and helpers: serving/kinds/<kind>/models/
+    tokenizer_source, postprocess_source  python models of <task>_tokenizer / _postprocess (in ``models``)
     fused_source, fused_model(pc)         the one python model of layout fused (None: the kind has no fused form)
     tokenizer_pure, postprocess_pure      the pipeline's pure modules copied beside them (served == offline code)
-    tokenizer_helpers(pc), postprocess_helpers(pc)   serving/triton helpers copied beside the pre- / post-processing model
+    tokenizer_helpers(pc), postprocess_helpers(pc)   helpers copied beside the pre- / post-processing model
     layout(pc)                            ensemble or fused, for these package settings
     one_model(pc)                         FastDeploy's uie: one python model runs all three steps
     label_problem(rows)                   what is wrong with labels.json's rows for this kind (None: nothing)
@@ -21,6 +22,7 @@ what a kind object answers:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,12 @@ class BundleKind:
     def name(self) -> str:
         return self.kind.value
 
+    @property
+    def models(self) -> Path:
+        """Its python models and their helpers: ``models/`` beside the module that defines the kind's class
+        (serving/kinds/<kind>/bundle.py)."""
+        return Path(inspect.getfile(type(self))).resolve().parent / "models"
+
     # -- layout ---------------------------------------------------------------------------------------------------
     def served_name(self, task: str, pc: PackageConfig) -> str:
         """The name clients call: the task's with our API, FastDeploy's example name with theirs."""
@@ -79,15 +87,15 @@ class BundleKind:
 
     # -- files ----------------------------------------------------------------------------------------------------
     def fused_model(self, pc: PackageConfig) -> str | None:
-        """The python model (serving/triton/models) of layout fused for these package settings."""
+        """The python model (in ``models``) of layout fused for these package settings."""
         return self.fused_source
 
     def tokenizer_helpers(self, pc: PackageConfig) -> list[Path]:
-        """serving/triton modules the pre-processing model loads beside it (``text_input.py`` always goes)."""
+        """Helpers the pre-processing model loads beside it (serving/triton's ``text_input.py`` always goes)."""
         return []
 
     def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
-        """serving/triton modules the post-processing model loads beside it: FastDeploy's payloads (token
+        """Helpers the post-processing model loads beside it: FastDeploy's payloads (token
         classification rows, UIE results) with package.api fastdeploy."""
         return [Path(fastdeploy_payloads.__file__)] if pc.api == fd.API else []
 
@@ -118,7 +126,7 @@ class BundleKind:
         return {self.meta_section: meta[self.meta_section]} if self.meta_section else {}
 
     def shape_fields(self, meta: dict) -> dict[str, Any]:
-        """The BundleShape fields meta.json gives this kind beyond the shared ones."""
+        """The kind's own settings from meta.json that its Triton configs read (``BundleShape.settings``)."""
         return {}
 
     # -- Triton configs -------------------------------------------------------------------------------------------

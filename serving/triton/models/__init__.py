@@ -1,4 +1,5 @@
-"""Python-backend models (each file becomes ``<model>/1/model.py`` in the repository).
+"""The python-backend model every kind shares: ``runner.py``, the model step (``<task>_model/1/model.py``; a fused
+model loads it as ``runner.py``).  A kind's own python models are in ``serving/kinds/<kind>/models/``.
 
 They run inside Triton's python backend stub, so they import only numpy, tokenizers,
 onnxruntime / openvino / paddle and the files copied beside them — never ``serving`` or ``pipeline``.

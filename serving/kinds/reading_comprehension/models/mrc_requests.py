@@ -2,7 +2,7 @@
 pre-processing (``mrc_tokenizer.py``) and layout fused's ``reader.py`` check questions and contexts here; the fused
 model runs windows -> engine -> best spans here; both answering models build their four outputs here.  So each
 refusal, the reading and each answer are spelled once.  numpy only; copied beside those models
-(``serving/bundle/kinds/``) and loaded with ``model_support.sibling``.
+(``serving/kinds/reading_comprehension/bundle.py``) and loaded with ``model_support.sibling``.
 """
 
 import numpy as np

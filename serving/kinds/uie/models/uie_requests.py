@@ -2,7 +2,7 @@
 (``uie_tokenizer.py``), layout fused's ``extractor.py`` and FastDeploy's ``uie`` (``uie_fastdeploy.py``) check texts
 and prompts here; the two one-model forms run windows -> engine -> spans here; our two answering models build their
 ``results`` rows here.  So each refusal, the extraction and each answer are spelled once.  numpy only; copied beside
-those models (``serving/bundle/kinds/``) and loaded with ``model_support.sibling``.
+those models (``serving/kinds/uie/bundle.py``) and loaded with ``model_support.sibling``.
 """
 
 import json

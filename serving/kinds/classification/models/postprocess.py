@@ -1,7 +1,7 @@
 """``<task>_postprocess``: logits -> softmax -> label id, label description, confidence, probs and top-k.
 
 Labels come from the bundle's labels.json (JSON lines ``{"label", "label_desc"}``) in model
-output order; the outputs are computed by the copy of ``serving/triton/class_outputs.py`` next to this file
+output order; the outputs are computed by the copy of ``class_outputs.py`` (in this folder) next to this file
 (softmax in float64, label = argmax of the logits: exactly the offline prediction).  With the parameter
 ``api`` fastdeploy it answers FastDeploy's ernie_seqcls outputs instead: ``label`` (class index) and ``confidence``.
 """

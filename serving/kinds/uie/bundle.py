@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.contract import TaskKind
 from serving.bundle import fastdeploy_api as fd
@@ -11,7 +15,8 @@ from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig
 from serving.bundle.kinds.base import WindowedKind
 from serving.bundle.model_config import BundleShape
-from serving.triton import uie_requests
+
+SCHEMA, RESULTS = "schema", "results"
 
 
 class UniversalExtraction(WindowedKind):
@@ -37,10 +42,10 @@ class UniversalExtraction(WindowedKind):
         return problem
 
     def tokenizer_helpers(self, pc: PackageConfig) -> list[Path]:
-        return [Path(uie_requests.__file__)]  # the request checks, shared with the fused models
+        return [self.models / "uie_requests.py"]  # the request checks, shared with the fused models
 
     def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
-        return [Path(uie_requests.__file__), *super().postprocess_helpers(pc)]  # the answer rows
+        return [self.models / "uie_requests.py", *super().postprocess_helpers(pc)]  # the answer rows
 
     def shape_fields(self, meta: dict) -> dict[str, Any]:
         u = meta.get(self.meta_section, {})
@@ -50,12 +55,12 @@ class UniversalExtraction(WindowedKind):
 
     def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
         if self.one_model(pc):
-            return (mcfg.uie_fastdeploy_config(shape, pc),)
-        return (mcfg.uie_fused_config(shape, pc),)
+            return (fastdeploy_config(shape, pc),)
+        return (fused_config(shape, pc),)
 
     def ensemble_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
-        return (mcfg.uie_ensemble_config(shape, pc), mcfg.uie_tokenizer_config(shape, pc),
-                mcfg.model_config(shape, mcfg.windowed_package(pc), self.token_level), mcfg.uie_postprocess_config(shape, pc))
+        return (ensemble_config(shape, pc), tokenizer_config(shape, pc),
+                mcfg.model_config(shape, mcfg.windowed_package(pc), self.token_level), postprocess_config(shape, pc))
 
     def card_lines(self, names, pc, meta, model_line, batching, choice) -> list[str]:
         u = meta[self.meta_section]
@@ -94,6 +99,79 @@ class UniversalExtraction(WindowedKind):
             f"- {pc.instances} {pc.kind} instance(s), {pc.engine_threads} engine thread(s) each; the schema sent last is "
             "remembered per instance, as FastDeploy's UIEModel.set_schema.",
         ]
+
+
+# -- its Triton configs (serving/bundle/model_config.py: what every kind's share) ---------------------------
+
+
+def tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    # texts x prompts -> a varying number of windows: no Triton batching (see mcfg.windowed_package)
+    return mcfg.windowing_tokenizer_config(shape, pc, (mcfg.TEXT, SCHEMA), {"max_prompt_len": shape.settings["max_prompt_len"]})
+
+
+def postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = mcfg.ModelNames(shape.task)
+    pc0 = mcfg.windowed_package(pc)
+    cfg = mc.ModelConfig(name=names.postprocess, backend="python")
+    cfg.input.extend([
+        mcfg.input_tensor(mcfg.LOGITS, mc.TYPE_FP32, [-1, 2], pc0), mcfg.input_tensor(mcfg.OFFSETS, mc.TYPE_INT64, [-1, 2], pc0),
+        mcfg.input_tensor(mcfg.WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0), mcfg.input_tensor(mcfg.TEXT, mc.TYPE_STRING, [], pc0),
+        mcfg.input_tensor(SCHEMA, mc.TYPE_STRING, [], pc0),
+    ])
+    cfg.output.append(mcfg.output_tensor(RESULTS, mc.TYPE_STRING, [-1], pc0))
+    mcfg.schedule(cfg, pc0)
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    mcfg.param(cfg, "position_prob", shape.settings["position_prob"])
+    mcfg.param(cfg, "max_span_len", shape.settings["max_span_len"])
+    return cfg
+
+
+def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = mcfg.ModelNames(shape.task)
+    pc0 = mcfg.windowed_package(pc)
+    cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
+    cfg.input.extend([mcfg.input_tensor(mcfg.TEXT, mc.TYPE_STRING, [], pc0), mcfg.input_tensor(SCHEMA, mc.TYPE_STRING, [], pc0)])
+    cfg.output.append(mcfg.output_tensor(RESULTS, mc.TYPE_STRING, [-1], pc0))
+    mcfg.schedule(cfg, pc0, scheduled=False)
+    mcfg.chain(cfg, names, (mcfg.TEXT, SCHEMA), (mcfg.OFFSETS, mcfg.WINDOW_EXAMPLE), (mcfg.TEXT, SCHEMA), (RESULTS,), mcfg.model_output_name(shape, pc))
+    return cfg
+
+
+def fastdeploy_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    """package.api fastdeploy: FastDeploy's ``uie``, one python model (max_batch_size 1, INPUT_0 / INPUT_1 -> OUTPUT_0,
+    dims [1]) that windows, runs the engine in-process and decodes; a relation schema needs the spans of one level
+    before it can ask the next, which an ensemble cannot loop over."""
+    names = mcfg.ModelNames(shape.task, fused=True)
+    pc1 = dataclasses.replace(pc, max_batch_size=fd.UIE_MAX_BATCH_SIZE, preferred_batch_size=1)
+    cfg = mc.ModelConfig(name=names.ensemble, backend="python")
+    cfg.input.extend([mcfg.input_tensor(fd.UIE_TEXTS, mc.TYPE_STRING, [1], pc1), mcfg.input_tensor(fd.UIE_SCHEMA, mc.TYPE_STRING, [1], pc1)])
+    cfg.output.append(mcfg.output_tensor(fd.UIE_RESULTS, mc.TYPE_STRING, [1], pc1))
+    mcfg.schedule(cfg, pc1)
+    cfg.ClearField("dynamic_batching")  # as FastDeploy's: one request at a time (nothing to merge at batch size 1)
+    _steps(cfg, shape, pc)
+    mcfg.param(cfg, "schema", json.dumps(list(shape.settings["schema"]), ensure_ascii=False))
+    return cfg
+
+
+def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    """package.layout fused: the ensemble's inputs and output on one python model (``extractor.py``) that windows,
+    runs the engine in-process and decodes; max_batch_size 0 as the ensemble's (windows per request vary)."""
+    pc0 = mcfg.windowed_package(pc)
+    cfg = mc.ModelConfig(name=mcfg.ModelNames(shape.task, fused=True).ensemble, backend="python")
+    cfg.input.extend([mcfg.input_tensor(mcfg.TEXT, mc.TYPE_STRING, [], pc0), mcfg.input_tensor(SCHEMA, mc.TYPE_STRING, [], pc0)])
+    cfg.output.append(mcfg.output_tensor(RESULTS, mc.TYPE_STRING, [-1], pc0))
+    mcfg.schedule(cfg, pc0)
+    _steps(cfg, shape, pc)
+    return cfg
+
+
+def _steps(cfg: mc.ModelConfig, shape: BundleShape, pc: PackageConfig) -> None:
+    """The parameters of a UIE model that runs all three steps: a fused model's, the windowing and the decoding."""
+    mcfg.fused_steps(cfg, shape, pc)
+    for key, value in (("doc_stride", shape.settings["doc_stride"]), ("max_prompt_len", shape.settings["max_prompt_len"]),
+                       ("position_prob", shape.settings["position_prob"]), ("max_span_len", shape.settings["max_span_len"]),
+                       ("max_items", pc.max_batch_size)):  # texts per request; 0: no limit
+        mcfg.param(cfg, key, value)
 
 
 KIND = UniversalExtraction()  # what serving.bundle.kinds finds in the module named after the kind

@@ -1,0 +1,130 @@
+"""The bundle side of extractive reading comprehension (question, context -> answer span)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pipeline.contract import TaskKind
+from serving.bundle import model_config as mcfg
+from serving.bundle.config import PackageConfig
+from serving.bundle.kinds.base import WindowedKind
+from serving.bundle.model_config import BundleShape
+
+QUESTION, CONTEXT = "question", "context"
+ANSWER, START, END, SCORE = "answer", "start", "end", "score"
+N_BEST = 20  # start and end candidates per window the post-processing pairs up
+
+
+class ReadingComprehension(WindowedKind):
+    kind = TaskKind.READING_COMPREHENSION
+    tokenizer_source, postprocess_source, fused_source = "mrc_tokenizer.py", "mrc_postprocess.py", "reader.py"
+    tokenizer_pure = ("wordpiece.py", "reading/windows.py")
+    postprocess_pure = ("reading/spans.py",)
+    fusable = True
+    meta_section = "reading"
+    meta_keys = ("doc_stride", "max_query_len", "max_answer_len")
+    describes = "extractive reading comprehension model"
+    client_example = "answer --model {task} --question '谁发明了造纸术？' --context '蔡伦改进了造纸术。'"
+
+    def shape_fields(self, meta: dict) -> dict[str, Any]:
+        r = meta.get(self.meta_section, {})
+        return {"doc_stride": int(r.get("doc_stride", 0)), "max_query_len": int(r.get("max_query_len", 0)),
+                "max_answer_len": int(r.get("max_answer_len", 0))}
+
+    def tokenizer_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [self.models / "mrc_requests.py"]  # the request checks, shared with the fused model
+
+    def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [self.models / "mrc_requests.py", *super().postprocess_helpers(pc)]  # the answers
+
+    def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
+        return (fused_config(shape, pc),)
+
+    def ensemble_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
+        return (ensemble_config(shape, pc), tokenizer_config(shape, pc),
+                mcfg.model_config(shape, mcfg.windowed_package(pc), self.token_level), postprocess_config(shape, pc))
+
+    def card_lines(self, names, pc, meta, model_line, batching, choice) -> list[str]:
+        r = meta[self.meta_section]
+        io = ("inputs `question`, `context` (TYPE_STRING, [N] each) -> outputs `answer` (TYPE_STRING), `start`, `end` "
+              "(INT64 char offsets into the context, end exclusive), `score` (FP32), [N] each.")
+        if self.layout(pc) == "fused":
+            return [
+                f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: windowing, model and answer "
+                f"picking in one process): {io}",
+                f"- Inside: windows.make_windows (max_seq_len {meta['max_seq_len']}, doc_stride {r['doc_stride']}, "
+                f"max_query_len {r['max_query_len']}), the {choice.precision} model from `{choice.form}` on all of a "
+                f"request's windows in one call, spans.best_spans over each question's windows (max_answer_len "
+                f"{r['max_answer_len']}).",
+                self.batching_line(pc, "questions", fused=True),
+            ]
+        return [
+            f"- Ensemble `{names.ensemble}`: {io}",
+            f"- `{names.tokenizer}` (python): windows.make_windows, max_seq_len {meta['max_seq_len']}, doc_stride "
+            f"{r['doc_stride']}, max_query_len {r['max_query_len']}; one question becomes one or more windows.",
+            model_line,
+            f"- `{names.postprocess}` (python): spans.best_spans over all windows of a question, max_answer_len {r['max_answer_len']}.",
+            self.batching_line(pc, "questions", fused=False),
+        ]
+
+
+# -- its Triton configs (serving/bundle/model_config.py: what every kind's share) ---------------------------
+
+
+def tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    return mcfg.windowing_tokenizer_config(shape, pc, (QUESTION, CONTEXT), {"max_query_len": shape.settings["max_query_len"]})
+
+
+def postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = mcfg.ModelNames(shape.task)
+    pc0 = mcfg.windowed_package(pc)
+    cfg = mc.ModelConfig(name=names.postprocess, backend="python")
+    cfg.input.extend([
+        mcfg.input_tensor(mcfg.LOGITS, mc.TYPE_FP32, [-1, 2], pc0), mcfg.input_tensor(mcfg.OFFSETS, mc.TYPE_INT64, [-1, 2], pc0),
+        mcfg.input_tensor(mcfg.WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0), mcfg.input_tensor(CONTEXT, mc.TYPE_STRING, [], pc0),
+    ])
+    cfg.output.extend(_outputs(pc0))
+    mcfg.schedule(cfg, pc0)
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    mcfg.param(cfg, "max_answer_len", shape.settings["max_answer_len"])
+    mcfg.param(cfg, "n_best", N_BEST)
+    return cfg
+
+
+def _outputs(pc0: PackageConfig) -> list[mc.ModelOutput]:
+    return [mcfg.output_tensor(ANSWER, mc.TYPE_STRING, [], pc0), mcfg.output_tensor(START, mc.TYPE_INT64, [], pc0),
+            mcfg.output_tensor(END, mc.TYPE_INT64, [], pc0), mcfg.output_tensor(SCORE, mc.TYPE_FP32, [], pc0)]
+
+
+def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    names = mcfg.ModelNames(shape.task)
+    pc0 = mcfg.windowed_package(pc)
+    cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
+    cfg.input.extend([mcfg.input_tensor(QUESTION, mc.TYPE_STRING, [], pc0), mcfg.input_tensor(CONTEXT, mc.TYPE_STRING, [], pc0)])
+    cfg.output.extend(_outputs(pc0))
+    mcfg.schedule(cfg, pc0, scheduled=False)
+    mcfg.chain(cfg, names, (QUESTION, CONTEXT), (mcfg.OFFSETS, mcfg.WINDOW_EXAMPLE), (CONTEXT,), (ANSWER, START, END, SCORE),
+           mcfg.model_output_name(shape, pc))
+    return cfg
+
+
+def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+    """package.layout fused: the ensemble's inputs and outputs on one python model (``reader.py``) that windows,
+    runs the engine in-process and picks the answers; max_batch_size 0 as the ensemble's (windows per question vary)."""
+    pc0 = mcfg.windowed_package(pc)
+    cfg = mc.ModelConfig(name=mcfg.ModelNames(shape.task, fused=True).ensemble, backend="python")
+    cfg.input.extend([mcfg.input_tensor(QUESTION, mc.TYPE_STRING, [], pc0), mcfg.input_tensor(CONTEXT, mc.TYPE_STRING, [], pc0)])
+    cfg.output.extend(_outputs(pc0))
+    mcfg.schedule(cfg, pc0)
+    mcfg.fused_steps(cfg, shape, pc)
+    for key, value in (("doc_stride", shape.settings["doc_stride"]), ("max_query_len", shape.settings["max_query_len"]),
+                       ("max_answer_len", shape.settings["max_answer_len"]), ("n_best", N_BEST),
+                       ("max_items", pc.max_batch_size)):  # questions per request; 0: no limit
+        mcfg.param(cfg, key, value)
+    return cfg
+
+
+KIND = ReadingComprehension()  # what serving.bundle.kinds finds in the module named after the kind

@@ -1,0 +1,1 @@
+"""The uie kind's serving side: bundle.py (its bundle), tools.py (its tools), models/ (its python models)."""
