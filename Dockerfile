@@ -42,7 +42,7 @@ ARG EXTRA_PACKAGES=""
 ARG BIND_ADDRESS=0.0.0.0
 ENV BIND_ADDRESS=${BIND_ADDRESS} PYTHONDONTWRITEBYTECODE=1
 
-# Only what the python models import (serving/triton/models/*.py): numpy, tokenizers (tokenizer model),
+# Only what the python models import (serving/triton, serving/kinds/*/models): numpy, tokenizers (tokenizer model),
 # onnxruntime or paddle (model runner), at requirements.lock's versions (tests/test_deploy.py checks):
 # the served token ids must equal the pipeline's.
 RUN python3 -m pip install --no-cache-dir "numpy==1.26.4" "tokenizers==0.23.3" "${ORT_PACKAGE}" ${EXTRA_PACKAGES}
