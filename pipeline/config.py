@@ -57,73 +57,6 @@ class DataConfig:
 
 
 @dataclass
-class ReadingConfig:
-    """Reading comprehension only: windows over long passages and span limits (CMRC2018 defaults)."""
-
-    doc_stride: int = 128  # consecutive windows start this many context tokens apart
-    max_query_len: int = 64  # question tokens kept
-    max_answer_len: int = 64  # longest answer span, in tokens (CMRC2018 answers reach 85; 30 cuts 5%)
-    # CMRC2018's train split is not available offline: this fraction of the dev passages is used for
-    # fine-tuning (with trial.json), the rest is the evaluation set.
-    dev_for_training: float = 0.5
-    split_seed: int = 42
-    # Fine-tuning sees every window holding its answer and this fraction of the others (taught to point
-    # at [CLS]); most windows of a long passage hold no answer, so this cuts training time ~3x.
-    negative_window_ratio: float = 0.2
-    max_eval_questions: int = 0  # > 0: evaluate on the first N held-out questions only (reported)
-
-    def __post_init__(self) -> None:
-        for name in ("doc_stride", "max_query_len", "max_answer_len"):
-            number(f"reading.{name}", getattr(self, name), minimum=1, integer=True)
-        number("reading.negative_window_ratio", self.negative_window_ratio, minimum=0.0, maximum=1.0)
-        number("reading.max_eval_questions", self.max_eval_questions, minimum=0, integer=True)
-        number("reading.dev_for_training", self.dev_for_training, above=0.0)
-        if self.dev_for_training >= 1:
-            raise ConfigError(f"reading.dev_for_training must be < 1 (the rest is the evaluation set), got {self.dev_for_training}")
-
-
-# CLUENER's entity types as UIE prompts (PaddleNLP's UIE examples name them in Chinese).
-CLUENER_PROMPTS = {"address": "地址", "book": "书名", "company": "公司", "game": "游戏", "government": "政府",
-                   "movie": "电影", "name": "姓名", "organization": "组织机构", "position": "职位", "scene": "景点"}
-
-
-@dataclass
-class UIEConfig:
-    """UIE (schema-prompted extraction) only: windows, span decoding and how CLUENER becomes prompts."""
-
-    doc_stride: int = 128  # long contents are cut into windows this many tokens apart (reading's windowing)
-    max_prompt_len: int = 16  # prompt tokens; a longer prompt is refused, never cut (a cut prompt asks another question)
-    position_prob: float = 0.5  # a token starts/ends a span when its sigmoid probability reaches this (UIE's default)
-    max_span_len: int = 64  # tokens; longer start-end pairs are not spans
-    # Training sees every prompt with a result and this fraction of the prompts without one (negatives:
-    # the model must learn to answer nothing); evaluation and serving ask every prompt of the schema.
-    negative_ratio: float = 0.3
-    # Fine-tune loss weight of the tokens that do start/end a span (about 1 in 25 of the pointer targets).  1.0 is
-    # PaddleNLP's UIE loss (plain mean BCE), made for uie-base, a checkpoint that already extracts; from a plain
-    # encoder the pointers then stay below position_prob for a long time (measured: see tasks/uie.yaml).  The loss
-    # shifts the logits by ln(positive_weight), so the weight does not bias the learned probabilities.
-    positive_weight: float = 1.0
-    max_eval_texts: int = 0  # > 0: evaluate on the first N dev contents only (every prompt each; reported)
-    # data.format cluener: entity type -> prompt; the task's `labels` pick which types become prompts
-    prompts: dict[str, str] = field(default_factory=lambda: dict(CLUENER_PROMPTS))
-
-    def __post_init__(self) -> None:
-        for name in ("doc_stride", "max_prompt_len", "max_span_len"):
-            number(f"uie.{name}", getattr(self, name), minimum=1, integer=True)
-        number("uie.position_prob", self.position_prob, above=0.0)
-        if self.position_prob >= 1:
-            raise ConfigError(f"uie.position_prob must be below 1, got {self.position_prob}")
-        number("uie.negative_ratio", self.negative_ratio, minimum=0.0, maximum=1.0)
-        number("uie.positive_weight", self.positive_weight, above=0.0)
-        number("uie.max_eval_texts", self.max_eval_texts, minimum=0, integer=True)
-        # Setting one prompt keeps the others (the task's `labels` choose which are asked anyway).
-        self.prompts = {**CLUENER_PROMPTS, **self.prompts}
-        for key, prompt in self.prompts.items():
-            if not str(prompt).strip():
-                raise ConfigError(f"uie.prompts.{key}: empty prompt")
-
-
-@dataclass
 class ScratchModelConfig:
     """The default model when none is given: a small ERNIE trained from scratch (like ernie-3.0-nano)."""
 
@@ -267,20 +200,23 @@ class TaskConfig:
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     package: PackageConfig = field(default_factory=PackageConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
-    reading: ReadingConfig = field(default_factory=ReadingConfig)
-    uie: UIEConfig = field(default_factory=UIEConfig)
+    # The task kind's own section (its ``settings``: reading comprehension's ``reading:``, UIE's ``uie:``), built
+    # from the YAML key the kind names and checked like every section; None for a kind without one.
+    kind_settings: Any = field(default=None, metadata={"kind_section": True})
 
     def __post_init__(self) -> None:
         check_task_name(self.task)
         from pipeline.kinds import kind_class
 
         kind = kind_class(self.type)  # ConfigError naming the kinds for an unknown type
+        if kind.settings is not None and self.kind_settings is None:
+            self.kind_settings = kind.settings[1]()  # built in code, not from YAML: the section's defaults
         if self.data.format not in kind.data_formats:
             raise ConfigError(f"data.format: {self.data.format!r} does not fit type {self.type!r} "
                               f"(use {' or '.join(kind.data_formats)})")
         if kind.first_segment is not None:
-            section, key, text = kind.first_segment
-            first = getattr(getattr(self, section), key)
+            key, text = kind.first_segment
+            section, first = kind.settings[0], getattr(self.kind_settings, key)
             if first + 3 >= self.max_seq_len:
                 raise ConfigError(f"{section}.{key} {first} leaves no room for the {text} in max_seq_len {self.max_seq_len}")
         from serving.bundle.kinds import check_api
@@ -328,7 +264,19 @@ def load_task_config(task: str, overrides: dict[str, Any] | None = None) -> Task
         raise ConfigError(f"{path}: expected a mapping at the top level")
     for key, value in (overrides or {}).items():
         _set_dotted(raw, key, value)
-    return _build(TaskConfig, raw, where=str(path.name))
+    return _build(TaskConfig, raw, where=str(path.name), extra=_kind_settings(raw, str(path.name)))
+
+
+def _kind_settings(raw: dict, where: str) -> dict[str, Any]:
+    """The task kind's own section of ``raw`` (popped), built with its dataclass: ``{"kind_settings": ...}``, or
+    nothing for a kind without a section (``TaskConfig`` then refuses the key as unknown)."""
+    from pipeline.kinds import kind_class
+
+    settings = kind_class(str(raw.get("type", TaskKind.CLASSIFICATION.value))).settings
+    if settings is None:
+        return {}
+    section, cls = settings
+    return {"kind_settings": _build(cls, raw.pop(section, None) or {}, where, section + ".")}
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -384,12 +332,12 @@ MOVED = {"export.max_int8_size_ratio": "gates.max_int8_size_ratio",
          "export.qdq_budget_points": "quantization.qdq_budget_points"}
 
 
-def _build(cls: type, raw: Any, where: str, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from a dict, checking every key and value type."""
+def _build(cls: type, raw: Any, where: str, prefix: str = "", extra: dict[str, Any] | None = None) -> Any:
+    """Build dataclass ``cls`` from a dict, checking every key and value type (``extra``: fields built elsewhere)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: {prefix.rstrip('.') or 'config'} must be a mapping")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("kind_section")}
     unknown = sorted(set(raw) - names)
     moved = [MOVED[prefix + k] for k in unknown if prefix + k in MOVED]
     if moved:
@@ -400,7 +348,7 @@ def _build(cls: type, raw: Any, where: str, prefix: str = "") -> Any:
         raise ConfigError(
             f"{where}: unknown key {prefix}{unknown[0]} (valid: {', '.join(sorted(prefix + n for n in names))})"
         )
-    kwargs = {}
+    kwargs = dict(extra or {})
     for name, value in raw.items():
         kwargs[name] = _coerce(hints[name], value, where, prefix + name)
     try:

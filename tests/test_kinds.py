@@ -106,6 +106,11 @@ def test_reading_eval_cap_and_config_checks(tmp_path):
     assert len(get_kind(cfg).load(cfg).dev.examples) == 5
     with pytest.raises(ConfigError, match="no room for the passage"):
         load_task_config("cmrc2018", {"max_seq_len": 64, "reading.max_query_len": 62})
+    with pytest.raises(ConfigError, match=r"^reading.doc_stride must be >= 1, got 0"):  # the kind's own section
+        load_task_config("cmrc2018", {"reading.doc_stride": 0})
+    with pytest.raises(ConfigError, match=r"unknown key reading.doc_strid \(valid: reading.dev_for_training, "):
+        load_task_config("cmrc2018", {"reading.doc_strid": 64})
+    assert load_task_config("tnews").kind_settings is None  # a kind without a section of its own
     with pytest.raises(ConfigError, match="does not fit type"):
         load_task_config("cmrc2018", {"data.format": "cluener"})
 
@@ -177,8 +182,8 @@ def test_model_loads_with_the_head_it_was_saved_with(tmp_path):
 
 
 def test_each_kind_class_declares_what_the_task_config_checks_of_it():
-    """The config has no kind table of its own: a kind's data formats and first segment come from its class
-    (``kind_class``), and data.format accepts exactly the formats some kind reads."""
+    """The config has no kind table of its own: a kind's data formats, its own section and first segment come from its
+    class (``kind_class``), and data.format accepts exactly the formats some kind reads."""
     from pipeline.config import DataConfig
     from pipeline.contract import TaskKind as Kind
     from pipeline.kinds import data_formats, kind_class
@@ -187,10 +192,11 @@ def test_each_kind_class_declares_what_the_task_config_checks_of_it():
     assert all(c.data_formats and c.name == name for name, c in classes.items())
     assert set(data_formats()) == {f for c in classes.values() for f in c.data_formats}
     assert {n for n, c in classes.items() if c.first_segment} == {Kind.READING_COMPREHENSION.value, Kind.UIE.value}
-    for c in classes.values():  # a first segment names a real config key
+    assert {n for n, c in classes.items() if c.settings} == {Kind.READING_COMPREHENSION.value, Kind.UIE.value}
+    for c in classes.values():  # a first segment names a key of the kind's own section
         if c.first_segment:
-            section, key, _ = c.first_segment
-            assert isinstance(getattr(getattr(load_task_config("tnews"), section), key), int)
+            key, _ = c.first_segment
+            assert isinstance(getattr(c.settings[1](), key), int)
     with pytest.raises(ConfigError, match="data.format: 'csv' is not one of clue, cluener, msra_bio, squad, uie"):
         DataConfig(format="csv")
     with pytest.raises(ConfigError, match="type: 'summarization' is not one of"):

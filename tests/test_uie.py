@@ -161,7 +161,7 @@ def test_uie_config_checks():
     with pytest.raises(ConfigError, match="uie.prompts must be a mapping"):
         load_task_config("uie", {"uie.prompts": ["地址"]})
     cfg = load_task_config("uie", {"uie.prompts.name": "人名"})
-    assert cfg.uie.prompts["name"] == "人名" and cfg.uie.prompts["company"] == "公司"
+    assert cfg.kind_settings.prompts["name"] == "人名" and cfg.kind_settings.prompts["company"] == "公司"
     with pytest.raises(ConfigError, match="data.format: 'squad' does not fit type 'uie'"):
         load_task_config("uie", {"data.format": "squad"})
 

@@ -163,7 +163,8 @@ def test_the_kind_walkthrough_names_files_that_exist_and_every_kind_has_its_modu
                    *(obj.models / m for m in (obj.fused_model(pc),) if m)]
         helpers = [h for h in [*obj.tokenizer_helpers(pc), *obj.postprocess_helpers(pc)] if "triton" not in h.parts]
         assert all(p.resolve().parent == folder.resolve() and p.is_file() for p in sources + helpers), kind
-    for name in ("label_problem", "meta_problem", "fastdeploy", "first_segment", "data_formats"):
+    for name in ("label_problem", "meta_problem", "fastdeploy", "first_segment", "data_formats", "settings",
+                 "shape_fields"):
         assert f"`{name}`" in section, name
 
 

@@ -109,10 +109,13 @@ class TaskKind:
     # -- config ---------------------------------------------------------------------------------------
     # the ``data.format`` values this kind reads (the task config refuses others, naming these)
     data_formats: tuple[str, ...] = ()
-    # for kinds whose model input is a first segment (question, prompt) followed by windows of a text: the config
-    # section and key capping the first segment ([CLS] first [SEP] text [SEP] must leave the text room), and what
-    # the text is called; None: no first segment
-    first_segment: tuple[str, str, str] | None = None
+    # its own section of the task config: the YAML key and the dataclass it builds (checked in its __post_init__ like
+    # every section), held as ``cfg.kind_settings``; None: the kind has no settings of its own
+    settings: tuple[str, type] | None = None
+    # for kinds whose model input is a first segment (question, prompt) followed by windows of a text: the key of
+    # ``settings`` capping the first segment ([CLS] first [SEP] text [SEP] must leave the text room), and what the
+    # text is called; None: no first segment
+    first_segment: tuple[str, str] | None = None
 
     def __init__(self, cfg=None):
         """A kind that reads nothing of the task config beyond what each call is given (classification)."""

@@ -13,14 +13,58 @@ training sees every pair with a result and ``uie.negative_ratio`` of those witho
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import numpy as np
 
+from pipeline.config_checks import number
+from pipeline.errors import ConfigError
 from pipeline.kinds.base import (Feature, FeatureSet, Score, TaskKind, request_shaped_batches, span_feature_params,
                                  with_some_negatives)
 
 LABELS = ("start", "end")
+
+
+# CLUENER's entity types as UIE prompts (PaddleNLP's UIE examples name them in Chinese).
+CLUENER_PROMPTS = {"address": "地址", "book": "书名", "company": "公司", "game": "游戏", "government": "政府",
+                   "movie": "电影", "name": "姓名", "organization": "组织机构", "position": "职位", "scene": "景点"}
+
+
+@dataclass
+class UIEConfig:
+    """UIE (schema-prompted extraction) only: windows, span decoding and how CLUENER becomes prompts."""
+
+    doc_stride: int = 128  # long contents are cut into windows this many tokens apart (reading's windowing)
+    max_prompt_len: int = 16  # prompt tokens; a longer prompt is refused, never cut (a cut prompt asks another question)
+    position_prob: float = 0.5  # a token starts/ends a span when its sigmoid probability reaches this (UIE's default)
+    max_span_len: int = 64  # tokens; longer start-end pairs are not spans
+    # Training sees every prompt with a result and this fraction of the prompts without one (negatives:
+    # the model must learn to answer nothing); evaluation and serving ask every prompt of the schema.
+    negative_ratio: float = 0.3
+    # Fine-tune loss weight of the tokens that do start/end a span (about 1 in 25 of the pointer targets).  1.0 is
+    # PaddleNLP's UIE loss (plain mean BCE), made for uie-base, a checkpoint that already extracts; from a plain
+    # encoder the pointers then stay below position_prob for a long time (measured: see tasks/uie.yaml).  The loss
+    # shifts the logits by ln(positive_weight), so the weight does not bias the learned probabilities.
+    positive_weight: float = 1.0
+    max_eval_texts: int = 0  # > 0: evaluate on the first N dev contents only (every prompt each; reported)
+    # data.format cluener: entity type -> prompt; the task's `labels` pick which types become prompts
+    prompts: dict[str, str] = field(default_factory=lambda: dict(CLUENER_PROMPTS))
+
+    def __post_init__(self) -> None:
+        for name in ("doc_stride", "max_prompt_len", "max_span_len"):
+            number(f"uie.{name}", getattr(self, name), minimum=1, integer=True)
+        number("uie.position_prob", self.position_prob, above=0.0)
+        if self.position_prob >= 1:
+            raise ConfigError(f"uie.position_prob must be below 1, got {self.position_prob}")
+        number("uie.negative_ratio", self.negative_ratio, minimum=0.0, maximum=1.0)
+        number("uie.positive_weight", self.positive_weight, above=0.0)
+        number("uie.max_eval_texts", self.max_eval_texts, minimum=0, integer=True)
+        # Setting one prompt keeps the others (the task's `labels` choose which are asked anyway).
+        self.prompts = {**CLUENER_PROMPTS, **self.prompts}
+        for key, prompt in self.prompts.items():
+            if not str(prompt).strip():
+                raise ConfigError(f"uie.prompts.{key}: empty prompt")
 
 
 class UniversalExtraction(TaskKind):
@@ -29,7 +73,8 @@ class UniversalExtraction(TaskKind):
     metric_label = "span F1"
     # PaddleNLP's UIE JSON lines, or CLUENER converted (one prompt per entity type, uie.prompts)
     data_formats = ("uie", "cluener")
-    first_segment = ("uie", "max_prompt_len", "content")
+    first_segment = ("max_prompt_len", "content")
+    settings = ("uie", UIEConfig)  # the task config's uie: section
     token_level_outputs = True
     token_level_targets = True
     loss_version = "logit-adjusted"  # uie.positive_weight shifts the logits by its log (see loss)
@@ -38,7 +83,7 @@ class UniversalExtraction(TaskKind):
     uses_uie_checkpoints = True
 
     def manifest_sections(self, cfg) -> dict:
-        u = cfg.uie
+        u = cfg.kind_settings
         return {"uie": {"doc_stride": u.doc_stride, "max_prompt_len": u.max_prompt_len, "position_prob": u.position_prob,
                         "max_span_len": u.max_span_len, "schema": [u.prompts[t] for t in cfg.labels if t in u.prompts]}}
 
@@ -46,10 +91,10 @@ class UniversalExtraction(TaskKind):
         """The data format and files plus ``uie:`` (part of every data-reading stage's key)."""
         import dataclasses
 
-        return {**span_feature_params(cfg), "uie": dataclasses.asdict(cfg.uie), "labels": list(cfg.labels)}
+        return {**span_feature_params(cfg), "uie": dataclasses.asdict(cfg.kind_settings), "labels": list(cfg.labels)}
 
     def __init__(self, cfg):
-        self.uc = cfg.uie
+        self.uc = cfg.kind_settings
         self.entity_types = list(cfg.labels)
 
     # -- data ---------------------------------------------------------------------------------------
