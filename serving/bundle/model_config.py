@@ -283,6 +283,40 @@ def windowing_tokenizer_config(shape: BundleShape, pc: PackageConfig, inputs: tu
     return cfg
 
 
+def windowed_postprocess_config(shape: BundleShape, pc: PackageConfig, to_post: tuple[str, ...],
+                                outputs: list[mc.ModelOutput], params: dict) -> mc.ModelConfig:
+    """The post-processing model of a windowed kind (MRC, UIE): the W windows' logits, offsets and window_example,
+    and the ensemble's string inputs ``to_post`` [N] (the passage, the texts and prompts) -> the kind's ``outputs``
+    (built with ``windowed_package(pc)``); ``params``: its decoding settings.  max_batch_size 0 (see windowed_package)."""
+    pc0 = windowed_package(pc)
+    cfg = mc.ModelConfig(name=ModelNames(shape.task).postprocess, backend="python")
+    cfg.input.extend([
+        input_tensor(LOGITS, mc.TYPE_FP32, [-1, 2], pc0), input_tensor(OFFSETS, mc.TYPE_INT64, [-1, 2], pc0),
+        input_tensor(WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0), *(input_tensor(n, mc.TYPE_STRING, [], pc0) for n in to_post),
+    ])
+    cfg.output.extend(outputs)
+    schedule(cfg, pc0)
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    for key, value in params.items():
+        param(cfg, key, value)
+    return cfg
+
+
+def windowed_ensemble_config(shape: BundleShape, pc: PackageConfig, inputs: tuple[str, ...], to_post: tuple[str, ...],
+                             outputs: list[mc.ModelOutput]) -> mc.ModelConfig:
+    """The ensemble of a windowed kind: its string ``inputs`` [N] -> windowing tokenizer -> model -> post-processing
+    (which also reads ``to_post``) -> ``outputs`` (built with ``windowed_package(pc)``)."""
+    names = ModelNames(shape.task)
+    pc0 = windowed_package(pc)
+    cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
+    cfg.input.extend([input_tensor(n, mc.TYPE_STRING, [], pc0) for n in inputs])
+    cfg.output.extend(outputs)
+    schedule(cfg, pc0, scheduled=False)
+    chain(cfg, names, inputs, (OFFSETS, WINDOW_EXAMPLE), to_post, tuple(o.name for o in outputs),
+          model_output_name(shape, pc))
+    return cfg
+
+
 def to_pbtxt(cfg: mc.ModelConfig) -> str:
     text = text_format.MessageToString(cfg)
     if cfg.max_batch_size == 0:

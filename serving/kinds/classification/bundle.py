@@ -140,4 +140,4 @@ def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     return cfg
 
 
-KIND = Classification()  # what serving.bundle.kinds finds in the module named after the kind
+KIND = Classification()  # what serving.bundle.kinds finds in the kind folder's bundle.py

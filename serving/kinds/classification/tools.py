@@ -122,4 +122,4 @@ class Classification(ToolKind):
                 print(f"{pr.label}\t{pr.label_desc}\t{pr.confidence:.3f}\t{pr.text}{pair}")
 
 
-KIND = Classification()  # what serving.tools.kinds finds in the module named after the kind
+KIND = Classification()  # what serving.tools.kinds finds in the kind folder's tools.py

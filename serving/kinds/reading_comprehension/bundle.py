@@ -75,23 +75,13 @@ class ReadingComprehension(WindowedKind):
 
 
 def tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    return mcfg.windowing_tokenizer_config(shape, pc, (QUESTION, CONTEXT), {"max_query_len": shape.settings["max_query_len"]})
+    return mcfg.windowing_tokenizer_config(shape, pc, (QUESTION, CONTEXT),
+                                           {"max_query_len": shape.settings["max_query_len"]})
 
 
 def postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    names = mcfg.ModelNames(shape.task)
-    pc0 = mcfg.windowed_package(pc)
-    cfg = mc.ModelConfig(name=names.postprocess, backend="python")
-    cfg.input.extend([
-        mcfg.input_tensor(mcfg.LOGITS, mc.TYPE_FP32, [-1, 2], pc0), mcfg.input_tensor(mcfg.OFFSETS, mc.TYPE_INT64, [-1, 2], pc0),
-        mcfg.input_tensor(mcfg.WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0), mcfg.input_tensor(CONTEXT, mc.TYPE_STRING, [], pc0),
-    ])
-    cfg.output.extend(_outputs(pc0))
-    mcfg.schedule(cfg, pc0)
-    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
-    mcfg.param(cfg, "max_answer_len", shape.settings["max_answer_len"])
-    mcfg.param(cfg, "n_best", N_BEST)
-    return cfg
+    return mcfg.windowed_postprocess_config(shape, pc, (CONTEXT,), _outputs(mcfg.windowed_package(pc)),
+                                            {"max_answer_len": shape.settings["max_answer_len"], "n_best": N_BEST})
 
 
 def _outputs(pc0: PackageConfig) -> list[mc.ModelOutput]:
@@ -100,15 +90,7 @@ def _outputs(pc0: PackageConfig) -> list[mc.ModelOutput]:
 
 
 def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    names = mcfg.ModelNames(shape.task)
-    pc0 = mcfg.windowed_package(pc)
-    cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
-    cfg.input.extend([mcfg.input_tensor(QUESTION, mc.TYPE_STRING, [], pc0), mcfg.input_tensor(CONTEXT, mc.TYPE_STRING, [], pc0)])
-    cfg.output.extend(_outputs(pc0))
-    mcfg.schedule(cfg, pc0, scheduled=False)
-    mcfg.chain(cfg, names, (QUESTION, CONTEXT), (mcfg.OFFSETS, mcfg.WINDOW_EXAMPLE), (CONTEXT,), (ANSWER, START, END, SCORE),
-           mcfg.model_output_name(shape, pc))
-    return cfg
+    return mcfg.windowed_ensemble_config(shape, pc, (QUESTION, CONTEXT), (CONTEXT,), _outputs(mcfg.windowed_package(pc)))
 
 
 def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
@@ -127,4 +109,4 @@ def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     return cfg
 
 
-KIND = ReadingComprehension()  # what serving.bundle.kinds finds in the module named after the kind
+KIND = ReadingComprehension()  # what serving.bundle.kinds finds in the kind folder's bundle.py

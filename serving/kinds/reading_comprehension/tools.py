@@ -157,4 +157,4 @@ class ReadingComprehension(ToolKind):
                 print(f"{a.text or '-'}\t[{a.start},{a.end})\t{a.score:.3f}\t{a.question}")
 
 
-KIND = ReadingComprehension()  # what serving.tools.kinds finds in the module named after the kind
+KIND = ReadingComprehension()  # what serving.tools.kinds finds in the kind folder's tools.py

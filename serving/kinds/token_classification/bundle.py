@@ -121,4 +121,4 @@ def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     return cfg
 
 
-KIND = TokenClassification()  # what serving.bundle.kinds finds in the module named after the kind
+KIND = TokenClassification()  # what serving.bundle.kinds finds in the kind folder's bundle.py

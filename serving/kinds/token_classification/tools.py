@@ -118,4 +118,4 @@ class TokenClassification(ToolKind):
                 print(f"{spans}\t{text}")
 
 
-KIND = TokenClassification()  # what serving.tools.kinds finds in the module named after the kind
+KIND = TokenClassification()  # what serving.tools.kinds finds in the kind folder's tools.py

@@ -106,35 +106,23 @@ class UniversalExtraction(WindowedKind):
 
 def tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     # texts x prompts -> a varying number of windows: no Triton batching (see mcfg.windowed_package)
-    return mcfg.windowing_tokenizer_config(shape, pc, (mcfg.TEXT, SCHEMA), {"max_prompt_len": shape.settings["max_prompt_len"]})
+    return mcfg.windowing_tokenizer_config(shape, pc, (mcfg.TEXT, SCHEMA),
+                                           {"max_prompt_len": shape.settings["max_prompt_len"]})
 
 
 def postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    names = mcfg.ModelNames(shape.task)
-    pc0 = mcfg.windowed_package(pc)
-    cfg = mc.ModelConfig(name=names.postprocess, backend="python")
-    cfg.input.extend([
-        mcfg.input_tensor(mcfg.LOGITS, mc.TYPE_FP32, [-1, 2], pc0), mcfg.input_tensor(mcfg.OFFSETS, mc.TYPE_INT64, [-1, 2], pc0),
-        mcfg.input_tensor(mcfg.WINDOW_EXAMPLE, mc.TYPE_INT64, [], pc0), mcfg.input_tensor(mcfg.TEXT, mc.TYPE_STRING, [], pc0),
-        mcfg.input_tensor(SCHEMA, mc.TYPE_STRING, [], pc0),
-    ])
-    cfg.output.append(mcfg.output_tensor(RESULTS, mc.TYPE_STRING, [-1], pc0))
-    mcfg.schedule(cfg, pc0)
-    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
-    mcfg.param(cfg, "position_prob", shape.settings["position_prob"])
-    mcfg.param(cfg, "max_span_len", shape.settings["max_span_len"])
-    return cfg
+    return mcfg.windowed_postprocess_config(shape, pc, (mcfg.TEXT, SCHEMA), _outputs(mcfg.windowed_package(pc)),
+                                            {"position_prob": shape.settings["position_prob"],
+                                             "max_span_len": shape.settings["max_span_len"]})
+
+
+def _outputs(pc0: PackageConfig) -> list[mc.ModelOutput]:
+    return [mcfg.output_tensor(RESULTS, mc.TYPE_STRING, [-1], pc0)]
 
 
 def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    names = mcfg.ModelNames(shape.task)
-    pc0 = mcfg.windowed_package(pc)
-    cfg = mc.ModelConfig(name=names.ensemble, platform="ensemble")
-    cfg.input.extend([mcfg.input_tensor(mcfg.TEXT, mc.TYPE_STRING, [], pc0), mcfg.input_tensor(SCHEMA, mc.TYPE_STRING, [], pc0)])
-    cfg.output.append(mcfg.output_tensor(RESULTS, mc.TYPE_STRING, [-1], pc0))
-    mcfg.schedule(cfg, pc0, scheduled=False)
-    mcfg.chain(cfg, names, (mcfg.TEXT, SCHEMA), (mcfg.OFFSETS, mcfg.WINDOW_EXAMPLE), (mcfg.TEXT, SCHEMA), (RESULTS,), mcfg.model_output_name(shape, pc))
-    return cfg
+    return mcfg.windowed_ensemble_config(shape, pc, (mcfg.TEXT, SCHEMA), (mcfg.TEXT, SCHEMA),
+                                         _outputs(mcfg.windowed_package(pc)))
 
 
 def fastdeploy_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
@@ -174,4 +162,4 @@ def _steps(cfg: mc.ModelConfig, shape: BundleShape, pc: PackageConfig) -> None:
         mcfg.param(cfg, key, value)
 
 
-KIND = UniversalExtraction()  # what serving.bundle.kinds finds in the module named after the kind
+KIND = UniversalExtraction()  # what serving.bundle.kinds finds in the kind folder's bundle.py

@@ -201,4 +201,4 @@ class UniversalExtraction(ToolKind):
                 print(f"{cells}\t{text}")
 
 
-KIND = UniversalExtraction()  # what serving.tools.kinds finds in the module named after the kind
+KIND = UniversalExtraction()  # what serving.tools.kinds finds in the kind folder's tools.py
