@@ -21,7 +21,6 @@ from pipeline.compress.arguments import CompressConfig
 from pipeline.config_checks import number, one_of
 from pipeline.contract import TaskKind
 from pipeline.errors import ConfigError
-from pipeline.backends.openvino.config import OpenVINOConfig
 from pipeline.quantization.config import QuantizationConfig
 from pipeline.validation.config import ExportConfig, ValidateConfig
 from serving.bundle.config import DeployConfig, PackageConfig
@@ -195,14 +194,15 @@ class TaskConfig:
     gates: GateConfig = field(default_factory=GateConfig)
     compress: CompressConfig = field(default_factory=CompressConfig)
     quantization: QuantizationConfig = field(default_factory=QuantizationConfig)
-    openvino: OpenVINOConfig = field(default_factory=OpenVINOConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     package: PackageConfig = field(default_factory=PackageConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
     # The task kind's own section (its ``settings``: reading comprehension's ``reading:``, UIE's ``uie:``), built
     # from the YAML key the kind names and checked like every section; None for a kind without one.
-    kind_settings: Any = field(default=None, metadata={"kind_section": True})
+    kind_settings: Any = field(default=None, metadata={"built_apart": True})
+    # Each registered engine's own section by its key (its ``section``: OpenVINO's ``openvino:``), built the same way.
+    engine_settings: dict[str, Any] = field(default_factory=dict, metadata={"built_apart": True})
 
     def __post_init__(self) -> None:
         check_task_name(self.task)
@@ -211,6 +211,10 @@ class TaskConfig:
         kind = kind_class(self.type)  # ConfigError naming the kinds for an unknown type
         if kind.settings is not None and self.kind_settings is None:
             self.kind_settings = kind.settings[1]()  # built in code, not from YAML: the section's defaults
+        from pipeline.backends.registry import CPU_ENGINES
+
+        for key, cls in (e.section for e in CPU_ENGINES if e.section):
+            self.engine_settings.setdefault(key, cls())
         if self.data.format not in kind.data_formats:
             raise ConfigError(f"data.format: {self.data.format!r} does not fit type {self.type!r} "
                               f"(use {' or '.join(kind.data_formats)})")
@@ -264,19 +268,25 @@ def load_task_config(task: str, overrides: dict[str, Any] | None = None) -> Task
         raise ConfigError(f"{path}: expected a mapping at the top level")
     for key, value in (overrides or {}).items():
         _set_dotted(raw, key, value)
-    return _build(TaskConfig, raw, where=str(path.name), extra=_kind_settings(raw, str(path.name)))
+    return _task_config(raw, str(path.name))
 
 
-def _kind_settings(raw: dict, where: str) -> dict[str, Any]:
-    """The task kind's own section of ``raw`` (popped), built with its dataclass: ``{"kind_settings": ...}``, or
-    nothing for a kind without a section (``TaskConfig`` then refuses the key as unknown)."""
+def _task_config(raw: dict, where: str) -> TaskConfig:
+    """``raw`` as a TaskConfig: the sections of the kind and of the engines built with their own dataclasses."""
+    from pipeline.backends.registry import CPU_ENGINES
     from pipeline.kinds import kind_class
 
-    settings = kind_class(str(raw.get("type", TaskKind.CLASSIFICATION.value))).settings
-    if settings is None:
-        return {}
-    section, cls = settings
-    return {"kind_settings": _build(cls, raw.pop(section, None) or {}, where, section + ".")}
+    own = kind_class(str(raw.get("type", TaskKind.CLASSIFICATION.value))).settings
+    engines = [e.section for e in CPU_ENGINES if e.section]
+    extra = {"kind_settings": _own_section(raw, *own, where) if own else None,
+             "engine_settings": {key: _own_section(raw, key, cls, where) for key, cls in engines}}
+    keys = ([own[0]] if own else []) + [key for key, _ in engines]
+    return _build(TaskConfig, raw, where, extra=extra, sections=tuple(keys))
+
+
+def _own_section(raw: dict, key: str, cls: type, where: str) -> Any:
+    """``raw[key]`` (popped) built as dataclass ``cls``, checked like every section; its defaults where it is absent."""
+    return _coerce(cls, raw.pop(key), where, key) if key in raw else cls()
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -332,12 +342,14 @@ MOVED = {"export.max_int8_size_ratio": "gates.max_int8_size_ratio",
          "export.qdq_budget_points": "quantization.qdq_budget_points"}
 
 
-def _build(cls: type, raw: Any, where: str, prefix: str = "", extra: dict[str, Any] | None = None) -> Any:
-    """Build dataclass ``cls`` from a dict, checking every key and value type (``extra``: fields built elsewhere)."""
+def _build(cls: type, raw: Any, where: str, prefix: str = "", extra: dict[str, Any] | None = None,
+           sections: tuple[str, ...] = ()) -> Any:
+    """Build dataclass ``cls`` from a dict, checking every key and value type (``extra``: fields built apart, from the
+    keys ``sections``, which an unknown key's message lists too)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: {prefix.rstrip('.') or 'config'} must be a mapping")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("kind_section")}
+    names = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("built_apart")}
     unknown = sorted(set(raw) - names)
     moved = [MOVED[prefix + k] for k in unknown if prefix + k in MOVED]
     if moved:
@@ -346,7 +358,7 @@ def _build(cls: type, raw: Any, where: str, prefix: str = "", extra: dict[str, A
         raise ConfigError(f"{where}: {old} moved to {moved[0]} ({why})")
     if unknown:
         raise ConfigError(
-            f"{where}: unknown key {prefix}{unknown[0]} (valid: {', '.join(sorted(prefix + n for n in names))})"
+            f"{where}: unknown key {prefix}{unknown[0]} (valid: {', '.join(sorted(prefix + n for n in names | set(sections)))})"
         )
     kwargs = dict(extra or {})
     for name, value in raw.items():

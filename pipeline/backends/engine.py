@@ -85,3 +85,6 @@ class CpuEngine:
     form_params: Callable[[object], dict] = lambda cfg: {}
     # how a bundle serves it
     served: ServedEngine | None = None
+    # its own section of the task config: (YAML key, dataclass), built and checked like every section and held as
+    # ``cfg.engine_settings[key]``; None: the engine has no settings of its own
+    section: tuple[str, type] | None = None

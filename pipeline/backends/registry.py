@@ -11,9 +11,9 @@ the shape of :class:`Session`.  Tests add a runtime to ``RUNTIMES`` to exercise 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -85,7 +85,9 @@ class RunOptions:
     threads: int | None = None  # CPU threads (None: the runtime's default)
     seq_lens: np.ndarray | None = None  # dev token lengths: TensorRT's dynamic-shape profile
     max_seq_len: int = 512
-    openvino: object | None = None  # the task's openvino: section (OpenVINOConfig): the CPU properties its sessions get
+    # the task config's engine sections by key (cfg.engine_settings): OpenVINO's (openvino:) gives its sessions' CPU
+    # properties
+    engine_settings: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,8 @@ def _openvino_cpu(precision: str, name: str):
     def open_(path: Path, opts: RunOptions):
         from pipeline.backends.openvino.session import session
 
-        props = opts.openvino.cpu_properties(opts.threads or 0) if opts.openvino is not None else None
+        own = opts.engine_settings.get(_OPENVINO.section[0])
+        props = own.cpu_properties(opts.threads or 0) if own is not None else None
         return _named(session(path, precision=precision, threads=opts.threads, properties=props), name)
     return open_
 

@@ -86,7 +86,7 @@ def run(ctx):
     cfg = ctx.cfg
     inp = _read_inputs(ctx)
     runtimes, skipped = plan(inp.layout.root)  # every runtime that can run here; the rest skipped with why
-    opts = RunOptions(cfg.validate.threads or None, inp.dev.lengths(), cfg.max_seq_len, cfg.openvino)
+    opts = RunOptions(cfg.validate.threads or None, inp.dev.lengths(), cfg.max_seq_len, cfg.engine_settings)
     make = {rt.name: (lambda rt=rt: rt.open(rt.artifact(inp.layout.root), opts)) for rt in runtimes}
     paired, anchor_score = _time_cpu_engines(ctx, inp, runtimes, make)
     rows, benches = zip(*(_measure(ctx, inp, rt, make[rt.name], paired) for rt in runtimes)) if runtimes else ((), ())

@@ -8,25 +8,32 @@ import dataclasses
 from pathlib import Path
 
 from pipeline.backends.engine import CpuEngine, ServedEngine
+from pipeline.backends.openvino.config import OpenVINOConfig
 from pipeline.contract import Form, Precision, register_form
+
+SECTION = "openvino"  # the task config's openvino: section (OpenVINOConfig)
+
+
+def _own(cfg) -> OpenVINOConfig:
+    """The task config's openvino: section."""
+    return cfg.engine_settings[SECTION]
 
 
 def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: Path | None, log):
     from pipeline.backends.openvino.quantize import search_recipe
 
     return search_recipe(source, out_path, rows, cfg.quantization, cfg.gates.max_accuracy_drop, cache_dir,
-                         baseline=baseline, log=log, properties=cfg.openvino.cpu_properties())
+                         baseline=baseline, log=log, properties=_own(cfg).cpu_properties())
 
 
 def _open(path: Path, precision: str, settings: dict):
-    from pipeline.backends.openvino.config import OpenVINOConfig
     from pipeline.backends.openvino.session import session
 
-    return session(path, precision=precision, properties=OpenVINOConfig(**settings.get("openvino", {})).cpu_properties())
+    return session(path, precision=precision, properties=OpenVINOConfig(**settings.get(SECTION, {})).cpu_properties())
 
 
 def _settings(cfg) -> dict:
-    return {"openvino": dataclasses.asdict(cfg.openvino)}
+    return {SECTION: dataclasses.asdict(_own(cfg))}
 
 
 def _form_params(cfg) -> dict:
@@ -38,8 +45,8 @@ def _form_params(cfg) -> dict:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
-    return {"alphas": cfg.quantization.openvino_smooth_alphas, "inference_precision": cfg.openvino.inference_precision,
-            "properties": cfg.openvino.served(), **versions}  # every property, defaults too: each changes numerics
+    return {"alphas": cfg.quantization.openvino_smooth_alphas, "inference_precision": _own(cfg).inference_precision,
+            "properties": _own(cfg).served(), **versions}  # every property, defaults too: each changes numerics
 
 
 def _check(cfg) -> None:
@@ -49,7 +56,7 @@ def _check(cfg) -> None:
     why = missing()
     if why:
         raise ConfigError(f"compress.engines: openvino cannot run here: {why} (or --set 'compress.engines=[onnxruntime]')")
-    cfg.openvino.check()  # a property the CPU plugin refuses: named now, not after DynaBERT
+    _own(cfg).check()  # a property the CPU plugin refuses: named now, not after DynaBERT
 
 
 # Its own shipped form, beside the export's ONNX forms: compress builds it for the selected width, bundles serve it.
@@ -63,4 +70,5 @@ ENGINE = CpuEngine(
     # threads share one request: MEASUREMENTS.md, served at the engine's speed)
     served=ServedEngine(name="openvino", served="pipeline.backends.openvino.served", model_file="model.xml",
                         requirement="openvino==2026.4.1", import_name="openvino", form=FORM,
-                        properties=True, one_instance=True))
+                        properties=True, one_instance=True),
+    section=(SECTION, OpenVINOConfig))
