@@ -272,21 +272,18 @@ def load_task_config(task: str, overrides: dict[str, Any] | None = None) -> Task
 
 
 def _task_config(raw: dict, where: str) -> TaskConfig:
-    """``raw`` as a TaskConfig: the sections of the kind and of the engines built with their own dataclasses."""
+    """``raw`` as a TaskConfig: the kind's and the engines' own sections that ``raw`` holds are built with their own
+    dataclasses (``TaskConfig.__post_init__`` gives the absent ones their defaults)."""
     from pipeline.backends.registry import CPU_ENGINES
     from pipeline.kinds import kind_class
 
     own = kind_class(str(raw.get("type", TaskKind.CLASSIFICATION.value))).settings
-    engines = [e.section for e in CPU_ENGINES if e.section]
-    extra = {"kind_settings": _own_section(raw, *own, where) if own else None,
-             "engine_settings": {key: _own_section(raw, key, cls, where) for key, cls in engines}}
-    keys = ([own[0]] if own else []) + [key for key, _ in engines]
-    return _build(TaskConfig, raw, where, extra=extra, sections=tuple(keys))
-
-
-def _own_section(raw: dict, key: str, cls: type, where: str) -> Any:
-    """``raw[key]`` (popped) built as dataclass ``cls``, checked like every section; its defaults where it is absent."""
-    return _coerce(cls, raw.pop(key), where, key) if key in raw else cls()
+    sections = ([own] if own else []) + [e.section for e in CPU_ENGINES if e.section]
+    built = {key: _coerce(cls, raw.pop(key), where, key) for key, cls in sections if key in raw}
+    extra = {"engine_settings": {k: v for k, v in built.items() if not own or k != own[0]}}
+    if own and own[0] in built:
+        extra["kind_settings"] = built[own[0]]
+    return _build(TaskConfig, raw, where, extra=extra, sections=tuple(key for key, _ in sections))
 
 
 def parse_override(text: str) -> tuple[str, Any]:
