@@ -101,3 +101,36 @@ def test_a_perf_analyzer_killed_by_a_signal_is_run_once_more(tmp_path):
     with pytest.raises(perf.PerfError, match=r"exit -6\): .*epoll_wait error"):
         _level(again, pa, [])
     assert json.loads(calls.read_text()) == [1000, 1000]
+
+
+def test_a_server_that_never_answers_its_statistics_is_one_line_not_a_hang(monkeypatch):
+    """Triton's statistics are read before and after every level, with a deadline: a server that accepts the
+    connection and never answers (the eleventh session's `make tune` sat silent for 15 minutes somewhere between two
+    levels) stops the tool with one line naming the call."""
+    import socket
+    import time
+
+    from serving.tools.perf import PerfError
+
+    monkeypatch.undo()  # this test wants the real statistics call
+    monkeypatch.setattr(perf, "STATS_TIMEOUT_S", 1)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        t0 = time.monotonic()
+        with pytest.raises(PerfError, match=r"no Triton answers gRPC at 127\.0\.0\.1:\d+ \(Deadline Exceeded; its statistics waited for at most 1 s\)"):
+            perf._model_stats(f"127.0.0.1:{silent.getsockname()[1]}")
+        assert time.monotonic() - t0 < 30
+
+
+def test_a_model_load_that_never_answers_is_one_line_not_a_hang():
+    import socket
+
+    from serving.tools.tune import TuneError, _http
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v2/repository/models/m/load"
+        with pytest.raises(TuneError, match=r"/v2/repository/models/m/load: no answer within 1 s"):
+            _http(url, {"parameters": {}}, timeout=1)

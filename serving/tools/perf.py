@@ -118,6 +118,9 @@ def input_data(task_type: str, items: Sequence, path: Path, limit: int = 2000) -
     return path
 
 
+STATS_TIMEOUT_S = 30  # Triton answers its statistics in milliseconds; a server that does not must not hang the tool
+
+
 def _model_stats(url: str) -> dict[str, dict]:
     from tritonclient.utils import InferenceServerException
 
@@ -130,9 +133,10 @@ def _model_stats(url: str) -> dict[str, dict]:
     except (InferenceServerException, ValueError) as exc:
         raise PerfError(f"gRPC {url}: not a host:port ({exc})") from None
     try:
-        stats = client.get_inference_statistics(as_json=True)["model_stats"]
+        stats = client.get_inference_statistics(as_json=True, client_timeout=STATS_TIMEOUT_S)["model_stats"]
     except InferenceServerException as exc:
-        raise PerfError(f"no Triton answers gRPC at {url} ({exc.message() or exc})") from None
+        raise PerfError(f"no Triton answers gRPC at {url} ({exc.message() or exc}; its statistics waited for at "
+                        f"most {STATS_TIMEOUT_S} s)") from None
     finally:
         client.close()
     return {s["name"]: s for s in stats}

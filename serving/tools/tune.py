@@ -54,6 +54,8 @@ def _http(url: str, body: dict | None = None, timeout: float = 300) -> dict:
             text = r.read().decode() or "{}"
     except urllib.error.HTTPError as exc:
         raise TuneError(f"{url}: {exc.code} {exc.read().decode(errors='replace')[:300]}") from None
+    except (urllib.error.URLError, TimeoutError) as exc:  # a server gone, or one that does not answer in time
+        raise TuneError(f"{url}: no answer within {timeout:g} s ({getattr(exc, 'reason', exc)})") from None
     return json.loads(text)
 
 
@@ -111,6 +113,8 @@ def tune(repository: Path, task: str, data_dir: str | None, shapes: Sequence[tup
                                            shape[0], procs)
                     rates[(k, shape)].append(level.requests_per_s)
                     p50s[(k, shape)].append(level.p50_ms)
+                    log(f"tune:   {shape[0]}x{shape[1]}: {level.requests_per_s:.0f} items/s, "
+                        f"p50 {level.p50_ms:.1f} ms")
     rows = []
     for k, cand in enumerate(cands):
         medians = {f"{n}x{c}": perf._spread(rates[(k, (n, c))]) for n, c in shapes}
