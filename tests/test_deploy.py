@@ -223,3 +223,51 @@ def test_object_names_must_be_dns_labels():
         build("my.task", {"package": {}}, 2**20, DeployConfig())
     with pytest.raises(ManifestError, match="not a DNS-1035 label"):
         build("t" * 60, {"package": {}}, 2**20, DeployConfig())
+
+
+def test_the_memory_request_is_what_the_packaged_engine_held_when_loaded(tiny_fused_bundle, tmp_path):
+    """The package stage loads each python model's engine as the stub does (its own runner.py, warmed for its batch
+    limit) in a child, and sizes the pod from that peak per instance: a served OpenVINO engine holds ~4 MB per warmed
+    shape, and the old size from the bundle's files (1 GiB + 3 x 16 MiB for TNEWS) was under what one TNEWS engine
+    holds (1.4 GB).  The record is in bundle.json, so the render command sizes the same."""
+    from serving.bundle.manifests import main as render
+    from serving.bundle.served_memory import ServedMemory, measure
+    from serving.triton.integrity import verify_bundle
+
+    manifest = verify_bundle(tiny_fused_bundle)
+    memory = ServedMemory.from_dict(manifest["served_memory"])
+    (engine,) = memory.engines
+    assert (engine.model, engine.instances) == ("tiny", manifest["package"]["instances"]) and memory.python_instances == 0
+    assert 40 < engine.peak_mib < 2000  # Python, numpy and the engine: a real process's peak, not a guess
+    container = {d["kind"]: d for d in _docs(tiny_fused_bundle / "kubernetes.yaml")}["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["memory"] == f"{memory.mib()}Mi"
+    assert "measured" in (tiny_fused_bundle / "kubernetes.yaml").read_text().splitlines()[1]
+    again = measure(tiny_fused_bundle)  # the same files measure alike (and nothing was written into the bundle)
+    assert abs(again.engines[0].peak_mib - engine.peak_mib) < 0.25 * engine.peak_mib
+    verify_bundle(tiny_fused_bundle)
+    assert render(["--bundle", str(tiny_fused_bundle), "--out", str(tmp_path / "out")]) == 0
+    assert f"memory: {memory.mib()}Mi" in (tmp_path / "out" / "kubernetes.yaml").read_text()
+
+
+def test_memory_is_every_instance_s_engine_plus_the_server_and_an_estimate_says_so():
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.manifests import sizing
+
+    two = {"engines": [{"model": "tnews", "instances": 2, "peak_mib": 700.0, "seconds": 5.0}], "python_instances": 2}
+    size = sizing({"package": {"instances": 2, "engine_threads": 1}, "served_memory": two}, 16 * 2**20, DeployConfig())
+    assert size.memory == "2112Mi"  # (256 + 2 x 128 + 2 x 700) x 1.10 = 2103.2, to the next 64 MiB
+    assert "2 x 700 MiB (tnews's engine, loaded and warmed: measured)" in size.why
+    gpu = sizing({"package": {}, "served_memory": {"not_measured": "tiny_model runs on a GPU"}}, 16 * 2**20, DeployConfig())
+    assert gpu.memory == "1072Mi" and "an estimate: not measured (tiny_model runs on a GPU)" in gpu.why
+    assert sizing({"package": {}, "served_memory": two}, 1, DeployConfig(memory="3Gi")).memory == "3Gi"  # the config wins
+
+
+def test_a_bundle_whose_engine_cannot_load_here_keeps_the_estimate_and_says_why(tiny_export, tmp_path):
+    from serving.bundle.config import DeployConfig, PackageConfig
+    from serving.bundle.repository import ExportArtifacts, write_repository
+
+    native = write_repository(tmp_path, "tiny", ExportArtifacts.from_dir(tiny_export), PackageConfig(runtime="onnxruntime"),
+                              deploy=DeployConfig())
+    assert native.manifest["served_memory"] == {"not_measured": "tiny_model runs in Triton's onnxruntime backend, which "
+                                                                "this Triton lacks"}
+    assert "an estimate: not measured (tiny_model runs in Triton's onnxruntime" in (native.path / "kubernetes.yaml").read_text()

@@ -173,6 +173,7 @@ def run(ctx):
     if deploy:
         kinds = ", ".join(o["kind"] for o in deploy["objects"])
         ctx.log(f"[package] {' and '.join(deploy['files'])}: {kinds}, all valid (Kubernetes {cfg.deploy.kubernetes_version})")
+        ctx.log(f"[package] requests {deploy['sizing']['why']}")
     return StageResult(
         metrics={"bundle_mb": round(size_mb, 3), "runtime": runtime, "precision": info.choice.precision,
                  "files": len(info.manifest["files"])},

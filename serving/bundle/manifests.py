@@ -20,8 +20,9 @@ The Helm chart ``serving/bundle/chart/ernie-bundle`` renders the same objects: t
 
 Sizes come from the bundle: the CPU request is the cores its instances and engine threads were
 validated with (``bundle.json`` ``package.instances`` x ``package.engine_threads``, at most the ``cpu.cores`` they
-were measured on), memory 1 GiB plus
-three times the bundle's size, unless ``deploy.cpu`` / ``deploy.memory`` say otherwise.
+were measured on), memory what its python models held when the package stage loaded them
+(``bundle.json`` ``served_memory``, ``serving.bundle.served_memory``; 1 GiB plus three times the bundle's size, an
+estimate, where they could not be loaded here), unless ``deploy.cpu`` / ``deploy.memory`` say otherwise.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 from serving.bundle import crd_schemas
 from serving.bundle.config import DeployConfig
 from serving.bundle.helm_chart import CHART_DIR, VALUES_FILE
+from serving.bundle.served_memory import ServedMemory
 
 KUBERNETES_FILE = "kubernetes.yaml"
 KSERVE_FILE = "kserve.yaml"
@@ -122,11 +124,18 @@ def sizing(bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> Sizing:
     measured = int((bundle.get("cpu") or {}).get("cores") or 0)
     cores = min(threads, measured) if measured else threads
     shared = f", sharing the {measured} cores they were measured on" if cores < threads else ""
-    mib = 1024 + 3 * math.ceil(bundle_bytes / 2**20)
+    served = bundle.get("served_memory") or {}
+    if served.get("engines"):  # measured at package time (serving.bundle.served_memory)
+        measured_memory = ServedMemory.from_dict(served)
+        mib, memory_why = measured_memory.mib(), measured_memory.why()
+    else:
+        mib = 1024 + 3 * math.ceil(bundle_bytes / 2**20)
+        memory_why = (f"1 GiB + 3 x the bundle's {bundle_bytes / 2**20:.0f} MiB, an estimate: not measured"
+                      + (f" ({served['not_measured']})" if served.get("not_measured") else ""))
     cpu, memory = cfg.cpu or str(cores), cfg.memory or f"{mib}Mi"
     why = (f"cpu {cpu}" + ("" if cfg.cpu else f" = {package.get('instances', 1)} instance(s) x "
                                              f"{package.get('engine_threads', 1)} engine thread(s){shared}, as validated")
-           + f"; memory {memory}" + ("" if cfg.memory else f" = 1 GiB + 3 x the bundle's {bundle_bytes / 2**20:.0f} MiB"))
+           + f"; memory {memory}" + ("" if cfg.memory else f" = {memory_why}"))
     return Sizing(cpu, memory, why)
 
 

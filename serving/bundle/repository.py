@@ -359,16 +359,22 @@ def _model_output(exp: ExportArtifacts, pc: PackageConfig, choice: ModelChoice) 
         raise PackageError(f"runtime {pc.runtime}: {exc}") from None
 
 
-def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig, meta: dict) -> dict:
-    from serving.bundle import manifests
+def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig, meta: dict) -> tuple[dict, dict]:
+    """The manifests written into ``tmp`` (their summary), and the served memory they were sized by (bundle.json's
+    ``served_memory``: measured by loading the bundle's engines, or why not)."""
+    from serving.bundle import manifests, served_memory
 
     try:
+        memory = served_memory.measure(tmp).as_dict()
+    except served_memory.MemoryNotMeasured as exc:
+        memory = {"not_measured": str(exc)}
+    try:
         written = manifests.write(tmp, task, {"package": {"instances": pc.instances, "engine_threads": pc.engine_threads},
-                                              "cpu": meta.get("cpu", {})},
+                                              "cpu": meta.get("cpu", {}), "served_memory": memory},
                                   manifests.bundle_bytes(tmp), deploy)
     except manifests.ManifestError as exc:
         raise PackageError(f"deploy manifests: {exc}") from None
-    return written.summary()
+    return written.summary(), memory
 
 
 def _serving_settings(pc: PackageConfig, prov: Provenance, choice: ModelChoice, meta: dict):
@@ -389,7 +395,7 @@ def _serving_settings(pc: PackageConfig, prov: Provenance, choice: ModelChoice, 
 
 
 def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance,
-              deployment: dict | None = None, settings: dict | None = None) -> dict:
+              deployment: dict | None = None, settings: dict | None = None, memory: dict | None = None) -> dict:
     kind = _kind(meta)
     names = _names(task, pc, kind)
     m = {
@@ -433,6 +439,8 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "gates": prov.gates,
         "versions": {"pipeline": prov.versions, "serving": serving_versions()},
         **({"deploy": deployment} if deployment else {}),  # manifests beside the models, each object's check
+        # what the python models held when loaded here, the memory request's basis (serving.bundle.served_memory)
+        **({"served_memory": memory} if memory else {}),
         "files": {rel: integrity.file_sha256(tmp / rel) for rel in integrity.bundle_files(tmp)},
         "directories": integrity.bundle_dirs(tmp),  # an ensemble's version directory is empty, and still the bundle's
     }
@@ -558,8 +566,8 @@ def write_repository(
     try:
         _build(tmp, task, exported, pc, meta, choice)
         (tmp / "README.md").write_text(model_card(task, pc, meta, choice, prov), encoding="utf-8")
-        deployment = _deploy_manifests(tmp, task, pc, deploy, meta) if deploy is not None else None
-        manifest = _manifest(tmp, task, pc, meta, choice, prov, deployment, settings)
+        deployment, memory = _deploy_manifests(tmp, task, pc, deploy, meta) if deploy is not None else (None, None)
+        manifest = _manifest(tmp, task, pc, meta, choice, prov, deployment, settings, memory)
         (tmp / integrity.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         integrity.verify_bundle(tmp)  # what we hand over must pass the check the server makes
         size_mb = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 2**20
