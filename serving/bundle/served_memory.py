@@ -37,7 +37,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, str(folder))
 import numpy as np
 import model_support
-rows = max_batch or model_support.UNBATCHED_WARM_ROWS
+rows = model_support.engine_rows(max_batch)
 engine = model_support.sibling(folder, "runner").make_engine(folder, params, False, rows)
 width = int(params.get("max_seq_len", "0") or 0)
 if not hasattr(engine, "warm") and width:  # an engine that does not warm: its largest batch is its peak

@@ -55,9 +55,9 @@ def _http(url: str, body: dict | None = None, timeout: float = 300) -> dict:
     except urllib.error.HTTPError as exc:
         raise TuneError(f"{url}: {exc.code} {exc.read().decode(errors='replace')[:300]}") from None
     except (urllib.error.URLError, TimeoutError) as exc:  # a server gone, or one that does not answer in time
-        reason = getattr(exc, "reason", exc)
-        waited = isinstance(reason, TimeoutError) or isinstance(exc, TimeoutError)
-        raise TuneError(f"{url}: " + (f"no answer within {timeout:g} s" if waited else f"no answer ({reason})")) from None
+        reason = getattr(exc, "reason", exc)  # a TimeoutError is its own reason
+        raise TuneError(f"{url}: " + (f"no answer within {timeout:g} s" if isinstance(reason, TimeoutError)
+                                      else f"no answer ({reason})")) from None
     return json.loads(text)
 
 

@@ -88,6 +88,12 @@ def failed(pb_utils, what: str, exc: BaseException):
 UNBATCHED_WARM_ROWS = 16
 
 
+def engine_rows(max_batch_size: int) -> int:
+    """The most rows one execute can hand the engine: Triton's batch limit; a model that takes whole requests
+    (max_batch_size 0: windows of one question or one UIE text) warms its engine for ``UNBATCHED_WARM_ROWS``."""
+    return int(max_batch_size or 0) or UNBATCHED_WARM_ROWS
+
+
 class Refused(ValueError):
     """A request that is wrong as sent (the message says what to change): answered with ``refused``, alone."""
 
@@ -138,9 +144,7 @@ class PythonModel:
 
         self.pb_utils = triton_python_backend_utils
         self.gpu = args.get("model_instance_kind") == "GPU"
-        # The most rows one execute can hand the engine: Triton's batch limit; a model that takes whole requests
-        # (max_batch_size 0: windows of one question or one UIE text) warms its engine for this many.
-        self.max_rows = int(json.loads(args["model_config"]).get("max_batch_size", 0) or 0) or UNBATCHED_WARM_ROWS
+        self.max_rows = engine_rows(json.loads(args["model_config"]).get("max_batch_size", 0))
         self.fastdeploy = params.get("api") == "fastdeploy"  # FastDeploy's example interface (package.api)
         for name in self.siblings:
             setattr(self, name, sibling(self.folder, name))
