@@ -85,3 +85,18 @@ def test_top_frames_from_py_spys_collapsed_stacks():
     frames = {f["frame"]: f for f in top["frames"]}
     assert frames["__call__ (runner.py:60)"]["own"] == 0.6 and frames["execute (model_support.py:220)"]["inside"] == 1.0
     assert top["frames"][0]["frame"] == "__call__ (runner.py:60)"
+    assert top["engine_share"] == 0.0  # no frame of the bundle's engine.py in these stacks
+    raw += "process 1;execute (model_support.py:220);__call__ (runner.py:60);Engine.__call__ (engine.py:80);infer (openvino/_ov_api.py:202) 100\n"
+    assert perf.top_frames(raw, expected=400)["engine_share"] == 0.5
+
+
+def test_a_lone_requests_time_split_from_perf_analyzers_parts_and_py_spys_shares():
+    """Concurrency 1, one request per 10 ms: the client saw 10 ms on average, 9 of them inside Triton; two stubs (an
+    ensemble) busy 40% and 30% of the time, the second one 80% inside the engine: 2 ms of hand-off."""
+    profile = {"stubs": {"stub t_tokenizer_0_0": {"busy_share": 0.4, "engine_share": 0.0},
+                         "stub t_model_0_0": {"busy_share": 0.3, "engine_share": 0.8}}}
+    split = perf.lone_request_split(10.0, 9.0, 10.0, profile)
+    assert split == pytest.approx({"outside_triton": 1.0, "handoff": 2.0, "python": 4.6, "engine": 2.4, "mean_ms": 10.0})
+    assert sum(split[k] for k in ("outside_triton", "handoff", "python", "engine")) == pytest.approx(split["mean_ms"])
+    assert perf.lone_request_split(10.0, 0.0, 10.0, profile) is None  # no server-side figure: no split
+    assert perf.lone_request_split(10.0, 9.0, 10.0, {"stubs": {"s": {"busy_share": None}}}) is None

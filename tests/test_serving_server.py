@@ -285,17 +285,24 @@ def test_perf_explains_itself_with_the_floor_cpu_by_process_and_both_request_sha
     """`make perf` on its own server: per shape (one item per request, and a full request of max_batch_size items)
     the served rate, the floor (an echo model with the bundle's interface in the same server), the model-only
     yardstick, the ceiling and the ratios; CPU by process (tritonserver, every stub by instance, the client) and per
-    item.  The bundle itself is untouched (the floor lives in a repository of its own)."""
+    item; for a lone request, the echo held as long as the model takes.  The bundle itself is untouched (the floor
+    lives in a repository of its own)."""
     from serving.tools.perf import ceiling, format_markdown, measure
     from serving.triton.integrity import verify_bundle
 
     _perf_analyzer_or_skip()
     bundle = tmp_path / "tiny"
     shutil.copytree(tiny_bundle, bundle)
-    report = measure(bundle, "tiny", None, [2], seconds=1.0, offline_seconds=0.5, items=dev[0][:50], rounds=2,
+    report = measure(bundle, "tiny", None, [1], seconds=1.0, offline_seconds=0.5, items=dev[0][:50], rounds=2,
                      batched_concurrency=[1])
     rows = {(r["items_per_request"], r["concurrency"]): r for r in report["summary"]}
-    assert set(rows) == {(1, 2), (8, 1)}  # 8: the tiny bundle's max_batch_size (32 where a bundle allows it)
+    assert set(rows) == {(1, 1), (8, 1)}  # 8: the tiny bundle's max_batch_size (32 where a bundle allows it)
+    lone = rows[(1, 1)]
+    assert lone["hold_ms"] > 0 and len(lone["held_floor_p50_ms"]["rounds"]) == 2
+    # the held echo really holds each request (its latency is at least the hold); the instant echo answers sooner
+    assert lone["held_floor_p50_ms"]["min"] >= lone["hold_ms"] and lone["held_floor_p50_minus_hold_ms"]["min"] >= 0
+    assert all(lv["mean_ms"] >= lv["server_ms"] > 0 for lv in report["levels"])
+    assert "held_floor_p50_ms" not in rows[(8, 1)]  # only a lone request is held to it
     for row in rows.values():
         assert len(row["served_items_per_s"]["rounds"]) == len(row["floor_items_per_s"]["rounds"]) == 2
         served, floor_, model = (row[k]["rounds"] for k in ("served_items_per_s", "floor_items_per_s", "model_only_items_per_s"))
@@ -308,6 +315,7 @@ def test_perf_explains_itself_with_the_floor_cpu_by_process_and_both_request_sha
         assert row["offline_cpu_us_per_item"]["median"] > 0
     md = format_markdown(report)
     assert "| 8 | 1 |" in md and "served µs/item" in md and "stub tiny_model_0_0" in md
+    assert "The platform's part of it: the echo model holding each request" in md
     verify_bundle(bundle, allow_bytecode=True)
 
 

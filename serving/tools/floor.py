@@ -7,6 +7,12 @@ decode checks, no tokenizer, no engine, no post-processing.  Its rate is what Tr
 backend's IPC and the client cost on this machine; served / (1/(1/model-only + 1/floor)) says how much of what is
 left our own request code takes (issue 38).
 
+A lone request meets a second yardstick: the same echo holding each request as long as the model takes (``hold_ms``:
+its Python thread busy, as an engine keeps its cores).  Measured on this VM (MEASUREMENTS.md), Triton's front end, the
+python backend's hand-off and the client take ~0.3-0.4 ms more around a request held 4 ms than around an instant one
+(their threads have gone to sleep meanwhile), for any model: so the instant echo's latency understates what the
+platform costs a lone request, and ``served - held echo`` is what our own request code adds to it.
+
 The echo model gets the configuration of the model clients call (the ensemble's inputs and outputs; the batching
 and instances of the bundle's first python model, which is where requests queue), in a model repository of its own
 (a temporary folder, passed to tritonserver as a second ``--model-repository``): the bundle itself is never
@@ -23,6 +29,7 @@ from serving.bundle.model_config import parse_pbtxt, to_pbtxt
 ECHO_MODEL = '''"""Floor model for make perf: reads each request's inputs and answers constant outputs of the declared types."""
 
 import json
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -38,8 +45,14 @@ class TritonPythonModel:
         self.inputs = [i["name"] for i in config["input"]]
         self.outputs = [(o["name"], _DTYPES[o["data_type"]], [d if d > 0 else 1 for d in o["dims"]])
                         for o in config["output"]]
+        hold = config.get("parameters", {}).get("hold_ms", {}).get("string_value")
+        self.hold_s = float(hold) / 1000 if hold else 0.0
 
     def execute(self, requests):
+        if self.hold_s:  # busy, not asleep: the held echo stands in for a model's compute
+            until = time.perf_counter() + self.hold_s
+            while time.perf_counter() < until:
+                pass
         responses = []
         for request in requests:
             arrays = [pb_utils.get_input_tensor_by_name(request, name) for name in self.inputs]
@@ -59,19 +72,32 @@ def floor_name(entry: str) -> str:
     return f"{entry}_floor"
 
 
-def write_floor_repository(bundle: Path, entry: str, first: str, out: Path) -> str:
+def held_floor_name(entry: str) -> str:
+    return f"{entry}_floor_held"
+
+
+def write_floor_repository(bundle: Path, entry: str, first: str, out: Path, hold_ms: float | None = None) -> str:
     """A model repository in ``out`` holding the echo model for the bundle's served model ``entry`` (its inputs and
     outputs), batched and instanced like ``first`` (the python model requests reach first: the fused model, or the
-    ensemble's tokenizer).  Returns the echo model's name."""
+    ensemble's tokenizer).  Returns the echo model's name.  With ``hold_ms``, the held echo beside it
+    (``held_floor_name``): each execution busy for that long before it answers."""
+    name = _write_echo(bundle, entry, first, out, floor_name(entry), None)
+    if hold_ms:
+        _write_echo(bundle, entry, first, out, held_floor_name(entry), hold_ms)
+    return name
+
+
+def _write_echo(bundle: Path, entry: str, first: str, out: Path, name: str, hold_ms: float | None) -> str:
     served = parse_pbtxt((bundle / entry / "config.pbtxt").read_text(encoding="utf-8"))
     scheduled = parse_pbtxt((bundle / first / "config.pbtxt").read_text(encoding="utf-8"))
-    name = floor_name(entry)
     cfg = type(served)(name=name, backend="python", max_batch_size=served.max_batch_size)
     cfg.input.extend(served.input)
     cfg.output.extend(served.output)
     if scheduled.HasField("dynamic_batching"):
         cfg.dynamic_batching.CopyFrom(scheduled.dynamic_batching)
     cfg.instance_group.extend(scheduled.instance_group)
+    if hold_ms:
+        cfg.parameters["hold_ms"].string_value = f"{hold_ms:.3f}"
     folder = Path(out) / name
     (folder / "1").mkdir(parents=True)
     (folder / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")

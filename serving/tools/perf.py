@@ -102,6 +102,8 @@ class Level:
     items_per_request: int = 1
     cores: dict = field(default_factory=dict)  # process -> cores used over the run (tritonserver, stub <instance>, client)
     served_items: int = 0  # items the measured model answered over the run (Triton's statistics)
+    mean_ms: float = 0.0  # the client's mean latency (perf_analyzer's parts, added)
+    server_ms: float = 0.0  # of it, the mean time inside Triton (queue and compute, as perf_analyzer splits it)
 
 
 BATCHED_ITEMS = 32  # FastDeploy's clients send 32 texts per request
@@ -251,9 +253,16 @@ def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: i
         cores["client"] = client_cpu / max(cpu1.at - cpu0.at, 1e-9)
     shares = model_shares(before, after, composing)
     served = int(sum(_count(after.get(m, {}), "success") - _count(before.get(m, {}), "success") for m in composing[:1]))
+    # perf_analyzer's own split of its mean latency (µs): the client's and the network's part, and Triton's
+    parts = {k: float(row.get(k) or 0) for k in (*CLIENT_PARTS, *SERVER_PARTS)}
     return Level(concurrency, rps, *(float(row[f"p{p} latency"]) / 1000 for p in (50, 90, 95, 99)),
                  models=shares, window_s=window, items_per_request=items_per_request, cores=cores,
-                 served_items=served * items_per_request)
+                 served_items=served * items_per_request, mean_ms=sum(parts.values()) / 1000,
+                 server_ms=sum(parts[k] for k in SERVER_PARTS) / 1000)
+
+
+CLIENT_PARTS = ("Client Send", "Network+Server Send/Recv", "Client Recv")  # perf_analyzer's csv columns, µs
+SERVER_PARTS = ("Server Queue", "Server Compute Input", "Server Compute Infer", "Server Compute Output")
 
 
 def _spread(values: Sequence[float]) -> dict:
@@ -282,6 +291,8 @@ class Shape:
     floor: list = field(default_factory=list)  # [Level] per round
     model_only: list = field(default_factory=list)  # [(items/s, CPU s per item)] per round
     model_only_p50_ms: list = field(default_factory=list)  # one item per call (concurrency 1 only), per round
+    held_floor: list = field(default_factory=list)  # [Level] of the echo held as long as the model (lone only)
+    hold_ms: float = 0.0
 
     def summary(self, model_only_batch: str) -> dict:
         served = [lv.requests_per_s for lv in self.served]
@@ -295,6 +306,11 @@ class Shape:
         if self.model_only_p50_ms:
             out["model_only_batch1_p50_ms"] = _spread(self.model_only_p50_ms)
             out["served_p50_minus_batch1_ms"] = _spread([lv.p50_ms - m for lv, m in zip(self.served, self.model_only_p50_ms)])
+        if self.held_floor:
+            out["hold_ms"] = self.hold_ms
+            out["held_floor_p50_ms"] = _spread([lv.p50_ms for lv in self.held_floor])
+            out["held_floor_p50_minus_hold_ms"] = _spread([lv.p50_ms - self.hold_ms for lv in self.held_floor])
+            out["served_p50_minus_held_floor_ms"] = _spread([s.p50_ms - h.p50_ms for s, h in zip(self.served, self.held_floor)])
         if floors:
             ceil = [ceiling(m, f) for m, f in zip(mo, floors)]
             out.update({"floor_items_per_s": _spread(floors), "ceiling_items_per_s": _spread(ceil),
@@ -341,6 +357,15 @@ def format_markdown(report: dict) -> str:
                 lines += [f"A lone request (concurrency 1): served p50 {_fmt(r['p50_ms'], 2)} ms against the model's own "
                           f"batch-1 p50 {_fmt(r['model_only_batch1_p50_ms'], 2)} ms: "
                           f"+{_fmt(r['served_p50_minus_batch1_ms'], 2)} ms per request.", ""]
+            if "held_floor_p50_ms" in r:
+                lines += [f"The platform's part of it: the echo model holding each request {r['hold_ms']:.2f} ms (the "
+                          f"model's batch-1 p50 before the rounds, its Python thread busy) answers at p50 "
+                          f"{_fmt(r['held_floor_p50_ms'], 2)} ms, +{_fmt(r['held_floor_p50_minus_hold_ms'], 2)} ms for "
+                          f"Triton, its python backend and the client alone; the served model's p50 is "
+                          f"{_fmt(r['served_p50_minus_held_floor_ms'], 2)} ms over the held echo's: what our request "
+                          "code and the engine in the server add.", ""]
+            if "lone_request_ms" in r:
+                lines += _lone_lines(r["lone_request_ms"], r.get("model_only_batch1_p50_ms"))
         lines += _cpu_lines([r for r in summary if r.get("served_cores")])
     else:
         lines += ["| concurrency | req/s | p50 ms | p90 ms | p95 ms | p99 ms |", "|---:|---:|---:|---:|---:|---:|"]
@@ -360,7 +385,20 @@ def format_markdown(report: dict) -> str:
             lines.append(f"| {lv.get('items_per_request', 1)} | {lv['concurrency']} | {m['model']} | {m['requests']} | "
                          f"{m['executions']} | {m['mean_batch']:.1f} | {m['queue_ms']:.2f} | {m['compute_ms']:.2f} |")
     lines += _profile_lines(report.get("profile"))
+    if report.get("profile_lone") and report["profile_lone"] is not report.get("profile"):
+        lines += _profile_lines(report["profile_lone"])
     return "\n".join(lines) + "\n"
+
+
+def _lone_lines(split: dict, alone: dict | None) -> list[str]:
+    """The lone request's mean time, split (``lone_request_split``)."""
+    engine = f"{split['engine']:.2f} ms"
+    if alone and alone.get("median") is not None:
+        engine += f" (the model alone, back to back: batch-1 p50 {alone['median']:.2f} ms)"
+    return [f"Where a lone request's {split['mean_ms']:.2f} ms go (means over the rounds; the stubs' shares from py-spy "
+            f"at concurrency 1): outside Triton (client, gRPC, front end) {split['outside_triton']:.2f} ms; the python "
+            f"backend's hand-off to the stub and back {split['handoff']:.2f} ms; our Python {split['python']:.2f} ms; "
+            f"the engine {engine}.", ""]
 
 
 def _cpu_lines(cpu_rows: list[dict]) -> list[str]:
@@ -446,10 +484,14 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
               "package": bundle.manifest.get("package", {}), "layout": bundle.manifest.get("layout", "ensemble"),
               **kind.perf_fields(items)}
     yardsticks, alone = _yardsticks(bundle, kind, items, shapes)
+    lone = next((s for s in shapes if s.items == 1 and s.concurrency == 1), None)
+    if lone is not None and alone is not None and not url:
+        lone.hold_ms = alone.p50_ms(min(offline_seconds, 2.0))  # how long the held echo holds a request
     composing = tuple(dict.fromkeys((names.tokenizer, names.model, names.postprocess)))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        echo = None if url else floor.write_floor_repository(repository, names.ensemble, names.tokenizer, tmp / "floor")
+        echo = None if url else floor.write_floor_repository(repository, names.ensemble, names.tokenizer, tmp / "floor",
+                                                             hold_ms=lone.hold_ms if lone is not None else None)
         # The server dies with this process: a kill -9 of `make perf` leaves no tritonserver, stubs or shared memory.
         server = None if url else start_server(repository, die_with_parent=True,
                                                extra_args=(f"--model-repository={tmp / 'floor'}",))
@@ -468,11 +510,17 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
                     if echo:
                         shape.floor.append(run_level(pa, grpc_url, echo, data, shape.concurrency, seconds, (echo,), tmp,
                                                      log, shape.items, floor_procs))
+                    if echo and shape is lone and shape.hold_ms:
+                        held = floor.held_floor_name(names.ensemble)
+                        shape.held_floor.append(run_level(pa, grpc_url, held, data, 1, seconds, (held,), tmp, log))
             if profile_seconds and served_procs:
                 busiest = max((s for s in shapes if s.items == 1), key=lambda s: s.concurrency, default=None)
                 if busiest is not None:
                     report["profile"] = profile_stubs(pa, grpc_url, names.ensemble, data, busiest.concurrency,
                                                       profile_seconds, served_procs, tmp)
+                if lone is not None:  # where a lone request's time goes
+                    report["profile_lone"] = report["profile"] if lone is busiest else profile_stubs(
+                        pa, grpc_url, names.ensemble, data, 1, profile_seconds, served_procs, tmp)
         finally:
             if server is not None:
                 server.stop()
@@ -515,6 +563,13 @@ def _offline_round(shapes: Sequence["Shape"], yardsticks: dict, alone, seconds: 
 def _summarized(report: dict, shapes: Sequence["Shape"], bundle, kind) -> dict:
     report["levels"] = [asdict(s.served[-1]) for s in shapes]
     report["summary"] = [s.summary(kind.model_only_batch(bundle, s.items)) for s in shapes]
+    for shape, row in zip(shapes, report["summary"]):
+        if shape.items == 1 and shape.concurrency == 1 and report.get("profile_lone"):
+            mid = lambda levels, key: _spread([getattr(lv, key) for lv in levels])["median"] or 0.0  # noqa: E731
+            split = lone_request_split(mid(shape.served, "mean_ms"), mid(shape.served, "server_ms"),
+                                       1000.0 / max(mid(shape.served, "requests_per_s"), 1e-9), report["profile_lone"])
+            if split:
+                row["lone_request_ms"] = split
     one = [row for row in report["summary"] if row["items_per_request"] == 1]
     if one:  # the one-item yardstick (earlier reports' field)
         report["offline_model_only_items_per_s"] = one[0]["model_only_items_per_s"]["median"]
@@ -558,7 +613,7 @@ def top_frames(collapsed: str, top: int = 12, expected: float = 0.0) -> dict:
     ``expected`` (rate x seconds) is the share of the time the stub's Python thread was busy."""
     own: dict[str, int] = {}
     inside: dict[str, int] = {}
-    total = 0
+    total = engine = 0
     for line in collapsed.splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
@@ -568,13 +623,34 @@ def top_frames(collapsed: str, top: int = 12, expected: float = 0.0) -> dict:
         if not frames:
             continue
         total += n
+        engine += n if any(ENGINE_FRAME in f for f in frames) else 0
         own[frames[-1]] = own.get(frames[-1], 0) + n
         for f in set(frames):
             inside[f] = inside.get(f, 0) + n
     busy = max(total, 1)
     best = sorted(own, key=own.get, reverse=True)[:top]
-    return {"samples": total, "busy_share": total / expected if expected else None,
+    return {"samples": total, "busy_share": total / expected if expected else None, "engine_share": engine / busy,
             "frames": [{"frame": f, "own": own[f] / busy, "inside": inside[f] / busy} for f in best]}
+
+
+ENGINE_FRAME = " (engine.py:"  # py-spy's name for a frame of the bundle's engine (every served engine is an engine.py)
+
+
+def lone_request_split(mean_ms: float, server_ms: float, cycle_ms: float, profile: dict) -> dict | None:
+    """Where a lone request's time goes (concurrency 1, so one request per ``cycle_ms``), in ms: outside Triton's
+    queue and compute (the client, gRPC, Triton's front end: perf_analyzer's split of its mean latency), the python
+    backend's hand-off (Triton's compute while no stub is busy: the request and its answer crossing to the stub and
+    back), our Python (a stub busy outside the engine) and the engine (py-spy's samples inside ``engine.py``).  The
+    stubs' shares come from py-spy at concurrency 1 (``profile``); None when a figure is missing."""
+    stubs = (profile or {}).get("stubs") or {}
+    if not (mean_ms > 0 and server_ms > 0 and cycle_ms > 0 and stubs):
+        return None
+    if any(top.get("busy_share") is None for top in stubs.values()):
+        return None
+    busy = sum(top["busy_share"] for top in stubs.values()) * cycle_ms
+    engine = sum(top["busy_share"] * top.get("engine_share", 0.0) for top in stubs.values()) * cycle_ms
+    return {"outside_triton": mean_ms - server_ms, "handoff": server_ms - busy, "python": busy - engine,
+            "engine": engine, "mean_ms": mean_ms}
 
 
 def _py_spy() -> str:
@@ -599,7 +675,8 @@ def main(argv: list[str] | None = None) -> int:
                    "comprehension, whose requests take 0.2-2 s: 5 s windows did not give perf_analyzer a stable "
                    "measurement at concurrency 4 on CMRC2018)")
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
-                   help="py-spy on each stub at the highest one-item concurrency for SECONDS (after the rounds)")
+                   help="py-spy on each stub at the highest one-item concurrency for SECONDS (after the rounds), and at "
+                   "concurrency 1 where it was measured (where a lone request's time goes)")
     p.add_argument("--json-out")
     args = p.parse_args(argv)
     import pipeline  # noqa: F401  (process setup before anything imports paddle)
