@@ -100,3 +100,15 @@ def test_a_lone_requests_time_split_from_perf_analyzers_parts_and_py_spys_shares
     assert sum(split[k] for k in ("outside_triton", "handoff", "python", "engine")) == pytest.approx(split["mean_ms"])
     assert perf.lone_request_split(10.0, 0.0, 10.0, profile) is None  # no server-side figure: no split
     assert perf.lone_request_split(10.0, 9.0, 10.0, {"stubs": {"s": {"busy_share": None}}}) is None
+
+
+def test_a_lone_request_is_held_to_the_echo_held_as_long_as_the_model_round_by_round():
+    """Round by round: the held echo's p50 over its hold (the platform's own around a request that long), and the
+    served p50 over the held echo's (our request code, and the engine in the server over the hold)."""
+    lv = lambda p50: perf.Level(1, 100.0, p50, p50, p50, p50)  # noqa: E731
+    shape = perf.Shape(1, 1, served=[lv(5.0), lv(6.0)], floor=[lv(1.0), lv(1.0)], model_only=[(500.0, 0.003), (400.0, 0.003)],
+                       model_only_p50_ms=[3.0, 4.0], held_floor=[lv(3.8), lv(3.9)], hold_ms=3.0)
+    row = shape.summary("batch 16")
+    assert row["hold_ms"] == 3.0 and row["held_floor_p50_minus_hold_ms"]["rounds"] == pytest.approx([0.8, 0.9])
+    assert row["served_p50_minus_held_floor_ms"]["rounds"] == pytest.approx([1.2, 2.1])
+    assert "held_floor_p50_ms" not in perf.Shape(1, 1, served=[lv(5.0)], model_only=[(500.0, 0.003)]).summary("batch 16")

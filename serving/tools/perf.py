@@ -310,6 +310,8 @@ class Shape:
             out["hold_ms"] = self.hold_ms
             out["held_floor_p50_ms"] = _spread([lv.p50_ms for lv in self.held_floor])
             out["held_floor_p50_minus_hold_ms"] = _spread([lv.p50_ms - self.hold_ms for lv in self.held_floor])
+            # both p50s from the same server, one level after the other: steadier on a drifting VM than anything
+            # held against the offline batch-1 p50 (measured apart from the served levels)
             out["served_p50_minus_held_floor_ms"] = _spread([s.p50_ms - h.p50_ms for s, h in zip(self.served, self.held_floor)])
         if floors:
             ceil = [ceiling(m, f) for m, f in zip(mo, floors)]
@@ -361,9 +363,9 @@ def format_markdown(report: dict) -> str:
                 lines += [f"The platform's part of it: the echo model holding each request {r['hold_ms']:.2f} ms (the "
                           f"model's batch-1 p50 before the rounds, its Python thread busy) answers at p50 "
                           f"{_fmt(r['held_floor_p50_ms'], 2)} ms, +{_fmt(r['held_floor_p50_minus_hold_ms'], 2)} ms for "
-                          f"Triton, its python backend and the client alone; the served model's p50 is "
-                          f"{_fmt(r['served_p50_minus_held_floor_ms'], 2)} ms over the held echo's: what our request "
-                          "code and the engine in the server add.", ""]
+                          f"Triton, its python backend and the client alone; the served p50 is "
+                          f"{_fmt(r['served_p50_minus_held_floor_ms'], 2)} ms over the held echo's: our request code, "
+                          "and the engine's time in the server over the hold.", ""]
             if "lone_request_ms" in r:
                 lines += _lone_lines(r["lone_request_ms"], r.get("model_only_batch1_p50_ms"))
         lines += _cpu_lines([r for r in summary if r.get("served_cores")])
