@@ -11,7 +11,8 @@ A lone request meets a second yardstick: the same echo holding each request as l
 its Python thread busy, as an engine keeps its cores).  Measured on this VM (MEASUREMENTS.md), Triton's front end, the
 python backend's hand-off and the client take ~0.3-0.4 ms more around a request held 4 ms than around an instant one
 (their threads have gone to sleep meanwhile), for any model: so the instant echo's latency understates what the
-platform costs a lone request, and ``served - held echo`` is what our own request code adds to it.
+platform costs a lone request, and ``served - held echo`` is what our own request code adds to it (with the engine's
+time in the server over the hold).
 
 The echo model gets the configuration of the model clients call (the ensemble's inputs and outputs; the batching
 and instances of the bundle's first python model, which is where requests queue), in a model repository of its own

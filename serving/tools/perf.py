@@ -565,11 +565,13 @@ def _offline_round(shapes: Sequence["Shape"], yardsticks: dict, alone, seconds: 
 def _summarized(report: dict, shapes: Sequence["Shape"], bundle, kind) -> dict:
     report["levels"] = [asdict(s.served[-1]) for s in shapes]
     report["summary"] = [s.summary(kind.model_only_batch(bundle, s.items)) for s in shapes]
+    def median(levels, key: str) -> float:
+        return _spread([getattr(lv, key) for lv in levels])["median"] or 0.0
+
     for shape, row in zip(shapes, report["summary"]):
         if shape.items == 1 and shape.concurrency == 1 and report.get("profile_lone"):
-            mid = lambda levels, key: _spread([getattr(lv, key) for lv in levels])["median"] or 0.0  # noqa: E731
-            split = lone_request_split(mid(shape.served, "mean_ms"), mid(shape.served, "server_ms"),
-                                       1000.0 / max(mid(shape.served, "requests_per_s"), 1e-9), report["profile_lone"])
+            split = lone_request_split(median(shape.served, "mean_ms"), median(shape.served, "server_ms"),
+                                       1000.0 / max(median(shape.served, "requests_per_s"), 1e-9), report["profile_lone"])
             if split:
                 row["lone_request_ms"] = split
     one = [row for row in report["summary"] if row["items_per_request"] == 1]
@@ -609,6 +611,9 @@ def profile_stubs(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrenc
             "stubs": {label: top_frames(outs[label].read_text(errors="replace"), top, rate * seconds) for label in stubs}}
 
 
+ENGINE_FRAME = " (engine.py:"  # py-spy's name for a frame of the bundle's engine (every served engine is an engine.py)
+
+
 def top_frames(collapsed: str, top: int = 12, expected: float = 0.0) -> dict:
     """py-spy's raw (collapsed) stacks -> the frames with the most own samples, with their inclusive share.  py-spy
     leaves out the samples where the stub's thread was idle (waiting for the next batch), so ``samples`` /
@@ -633,9 +638,6 @@ def top_frames(collapsed: str, top: int = 12, expected: float = 0.0) -> dict:
     best = sorted(own, key=own.get, reverse=True)[:top]
     return {"samples": total, "busy_share": total / expected if expected else None, "engine_share": engine / busy,
             "frames": [{"frame": f, "own": own[f] / busy, "inside": inside[f] / busy} for f in best]}
-
-
-ENGINE_FRAME = " (engine.py:"  # py-spy's name for a frame of the bundle's engine (every served engine is an engine.py)
 
 
 def lone_request_split(mean_ms: float, server_ms: float, cycle_ms: float, profile: dict) -> dict | None:
