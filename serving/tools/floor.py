@@ -82,25 +82,24 @@ def write_floor_repository(bundle: Path, entry: str, first: str, out: Path, hold
     outputs), batched and instanced like ``first`` (the python model requests reach first: the fused model, or the
     ensemble's tokenizer).  Returns the echo model's name.  With ``hold_ms``, the held echo beside it
     (``held_floor_name``): each execution busy for that long before it answers."""
-    name = _write_echo(bundle, entry, first, out, floor_name(entry), None)
-    if hold_ms:
-        _write_echo(bundle, entry, first, out, held_floor_name(entry), hold_ms)
-    return name
-
-
-def _write_echo(bundle: Path, entry: str, first: str, out: Path, name: str, hold_ms: float | None) -> str:
     served = parse_pbtxt((bundle / entry / "config.pbtxt").read_text(encoding="utf-8"))
     scheduled = parse_pbtxt((bundle / first / "config.pbtxt").read_text(encoding="utf-8"))
-    cfg = type(served)(name=name, backend="python", max_batch_size=served.max_batch_size)
+    cfg = type(served)(name=floor_name(entry), backend="python", max_batch_size=served.max_batch_size)
     cfg.input.extend(served.input)
     cfg.output.extend(served.output)
     if scheduled.HasField("dynamic_batching"):
         cfg.dynamic_batching.CopyFrom(scheduled.dynamic_batching)
     cfg.instance_group.extend(scheduled.instance_group)
-    if hold_ms:
+    _write_echo(out, cfg)
+    if hold_ms:  # the same echo under its own name, told how long to hold
+        cfg.name = held_floor_name(entry)
         cfg.parameters["hold_ms"].string_value = f"{hold_ms:.3f}"
-    folder = Path(out) / name
+        _write_echo(out, cfg)
+    return floor_name(entry)
+
+
+def _write_echo(out: Path, cfg) -> None:
+    folder = Path(out) / cfg.name
     (folder / "1").mkdir(parents=True)
     (folder / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
     (folder / "1" / "model.py").write_text(ECHO_MODEL, encoding="utf-8")
-    return name
