@@ -7,7 +7,7 @@ first changed the ids of 22 of 10,000 TNEWS dev titles, the last those of 79 of 
 * PaddleNLP's ``_run_split_on_punc`` isolates **symbols** (Unicode category S*, plus ``²``, ``º``, ``〇``,
   ``µ``, ``Ø``, ``ŋ``, ``Ʊ``) as well as punctuation: ``广州｜D2`` -> ``｜ d2``, not ``｜ ##d ##2``;
   ``7×9`` -> ``7 × 9``; ``17.4℃`` -> ``4 ℃``.  HF splits punctuation only, so a ``Split`` on that class
-  is added after its pre-tokenizer.
+  is added to its pre-tokenizer (``pre_tokenizer``).
 * its CJK ranges start extension C at U+2B820 where HF's start at U+2B920; those code points are isolated
   by the same ``Split``.
 * pairs are cut the way PaddleNLP's ``longest_first`` loop cuts them (one token at a time from the longer
@@ -76,13 +76,18 @@ def normalizer(lowercase: bool = True, chinese_chars: bool = True, strip_accents
 
 
 def pre_tokenizer(symbols: bool = True):
-    """Whitespace and punctuation splits, then (PaddleNLP's rules) its symbol splits."""
+    """Whitespace and punctuation splits, and (PaddleNLP's rules) its symbol splits.
+
+    The symbol ``Split`` runs first, over the whole normalized text: after ``BertPreTokenizer`` it would search each
+    of its pieces, and a Chinese text is a piece per character.  Both steps only isolate single characters (and the
+    second drops whitespace), so the order changes no piece and no offset; it saves ~15% of the tokenizer's time
+    (MEASUREMENTS.md)."""
     from tokenizers import Regex, pre_tokenizers
 
     if not symbols:
         return pre_tokenizers.BertPreTokenizer()
-    return pre_tokenizers.Sequence([pre_tokenizers.BertPreTokenizer(),
-                                    pre_tokenizers.Split(Regex(SYMBOLS), behavior="isolated")])
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(SYMBOLS), behavior="isolated"),
+                                    pre_tokenizers.BertPreTokenizer()])
 
 
 def _read_vocab(vocab_file) -> dict[str, int]:
