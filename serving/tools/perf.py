@@ -294,6 +294,11 @@ class Shape:
     held_floor: list = field(default_factory=list)  # [Level] of the echo held as long as the model (lone only)
     hold_ms: float = 0.0
 
+    @property
+    def lone(self) -> bool:
+        """One item at concurrency 1: the shape held to the model's batch-1 latency and to the held echo."""
+        return self.items == 1 and self.concurrency == 1
+
     def summary(self, model_only_batch: str) -> dict:
         served = [lv.requests_per_s for lv in self.served]
         floors = [lv.requests_per_s for lv in self.floor]
@@ -486,7 +491,7 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
               "package": bundle.manifest.get("package", {}), "layout": bundle.manifest.get("layout", "ensemble"),
               **kind.perf_fields(items)}
     yardsticks, alone = _yardsticks(bundle, kind, items, shapes)
-    lone = next((s for s in shapes if s.items == 1 and s.concurrency == 1), None)
+    lone = next((s for s in shapes if s.lone), None)
     if lone is not None and alone is not None and not url:
         lone.hold_ms = alone.p50_ms(min(offline_seconds, 2.0))  # how long the held echo holds a request
     composing = tuple(dict.fromkeys((names.tokenizer, names.model, names.postprocess)))
@@ -543,7 +548,7 @@ def _yardsticks(bundle, kind, items: Sequence, shapes: Sequence["Shape"]):
     """({items per request: the model alone on requests of that many}, the batch-1 latency yardstick a lone request
     (one item at concurrency 1) is held to, or None when no shape is one)."""
     yardsticks = {n: kind.model_only(bundle, items, n) for n in sorted({s.items for s in shapes})}
-    lone = any(s.items == 1 and s.concurrency == 1 for s in shapes)
+    lone = any(s.lone for s in shapes)
     return yardsticks, kind.model_only(bundle, items[:300], 1, alone=True) if lone else None
 
 
@@ -558,7 +563,7 @@ def _offline_round(shapes: Sequence["Shape"], yardsticks: dict, alone, seconds: 
     if alone is not None:
         b1 = alone.p50_ms(seconds)
         for shape in shapes:
-            if shape.items == 1 and shape.concurrency == 1:
+            if shape.lone:
                 shape.model_only_p50_ms.append(b1)
 
 
@@ -569,7 +574,7 @@ def _summarized(report: dict, shapes: Sequence["Shape"], bundle, kind) -> dict:
         return _spread([getattr(lv, key) for lv in levels])["median"] or 0.0
 
     for shape, row in zip(shapes, report["summary"]):
-        if shape.items == 1 and shape.concurrency == 1 and report.get("profile_lone"):
+        if shape.lone and report.get("profile_lone"):
             split = lone_request_split(median(shape.served, "mean_ms"), median(shape.served, "server_ms"),
                                        1000.0 / max(median(shape.served, "requests_per_s"), 1e-9), report["profile_lone"])
             if split:
