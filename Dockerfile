@@ -1,16 +1,29 @@
-# Serving image for one task's bundle: Triton Inference Server + what the bundle's python models import.
+# Serving image for one task's bundle: Triton Inference Server, the packages the bundle's python models import
+# (the bundle's own requirements.txt, nothing kept by hand here) and the bundle, started through its check.
 #
-#   make bundle TASK=tnews                          # writes model_repository/tnews (bundle.json, README.md, 4 models)
+#   make bundle TASK=tnews        # writes model_repository/tnews: bundle.json, requirements.txt, README.md, the models
 #   docker build --build-arg TASK=tnews -t ernie-bundle-tnews .
 #   docker run --rm -p 8000:8000 -p 8001:8001 -p 8002:8002 ernie-bundle-tnews
-#   (Triton binds 0.0.0.0 inside the container; --build-arg BIND_ADDRESS=127.0.0.1 for a sidecar-only image)
 #   python -m serving.client classify --model tnews "国足今晚出战世预赛"
 #
-# GPU (runtime python-onnxruntime with package.kind GPU, or runtime onnxruntime with TensorRT):
-#   docker build --build-arg TASK=tnews --build-arg ORT_PACKAGE=onnxruntime-gpu -t ernie-bundle-tnews-gpu .
-#   docker run --gpus all ...
-# The python-paddle runtime also needs Paddle Inference:  --build-arg EXTRA_PACKAGES="paddlepaddle==2.6.2"
-# (paddlepaddle-gpu for GPU).  Runtime onnxruntime (native backend) needs nothing from pip for the model itself.
+# A classification bundle is one python model by default (package.layout fused: tokenizer, engine and labels in one
+# process); the other kinds, and layout ensemble, are an ensemble of a tokenizer, the model and a post-processing
+# model.  Triton binds every interface of the container (BIND_ADDRESS; 127.0.0.1 for a sidecar-only image).
+#
+# What is installed, and why these versions: requirements.txt pins numpy, tokenizers and the engine the bundle's model
+# runs in (OpenVINO, ONNX Runtime or Paddle Inference: whichever compress measured fastest and validate passed) at the
+# versions that validated it (requirements.lock).  This image runs Python 3.10, where every validated version has a
+# wheel but ONNX Runtime's: 1.31.1 has none for 3.10, so an ONNX Runtime bundle installs 1.23.2 here (the newest with
+# a cp310 wheel; bundle.json keeps the validated 1.31.1, and the server logs one warning line naming both).  Served
+# == offline was measured in this environment for both engines (tests/test_image_env.py; MEASUREMENTS.md).  Why
+# 24.10 and not a newer Triton whose Python 3.12 takes 1.31.1: 24.10 is Triton 2.51, the server nvidia-pytriton 0.7.0
+# ships, so the tests here run this image's server, its python-backend stub and its Python; no newer one can be run
+# here.
+#
+# GPU: a bundle packaged with package.kind GPU lists onnxruntime-gpu (paddlepaddle-gpu) instead, at the same
+# versions; on this image's Python that is onnxruntime-gpu 1.23.2, the newest with a cp310 wheel (a pip download
+# --python-version 3.10 says so).  Whether it loads the validated TensorRT / QDQ form on a GPU has not been checked
+# (no GPU here).  Run it with docker run --gpus all.
 #
 # FastDeploy's serving image (registry.baidubce.com/paddlepaddle/fastdeploy:1.0.7-cpu-only-21.10, -gpu-...): the
 # only image with Triton's "fastdeploy" backend, so the one where package.runtime fastdeploy bundles run (this image
@@ -27,30 +40,31 @@
 #     status instead of INVALID_ARGUMENT / HTTP 400 (serving/triton/model_support.py; tested with a stand-in pb_utils).
 #   - runtime fastdeploy, engine openvino: the bundle ships model.onnx (the QDQ INT8 form, else FP32), never the
 #     export's OpenVINO IR, which FastDeploy's backend cannot open (serving/bundle/repository.py choose_model).
-#
-# 24.10 is Triton 2.51, the server that nvidia-pytriton 0.7.0 ships and the tests here run against.
 ARG TRITON_VERSION=24.10
 FROM nvcr.io/nvidia/tritonserver:${TRITON_VERSION}-py3
 
 ARG TASK=tnews
-# The image's Python is 3.10: onnxruntime 1.23.2 is the newest release with a cp310 wheel (the lock's
-# 1.31.1 has none); everything the bundle's ONNX uses (MatMulIntegerToFloat, QuantizeLinear) is older.
-ARG ORT_PACKAGE=onnxruntime==1.23.2
-ARG EXTRA_PACKAGES=""
-# Triton listens on every interface of the container (what a pod or `docker run -p` needs); set
-# 127.0.0.1 to keep it inside the container.
+# The Python of the base image: requirements.txt's python_version markers and tests/test_image_env.py (which rebuilds
+# this environment with this Python and only the install line below) go by it; the build stops if the image runs
+# another.
+ARG SERVING_PYTHON=3.10
 ARG BIND_ADDRESS=0.0.0.0
 ENV BIND_ADDRESS=${BIND_ADDRESS} PYTHONDONTWRITEBYTECODE=1
 
-# Only what the python models import (serving/triton, serving/kinds/*/models): numpy, tokenizers (tokenizer model),
-# onnxruntime or paddle (model runner), at requirements.lock's versions (tests/test_deploy.py checks):
-# the served token ids must equal the pipeline's.
-RUN python3 -m pip install --no-cache-dir "numpy==1.26.4" "tokenizers==0.23.3" "${ORT_PACKAGE}" ${EXTRA_PACKAGES}
+COPY model_repository/${TASK}/requirements.txt /tmp/requirements.txt
+RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '${SERVING_PYTHON}' else 'this image runs Python ' + v + ', not SERVING_PYTHON ${SERVING_PYTHON}')" \
+ && python3 -m pip install --no-cache-dir -r /tmp/requirements.txt
 
-# The bundle is its own model repository; bundle.json's SHA-256s are checked by every python model
-# when it loads, so a file changed in the image after this step stops the server from starting.
+# The entrypoint checks the bundle as `make serve` does, then becomes tritonserver: bytecode caches removed, every
+# file's SHA-256 against bundle.json (nothing unlisted, no .pyc), the engine present (a warning line if its version
+# is not the validated one).  The bundle is root's and read-only to the server's user: no cache can be written there.
+COPY serving/triton/start.py serving/triton/integrity.py /opt/ernie-bundle/
 COPY model_repository/${TASK} /models
+RUN python3 /opt/ernie-bundle/start.py --check --model-repository=/models
 
+# The image's triton-server user (uid 1000), as the Kubernetes Deployment and the KServe ServingRuntime run it.
+USER 1000:1000
 EXPOSE 8000 8001 8002
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s CMD ["curl", "-fsS", "localhost:8000/v2/health/ready"]
-CMD ["sh", "-c", "exec tritonserver --model-repository=/models --http-address=${BIND_ADDRESS} --grpc-address=${BIND_ADDRESS} --metrics-address=${BIND_ADDRESS} --strict-readiness=true --exit-on-error=true"]
+ENTRYPOINT ["python3", "/opt/ernie-bundle/start.py"]
+CMD ["--model-repository=/models"]

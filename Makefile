@@ -18,7 +18,7 @@ RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command 
             $(if $(STRATEGY),--set compress.strategy=$(STRATEGY)) \
             $(if $(ACT_CONFIG),--act-config $(ACT_CONFIG))
 
-.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf tune perf-tools manifests lb-tools replicas helm-tools
+.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf tune perf-tools manifests lb-tools replicas helm-tools image-env
 
 help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ACT_CONFIG=act.yaml] [ARGS='--set finetune.epochs=1']"
@@ -26,6 +26,7 @@ help:
 	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
 	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again, + helm-values.yaml for serving/bundle/chart (ARGS='--set deploy.key=value')"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
+	@echo "make image-env TASK=.. the Dockerfile's Python environment rebuilt here; serve in it: make serve ARGS=\"--python .venv-image/<task>/bin/python\""
 	@echo "make perf TASK=..    perf_analyzer on the served bundle: served vs the model alone and the platform's floor, CPU by process ([ARGS=--profile 10]: py-spy)"
 	@echo "make tune TASK=..    engine instances x threads chosen by measurement here; the next make bundle packages with them"
 	@echo "make replicas TASK=.. two servers behind HAProxy, one killed mid-run: failures, p99, answers == offline"
@@ -60,6 +61,11 @@ serve: setup
 
 stop: setup
 	$(BIN)/python -m serving.server --repository $(REPO) --task $(TASK) --stop
+
+# The serving image's Python environment, rebuilt here without Docker (the Dockerfile's Python, only its install
+# lines); serve the bundle in it with  make serve ARGS="--python .venv-image/$(TASK)/bin/python"
+image-env: setup
+	$(BIN)/python -m serving.image_env --bundle $(REPO)/$(TASK) --out .venv-image/$(TASK)
 
 # Whole dev set through the running server: served predictions must equal the validated offline ones.
 smoke: setup

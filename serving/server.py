@@ -39,6 +39,9 @@ from pathlib import Path
 from pipeline.contract import cpu_flags, missing_int8_flags
 from serving.triton.integrity import BundleIntegrityError, clear_bytecode, verify_bundle
 
+# The image's entrypoint (the Dockerfile's, the Kubernetes and KServe commands): its engine check is this launcher's.
+START = Path(__file__).resolve().parent / "triton" / "start.py"
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
 
@@ -78,12 +81,14 @@ def _pytriton_version() -> str:
         return "unknown"
 
 
-def prepare_pytriton_server(dist: Path, cache_root: Path | None = None, wheel_version: str | None = None) -> Path:
-    """A runnable copy of the wheel's server with this Python's backend stub; made once, atomically.
+def prepare_pytriton_server(dist: Path, cache_root: Path | None = None, wheel_version: str | None = None,
+                            version: str | None = None) -> Path:
+    """A runnable copy of the wheel's server with the backend stub of Python ``version`` ("3.10"; default this
+    interpreter's); made once, atomically.
 
     The copy is named by what it holds (wheel version, server and stub sizes, Python version), not by when the
     wheel was unpacked: every fresh virtual environment (each CI clone) would otherwise leave another ~22 MB copy."""
-    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    version = version or f"{sys.version_info[0]}.{sys.version_info[1]}"
     stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
     if not stub.is_file():
         raise ServerError(f"nvidia-pytriton ships no python backend stub for Python {version} ({stub})")
@@ -109,27 +114,60 @@ def prepare_pytriton_server(dist: Path, cache_root: Path | None = None, wheel_ve
     return home
 
 
-def find_tritonserver() -> TritonInstall:
+@dataclass(frozen=True)
+class ServingPython:
+    """The interpreter the python models run in: its ``bin/`` goes first on the server's PATH (the stub's embedded
+    Python finds its prefix, a venv's site-packages included, from the python3 there), its libpython's folder on
+    LD_LIBRARY_PATH, and the wheel's stub for its version serves."""
+
+    bin_dir: Path
+    version: str  # "3.10"
+    libdir: str
+
+    @classmethod
+    def of(cls, python: Path | str | None) -> "ServingPython":
+        """This interpreter (None), or the one at ``python``: a venv's python, e.g. the image's environment
+        rebuilt by ``python -m serving.image_env``."""
+        if python is None:
+            import sysconfig
+
+            return cls(Path(sys.executable).parent, f"{sys.version_info[0]}.{sys.version_info[1]}",
+                       sysconfig.get_config_var("LIBDIR") or "")
+        probe = "import sys, sysconfig; print('%d.%d' % sys.version_info[:2]); print(sysconfig.get_config_var('LIBDIR') or '')"
+        try:
+            out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ServerError(f"--python {python}: not a python that runs ({exc})") from None
+        version, libdir = (out.stdout.splitlines() + ["", ""])[:2]
+        # not resolved: a venv's python is a link to its base interpreter, and the venv is what must be found
+        return cls(Path(python).absolute().parent, version, libdir)
+
+
+def find_tritonserver(python: Path | str | None = None) -> TritonInstall:
+    """The server, and the environment its python models run in: this interpreter's, or ``python``'s."""
+    serving = ServingPython.of(python)
+    path = {"PATH": os.pathsep.join((str(serving.bin_dir), os.environ.get("PATH", "")))}
     explicit = os.environ.get("TRITONSERVER")
     if explicit:
         if not Path(explicit).is_file():
             raise ServerError(f"$TRITONSERVER={explicit} is not a file")
-        return TritonInstall(Path(explicit), None, None)
+        return TritonInstall(Path(explicit), None, None, path if python else {})
     on_path = shutil.which("tritonserver")
     if on_path:
-        return TritonInstall(Path(on_path), None, None)
+        return TritonInstall(Path(on_path), None, None, path if python else {})
     dist = _pytriton_dist()
     if dist is None:
         raise ServerError(
             "no tritonserver found: install nvidia-pytriton (requirements.lock), put tritonserver on PATH, "
             "set $TRITONSERVER, or use the Docker image (see Dockerfile)"
         )
-    home = prepare_pytriton_server(dist)
+    home = prepare_pytriton_server(dist, version=serving.version)
     libs = dist.parent.parent / "nvidia_pytriton.libs"
     env = {
-        "LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(libs), os.environ.get("LD_LIBRARY_PATH", "")) if p),
+        "LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(libs), serving.libdir if python else "",
+                                                        os.environ.get("LD_LIBRARY_PATH", "")) if p),
         # The python backend stub starts an interpreter that must see this environment's packages.
-        "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
+        **path,
     }
     return TritonInstall(home / "bin" / "tritonserver", home / "backends", home / "caches", env)
 
@@ -403,23 +441,27 @@ def engine_python(install: TritonInstall) -> str:
 
 def check_engine(manifest: dict, install: TritonInstall) -> None:
     """A python-backend bundle's engine must be importable where its models will run; otherwise one line, before
-    anything starts (the model would fail to load and the server would not come up, or come up without it)."""
-    needs = manifest.get("engine_needs")  # {"module", "install"}: what the package stage's engine said it needs
-    if manifest.get("backend") != "python" or not isinstance(needs, dict):
+    anything starts (the model would fail to load and the server would not come up, or come up without it).  The
+    check is the image's (``serving/triton/start.py``), run in the serving python: a version other than the
+    validated one is a warning line."""
+    if manifest.get("backend") != "python" or not isinstance(manifest.get("engine_needs"), dict):
         return
-    module, pin = str(needs.get("module")), str(needs.get("install"))
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", module):  # a top-level name: looking it up imports nothing
-        raise ServerError(f"bundle.json: field 'engine_needs.module' {module!r} is not a python module name")
     python = engine_python(install)
-    probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 3)"
     try:
-        found = subprocess.run([python, "-c", probe], env={**os.environ, **install.env}, capture_output=True,
-                               timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        found = False
-    if not found:
-        raise ServerError(f"this bundle's model runs in {manifest['engine']}, which the serving python ({python}) does not "
-                          f"have: install {pin} there, or package the bundle for another engine")
+        done = subprocess.run([python, str(START), "--engine-check"], input=json.dumps(manifest), text=True,
+                              env={**os.environ, **install.env}, capture_output=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise ServerError(f"the serving python ({python}) did not answer the engine check within 120 s") from None
+    except OSError as exc:
+        raise ServerError(f"the serving python ({python}) cannot run: {exc.strerror or exc}") from None
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("warning: "):
+            print(line, file=sys.stderr)
+    if done.returncode != 0:
+        errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+        raise ServerError(errors[-1] if errors else f"the serving python ({python}) failed the engine check "
+                          f"(exit {done.returncode}): {lines[-1] if lines else 'no output'}")
 
 
 def _spawn(cmd: list[str], env: dict, log_path: Path, die_with_parent: bool) -> subprocess.Popen:
@@ -471,6 +513,7 @@ def start_server(
     extra_args: tuple[str, ...] = (),
     die_with_parent: bool = False,
     on_started=None,
+    python: Path | str | None = None,
 ) -> TritonServer:
     """Start tritonserver on ``repository`` in a process group of its own and wait until it is ready.
 
@@ -478,7 +521,8 @@ def start_server(
     with SIGKILL must not leave a server behind).  ``on_started(server)`` is called as soon as the process exists,
     before the wait (the launcher records it there, so that a launcher killed while the models load leaves a
     server ``--stop`` can find).  Whatever ends the wait early (not ready, Ctrl-C, an error in ``on_started``)
-    stops the server before it propagates."""
+    stops the server before it propagates.  ``python``: the interpreter the python models run in (default this
+    one's environment; ``ServingPython``)."""
     repository = Path(repository).resolve()
     if verify:
         clear_bytecode(repository)  # what an earlier serve cached; anything else unlisted is refused below
@@ -486,7 +530,7 @@ def start_server(
         for line in cpu_warnings(manifest):
             print(f"warning: {line}", file=sys.stderr)
     check_ports_free(host, {"http": http_port, "grpc": grpc_port, "metrics": metrics_port})
-    install = find_tritonserver()
+    install = find_tritonserver(python)
     if verify:
         check_engine(manifest, install)
     http_port = http_port or free_port(host, (grpc_port, metrics_port))
@@ -635,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics-port", type=int, default=8002, help="0: a free port")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
     p.add_argument("--log", help="server log file (default: a temp file)")
+    p.add_argument("--python", help="the python the models run in, e.g. the image's environment rebuilt here "
+                   "(python -m serving.image_env); default this one")
     p.add_argument("--detach", action="store_true", help="return once ready and leave the server running (stop it with --stop)")
     p.add_argument("--stop", action="store_true", help="stop a server started with --detach for this repository/task")
     args = p.parse_args(argv)
@@ -682,7 +728,8 @@ def _launch(args, repo: Path, state_path: Path) -> int:
 
     try:
         server = start_server(repo, args.host, args.http_port, args.grpc_port, args.metrics_port, args.timeout,
-                              Path(args.log) if args.log else None, die_with_parent=not args.detach, on_started=record)
+                              Path(args.log) if args.log else None, die_with_parent=not args.detach, on_started=record,
+                              python=args.python)
     except (ServerError, BundleIntegrityError) as exc:
         _forget(state_path)
         print(f"error: {exc}", file=sys.stderr)

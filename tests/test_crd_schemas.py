@@ -1,4 +1,4 @@
-"""The custom resources (InferenceService, ServiceMonitor) checked against their vendored CRD schemas, strictly
+"""The custom resources (ServingRuntime, InferenceService, ServiceMonitor) checked against their vendored CRD schemas, strictly
 (issue 33): each schema catches a broken object, and every object a bundle emits passes."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def test_vendored_schemas_are_the_upstream_files_the_readme_names():
         assert hashlib.sha256((SCHEMA_DIR / filename).read_bytes()).hexdigest() == sha, filename
 
 
-@pytest.mark.parametrize("kind", ["InferenceService", "ServiceMonitor"])
+@pytest.mark.parametrize("kind", ["ServingRuntime", "InferenceService", "ServiceMonitor"])
 def test_the_strict_schemas_are_valid_json_schemas(kind):
     from serving.bundle.crd_schemas import validator
 
@@ -61,10 +61,10 @@ def test_every_emitted_object_passes_its_schema():
         builtin, custom = _objects(**deploy)
         checks = validate(builtin, custom, "1.33")
         assert [c.kind for c in checks] == ["Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-                                            "ServiceMonitor", "InferenceService"]
+                                            "ServiceMonitor", "ServingRuntime", "InferenceService"]
         assert all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
         details = {c.kind: c.detail for c in checks}
-        assert details["InferenceService"] == "KServe v0.20.0 CRD schema, strict"
+        assert details["InferenceService"] == details["ServingRuntime"] == "KServe v0.20.0 CRD schema, strict"
         assert details["ServiceMonitor"] == "prometheus-operator v0.93.0 CRD schema, strict"
 
 
@@ -86,7 +86,8 @@ def _break(obj: dict, path: str, value=None, *, delete: bool = False, rename: st
 ISVC_BREAKS = [  # (what, how, what the reason names)
     ("a typo'd field", dict(path="spec.predictor.model.storageUri", rename="storageURI"), "'storageURI' was unexpected"),
     ("a wrong type", dict(path="spec.predictor.minReplicas", value="one"), "spec/predictor/minReplicas"),
-    ("a quantity that is none", dict(path="spec.predictor.model.resources.limits.cpu", value="two cores"), "limits/cpu"),
+    ("no runtime (optional in the CRD; not for a bundle: KServe's stock Triton image cannot run its python models)",
+     dict(path="spec.predictor.model.runtime", delete=True), "'runtime' is a required"),
     ("a missing required field", dict(path="spec.predictor.model.modelFormat.name", delete=True), "'name' is a required"),
     ("a missing spec", dict(path="spec", delete=True), "'spec' is a required"),
     ("no storageUri (optional in the CRD, not for a bundle)", dict(path="spec.predictor.model.storageUri", delete=True),
@@ -96,6 +97,16 @@ ISVC_BREAKS = [  # (what, how, what the reason names)
     ("a bad namespace", dict(path="metadata.namespace", value="ML"), "metadata/namespace"),
     ("another apiVersion", dict(path="apiVersion", value="serving.kserve.io/v1alpha1"), "apiVersion"),
     ("min > max replicas", dict(path="spec.predictor.minReplicas", value=9), "minReplicas > maxReplicas"),
+]
+RUNTIME_BREAKS = [
+    ("a typo'd container field", dict(path="spec.containers.0.readinessProbe", rename="readynessProbe"),
+     "'readynessProbe' was unexpected"),
+    ("a quantity that is none", dict(path="spec.containers.0.resources.limits.cpu", value="two cores"), "limits/cpu"),
+    ("a wrong type", dict(path="spec.containers.0.args", value="--model-repository=/mnt/models"), "containers/0/args"),
+    ("no model format (optional in the CRD, not for a bundle's runtime)", dict(path="spec.supportedModelFormats",
+                                                                               delete=True),
+     "'supportedModelFormats' is a required"),
+    ("a bad name", dict(path="metadata.name", value="Ernie_Runtime"), "metadata/name"),
 ]
 MONITOR_BREAKS = [
     ("a typo'd field", dict(path="spec.endpoints.0.interval", rename="intervall"), "'intervall' was unexpected"),
@@ -109,7 +120,8 @@ MONITOR_BREAKS = [
 
 
 @pytest.mark.parametrize("kind, how, says", [pytest.param(k, how, says, id=f"{k}: {what}")
-                                             for k, breaks in (("InferenceService", ISVC_BREAKS), ("ServiceMonitor", MONITOR_BREAKS))
+                                             for k, breaks in (("InferenceService", ISVC_BREAKS), ("ServingRuntime", RUNTIME_BREAKS),
+                                                              ("ServiceMonitor", MONITOR_BREAKS))
                                              for what, how, says in breaks])
 def test_each_schema_catches_a_broken_object(kind, how, says):
     from serving.bundle.manifests import validate

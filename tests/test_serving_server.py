@@ -233,7 +233,7 @@ def test_an_engine_registered_once_is_packaged_served_and_is_the_offline_referen
     from serving.bundle.repository import ExportArtifacts, write_repository
     from serving.tools.offline import BundleModel, offline_logits
 
-    copy = ServedEngine(name="negated", served="registered_engine", model_file="model.onnx", requirement="onnxruntime",
+    copy = ServedEngine(name="negated", served="registered_engine", model_file="model.onnx", distribution="onnxruntime",
                         import_name="onnxruntime")
     monkeypatch.setattr(registry, "SERVED_ENGINES", (*registry.SERVED_ENGINES, copy))
     assert runtimes()["python-negated"] == ("python", "negated")
@@ -242,7 +242,11 @@ def test_an_engine_registered_once_is_packaged_served_and_is_the_offline_referen
                             PackageConfig(runtime="python-negated", threads=1, max_batch_size=16, preferred_batch_size=8))
     m = info.manifest
     assert (m["runtime"], m["engine"], m["model_form"]) == ("python-negated", "negated", "onnx_int8")
-    assert m["engine_needs"] == {"module": "onnxruntime", "install": "onnxruntime"}
+    from importlib import metadata
+
+    ort = metadata.version("onnxruntime")
+    assert m["engine_needs"] == {"module": "onnxruntime", "install": f"onnxruntime=={ort}", "distribution": "onnxruntime",
+                                 "validated_version": ort, "requirements": "requirements.txt"}
     bundle = BundleModel.open(info.path)
     assert (bundle.model_dir / "engine.py").read_bytes() == Path(registered_engine.__file__).read_bytes()
     labels = bundle.labels()
@@ -349,16 +353,24 @@ def test_fused_layout_is_one_model_with_the_ensemble_contract(fused_server, tiny
     assert [s["model"] for s in report["levels"][0]["models"]] == ["tiny"]
 
 
-def test_the_launcher_checks_the_bundle_engine_before_starting(tiny_bundle):
+def test_the_launcher_checks_the_bundle_engine_before_starting(tiny_bundle, capsys):
     """bundle.json names what the in-process engine needs (from its ServedEngine); the launcher probes the serving
     python for it and refuses in one line naming what to install; a name that is not a module name is refused."""
     from serving.server import TritonInstall, check_engine
     from serving.triton.integrity import verify_bundle
 
+    from importlib import metadata
+
     manifest = verify_bundle(tiny_bundle, allow_bytecode=True)
-    assert manifest["engine_needs"] == {"module": "onnxruntime", "install": "onnxruntime"}
+    ort = metadata.version("onnxruntime")
+    assert manifest["engine_needs"]["install"] == f"onnxruntime=={ort}"
     here = TritonInstall(Path(sys.executable), None, None, {"PATH": str(Path(sys.executable).parent)})
-    check_engine(manifest, here)  # this python has onnxruntime: nothing said
+    check_engine(manifest, here)  # this python has onnxruntime, the validated version: nothing said
+    assert capsys.readouterr().err == ""
+    other = {**manifest, "engine_needs": {**manifest["engine_needs"], "validated_version": "0.9"}}
+    check_engine(other, here)  # served, with one line naming both versions
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("warning: ") and f"validated with onnxruntime 0.9 and is served with onnxruntime {ort}" in line
     lacking = {**manifest, "engine_needs": {"module": "no_such_engine_here", "install": "no-such-engine==1.0"}}
     with pytest.raises(ServerError, match=r"does not have: install no-such-engine==1\.0 there"):
         check_engine(lacking, here)

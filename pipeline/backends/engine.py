@@ -25,7 +25,7 @@ class ServedEngine:
     name: str  # the model config's ``engine`` parameter and bundle.json's ``engine``
     served: str  # the module whose ``Engine(path, threads, gpu, params)`` runs the model (numpy + the engine only)
     model_file: str  # the name its form's main file gets in <task>_model/1/ (companions keep their suffixes)
-    requirement: str  # what the serving python must have installed, as pip reads it ("openvino==2026.4.1")
+    distribution: str  # the package the serving python installs for it, as pip names it ("openvino")
     import_name: str  # the module that must import there
     # The export form it ships when it runs a form of its own (OpenVINO's IR); None: it runs the forms ``reads``
     # names ("onnx": the ONNX forms, "paddle": the Paddle programs), chosen by precision and accelerator
@@ -39,9 +39,23 @@ class ServedEngine:
     # every core), or one single-thread instance per core
     one_instance: bool = False
 
-    @property
-    def distribution(self) -> str:
-        return self.requirement.split("==")[0]
+    # Serving Pythons with no wheel of the version that validated the bundle, and the version they install instead:
+    # (("3.10", "1.23.2"),) for ONNX Runtime 1.31.1, which has no CPython 3.10 wheel (the Dockerfile's image runs 3.10).
+    # The bundle's requirements.txt pins it there under a python_version marker (serving.bundle.requirements); the
+    # server warns when it serves with a version other than the validated one (bundle.json engine_needs).
+    python_fallbacks: tuple[tuple[str, str], ...] = ()
+    # The package a GPU bundle (package.kind GPU) installs instead, at the same versions ("onnxruntime-gpu")
+    gpu_distribution: str | None = None
+
+    def validated_version(self) -> str:
+        """The version installed here, the one the pipeline validated the bundle with (requirements.lock's)."""
+        from importlib import metadata
+
+        return metadata.version(self.distribution)
+
+    def requirement(self, gpu: bool = False) -> str:
+        """What the serving python must install, as pip reads it ("openvino==2026.4.1")."""
+        return f"{(self.gpu_distribution if gpu else None) or self.distribution}=={self.validated_version()}"
 
     @property
     def source(self) -> Path:

@@ -1,4 +1,5 @@
-"""Strict checks of the custom resources a bundle emits (KServe InferenceService, Prometheus operator ServiceMonitor)
+"""Strict checks of the custom resources a bundle emits (KServe ServingRuntime and InferenceService, Prometheus
+operator ServiceMonitor)
 against their CustomResourceDefinitions' schemas.
 
 ``kubernetes-validate`` knows the built-in kinds only.  The CRDs' ``openAPIV3Schema`` are vendored, unchanged, in
@@ -36,12 +37,17 @@ CRDS: dict[str, tuple[str, str, str, int, str]] = {
                          "KServe v0.20.0 CRD schema, strict"),
     "ServiceMonitor": ("monitoring.coreos.com/v1", "servicemonitor-v1.json", DNS1123_SUBDOMAIN, 253,
                        "prometheus-operator v0.93.0 CRD schema, strict"),
+    "ServingRuntime": ("serving.kserve.io/v1alpha1", "servingruntime-v1alpha1.json", DNS1035_LABEL, 63,
+                       "KServe v0.20.0 CRD schema, strict"),
 }
 # Fields the CRD leaves optional that a bundle's object cannot do without (object path -> required keys): the
-# predictor serves the bundle from ``storageUri`` with the runtime ``modelFormat`` picks (the CRD also allows a
-# framework key instead of ``model``, ``storage`` instead of ``storageUri``, a named runtime instead of a format).
+# predictor serves the bundle from ``storageUri`` with the bundle's own ServingRuntime, named in ``runtime`` (the
+# CRD also allows a framework key instead of ``model``, ``storage`` instead of ``storageUri``, no runtime: KServe's
+# stock Triton image then serves it, which cannot run a bundle's python models); the runtime says which format it
+# serves.
 BUNDLE_REQUIRED: dict[str, dict[str, tuple[str, ...]]] = {
-    "InferenceService": {"spec.predictor": ("model",), "spec.predictor.model": ("modelFormat", "storageUri")},
+    "InferenceService": {"spec.predictor": ("model",), "spec.predictor.model": ("modelFormat", "runtime", "storageUri")},
+    "ServingRuntime": {"spec": ("supportedModelFormats", "protocolVersions")},
 }
 
 

@@ -1,7 +1,8 @@
 """Kubernetes and KServe objects for one bundle, built from typed models and validated offline.
 
     <bundle>/kubernetes.yaml    Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, ServiceMonitor
-    <bundle>/kserve.yaml        InferenceService (KServe's Triton runtime, protocol v2)
+    <bundle>/kserve.yaml        ServingRuntime (the bundle's image, started as the Deployment starts it) and the
+                                InferenceService that names it (protocol v2)
 
 Written by the package stage into the bundle before its manifest is hashed, so ``bundle.json`` covers
 them (files at the bundle's top level: Triton takes every sub-folder of a repository for a model).
@@ -42,10 +43,14 @@ from serving.bundle.served_memory import ServedMemory
 
 KUBERNETES_FILE = "kubernetes.yaml"
 KSERVE_FILE = "kserve.yaml"
-FILES = (KUBERNETES_FILE, KSERVE_FILE)
+KSERVE_KINDS = ("ServingRuntime", "InferenceService")
 HTTP, GRPC, METRICS = 8000, 8001, 8002
-KSERVE_HTTP = 8080  # the HTTP port of KServe's kserve-tritonserver runtime
+KSERVE_HTTP, KSERVE_GRPC = 8080, 9000  # the ports KServe's Triton runtimes serve on (Knative routes HTTP to 8080)
 BUNDLE_MOUNT = "/models"
+KSERVE_MOUNT = "/mnt/models"  # where KServe's storage initializer puts the storageUri's files
+# The image's entrypoint (Dockerfile): the bundle checked as `make serve` checks it, then tritonserver (exec).
+START = ["python3", "/opt/ernie-bundle/start.py"]
+SERVER_ARGS = ["--model-control-mode=none", "--strict-readiness=true", "--exit-on-error=true"]
 # Triton's gauge of the time requests waited in the queue (summed, microseconds); exported on /metrics.
 QUEUE_METRIC = "nv_inference_queue_duration_us"
 
@@ -76,8 +81,29 @@ class ServiceMonitor:
 
 
 @dataclass(frozen=True)
+class ServingRuntime:
+    """serving.kserve.io/v1alpha1 ServingRuntime: the bundle's image, which KServe's stock Triton runtime is not (its
+    Python has neither tokenizers nor an engine, so no python model of a bundle loads there)."""
+
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    container: dict[str, Any]  # the serving container: image, command, args, ports, probes, resources, security
+    volumes: list[dict[str, Any]]
+    model_format: str = "triton"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
+                "spec": {"supportedModelFormats": [{"name": self.model_format, "version": "2", "autoSelect": False}],
+                         "protocolVersions": ["v2", "grpc-v2"],
+                         "annotations": {"prometheus.kserve.io/port": str(METRICS), "prometheus.kserve.io/path": "/metrics"},
+                         "containers": [self.container], "volumes": list(self.volumes)}}
+
+
+@dataclass(frozen=True)
 class InferenceService:
-    """serving.kserve.io/v1beta1 InferenceService on KServe's Triton serving runtime (protocol v2)."""
+    """serving.kserve.io/v1beta1 InferenceService on the bundle's own ServingRuntime (``runtime``, protocol v2)."""
 
     name: str
     namespace: str
@@ -85,13 +111,13 @@ class InferenceService:
     storage_uri: str
     min_replicas: int
     max_replicas: int
-    container: dict[str, Any]  # the predictor's model container fields (resources, probes, args, ports)
+    runtime: str
     model_format: str = "triton"
     protocol_version: str = "v2"
 
     def to_dict(self) -> dict[str, Any]:
-        model = {"modelFormat": {"name": self.model_format}, "protocolVersion": self.protocol_version,
-                 "storageUri": self.storage_uri, **self.container}
+        model = {"modelFormat": {"name": self.model_format}, "runtime": self.runtime,
+                 "protocolVersion": self.protocol_version, "storageUri": self.storage_uri}
         return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
                 "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
                 "spec": {"predictor": {"minReplicas": self.min_replicas, "maxReplicas": self.max_replicas,
@@ -139,56 +165,40 @@ def sizing(bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> Sizing:
     return Sizing(cpu, memory, why)
 
 
-def _container(task: str, image: str, size: Sizing):
+def _container(name: str, image: str, size: Sizing, args: list[str], ports: list[tuple[str, int]], probe_port,
+               mounts: list):
+    """The serving container of the Deployment and of the ServingRuntime: the image's entrypoint (the bundle
+    checked, then tritonserver), its validated resources, probes on Triton's health endpoints, locked down."""
     from kubernetes import client
 
     def probe(path: str, period: int) -> client.V1Probe:
-        return client.V1Probe(http_get=client.V1HTTPGetAction(path=path, port="http"), period_seconds=period,
+        return client.V1Probe(http_get=client.V1HTTPGetAction(path=path, port=probe_port), period_seconds=period,
                               initial_delay_seconds=5, failure_threshold=3, timeout_seconds=2)
 
     resources = client.V1ResourceRequirements(requests={"cpu": size.cpu, "memory": size.memory},
                                               limits={"cpu": size.cpu, "memory": size.memory})
     return client.V1Container(
-        name="tritonserver", image=image,
-        args=["tritonserver", f"--model-repository={BUNDLE_MOUNT}", "--model-control-mode=none",
-              "--strict-readiness=true", "--exit-on-error=true"],
-        ports=[client.V1ContainerPort(name="http", container_port=HTTP),
-               client.V1ContainerPort(name="grpc", container_port=GRPC),
-               client.V1ContainerPort(name="metrics", container_port=METRICS)],
+        name=name, image=image, command=list(START), args=args,
+        ports=[client.V1ContainerPort(name=n, container_port=p) for n, p in ports],
         # Ready only when every model loaded and verified its bundle's SHA-256s; live while the server answers.
         readiness_probe=probe("/v2/health/ready", 5), liveness_probe=probe("/v2/health/live", 15),
-        startup_probe=client.V1Probe(http_get=client.V1HTTPGetAction(path="/v2/health/ready", port="http"),
+        startup_probe=client.V1Probe(http_get=client.V1HTTPGetAction(path="/v2/health/ready", port=probe_port),
                                      period_seconds=5, failure_threshold=60),
         resources=resources,
         env=[client.V1EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1")],  # nothing written next to the bundle
         security_context=client.V1SecurityContext(
             run_as_non_root=True, run_as_user=1000, read_only_root_filesystem=True, allow_privilege_escalation=False,
             capabilities=client.V1Capabilities(drop=["ALL"])),
-        volume_mounts=[client.V1VolumeMount(name="bundle", mount_path=BUNDLE_MOUNT, sub_path=task, read_only=True),
-                       client.V1VolumeMount(name="tmp", mount_path="/tmp"),
+        volume_mounts=[*mounts, client.V1VolumeMount(name="tmp", mount_path="/tmp"),
                        # the python backend passes tensors through shared memory
                        client.V1VolumeMount(name="shm", mount_path="/dev/shm")])
 
 
-def _kserve_container(size: Sizing):
-    """The predictor's model container fields: KServe's Triton runtime (kserve-tritonserver) picks the image,
-    the arguments (its --model-store is the downloaded storage_uri) and the one port Knative allows (HTTP on
-    8080); the bundle adds its validated resources, the probes on Triton's health endpoints and the same
-    locked-down security context."""
+def _scratch_volumes():
     from kubernetes import client
 
-    def probe(path: str, period: int) -> client.V1Probe:
-        return client.V1Probe(http_get=client.V1HTTPGetAction(path=path, port=KSERVE_HTTP), period_seconds=period,
-                              failure_threshold=3, timeout_seconds=2)
-
-    return client.V1Container(
-        name="kserve-container",
-        readiness_probe=probe("/v2/health/ready", 5), liveness_probe=probe("/v2/health/live", 15),
-        resources=client.V1ResourceRequirements(requests={"cpu": size.cpu, "memory": size.memory},
-                                                limits={"cpu": size.cpu, "memory": size.memory}),
-        env=[client.V1EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1")],
-        security_context=client.V1SecurityContext(run_as_non_root=True, run_as_user=1000, allow_privilege_escalation=False,
-                                                  capabilities=client.V1Capabilities(drop=["ALL"])))
+    return [client.V1Volume(name="tmp", empty_dir=client.V1EmptyDirVolumeSource()),
+            client.V1Volume(name="shm", empty_dir=client.V1EmptyDirVolumeSource(medium="Memory", size_limit="256Mi"))]
 
 
 def object_name(task: str) -> str:
@@ -213,15 +223,15 @@ def build(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> tupl
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "ernie-bundle"}
     meta = client.V1ObjectMeta(name=name, namespace=cfg.namespace, labels=labels)
     image = cfg.image.format(task=task)
-    container = _container(task, image, size)
+    container = _container("tritonserver", image, size, [f"--model-repository={BUNDLE_MOUNT}", *SERVER_ARGS],
+                           [("http", HTTP), ("grpc", GRPC), ("metrics", METRICS)], "http",
+                           [client.V1VolumeMount(name="bundle", mount_path=BUNDLE_MOUNT, sub_path=task, read_only=True)])
     pod = client.V1PodSpec(
         containers=[container],
         security_context=client.V1PodSecurityContext(run_as_non_root=True, fs_group=1000,
                                                      seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault")),
         volumes=[client.V1Volume(name="bundle", persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(
-                     claim_name=cfg.bundle_claim, read_only=True)),
-                 client.V1Volume(name="tmp", empty_dir=client.V1EmptyDirVolumeSource()),
-                 client.V1Volume(name="shm", empty_dir=client.V1EmptyDirVolumeSource(medium="Memory", size_limit="256Mi"))])
+                     claim_name=cfg.bundle_claim, read_only=True)), *_scratch_volumes()])
     deployment = client.V1Deployment(
         api_version="apps/v1", kind="Deployment", metadata=meta,
         spec=client.V1DeploymentSpec(replicas=cfg.min_replicas,
@@ -248,9 +258,15 @@ def build(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> tupl
         api_version="policy/v1", kind="PodDisruptionBudget", metadata=meta,
         spec=client.V1PodDisruptionBudgetSpec(selector=client.V1LabelSelector(match_labels=labels), max_unavailable=1))
     builtin = [api.sanitize_for_serialization(o) for o in (deployment, service, hpa, pdb)]
+    # KServe: the same container on KServe's ports, serving what its storage initializer downloaded
+    kserve = _container("kserve-container", image, size,
+                        [f"--model-repository={KSERVE_MOUNT}", *SERVER_ARGS, f"--http-port={KSERVE_HTTP}",
+                         f"--grpc-port={KSERVE_GRPC}"], [("http1", KSERVE_HTTP)], KSERVE_HTTP, [])
     custom = [ServiceMonitor(name, cfg.namespace, labels).to_dict(),
+              ServingRuntime(name, cfg.namespace, labels, api.sanitize_for_serialization(kserve),
+                             api.sanitize_for_serialization(_scratch_volumes())).to_dict(),
               InferenceService(name, cfg.namespace, labels, cfg.storage_uri.format(task=task), cfg.min_replicas,
-                               cfg.max_replicas, api.sanitize_for_serialization(_kserve_container(size))).to_dict()]
+                               cfg.max_replicas, runtime=name).to_dict()]
     return builtin, custom, size
 
 
@@ -359,7 +375,7 @@ def write(out_dir: Path, task: str, bundle: dict, bundle_bytes: int, cfg: Deploy
               f"# {size.why}\n")
     k8s = builtin + [o for o in custom if o["kind"] == "ServiceMonitor"]
     texts = {name: header + yaml.safe_dump_all(objs, sort_keys=False, allow_unicode=True)
-             for name, objs in ((KUBERNETES_FILE, k8s), (KSERVE_FILE, [o for o in custom if o["kind"] == "InferenceService"]))}
+             for name, objs in ((KUBERNETES_FILE, k8s), (KSERVE_FILE, [o for o in custom if o["kind"] in KSERVE_KINDS]))}
     if helm_values:
         texts[VALUES_FILE] = chart_values_yaml(chart_values(task, bundle, bundle_bytes, cfg), size.why)
     files = []

@@ -45,7 +45,7 @@ from typing import Any
 from pipeline.backends.registry import SERVED_ENGINES, ServedEngine, own_forms, served_engine, served_engine_of_form
 from pipeline.contract import META_FILE, ExportLayout, TaskKind, form, read_meta
 from pipeline.errors import ModelError
-from serving.bundle import fastdeploy_api, model_io
+from serving.bundle import fastdeploy_api, model_io, requirements
 from serving.bundle.config import DeployConfig, PackageConfig
 from serving.bundle.kinds import BundleKind, all_configs, bundle_kind, check_api, fused_kinds
 from serving.bundle.model_config import VERSION, BundleShape, ModelNames, to_pbtxt
@@ -249,6 +249,13 @@ def _served(pc: PackageConfig) -> ServedEngine:
     return engine
 
 
+def _engine_needs(engine: ServedEngine, pc: PackageConfig) -> dict:
+    gpu = pc.kind == "GPU"
+    return {"module": engine.import_name, "install": engine.requirement(gpu),
+            "distribution": (engine.gpu_distribution if gpu else None) or engine.distribution,
+            "validated_version": engine.validated_version(), "requirements": requirements.FILE}
+
+
 def _pad_id(vocab: Path) -> int:
     with open(vocab, encoding="utf-8") as f:
         for i, line in enumerate(f):
@@ -343,6 +350,9 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     if pc.backend == "python":  # the engine runner.py runs, from its folder in the pipeline
         shutil.copyfile(_served(pc).source, model / "engine.py")
     shutil.copyfile(exp.meta, tmp / META_FILE)
+    # What the python models import, at the validated versions: the Dockerfile installs it
+    (tmp / requirements.FILE).write_text(requirements.requirements_text(_served(pc) if pc.backend == "python" else None,
+                                                                        gpu=pc.kind == "GPU"), encoding="utf-8")
     return shape
 
 
@@ -409,10 +419,10 @@ def _manifest(tmp: Path, task: str, pc: PackageConfig, meta: dict, choice: Model
         "runtime": pc.runtime,
         "backend": pc.backend,
         "engine": pc.fastdeploy_engine if pc.runtime == "fastdeploy" else pc.engine,
-        # what the serving python must import for the in-process engine, and what to install where it cannot
-        # (the launcher checks it before the server starts: serving.server.check_engine)
-        **({"engine_needs": {"module": (e := _served(pc)).import_name, "install": e.requirement}}
-           if pc.backend == "python" else {}),
+        # what the serving python must import for the in-process engine, what to install where it cannot, and the
+        # version that validated the bundle (serving/triton/start.py checks them before the server starts, and the
+        # model that runs the engine says when it runs another version)
+        **({"engine_needs": _engine_needs(_served(pc), pc)} if pc.backend == "python" else {}),
         # the engine's CPU settings as validated, served with (OpenVINO); the offline reference uses them too
         **({"engine_properties": json.loads(props)} if (props := _engine_properties(meta, choice)) else {}),
         "accelerator": pc.accelerator,

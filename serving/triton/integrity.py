@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 MANIFEST = "bundle.json"
@@ -62,6 +63,38 @@ def _bytecode_of_listed_source(rel: str, listed) -> bool:
     return source in listed
 
 
+def _hash_based(path: Path) -> bool:
+    """A ``.pyc`` whose header says it is checked by a hash of its source, or not checked at all (PEP 552): Python
+    runs an unchecked one whatever the source says.  Triton's stubs write timestamp-based ones only."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(8)
+    except OSError:
+        return True
+    return len(header) < 8 or int.from_bytes(header[4:8], "little") != 0
+
+
+def engine_version_note(manifest: dict) -> "str | None":
+    """One line when the engine installed in this interpreter is not the version that validated the bundle
+    (bundle.json ``engine_needs``: ``distribution``, ``validated_version``); None when they are equal, when the
+    bundle records no version (packaged before it did) or when the engine is not installed (said elsewhere)."""
+    from importlib import metadata
+
+    needs = manifest.get("engine_needs")
+    if not isinstance(needs, dict) or not needs.get("distribution") or not needs.get("validated_version"):
+        return None
+    dist, validated = str(needs["distribution"]), str(needs["validated_version"])
+    try:
+        served = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+    if served == validated:
+        return None
+    return (f"this bundle was validated with {dist} {validated} and is served with {dist} {served} "
+            f"(Python {sys.version_info[0]}.{sys.version_info[1]}): its answers may differ from the validated ones; "
+            "make smoke compares them")
+
+
 def clear_bytecode(root: Path) -> int:
     """Remove the ``__pycache__`` directories that hold only bytecode of listed sources; returns how many.
 
@@ -90,7 +123,9 @@ def verify_bundle(root: Path, *, allow_bytecode: bool = False) -> dict:
     Every file must be listed and match, and every directory must be listed.  ``allow_bytecode`` lets through
     bytecode caches of listed sources, which Triton's python stubs write as they load the models (see
     ``clear_bytecode``): for checks of a bundle that is or was served (the models' own check, the package stage's
-    "still intact", ``make manifests``, offline readers).  The launcher clears them and then checks strictly."""
+    "still intact", ``make manifests``, offline readers); never a hash-based one, which Python would run without
+    looking at its source.  The launchers (``python -m serving.server``, the image's ``start.py``) clear them and
+    then check strictly."""
     root = Path(root)
     path = root / MANIFEST
     hint = "the bundle was modified after packaging; re-run the package stage"
@@ -112,7 +147,7 @@ def verify_bundle(root: Path, *, allow_bytecode: bool = False) -> dict:
         if file_sha256(f) != expected:
             raise BundleIntegrityError(f"{f}: SHA-256 differs from {MANIFEST}; {hint}")
     extra = [rel for rel in bundle_files(root) if rel not in listed
-             and not (allow_bytecode and _bytecode_of_listed_source(rel, listed))]
+             and not (allow_bytecode and _bytecode_of_listed_source(rel, listed) and not _hash_based(root / rel))]
     if extra:
         tip = " (Python bytecode; the launcher, python -m serving.server, clears caches of listed sources only)" \
             if "__pycache__" in extra[0] else ""

@@ -46,9 +46,15 @@ def params(args: dict) -> dict[str, str]:
 
 def start(folder: Path, args: dict) -> dict[str, str]:
     """``initialize``'s first step for every model: refuse a bundle whose files were changed since packaging
-    (``bundle_integrity.py``; the bundle root is two levels up), then return the model's parameters."""
+    (``bundle_integrity.py``; the bundle root is two levels up), warn where the engine installed is not the version
+    that validated the bundle, then return the model's parameters."""
     folder = Path(folder)
-    sibling(folder, "bundle_integrity").verify_bundle(folder.parent.parent, allow_bytecode=True)
+    integrity = sibling(folder, "bundle_integrity")
+    manifest = integrity.verify_bundle(folder.parent.parent, allow_bytecode=True)
+    if (folder / "engine.py").is_file():  # the model that runs the engine says once if it is not the validated one
+        note = integrity.engine_version_note(manifest)
+        if note:
+            print(f"warning: {note}", file=sys.stderr, flush=True)
     return params(args)
 
 

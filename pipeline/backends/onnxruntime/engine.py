@@ -34,4 +34,5 @@ ENGINE = CpuEngine(
     search=_search, open=_open, per_batch_int8=_per_batch,
     int8_embeddings=lambda cfg: cfg.quantization.int8_embeddings,
     served=ServedEngine(name="onnxruntime", served="pipeline.backends.onnxruntime.served", model_file="model.onnx",
-                        requirement="onnxruntime", import_name="onnxruntime"))
+                        distribution="onnxruntime", import_name="onnxruntime",
+                        python_fallbacks=(("3.10", "1.23.2"),), gpu_distribution="onnxruntime-gpu"))

@@ -69,6 +69,6 @@ ENGINE = CpuEngine(
     # served from its own IR, with the CPU properties validate ran it with; one instance has every core (its
     # threads share one request: MEASUREMENTS.md, served at the engine's speed)
     served=ServedEngine(name="openvino", served="pipeline.backends.openvino.served", model_file="model.xml",
-                        requirement="openvino==2026.4.1", import_name="openvino", form=FORM,
+                        distribution="openvino", import_name="openvino", form=FORM,
                         properties=True, one_instance=True),
     section=(SECTION, OpenVINOConfig))

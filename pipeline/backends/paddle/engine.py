@@ -6,4 +6,4 @@ from __future__ import annotations
 from pipeline.backends.engine import ServedEngine
 
 SERVED = ServedEngine(name="paddle", served="pipeline.backends.paddle.served", model_file="model.pdmodel",
-                      requirement="paddlepaddle==2.6.2", import_name="paddle", reads="paddle")
+                      distribution="paddlepaddle", import_name="paddle", gpu_distribution="paddlepaddle-gpu", reads="paddle")

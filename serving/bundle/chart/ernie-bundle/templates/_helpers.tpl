@@ -31,3 +31,19 @@ limits:
 {{- fail (printf "replicas: min %v is larger than max %v" .Values.replicas.min .Values.replicas.max) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The image's entrypoint (Dockerfile) and the server arguments every container passes it. */}}
+{{- define "ernie-bundle.start" -}}
+- python3
+- /opt/ernie-bundle/start.py
+{{- end -}}
+
+{{- define "ernie-bundle.serverArgs" -}}
+- --model-control-mode=none
+- --strict-readiness=true
+- --exit-on-error=true
+{{- end -}}
+
+{{- define "ernie-bundle.image" -}}
+{{ .Values.image | default (printf "ernie-bundle-%s:latest" .Values.task) | quote }}
+{{- end -}}
