@@ -26,6 +26,7 @@ from pipeline.validation.config import ExportConfig, ValidateConfig
 from serving.bundle.config import DeployConfig, PackageConfig
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+HEAD_CHOICES = ("keep", "replace")  # model.head
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -84,10 +85,15 @@ class ModelConfig:
     # When the configured directory is absent (a machine without ../shared): "error", or "scratch" to train
     # the small scratch model instead, said on stderr.  An explicit MODEL=<dir> is never replaced.
     if_missing: str = "error"
+    # A model's trained head: "keep" it (a Hugging Face head is mapped to the task's labels by ids or names, its
+    # rows reordered; one that cannot be mapped is refused, never dropped), or "replace" it with a new head
+    # fine-tuned on the model's encoder.
+    head: str = "keep"
     scratch: ScratchModelConfig = field(default_factory=ScratchModelConfig)
 
     def __post_init__(self) -> None:
         one_of("model.if_missing", self.if_missing, ("error", "scratch"))
+        one_of("model.head", self.head, HEAD_CHOICES)
 
     def missing_directory(self) -> bool:
         """A configured local directory (a path, not a hub name) that does not exist."""

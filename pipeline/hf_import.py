@@ -13,6 +13,14 @@ Heads: ``...ForSequenceClassification`` / ``...ForTokenClassification`` (``class
 encoder (``BertModel``, or a pre-training checkpoint whose ``cls.*`` heads are dropped) gets the task's head by
 fine-tuning, as a PaddleNLP encoder does.  ``id2label`` becomes ``labels.json`` when it names real labels.
 
+A trained head is never dropped unless asked (``model.head: replace``).  Given the task's labels (``map_head``), a
+head's ``id2label`` is matched to them by the task's label ids or by its label names (``label_names``; BIO tags
+for a tagger), in any order: the head's rows are put in the task's order.  transformers' placeholders
+``LABEL_0 .. LABEL_{n-1}`` (nobody named the labels) are taken in index order when the count is the task's, said,
+and checked on dev by the finetune stage (``assumed_order_verdict``: the dev confusion matrix's best assignment
+must be the index order).  Anything else (other labels, another count, ``label2id`` disagreeing with
+``id2label``) is refused in one line naming both label sets and ``--set model.head=replace``.
+
 Weights are read with ``safetensors`` (no code can run from them).  A ``pytorch_model.bin`` is a pickle: refused,
 unless ``model.allow_pickled_weights`` is set, and then read only by ``torch.load(weights_only=True)``.
 Everything a user can get wrong is one line naming the file and the field or tensor (``ModelError``).
@@ -28,6 +36,7 @@ import re
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 from pipeline.errors import ModelError
 from pipeline.tokenizer import TOKENIZER_CONFIG
@@ -64,6 +73,8 @@ RENAMES = (
     (r"pooler\.dense\.", "pooler.dense."),
 )
 RECORD = "hf_import.json"  # written into a converted directory: what it came from
+LABELLED_HEADS = ("ErnieForSequenceClassification", "ErnieForTokenClassification")  # heads whose outputs are labels
+REPLACE_FLAG = "--set model.head=replace"
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,15 @@ class HFCheckpoint:
     vocab: tuple[str, ...]  # the tokens by id
 
 
+@dataclass(frozen=True)
+class HeadMapping:
+    """How a checkpoint's head outputs map to the task's labels."""
+
+    order: tuple[int, ...]  # order[i]: the checkpoint's output (row of its classifier) for the task's label i
+    by: str  # "ids" | "names" (the task's label ids or names, any order) | "assumed" (LABEL_i taken in index order)
+    note: str  # the one line said about it
+
+
 def is_hugging_face(model_dir: Path) -> bool:
     """A HF checkpoint directory: HF weights and no PaddleNLP weights beside them."""
     d = Path(model_dir)
@@ -91,6 +111,7 @@ def inspect(model_dir: Path, allow_pickle: bool = False) -> HFCheckpoint:
     from pipeline.modeling import read_json_object
 
     d = Path(model_dir)
+    check_links(d)
     weights = _weights_file(d, allow_pickle)
     if not (d / CONFIG).is_file():
         raise ModelError(f"{d}: a Hugging Face model directory needs {CONFIG}")
@@ -115,7 +136,13 @@ def inspect(model_dir: Path, allow_pickle: bool = False) -> HFCheckpoint:
     if config["hidden_size"] % config["num_attention_heads"]:
         raise ModelError(f"{where}: hidden_size {config['hidden_size']} is not a multiple of num_attention_heads "
                          f"{config['num_attention_heads']}")
-    architecture = (config.get("architectures") or [f"{'Bert' if model_type == 'bert' else 'Ernie'}Model"])[0]
+    _check_fields(where, config)
+    architectures = config.get("architectures")
+    if architectures is not None and (not isinstance(architectures, list)
+                                      or not all(isinstance(a, str) and a for a in architectures)):
+        raise ModelError(f"{where}: field 'architectures' must be a list of class names (e.g. [\"BertModel\"]), got "
+                         f"{_short(architectures)}")
+    architecture = (architectures or [f"{'Bert' if model_type == 'bert' else 'Ernie'}Model"])[0]
     if architecture not in ARCHITECTURES:
         known = sorted({a.replace("Ernie", "Bert") for a in ARCHITECTURES})
         raise ModelError(f"{where}: architectures {architecture!r}: a head this pipeline does not know "
@@ -123,6 +150,62 @@ def inspect(model_dir: Path, allow_pickle: bool = False) -> HFCheckpoint:
     tokenizer, vocab = tokenizer_settings(d)  # refuse a tokenizer we cannot reproduce before anything runs
     return HFCheckpoint(path=d, model_type=model_type, architecture=architecture, head=ARCHITECTURES[architecture][0],
                         weights=weights, config=config, tokenizer=tokenizer, vocab=tuple(vocab))
+
+
+# Optional config.json fields the conversion reads: (default, lowest, highest, lowest allowed, highest allowed)
+FLOAT_FIELDS = {
+    "layer_norm_eps": (1e-12, 0.0, 1.0, False, True),
+    "initializer_range": (0.02, 0.0, 10.0, True, True),
+    "hidden_dropout_prob": (0.1, 0.0, 1.0, True, False),
+    "attention_probs_dropout_prob": (0.1, 0.0, 1.0, True, False),
+}
+OPTIONAL_INT_FIELDS = ("vocab_size", "max_position_embeddings", "type_vocab_size", "task_type_vocab_size")
+
+
+def _check_fields(where: Path, config: dict) -> None:
+    """The optional fields the conversion reads: numbers in range, integers positive, flags true or false."""
+    import math
+
+    for key, (_, low, high, low_ok, high_ok) in FLOAT_FIELDS.items():
+        if config.get(key) is None:
+            continue
+        value = config[key]
+        bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        if bad or value < low or value > high or (value == low and not low_ok) or (value == high and not high_ok):
+            span = f"{'[' if low_ok else '('}{low:g}, {high:g}{']' if high_ok else ')'}"
+            raise ModelError(f"{where}: field {key!r} must be a number in {span}, got {_short(value)}")
+    for key in OPTIONAL_INT_FIELDS:
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ModelError(f"{where}: field {key!r} must be a positive integer, got {_short(value)}")
+    if config.get("use_task_id") is not None and not isinstance(config["use_task_id"], bool):
+        raise ModelError(f"{where}: field 'use_task_id' must be true or false, got {_short(config['use_task_id'])}")
+
+
+def _short(value) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_links(d: Path) -> None:
+    """Refuse a symbolic link in the directory (at any depth) that leaves it: what it points to would be read,
+    hashed and copied as the model's.  A Hugging Face hub cache snapshot (``.../snapshots/<rev>/``, its files links
+    to ``../../blobs/``) may point into its own ``blobs/``."""
+    import os
+
+    root = Path(d).resolve()
+    allowed = [root]
+    if root.parent.name == "snapshots":
+        allowed.append(root.parent.parent / "blobs")
+    for top, dirs, files in os.walk(root, followlinks=False):
+        for name in (*dirs, *files):
+            p = Path(top) / name
+            if not p.is_symlink():
+                continue
+            target = p.resolve()
+            if not any(target == a or target.is_relative_to(a) for a in allowed):
+                raise ModelError(f"{p}: a symbolic link to {target}, outside the model directory: not read; copy the "
+                                 "file into the directory instead")
 
 
 def _weights_file(d: Path, allow_pickle: bool) -> Path:
@@ -177,10 +260,10 @@ def tokenizer_settings(d: Path) -> tuple[dict, list[str]]:
 
 def _vocabulary(d: Path) -> list[str]:
     """The tokens by id: ``vocab.txt`` (a token a line), else ``tokenizer.json``'s WordPiece vocabulary."""
-    from pipeline.modeling import read_json_object
+    from pipeline.modeling import MAX_VOCAB_BYTES, read_json_object, read_text
 
     if (d / "vocab.txt").is_file():
-        tokens = (d / "vocab.txt").read_text(encoding="utf-8").replace("\r\n", "\n").split("\n")
+        tokens = read_text(d / "vocab.txt", MAX_VOCAB_BYTES).replace("\r\n", "\n").split("\n")
         if tokens and tokens[-1] == "":
             tokens.pop()
         where = d / "vocab.txt"
@@ -206,10 +289,12 @@ def _vocabulary(d: Path) -> list[str]:
     return tokens
 
 
-def convert(src: Path, dst: Path, allow_pickle: bool = False, keep_head: bool = True) -> Path:
+def convert(src: Path, dst: Path, allow_pickle: bool = False, keep_head: bool = True,
+            labels: Sequence[str] | None = None, label_names: Sequence[str] | None = None) -> Path:
     """Write ``dst`` as a PaddleNLP ERNIE directory (weights, config, tokenizer, labels) from HF checkpoint ``src``;
     written beside and renamed into place, so a half-written ``dst`` never exists.  ``keep_head`` False: the encoder
-    alone (the task fine-tunes its own head)."""
+    alone (the task fine-tunes its own head).  ``labels`` (the task's, ``label_names`` their names): a labelled head
+    is mapped to them (``map_head``: rows reordered to the task's order, or refused) and written with them."""
     from pipeline.modeling import write_labels
     from pipeline.tokenizer import write_vocab
 
@@ -220,17 +305,29 @@ def convert(src: Path, dst: Path, allow_pickle: bool = False, keep_head: bool = 
     words = state["ernie.embeddings.word_embeddings.weight"]
     if len(ckpt.vocab) > words.shape[0]:
         raise ModelError(f"{ckpt.path}: {len(ckpt.vocab)} vocabulary tokens but the weights embed only {words.shape[0]}")
+    mapping = None
+    if labels is not None and ckpt.head in LABELLED_HEADS:
+        mapping = map_head(ckpt, int(state["classifier.weight"].shape[1]), labels, label_names or labels)
+        state["classifier.weight"] = state["classifier.weight"][:, list(mapping.order)]
+        state["classifier.bias"] = state["classifier.bias"][list(mapping.order)]
     tmp = Path(dst).with_name(Path(dst).name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     _save_paddle(state, tmp / PADDLE_WEIGHTS)
-    (tmp / CONFIG).write_text(json.dumps(paddle_config(ckpt, state), ensure_ascii=False, indent=2), encoding="utf-8")
+    config = paddle_config(ckpt, state)
+    if mapping is not None:
+        config["id2label"] = {str(i): str(v) for i, v in enumerate(labels)}
+        config["label2id"] = {str(v): i for i, v in enumerate(labels)}
+    (tmp / CONFIG).write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
     write_vocab(list(ckpt.vocab), tmp, ckpt.tokenizer)
-    labels = _labels(ckpt.config) if ckpt.head not in (None, "ErnieForQuestionAnswering") else None
-    if labels:
-        write_labels(tmp / "labels.json", labels, labels)
+    if mapping is not None:
+        write_labels(tmp / "labels.json", list(labels), list(label_names or labels))
+    elif ckpt.head in LABELLED_HEADS and _labels(ckpt.config):
+        write_labels(tmp / "labels.json", _labels(ckpt.config), _labels(ckpt.config))
     record = {"source": str(ckpt.path), "model_type": ckpt.model_type, "architecture": ckpt.architecture,
               "head": ckpt.head, "weights": ckpt.weights.name, "tensors": len(state)}
+    if mapping is not None:
+        record["head_labels"] = {"by": mapping.by, "order": list(mapping.order), "note": mapping.note}
     (tmp / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
     if Path(dst).exists():
         shutil.rmtree(dst)
@@ -265,13 +362,20 @@ def paddle_state(hf_state: dict, ckpt: HFCheckpoint) -> dict:
     config, head_prefix = ckpt.config, ARCHITECTURES[ckpt.architecture][1]
     out: dict[str, np.ndarray] = {}
     for name, value in hf_state.items():
-        value = np.asarray(value, dtype=np.float32)
         body = re.sub(r"^(bert|ernie)\.", "", name)
         if body.startswith(DROPPED):
             continue
-        if head_prefix and body.startswith(head_prefix + "."):
-            if ckpt.head:  # kept: this project's heads are all named classifier
-                out["classifier." + body[len(head_prefix) + 1:]] = value.T if value.ndim == 2 else value
+        is_head = bool(head_prefix) and body.startswith(head_prefix + ".")
+        if is_head and not ckpt.head:
+            continue
+        value = np.asarray(value, dtype=np.float32)
+        if not np.isfinite(value).all():
+            bad = int(np.size(value) - np.isfinite(value).sum())
+            raise ModelError(f"{ckpt.weights}: tensor {name!r} holds {bad} NaN or infinite value(s) of {np.size(value)}: "
+                             "a broken checkpoint, not converted")
+        if is_head:  # kept: this project's heads are all named classifier
+            _check_head_tensor(ckpt, name, body[len(head_prefix) + 1:], value)
+            out["classifier." + body[len(head_prefix) + 1:]] = value.T if value.ndim == 2 else value
             continue
         target = _rename(body)
         if target is None:
@@ -279,9 +383,17 @@ def paddle_state(hf_state: dict, ckpt: HFCheckpoint) -> dict:
                              f"{ckpt.architecture} head")
         is_linear = value.ndim == 2 and "_embeddings." not in target
         out["ernie." + target] = value.T if is_linear else value
+    _check_shapes(out, config, ckpt)  # before anything of the config's sizes is allocated
     _fill_pooler(out, config, ckpt)
-    _check_shapes(out, config, ckpt)
     return out
+
+
+def _check_head_tensor(ckpt: HFCheckpoint, name: str, part: str, value) -> None:
+    if part == "weight" and value.ndim != 2:
+        raise ModelError(f"{ckpt.weights}: tensor {name!r} has shape {list(value.shape)}, expected [outputs, "
+                         "hidden_size]")
+    if part == "bias" and value.ndim != 1:
+        raise ModelError(f"{ckpt.weights}: tensor {name!r} has shape {list(value.shape)}, expected [outputs]")
 
 
 def _rename(body: str) -> str | None:
@@ -313,7 +425,24 @@ def _check_shapes(state: dict, config: dict, ckpt: HFCheckpoint) -> None:
     """The weights against config.json, naming the first tensor that disagrees."""
     hidden, inner, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
     where = ckpt.path / CONFIG
-    expected = {"ernie.embeddings.layer_norm.weight": (hidden,), "ernie.pooler.dense.weight": (hidden, hidden)}
+    # The config's sizes against the weights' before any of them sizes a loop or an allocation
+    words = state.get("ernie.embeddings.word_embeddings.weight")
+    if words is None or words.ndim != 2:
+        raise ModelError(f"{ckpt.weights}: no word_embeddings: not a BERT/ERNIE checkpoint")
+    if words.shape[1] != hidden:
+        raise ModelError(f"{where}: hidden_size {hidden} but the weights' word_embeddings are {words.shape[1]} wide")
+    held = {int(m.group(1)) for k in state for m in [re.match(r"ernie\.encoder\.layers\.(\d+)\.", k)] if m}
+    if layers > len(held):
+        missing = min(set(range(len(held) + 1)) - held)
+        raise ModelError(f"{where}: num_hidden_layers {layers} but the weights have no "
+                         f"ernie.encoder.layers.{missing}.* ({len(held)} layers held)")
+    first = state.get("ernie.encoder.layers.0.linear1.weight")
+    if first is not None and first.ndim == 2 and first.shape[1] != inner:
+        raise ModelError(f"{where}: hidden_size {hidden} / intermediate_size {inner} do not match the weights: "
+                         f"ernie.encoder.layers.0.linear1.weight is {list(first.shape)}")
+    expected = {"ernie.embeddings.layer_norm.weight": (hidden,)}
+    if "ernie.pooler.dense.weight" in state:
+        expected["ernie.pooler.dense.weight"] = (hidden, hidden)
     for i in range(layers):
         p = f"ernie.encoder.layers.{i}."
         expected.update({p + f"self_attn.{n}.weight": (hidden, hidden) for n in ("q_proj", "k_proj", "v_proj", "out_proj")})
@@ -340,6 +469,17 @@ def _check_shapes(state: dict, config: dict, ckpt: HFCheckpoint) -> None:
         raise ModelError(f"{where}: use_task_id is true but the weights have no task_type_embeddings")
     if ckpt.head and "classifier.weight" not in state:
         raise ModelError(f"{ckpt.weights}: {ckpt.architecture} without its head ({ARCHITECTURES[ckpt.architecture][1]}.weight)")
+    if ckpt.head:
+        outputs = state["classifier.weight"].shape[1]
+        if state["classifier.weight"].shape[0] != hidden:
+            raise ModelError(f"{ckpt.weights}: the {ckpt.architecture} head "
+                             f"({ARCHITECTURES[ckpt.architecture][1]}.weight) is "
+                             f"{list(state['classifier.weight'].T.shape)}, expected [outputs, hidden_size {hidden}]")
+        bias = state.get("classifier.bias")
+        if bias is None or bias.shape != (outputs,):
+            raise ModelError(f"{ckpt.weights}: the {ckpt.architecture} head's bias "
+                             f"({ARCHITECTURES[ckpt.architecture][1]}.bias) is "
+                             f"{'missing' if bias is None else list(bias.shape)}, expected [{outputs}]")
     if ckpt.head == "ErnieForQuestionAnswering" and state["classifier.weight"].shape[1] != 2:
         raise ModelError(f"{ckpt.weights}: a question-answering head of {state['classifier.weight'].shape[1]} outputs, "
                          "expected 2 (start, end)")
@@ -372,6 +512,140 @@ def paddle_config(ckpt: HFCheckpoint, state: dict) -> dict:
     return out
 
 
+def _brief(values: Sequence[str], n: int = 6) -> str:
+    """A label list in a message: its first ``n``, then how many more."""
+    shown = ", ".join(map(str, values[:n]))
+    return f"[{shown}{f', ... {len(values) - n} more' if len(values) > n else ''}]"
+
+
+def check_head_kind(ckpt: HFCheckpoint, needed: str, kind: str) -> None:
+    """Refuse a trained head of another kind than the task's (say a tagger given to a sentence classifier)."""
+    if ckpt.head and ckpt.head != needed:
+        raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head is not the kind a {kind} task needs "
+                         f"(...{needed.replace('Ernie', '', 1)}): not dropping a trained head; {REPLACE_FLAG} "
+                         "fine-tunes a new one on its encoder")
+
+
+def map_head(ckpt: HFCheckpoint, outputs: int, labels: Sequence[str], label_names: Sequence[str]) -> HeadMapping:
+    """How the checkpoint's ``outputs`` head outputs map to the task's ``labels`` (``label_names``: their names),
+    read from ``id2label`` (``label2id`` must agree with it): by ids or by names in any order, or LABEL_i placeholders
+    taken in index order (``by`` "assumed": to be checked on dev); anything else is refused, naming both label sets
+    and the flag that replaces the head."""
+    where = ckpt.path / CONFIG
+    labels, label_names = [str(v) for v in labels], [str(v) for v in label_names]
+    task = f"{len(labels)} labels {_brief(labels)}" + (f" (names {_brief(label_names)})" if label_names != labels else "")
+    refuse = f"not dropping a trained head; {REPLACE_FLAG} fine-tunes a new one on its encoder"
+    id2label = ckpt.config.get("id2label")
+    if id2label is None:
+        id2label = {str(i): f"LABEL_{i}" for i in range(outputs)}
+    if not isinstance(id2label, dict) or not id2label:
+        raise ModelError(f"{where}: field 'id2label' must be a non-empty mapping of output index to label, got "
+                         f"{_short(id2label)}")
+    by_id: dict[int, str] = {}
+    for key, value in id2label.items():
+        try:
+            index = int(key)
+        except (TypeError, ValueError):
+            index = -1
+        if index < 0 or str(index) != str(key).strip() or isinstance(value, (dict, list)) or value is None:
+            raise ModelError(f"{where}: id2label entry {_short(key)}: {_short(value)}: expected an output index and a "
+                             "label")
+        by_id[index] = str(value)
+    if sorted(by_id) != list(range(len(by_id))):
+        raise ModelError(f"{where}: id2label's output indices must be 0..{len(by_id) - 1} without gaps, got "
+                         f"{_brief([str(i) for i in sorted(by_id)])}")
+    head = [by_id[i] for i in range(len(by_id))]
+    label2id = ckpt.config.get("label2id")
+    if label2id is not None:
+        if not isinstance(label2id, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in label2id.values()):
+            raise ModelError(f"{where}: field 'label2id' must be a mapping of label to output index, got "
+                             f"{_short(label2id)}")
+        inverse = {str(k): v for k, v in label2id.items()}
+        if label2id and inverse != {label: i for i, label in enumerate(head)}:
+            first = next((i for i, label in enumerate(head) if inverse.get(label) != i), None)
+            detail = (f"id2label[{first}] is {head[first]!r} but label2id[{head[first]!r}] is "
+                      f"{inverse.get(head[first], 'missing')}" if first is not None else
+                      f"label2id names {_brief(sorted(set(inverse) - set(head)))}, which id2label does not")
+            raise ModelError(f"{where}: label2id disagrees with id2label ({detail}): which output is which label is "
+                             f"unknown; make them agree, or {REPLACE_FLAG} fine-tunes a new head on its encoder")
+    if len(head) != outputs:
+        raise ModelError(f"{where}: id2label names {len(head)} labels but the {ckpt.architecture} head has {outputs} "
+                         "outputs")
+    from pipeline.labels_file import placeholder_id2label
+
+    if outputs != len(labels):
+        raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head has {outputs} outputs {_brief(head)} but the task "
+                         f"has {task}: {refuse}")
+    ways = (("ids", labels), ("names", label_names)) if label_names != labels else (("labels", labels),)
+    for by, wanted in ways:
+        if len(set(wanted)) == len(wanted) and sorted(head) == sorted(wanted):
+            order = tuple(head.index(label) for label in wanted)
+            if list(order) == list(range(outputs)):
+                note = f"its head's labels are the task's {by} in the task's order: kept"
+            else:
+                moved = [f"{wanted[i]} <- output {o}" for i, o in enumerate(order) if o != i]
+                note = (f"its head's labels are the task's {by} in another order: its rows reordered to the task's "
+                        f"({len(moved)} moved: {', '.join(moved[:6])}{', ...' if len(moved) > 6 else ''})")
+            return HeadMapping(order, by, note)
+    if placeholder_id2label(by_id):
+        note = (f"its head's labels are transformers' placeholders LABEL_0..LABEL_{outputs - 1}: assumed to be the "
+                f"task's {_brief(label_names)} in that order (checked on dev); {REPLACE_FLAG} fine-tunes a new "
+                "head instead")
+        return HeadMapping(tuple(range(outputs)), "assumed", note)
+    match = "match neither the ids nor the names of" if label_names != labels else "do not match"
+    raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head's labels {_brief(head)} (config.json id2label) "
+                     f"{match} the task's {task}, in any order: {refuse}")
+
+
+def head_mapping(converted_dir: Path) -> dict | None:
+    """The head mapping a converted directory was written with (its ``hf_import.json``), None when none."""
+    return json.loads((Path(converted_dir) / RECORD).read_text(encoding="utf-8")).get("head_labels")
+
+
+def dev_confusion(outputs: Sequence, targets: Sequence, n: int):
+    """[n, n] counts of (true label, predicted output) over dev features (per token for a tagger, -100 skipped)."""
+    import numpy as np
+
+    confusion = np.zeros((n, n), dtype=np.int64)
+    for out, target in zip(outputs, targets):
+        out, target = np.asarray(out), np.asarray(target)
+        pred = out.argmax(-1)
+        if target.ndim == 0:
+            true, pred = target.reshape(1), pred.reshape(1)
+        else:
+            k = min(len(target), len(pred))
+            true, pred = target[:k], pred[:k]
+        keep = (true >= 0) & (true < n)
+        np.add.at(confusion, (true[keep], pred[keep]), 1)
+    return confusion
+
+
+def assumed_order_verdict(confusion, labels: Sequence[str], label_names: Sequence[str], where: Path) -> str:
+    """The dev check of a head taken in index order (LABEL_i): the best one-to-one assignment of outputs to labels
+    on dev (Hungarian, on the confusion matrix) must be the index order (a tie with it passes).  Returns the line
+    said; raises naming the assignment found."""
+    import numpy as np
+    from scipy.optimize import linear_sum_assignment
+
+    confusion = np.asarray(confusion)
+    total = int(confusion.sum())
+    rows, cols = linear_sum_assignment(confusion, maximize=True)
+    best, kept = int(confusion[rows, cols].sum()), int(np.trace(confusion))
+    if not total:
+        raise ModelError(f"{where}: its LABEL_i head's order cannot be checked: no dev example has a label; "
+                         f"{REPLACE_FLAG} fine-tunes a new head instead")
+    if best <= kept:
+        return (f"the assumed order checked on {total} dev predictions: the index order is their best assignment of "
+                f"outputs to labels (agreement {kept / total:.4f})")
+    names = [str(n) if str(n) == str(label) else f"{label} ({n})" for label, n in zip(labels, label_names)]
+    moved = [f"{names[r]} is output {c}" for r, c in zip(rows, cols) if r != c and confusion[r].sum()]
+    raise ModelError(f"{where}: its LABEL_i head is not in the task's order: on {total} dev predictions the best "
+                     f"assignment of outputs to labels is {'; '.join(moved[:8])}{'; ...' if len(moved) > 8 else ''} "
+                     f"(agreement {best / total:.4f} so, {kept / total:.4f} in index order): give config.json an "
+                     f"id2label naming each output's label, or {REPLACE_FLAG} fine-tunes a new head")
+
+
 def _labels(config: dict) -> list[str] | None:
     """``id2label`` in id order when it names real labels (not LABEL_0, LABEL_1, ...)."""
     from pipeline.labels_file import placeholder_id2label
@@ -391,18 +665,23 @@ def _save_paddle(state: dict, path: Path) -> None:
     paddle.save({k: paddle.to_tensor(v) for k, v in state.items()}, str(path))
 
 
-def converted(src: Path, work_dir: Path, allow_pickle: bool = False, log=print, keep_head: bool = True) -> Path:
+def converted(src: Path, work_dir: Path, allow_pickle: bool = False, log=print, keep_head: bool = True,
+              labels: Sequence[str] | None = None, label_names: Sequence[str] | None = None) -> Path:
     """The PaddleNLP directory for HF checkpoint ``src``, converted once into ``work_dir`` (the finetune stage's
-    work/, keyed by the stage key, which holds the checkpoint's content hash; kept across an interruption)."""
+    work/, keyed by the stage key, which holds the checkpoint's content hash and the task's labels; kept across an
+    interruption).  ``labels``: its head mapped to them (``convert``), the mapping's line said."""
     dst = Path(work_dir) / ("hf-model" if keep_head else "hf-encoder")
-    if (dst / RECORD).is_file() and (dst / PADDLE_WEIGHTS).is_file():
-        return dst
-    import time
+    if not ((dst / RECORD).is_file() and (dst / PADDLE_WEIGHTS).is_file()):
+        import time
 
-    t0 = time.perf_counter()
-    convert(src, dst, allow_pickle, keep_head)
-    log(f"[finetune] {src} is a Hugging Face {source_architecture(dst)} checkpoint: converted to PaddleNLP ERNIE"
-        f"{'' if keep_head else ' (its head dropped)'} in {time.perf_counter() - t0:.1f}s ({dst})")
+        t0 = time.perf_counter()
+        convert(src, dst, allow_pickle, keep_head, labels, label_names)
+        log(f"[finetune] {src} is a Hugging Face {source_architecture(dst)} checkpoint: converted to PaddleNLP ERNIE"
+            f"{'' if keep_head else ' (its head replaced: model.head is replace)'} in {time.perf_counter() - t0:.1f}s "
+            f"({dst})")
+    mapping = head_mapping(dst)
+    if mapping:
+        log(f"[finetune] {src}: {mapping['note']}")
     return dst
 
 

@@ -115,7 +115,7 @@ def inspect_model(path: Path, *, weights: bool = True) -> ModelInfo:
         _check_pickle_header(path / WEIGHTS_FILE)
     labels = None
     if _regular_file(path / LABELS_FILE, "the label file"):
-        labels = tuple(read_labels(path / LABELS_FILE, ModelError, _read_text(path / LABELS_FILE, MAX_JSON_BYTES)))
+        labels = tuple(read_labels(path / LABELS_FILE, ModelError, read_text(path / LABELS_FILE, MAX_JSON_BYTES)))
     elif config.get("id2label") and not placeholder_id2label(config["id2label"]):
         labels = tuple(labels_from_id2label(config_path, config["id2label"], ModelError))
     return ModelInfo(
@@ -148,7 +148,7 @@ def _regular_file(p: Path, what: str) -> bool:
     return False
 
 
-def _read_text(p: Path, limit: int) -> str:
+def read_text(p: Path, limit: int) -> str:
     try:
         size = p.stat().st_size
         if size > limit:
@@ -165,7 +165,7 @@ def _read_text(p: Path, limit: int) -> str:
 
 def read_json_object(p: Path) -> dict:
     try:
-        value = json.loads(_read_text(p, MAX_JSON_BYTES))
+        value = json.loads(read_text(p, MAX_JSON_BYTES))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit integer, nesting too deep
         raise ModelError(f"{p}: malformed JSON ({exc})") from None
     if not isinstance(value, dict):
@@ -188,7 +188,7 @@ def _config_int(config_path: Path, config: dict, key: str, default: int | None =
 def _check_vocab(p: Path) -> int:
     """The number of token ids in ``vocab.txt`` (a token a line, its id the line number, as the tokenizer reads it);
     refuse a vocabulary the tokenizer cannot use."""
-    lines = _read_text(p, MAX_VOCAB_BYTES).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = read_text(p, MAX_VOCAB_BYTES).replace("\r\n", "\n").replace("\r", "\n").split("\n")
     used = [i for i, t in enumerate(lines) if t]
     if not used:
         raise ModelError(f"{p}: empty vocabulary")
@@ -321,11 +321,12 @@ def model_class_of(model_dir: Path):
     return ErnieForSequenceClassification
 
 
-def load_classifier(model_dir: Path, num_labels: int, model_class=None):
+def load_classifier(model_dir: Path, num_labels: int, model_class=None, drop_head: bool = False):
     """Load an ERNIE with a head: sequence classifier, token classifier or span extractor.
 
     ``model_class`` None: the head the directory was saved with (a pretrained encoder without a head
-    gets the sequence classifier unless the caller names the task kind's class).
+    gets the sequence classifier unless the caller names the task kind's class).  ``drop_head``: the saved head is
+    not loaded (``model.head: replace``): a new one is initialized, as for an encoder.
     """
     quiet_paddlenlp()
     # The subclasses load stock ERNIE directories unchanged and also DynaBERT-pruned ones (fewer heads
@@ -336,6 +337,8 @@ def load_classifier(model_dir: Path, num_labels: int, model_class=None):
     # is read here through the allow-list instead and handed over, with the weights file (not the directory) as the
     # model's path, so paddlenlp resolves no other weights file.
     state = safe_weights.load_state_dict(Path(model_dir) / WEIGHTS_FILE)
+    if drop_head:
+        state = {k: v for k, v in state.items() if not re.match(r"^(\w+\.)?classifier\.", k)}
     try:
         config, model_kwargs = cls.config_class.from_pretrained(str(model_dir), return_unused_kwargs=True, **kwargs)
         model = cls.from_pretrained(str(Path(model_dir) / WEIGHTS_FILE), config=config, state_dict=state,

@@ -278,17 +278,24 @@ def test_the_pipeline_takes_a_hugging_face_directory(tmp_path, capsys):
     assert re.search(r"finetune\s+OK.*converted=1, trained=0", capsys.readouterr().out)
 
 
-def test_a_head_of_other_labels_is_replaced_by_fine_tuning(tmp_path, capsys):
-    """The token-classification model given to a sentence-classification task: its head is dropped, the task's
+def test_a_head_of_another_kind_is_refused_and_replaced_only_when_asked(tmp_path, capsys):
+    """The token-classification model given to a sentence-classification task: its trained head is not dropped by
+    default (exit 2, one line naming the flag); with ``--set model.head=replace`` it is, and the task's head is
     trained on the converted encoder (with the HF tokenizer's rules)."""
     from pipeline.cli import main
 
     task, runs = _task(tmp_path, [t for t in INPUTS["texts"] if t] * 4), tmp_path / "runs"
     args = ["--task", str(task), "--runs-dir", str(runs), "--model", str(GOLDEN / "bert-token"),
             "--set", "finetune.epochs=1", "--set", "gates.min_accuracy=0"]
-    assert main(["run", *args, "--until", "finetune"]) == 0
+    assert main(["run", *args, "--until", "finetune"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "its BertForTokenClassification head is not the kind a classification task needs" in err[0]
+    assert "--set model.head=replace" in err[0]
+    assert main(["run", *args, "--set", "model.head=replace", "--until", "finetune"]) == 0
     out = capsys.readouterr()
-    assert "its head is not the task's" in out.out + out.err
+    assert "(its head replaced: model.head is replace)" in out.out + out.err
+    record = json.loads((runs / "tiny" / "finetune" / "record.json").read_text())
+    assert record["metrics"]["trained"] == 1
     model = runs / "tiny" / "finetune" / "out" / "model"
     assert json.loads((model / "config.json").read_text())["architectures"] == ["ErnieForSequenceClassification"]
     assert json.loads((model / "tokenizer_config.json").read_text())["wordpiece_rules"] == "huggingface"

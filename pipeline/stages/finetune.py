@@ -1,7 +1,9 @@
 """Stage ``finetune``: make sure there is a classifier for the task's labels.
 
-* model has a head with the task's labels: nothing to train, the model is passed on as it is;
-* model without a head (a pretrained encoder): a head is trained, with the encoder;
+* model has a head with the task's labels: nothing to train, the model is passed on as it is (a Hugging Face
+  head's rows put in the task's label order; one whose labels are LABEL_i placeholders checked on dev first);
+  a head that is not the task's is refused, never dropped, unless ``model.head: replace``;
+* model without a head (a pretrained encoder), or ``model.head: replace``: a head is trained, with the encoder;
 * no model: a small ERNIE is created from scratch with a character vocabulary from the training
   text and trained.
 Training is resumable (see ``pipeline.training``); the best dev-accuracy epoch is kept.
@@ -33,6 +35,10 @@ from pipeline.tokenizer import Tokenizer, build_char_vocab, write_vocab
 from pipeline.training import finetune as train_loop
 
 
+HF_HEAD_VERSION = "2"  # a HF head mapped to the task's labels or refused (was: dropped when not the task's)
+ASSUMED_ORDER_DEV_EXAMPLES = 4000  # dev examples the assumed order of a LABEL_i head is checked on
+
+
 def learning_rate(cfg: TaskConfig) -> float:
     if cfg.finetune.learning_rate:
         return cfg.finetune.learning_rate
@@ -50,6 +56,8 @@ def params(cfg: TaskConfig) -> dict:
     }
     if not cfg.model.name_or_path:
         p["scratch"] = dataclasses.asdict(cfg.model.scratch)
+    if cfg.model.head != "keep":  # only when set, so configs without it keep their cached results
+        p["head"] = cfg.model.head
     loss_version = get_kind(cfg).loss_version
     if loss_version:
         p["loss"] = loss_version
@@ -64,6 +72,7 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
         # read (a pickle is code: run() reads them, through the allow-list, before any work).
         if hf_import.is_hugging_face(model_dir):
             hf_import.inspect(model_dir, cfg.model.allow_pickled_weights)
+            out["hf_head"] = HF_HEAD_VERSION  # how a HF head is taken (mapped, refused, checked on dev)
         else:
             inspect_model(model_dir, weights=False)
         out["model"] = tree_sha256(model_dir)
@@ -102,27 +111,59 @@ def _convert_uie(ctx, model_dir: Path):
 
 def _imported(ctx, hf_dir: Path, data):
     """A Hugging Face checkpoint, converted once into work/ (``hf_import.converted``): (the converted directory to
-    train from, None), or (its folder in out/, the result) when its head is the task's.  A head that is not the
-    task's (other labels, another kind) is left out of the conversion and a new one fine-tuned, as for an encoder."""
-    from pipeline.errors import ModelError
+    train from, None), or (its folder in out/, the result) when it has a head.  Its head is mapped to the task's
+    labels by ids or names (rows reordered), taken in index order when its labels are LABEL_i placeholders (checked
+    on dev: ``_check_assumed_order``), and refused otherwise; ``model.head: replace`` leaves it out of the
+    conversion and fine-tunes a new one, as for an encoder."""
     from pipeline.records import StageResult
 
     cfg, kind = ctx.cfg, get_kind(ctx.cfg)
-    model_dir = hf_import.converted(hf_dir, ctx.work_dir, cfg.model.allow_pickled_weights, ctx.log)
+    allow = cfg.model.allow_pickled_weights
+    ckpt = hf_import.inspect(hf_dir, allow)
+    if ckpt.head is None:
+        model_dir = hf_import.converted(hf_dir, ctx.work_dir, allow, ctx.log)
+        check_positions(inspect_model(model_dir), cfg.max_seq_len)
+        return model_dir, None
+    if cfg.model.head == "replace":
+        model_dir = hf_import.converted(hf_dir, ctx.work_dir, allow, ctx.log, keep_head=False)
+        check_positions(inspect_model(model_dir), cfg.max_seq_len)
+        return model_dir, None
+    hf_import.check_head_kind(ckpt, kind.model_class().__name__, kind.name)
+    model_dir = hf_import.converted(hf_dir, ctx.work_dir, allow, ctx.log, labels=data.labels,
+                                    label_names=data.label_names)
     info = inspect_model(model_dir)
     check_positions(info, cfg.max_seq_len)  # no head makes up for too few positions
-    try:
-        fits = check_head(info, data.labels, cfg.max_seq_len, kind.model_class().__name__)
-    except ModelError as exc:
-        ctx.log(f"[finetune] {hf_dir}: its head is not the task's ({str(exc).split(': ', 1)[-1]}): fine-tuning a new one")
-        return hf_import.converted(hf_dir, ctx.work_dir, cfg.model.allow_pickled_weights, ctx.log, keep_head=False), None
-    if not fits:
+    if not check_head(info, data.labels, cfg.max_seq_len, kind.model_class().__name__):  # mapped: the task's labels
         return model_dir, None
+    mapping = hf_import.head_mapping(model_dir)
+    if mapping and mapping["by"] == "assumed":
+        _check_assumed_order(ctx, hf_dir, model_dir, data)
     architecture = hf_import.source_architecture(model_dir)
     shutil.move(str(model_dir), str(ctx.out_dir / "model"))
     ctx.log(f"[finetune] {hf_dir} already has the task's {len(data.labels)}-output head: converted, no training needed")
     return None, StageResult(artifacts={"model_dir": "model"}, metrics={"trained": 0, "converted": 1},
                              message=f"converted a Hugging Face {architecture} with the task's head: no training")
+
+
+def _check_assumed_order(ctx, hf_dir: Path, model_dir: Path, data) -> None:
+    """A head taken in index order (LABEL_i) on the converted model's dev predictions: the best assignment of its
+    outputs to the task's labels must be the index order (``hf_import.assumed_order_verdict``), else refused."""
+    import paddle
+
+    from pipeline.evaluation import run_outputs
+
+    cfg, kind = ctx.cfg, get_kind(ctx.cfg)
+    tokenizer = Tokenizer.from_model_dir(model_dir, cfg.max_seq_len)
+    model = load_classifier(model_dir, len(data.labels), kind.model_class())
+    dev = kind.featurize(tokenizer, data.dev.examples[:ASSUMED_ORDER_DEV_EXAMPLES], cfg)
+
+    def forward(ids, types):
+        return model(paddle.to_tensor(ids), token_type_ids=paddle.to_tensor(types)).numpy()
+
+    with paddle.no_grad():
+        outputs = run_outputs(forward, dev, cfg.finetune.eval_batch_size, "finetune (assumed head order, dev)")
+    confusion = hf_import.dev_confusion(outputs, [f.target for f in dev.features], len(data.labels))
+    ctx.log(f"[finetune] {hf_dir}: " + hf_import.assumed_order_verdict(confusion, data.labels, data.label_names, hf_dir))
 
 
 def _model_as_is(ctx, model_dir: Path, data):
@@ -131,6 +172,9 @@ def _model_as_is(ctx, model_dir: Path, data):
 
     cfg, kind = ctx.cfg, get_kind(ctx.cfg)
     info = inspect_model(model_dir)
+    if cfg.model.head == "replace" and info.head_classes is not None:
+        check_positions(info, cfg.max_seq_len)
+        return None
     if not check_head(info, data.labels, cfg.max_seq_len, kind.model_class().__name__):
         return None
     ctx.log(f"[finetune] {model_dir} already has the task's {len(data.labels)}-output head: no training needed")
@@ -146,8 +190,10 @@ def _model_to_train(ctx, model_dir: Path | None, data):
         import paddle
 
         paddle.seed(cfg.finetune.seed)
-        model = load_classifier(model_dir, len(data.labels), kind.model_class())
-        ctx.log(f"[finetune] {model_dir} has no {kind.name} head for the task: fine-tuning one")
+        replaced = cfg.model.head == "replace"
+        model = load_classifier(model_dir, len(data.labels), kind.model_class(), drop_head=replaced)
+        ctx.log(f"[finetune] {model_dir}" + (f": fine-tuning a new {kind.name} head (model.head: replace)" if replaced
+                                             else f" has no {kind.name} head for the task: fine-tuning one"))
         return model, Tokenizer.from_model_dir(model_dir, cfg.max_seq_len), model_dir
     vocab_dir = ctx.work_dir / "vocab"
     if not (vocab_dir / "vocab.txt").is_file():
