@@ -192,13 +192,14 @@ def _print_cache(runs_dir: Path) -> None:
 
 def _clean(args: argparse.Namespace) -> int:
     """Remove ``<runs-dir>/<task>`` (or one stage of it).  Only a plain task name's directory that a run of ours made
-    (it holds the run lock's file, ``run_lock.is_runs_dir``), never through a symbolic link and never while a run
+    (it carries a run's mark, ``run_lock.is_runs_dir``) and that holds only what runs write (``run_lock.foreign_entry``:
+    a forged mark, or a user's file beside a real one, keeps it), never through a symbolic link and never while a run
     holds it: `--task ..`, `--task /`, a mistyped --runs-dir or a project folder that happens to have an ``export/``
     must not be deleted."""
     from pipeline.config import check_task_name
     from pipeline.errors import UserInputError
     from pipeline.run_cache import CACHE
-    from pipeline.run_lock import LOCK_NAME, is_runs_dir, run_lock
+    from pipeline.run_lock import MARKER_NAME, foreign_entry, is_runs_dir, run_lock
 
     task = args.task
     if Path(task).suffix in (".yaml", ".yml"):  # as run and status read --task: the YAML's task name
@@ -216,12 +217,21 @@ def _clean(args: argparse.Namespace) -> int:
             raise UserInputError(f"{p} is not a directory: clean removes only a task's runs directory")
     if not is_runs_dir(task_dir):
         if any(task_dir.iterdir()):
-            raise UserInputError(f"{task_dir} is not a runs directory made by ernie-bundle (no {LOCK_NAME} in it): "
+            raise UserInputError(f"{task_dir} is not a runs directory made by ernie-bundle (no {MARKER_NAME} in it): "
                                  "not removing it; check --runs-dir and --task")
         task_dir.rmdir()  # empty: nothing of anyone's to lose
         print(f"removed {task_dir}")
         return 0
+
+    def refuse_foreign() -> None:
+        foreign = foreign_entry(task_dir, victim)
+        if foreign is not None:
+            raise UserInputError(f"{task_dir} holds {foreign.relative_to(task_dir)}, which no ernie-bundle run writes: "
+                                 f"not removing {victim}; move it away first (or check --runs-dir and --task)")
+
+    refuse_foreign()  # before the lock too: nothing (not even a lock file) is added to a folder that is not ours
     with run_lock(task_dir, doing=f"clean {victim}"):
+        refuse_foreign()  # and under it: no run adds to it meanwhile
         try:
             shutil.rmtree(victim)
         except OSError as exc:

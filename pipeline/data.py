@@ -33,6 +33,7 @@ class Example:
     text_a: str
     text_b: str | None
     label: int  # index into TaskDataset.labels
+    where: str = field(default="", compare=False, repr=False)  # file:line it was read from (smoke names it)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ def _load_online(cfg: TaskConfigView, tried: Path | None) -> TaskDataset:
     labels = tuple(cfg.labels)
     if not labels:
         raise DataError(f"task {cfg.task}: the config lists no labels and there is no labels.json to read")
+    index = _label_index(labels)
     splits = {}
     for split_name in ("train", "dev"):
         ds = load_dataset("clue", cfg.data.clue_name, splits=split_name)
@@ -135,7 +137,7 @@ def _load_online(cfg: TaskConfigView, tried: Path | None) -> TaskDataset:
             raw_label = row.get("label")
             value = label_list[raw_label] if label_list and isinstance(raw_label, int) else str(raw_label)
             where = f"paddlenlp:clue/{cfg.data.clue_name}/{split_name}#{i}"
-            ex = _example(cfg, row, value, labels, where)
+            ex = _example(cfg, row, value, index, where)
             if ex is None:
                 skipped += 1
             else:
@@ -189,13 +191,13 @@ def read_jsonl_split(cfg: TaskConfigView, path: Path, split_name: str, labels: t
     except UnicodeDecodeError as exc:
         lineno = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"{path}:{lineno}: not valid UTF-8") from None
-    examples, skipped = [], 0
+    examples, skipped, index = [], 0, _label_index(labels)
     for lineno, row in json_lines(text, path, DataError):
         if not isinstance(row, dict):
             raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         if cfg.data.label_field not in row:
             raise DataError(f"{path}:{lineno}: field {cfg.data.label_field!r} missing")
-        ex = _example(cfg, row, str(row[cfg.data.label_field]), labels, f"{path}:{lineno}")
+        ex = _example(cfg, row, str(row[cfg.data.label_field]), index, f"{path}:{lineno}")
         if ex is None:
             skipped += 1
         else:
@@ -209,17 +211,47 @@ def _skip_labels(count: int) -> dict[str, int]:
     return {"data.skip_labels": count} if count else {}
 
 
-def _example(cfg: TaskConfigView, row: dict, label_value: str, labels: tuple[str, ...], where: str) -> Example | None:
+def _label_index(labels: Sequence[str]) -> dict[str, int]:
+    """label value -> id: one dict, so that a row's label is found at once however many labels there are."""
+    return {v: i for i, v in enumerate(labels)}
+
+
+def _example(cfg: TaskConfigView, row: dict, label_value: str, index: dict[str, int], where: str) -> Example | None:
     if label_value in cfg.data.skip_labels:
         return None
-    if label_value not in labels:
+    if label_value not in index:
         raise DataError(
             f"{where}: field {cfg.data.label_field!r}: label {label_value!r} is not one of the task's "
-            f"{len(labels)} labels (labels.json / config)"
+            f"{len(index)} labels (labels.json / config)"
         )
-    text_a = _field(row, cfg.data.text_a, cfg.data.join, where)
-    text_b = _field(row, cfg.data.text_b, cfg.data.join, where) if cfg.data.text_b else None
-    return Example(text_a, text_b, labels.index(label_value))
+    text_a = _text(row, cfg.data.text_a, cfg.data.join, where)
+    text_b = _text(row, cfg.data.text_b, cfg.data.join, where) if cfg.data.text_b else None
+    return Example(text_a, text_b, index[label_value], where)
+
+
+def served_text_problem(text: str) -> str | None:
+    """Why the served model would refuse ``text`` as a request's ``text`` or ``text_pair`` (None: it takes it): the
+    one rule training data is held to as well, so that no example is trained on or scored that is never served
+    (``serving.triton.text_input.decode_item`` refuses the same)."""
+    if not text.strip():
+        return "is empty" if not text else "is only whitespace"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"is not encodable as UTF-8 (character {exc.start}: a lone surrogate)"
+    return None
+
+
+def _text(row: dict, spec: str | list[str], join: str, where: str) -> str:
+    """A text field of a row, refused (file:line and field) when the served model would refuse it: empty, whitespace
+    only (a keyword list ``[]`` included), not UTF-8."""
+    text = _field(row, spec, join, where)
+    problem = served_text_problem(text)
+    if problem:
+        name = spec if isinstance(spec, str) else "+".join(spec)
+        raise DataError(f"{where}: field {name!r} {problem}: the served model refuses such a text, so it is neither "
+                        "trained on nor scored; fix or remove the row")
+    return text
 
 
 def _field(row: dict, spec: str | list[str], join: str, where: str) -> str:

@@ -20,7 +20,7 @@ from pipeline.stage import Stage
 from pipeline.hashing import stage_key, tree_hashes
 from pipeline.progress import log as _log
 from pipeline.records import StageContext, StageRecord, StageStatus, atomic_write_text, check_writable, read_record
-from pipeline.run_lock import run_lock
+from pipeline.run_lock import claim_runs_dir, run_lock
 
 
 STAGE_LOG = "stage.log"  # beside record.json: the traceback of the last crash
@@ -107,6 +107,7 @@ class Runner:
 
     # -- run ----------------------------------------------------------------------------------
     def run(self, selected: list[str], force: bool = False) -> RunSummary:
+        claim_runs_dir(self.runs_dir)  # first: a folder a run did not make (a user's, the data dir) is refused whole
         check_writable(self.runs_dir)
         with run_lock(self.runs_dir):  # a second run on this directory would delete this one's attempts
             return self._run(selected, force)

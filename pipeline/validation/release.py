@@ -5,8 +5,9 @@ names another) with a previous bundle's ``gates.json`` or ``metrics.json``: it f
 accuracy dropped by more than ``gates.release_max_accuracy_drop`` points or the speed-up over FP32 by
 more than ``gates.release_max_throughput_drop`` (a fraction) on the chosen backend.  The speed-up is
 compared, not sentences/s: each report measures its FP32 baseline in the same run, so the ratio holds
-across runs and machines where absolute times on shared, noisy machines do not.  A report of another task,
-or a file that is not a report, is bad input (exit 2).
+across runs and machines where absolute times on shared, noisy machines do not.  A report of another task than
+``--task`` (gates.json's ``task``, perf.json's served ``model``), or a file that is not a report (hostile JSON
+included: integers no float holds, nesting beyond reason), is bad input (exit 2), one line naming file and field.
 
 Served speed too, with ``--baseline-perf`` (the previous release's ``make perf`` JSON; the current one is
 ``runs/<task>/perf.json`` unless ``--current-perf`` names another): for every request shape both reports measured
@@ -38,14 +39,62 @@ class ReportSummary:
     throughput_ratio: float  # speed-up over FP32 of the same runtime, measured in the same run
 
 
+class _LongInteger:
+    """An integer literal too long for any number a report holds (a float cannot carry it, and Python refuses to
+    convert more than 4,300 digits): kept as its length, so that the field that holds it is named, not a traceback."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"a {self.digits}-digit integer"
+
+
+def _parse_int(text: str) -> int | _LongInteger:
+    digits = len(text.lstrip("-"))
+    return int(text) if digits <= _MAX_DIGITS else _LongInteger(digits)
+
+
+_MAX_DIGITS = 300  # 10**300 still converts to a float; 10**309 does not
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """What a message shows of a value: its repr, bounded (a deep or long one is cut, never a traceback)."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):
+        text = f"a deeply nested {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a finite float, None when it is not one (not a number, a bool, NaN, infinite, too long)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def _read_json(path: Path, what: str, hint: str = "") -> object:
-    """A report file as JSON; missing or not JSON: one line (exit 2)."""
+    """A report file as JSON; missing, not JSON, nested beyond reason: one line (exit 2)."""
     if not path.is_file():
         raise DataError(f"{what} not found: {path}{hint}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not a JSON {what} ({exc})") from None
+        return json.loads(path.read_text(encoding="utf-8"), parse_int=_parse_int)
+    except RecursionError:
+        raise DataError(f"{path}: not a JSON {what} (nested too deep to read)") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise DataError(f"{path}: not a JSON {what} ({_short(str(exc), 120)})") from None
+
+
+def _task_field(path: Path, obj: dict, key: str, what: str) -> str:
+    value = obj[key]
+    if not isinstance(value, str) or not value:
+        raise DataError(f"{path}: {key} must be the task's name, got {_short(value)} (not an ernie-bundle {what})")
+    return value
 
 
 def read_report(path: Path) -> ReportSummary:
@@ -58,22 +107,29 @@ def read_report(path: Path) -> ReportSummary:
     # hand), the speed-up a positive ratio; NaN or 0 would otherwise pass every comparison.
     allowed = {"accuracy": (0.0, 1.0, "a fraction in [0, 1]"), "sentences_per_s": (0.0, math.inf, "a number >= 0"),
                "throughput_ratio": (0.0, math.inf, "a number > 0")}
+    values = {}
     for key, (lo, hi, what) in allowed.items():
-        value = summary.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DataError(f"{path}: summary.{key} must be a number, got {value!r}")
-        if not math.isfinite(value) or not lo <= value <= hi or (key == "throughput_ratio" and value <= 0):
-            raise DataError(f"{path}: summary.{key} must be {what}, got {value!r}")
-    return ReportSummary(path, str(obj["task"]), str(obj.get("chosen_backend", "")), float(summary["accuracy"]),
-                         float(summary["sentences_per_s"]), float(summary["throughput_ratio"]))
+        raw = summary.get(key)
+        if isinstance(raw, _LongInteger):
+            raise DataError(f"{path}: summary.{key} is {raw!r}: no report holds such a number (it must be {what})")
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise DataError(f"{path}: summary.{key} must be a number, got {_short(raw)}")
+        value = _number(raw)
+        if value is None or not lo <= value <= hi or (key == "throughput_ratio" and value <= 0):
+            raise DataError(f"{path}: summary.{key} must be {what}, got {_short(raw)}")
+        values[key] = value
+    task = _task_field(path, obj, "task", "gates.json/metrics.json")
+    backend = obj.get("chosen_backend", "")
+    return ReportSummary(path, task, backend if isinstance(backend, str) else _short(backend),
+                         values["accuracy"], values["sentences_per_s"], values["throughput_ratio"])
 
 
 def compare_reports(current: ReportSummary, baseline: ReportSummary, *, max_accuracy_drop: float,
                     max_throughput_drop: float) -> list[Gate]:
     """Gates for a release: accuracy drop (points) and relative throughput drop vs the previous bundle."""
     if current.task != baseline.task:
-        raise DataError(f"{baseline.path}: baseline report is for task {baseline.task!r}, but the current bundle is "
-                        f"task {current.task!r}; pass the previous report of the same task")
+        raise DataError(f"{baseline.path}: baseline report is for task {_short(baseline.task)}, but the current bundle "
+                        f"is task {_short(current.task)}; pass the previous report of the same task")
     acc_drop = 100.0 * (baseline.accuracy - current.accuracy)
     tput_drop = 1.0 - current.throughput_ratio / baseline.throughput_ratio  # both > 0 (read_report)
     backends = f"{current.chosen_backend} vs previous {baseline.chosen_backend}"
@@ -92,9 +148,10 @@ class ServedSummary:
     median over rounds of served / ceiling (served / model-only where the report has no floor), and its name."""
 
     path: Path
-    task: str
+    task: str  # the served model's name: the task's, or FastDeploy's example name with package.api fastdeploy
     ratios: dict
     measure: str
+    for_task: str | None = None  # the task it measured, where the report says (None: a FastDeploy-named model)
 
 
 def read_perf(path: Path) -> ServedSummary:
@@ -109,22 +166,37 @@ def read_perf(path: Path) -> ServedSummary:
         if not isinstance(row, dict):
             raise DataError(f"{path}: summary[{i}] is not an object")
         name = "served_over_ceiling" if isinstance(row.get("served_over_ceiling"), dict) else "served_over_model_only"
-        value = (row.get(name) or {}).get("median") if isinstance(row.get(name), dict) else None
-        shape = (row.get("items_per_request"), row.get("concurrency"))
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
-                or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in shape):
-            raise DataError(f"{path}: summary[{i}]: needs items_per_request, concurrency and {name}.median > 0")
-        ratios[shape] = float(value)
+        raw = (row.get(name) or {}).get("median") if isinstance(row.get(name), dict) else None
+        value = _number(raw)
+        if value is None or value <= 0:
+            raise DataError(f"{path}: summary[{i}]: needs {name}.median > 0, got {_short(raw)}")
+        for key in ("items_per_request", "concurrency"):
+            x = row.get(key)
+            if isinstance(x, bool) or not isinstance(x, int) or not 0 < x <= 2**31:
+                raise DataError(f"{path}: summary[{i}].{key} must be a whole number from 1 to 2**31, got {_short(x)}")
+        shape = (row["items_per_request"], row["concurrency"])
+        ratios[shape] = value
         names.add(name)
-    return ServedSummary(path, str(obj["model"]), ratios, "served / ceiling" if names == {"served_over_ceiling"}
-                         else "served / model-only")
+    package = obj.get("package") if isinstance(obj.get("package"), dict) else {}
+    for_task = obj.get("task") if isinstance(obj.get("task"), str) else \
+        None if package.get("api") == "fastdeploy" else obj["model"]  # our API serves the task under its own name
+    return ServedSummary(path, obj["model"], ratios, "served / ceiling" if names == {"served_over_ceiling"}
+                         else "served / model-only", for_task)
+
+
+def check_task(task: str, report_task: str, path: Path, role: str) -> None:
+    """A report of another task is bad input: the gate would compare, and pass, figures that are not this task's
+    (OCNLI's gates.json and perf.json passed ``gate --task tnews``)."""
+    if report_task != task:
+        raise DataError(f"{path}: {role} is for task {_short(report_task)}, but --task is {task!r}: pass the reports of task "
+                        f"{task} (the same task)")
 
 
 def compare_served(current: ServedSummary, baseline: ServedSummary, *, max_drop: float) -> list[Gate]:
     """One gate per request shape both reports measured: the relative drop of served efficiency."""
     if current.task != baseline.task:
-        raise DataError(f"{baseline.path}: baseline perf report is for {baseline.task!r}, the current one for "
-                        f"{current.task!r}; pass the previous perf report of the same task")
+        raise DataError(f"{baseline.path}: baseline perf report is for {_short(baseline.task)}, the current one for "
+                        f"{_short(current.task)}; pass the previous perf report of the same task")
     if current.measure != baseline.measure:
         raise DataError(f"{baseline.path}: measures {baseline.measure}, the current report {current.measure}: run "
                         "both with make perf (which starts the floor beside the bundle)")
@@ -161,10 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         baseline = read_report(Path(args.baseline))
         gates = compare_reports(current, baseline, max_accuracy_drop=cfg.gates.release_max_accuracy_drop,
                                 max_throughput_drop=cfg.gates.release_max_throughput_drop)
+        check_task(cfg.task, current.task, current.path, "the current report")  # both the same task: compare_reports
         if args.baseline_perf:
             current_perf = Path(args.current_perf) if args.current_perf else runs / cfg.task / "perf.json"
-            gates += compare_served(read_perf(current_perf), read_perf(Path(args.baseline_perf)),
-                                    max_drop=cfg.gates.release_max_served_drop)
+            perf_now, perf_before = read_perf(current_perf), read_perf(Path(args.baseline_perf))
+            gates += compare_served(perf_now, perf_before, max_drop=cfg.gates.release_max_served_drop)
+            for report in (perf_now, perf_before):
+                if report.for_task is not None:
+                    check_task(cfg.task, report.for_task, report.path,
+                               "the current perf report" if report is perf_now else "the baseline perf report")
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -539,6 +539,60 @@ def check_replaceable(target: Path) -> None:
                            "\"format\": \"ernie-bundle/...\"): not replacing it; move it away or set package.repository")
 
 
+def _scratch_path(repository: Path, task: str, what: str) -> Path:
+    """Where a package builds (``what`` tmp) or sets aside (old) a bundle, beside the target: named by this process,
+    so that a later package tells a copy a killed one left (its process gone) from one still being written."""
+    import os
+
+    return repository / f".{task}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _process_alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    except (OverflowError, ValueError):  # no such pid can exist
+        return False
+    return True
+
+
+def sweep_stale_copies(repository: Path, task: str, legacy_age_s: float = 3600.0) -> list[Path]:
+    """Remove the copies of ``task``'s bundle that killed packages left in ``repository`` (``kill -9`` while building
+    leaves a whole ``.<task>.tmp-*``; between the two renames, a ``.<task>.old-*``): only folders of exactly that
+    name, for this task, whose process is gone; a copy named before names carried the pid only once it is
+    ``legacy_age_s`` old (no package takes that long).  Returns what was removed."""
+    import re
+    import time
+
+    pattern = re.compile(rf"\.{re.escape(task)}\.(?:tmp|old)-(?:(\d+)-)?[0-9a-f]{{8}}")
+    removed = []
+    try:
+        entries = sorted(Path(repository).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match is None or entry.is_symlink() or not entry.is_dir():
+            continue
+        if match.group(1) is not None:
+            if _process_alive(int(match.group(1))):
+                continue  # still being written (or set aside) by a live package
+        else:
+            try:
+                if time.time() - entry.stat().st_mtime < legacy_age_s:
+                    continue
+            except OSError:
+                continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
 def write_repository(
     repository: Path,
     task: str,
@@ -559,6 +613,7 @@ def write_repository(
     target = repository / task
     check_replaceable(target)  # first: nothing is built next to what we would refuse to replace
     repository.mkdir(parents=True, exist_ok=True)
+    sweep_stale_copies(repository, task)  # what killed packages of this task left: whole bundle copies
     prov = provenance or Provenance()
     meta = exported.read_meta()
     kind = _kind(meta)
@@ -571,7 +626,7 @@ def write_repository(
     own = served_engine_of_form(choice.form)
     pc = pc.resolved(own.name if own is not None else "onnxruntime")
     pc, settings = _serving_settings(pc, prov, choice, meta)
-    tmp = repository / f".{task}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = _scratch_path(repository, task, "tmp")
     tmp.mkdir()
     try:
         _build(tmp, task, exported, pc, meta, choice)
@@ -586,7 +641,7 @@ def write_repository(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = repository / f".{task}.old-{uuid.uuid4().hex[:8]}"
+    old = _scratch_path(repository, task, "old")
     try:
         check_replaceable(target)  # again: the build took a while, and the target may have changed meanwhile
     except PackageError:

@@ -126,7 +126,7 @@ def _load_dev(task: str, data_dir, sets, manifest: dict | None):
         cfg = load_task_config(task, _overrides(chosen, sets))
         return cfg, load_task_data(cfg)
     except DataError as exc:
-        if data_dir:
+        if data_dir or chosen:  # the dir given, or the bundle's own that is there: its error says it all (file:line)
             raise
         recorded = recorded_data_dir(manifest)
         built = (f"the bundle was built from {recorded}, which is not there" if recorded
@@ -194,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                               "that to smoke-test the model, or call it with FastDeploy's example client")
         kind = tool_kind(bundle.task_type)
         data = _dev_data(args.task, args.data_dir, kind.name, args.set, bundle.manifest)
+        problem = refused_example(list(data.dev.examples), bundle.manifest)  # named by its line, before any request
+        if problem:
+            raise ClientError(problem)
         items = kind.dev_items(args.task, data)
         problem = kind.smoke_problem(bundle, data)
         if problem:
@@ -210,6 +213,31 @@ def main(argv: list[str] | None = None) -> int:
     failure = kind.smoke_failure if not result.ok else _concurrent_failure(concurrent)
     print(f"FAIL: {failure}" if failure else "PASS")  # the verdict the exit status gives, never PASS with status 1
     return 1 if failure else 0
+
+
+def refused_example(examples: Sequence, manifest: dict | None) -> str | None:
+    """The first dev example whose text the served model would refuse (the server's own check,
+    ``text_input.decode_item``, with the bundle's ``max_text_bytes``), named by its file and line: said before any
+    request, not as a server error naming an item of some batch.  None when every one would be served (and for the
+    kinds whose examples are not text pairs)."""
+    from serving.bundle.config import PackageConfig
+    from serving.triton.text_input import BadText, decode_item
+
+    limit = ((manifest or {}).get("package") or {}).get("max_text_bytes")
+    limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else PackageConfig.max_text_bytes
+    for i, example in enumerate(examples):
+        if not hasattr(example, "text_a"):
+            return None  # token classification, reading comprehension, UIE: their readers hold their own texts
+        for field, text in (("text", example.text_a), ("text_pair", example.text_b)):
+            if text is None:
+                continue
+            try:
+                decode_item(text, field, 0, limit)
+            except (BadText, UnicodeEncodeError) as exc:
+                why = str(exc).split(": ", 1)[-1] if isinstance(exc, BadText) else "not encodable as UTF-8"
+                where = getattr(example, "where", "") or f"dev example {i + 1}"
+                return f"{where}: the served model refuses this dev example's {field} ({why}): fix or remove the row"
+    return None
 
 
 def _concurrent_failure(concurrent: ConcurrentResult | None) -> str:
