@@ -172,10 +172,6 @@ class ClassifierClient:
             arrays["text_pair"] = np.array([[_as_bytes(t)] for t in pairs], dtype=np.object_)
         return self.infer(arrays, OUTPUTS)
 
-    def takes_pairs(self) -> bool:
-        """The served model classifies text pairs (it has a ``text_pair`` input)."""
-        return "text_pair" in self._metadata_names("inputs")
-
     def _metadata_names(self, side: str) -> list[str]:
         """The served model's input or output names (``side``: inputs | outputs), over HTTP (dicts) or gRPC."""
         try:

@@ -16,28 +16,33 @@ TICKS = os.sysconf("SC_CLK_TCK")
 STUB = "triton_python_backend_stub"
 
 
+def stat_fields(text: str) -> list[str]:
+    """The fields of a ``/proc/<pid>/stat`` line after the command name (which may hold spaces and parentheses):
+    ``[0]`` state, ``[1]`` ppid, ``[2]`` process group, ``[11]`` utime, ``[12]`` stime (clock ticks)."""
+    return text[text.rindex(")") + 2 :].split()
+
+
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of ``pid`` (all its threads) in seconds; None when it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat_fields(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def stub_processes(server_pid: int) -> dict[str, int]:
-    """Model instance name (``tnews_0_0``) -> pid of each python backend stub the server started."""
+    """Model instance name (``tnews_0_0``) -> pid of each python backend stub the server started: the stubs in the
+    process group ``server_pid`` leads (the launcher starts tritonserver in a group of its own)."""
     out = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            fields = stat_fields((entry / "stat").read_text())
             args = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
         # the stub's arguments: model.py, shm region, sizes, parent pid, backend dir, ..., instance name, kind
         if int(fields[2]) == server_pid and args and Path(args[0].decode(errors="replace")).name == STUB and len(args) > 8:
             out[args[8].decode(errors="replace")] = int(entry.name)

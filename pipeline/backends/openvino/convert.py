@@ -51,11 +51,6 @@ def reason(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def ir_files(xml: Path) -> tuple[Path, Path]:
-    xml = Path(xml)
-    return xml, xml.with_suffix(WEIGHTS_SUFFIX)
-
-
 def save_ir(model, xml: Path) -> Path:
     """Write ``model`` as ``xml`` + its ``.bin``, atomically: the ``.bin`` is moved first and the ``.xml`` last,
     so an ``.xml`` that exists always has its complete weights beside it."""
