@@ -1,12 +1,19 @@
-"""Every runtime the pipeline can measure and a bundle can ship, in one table: validate measures each one that
-can run here (GPU runtimes included, whenever a GPU with their libraries is present) and records the others as
-``skipped: <why>``; the package stage reads which exported model a measured name ran from the same table.
+"""The engines and every runtime, in one place.
 
-One folder per runtime holds its sessions (``onnxruntime``, ``openvino``, ``paddle``: each ``session.py``, GPU
-sessions included); this module only names them.  TensorRT is not a runtime of its own here: it is Paddle
-Inference's TensorRT subgraph engine and ONNX Runtime's TensorRT execution provider, each in its runtime's session
-module, both built for the dynamic-shape profile ``shapes.ShapeRange`` takes from the dev lengths.  Every session has
-the shape of :class:`Session`.  Tests add a runtime to ``RUNTIMES`` to exercise the GPU path where there is no GPU.
+``CPU_ENGINES`` (ONNX Runtime, OpenVINO) are what compress searches and times INT8 forms in; ``SERVED_ENGINES``
+(theirs and Paddle Inference's) what a bundle can run on Triton's python backend.  ``RUNTIMES`` is every runtime the
+pipeline can measure and a bundle can ship: ONNX Runtime, OpenVINO and Paddle Inference on CPU; ONNX Runtime's CUDA
+and TensorRT execution providers and Paddle Inference's TensorRT engine on GPU.  validate measures each one that can
+run here (GPU runtimes included, whenever a GPU with their libraries is present) and records the others as
+``skipped: <why>`` (``plan``); the package stage reads which exported model a measured name ran from the same table
+(``by_name``).
+
+Each engine's object and sessions live in its folder (``onnxruntime``, ``openvino``, ``paddle``: ``engine.py``,
+``session.py``); this module lists them, and a runtime's ``open`` imports its session module only when called.
+TensorRT is not a runtime of its own here: it is Paddle Inference's TensorRT subgraph engine and ONNX Runtime's
+TensorRT execution provider, each in its runtime's session module, both built for the dynamic-shape profile
+``shapes.ShapeRange`` takes from the dev lengths.  Every session has the shape of :class:`Session`.  Tests add a
+runtime to ``RUNTIMES`` to exercise the GPU path where there is no GPU.
 """
 
 from __future__ import annotations
@@ -93,7 +100,8 @@ class RunOptions:
 @dataclass(frozen=True)
 class Runtime:
     name: str  # validate's backend name (report rows, bundle.json)
-    runtime: str  # onnxruntime | paddle: ratios are to the FP32 of the same runtime (and device, when measured)
+    runtime: str  # onnxruntime | openvino | paddle: ratios are to the FP32 of the same runtime (and device, when
+    # measured), or to ``ratio_base``
     device: str  # cpu | gpu
     precision: str  # fp32 | fp16 | int8: how it computes
     form: str  # the exported model it runs (a pipeline.contract.FORMS name)

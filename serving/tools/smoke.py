@@ -53,13 +53,15 @@ def offline_keys(bundle: BundleModel, items: Sequence) -> list[tuple]:
 
 
 def dev_items(task: str, bundle_dir: Path, data_dir: str | None = None) -> list:
-    """The task's dev items as requests carry them: texts, (question, context) pairs, (text, schema) pairs."""
+    """The task's dev items as requests carry them: texts, (text, text_pair) pairs for a sentence-pair classifier,
+    (question, context) pairs, (text, schema) pairs."""
     bundle = BundleModel.open(bundle_dir)
     return _dev_items(task, data_dir, bundle.task_type, manifest=bundle.manifest)
 
 
 def run_concurrent(bundle: BundleModel, url: str | None, protocol: str, items: Sequence, concurrency: int) -> ConcurrentResult:
-    """``items``: texts, (question, context) pairs for reading comprehension, (text, schema) for UIE."""
+    """``items``: texts, (text, text_pair) pairs for a sentence-pair classifier, (question, context) pairs for reading
+    comprehension, (text, schema) for UIE."""
     from concurrent.futures import ThreadPoolExecutor
     import threading
 
@@ -161,8 +163,9 @@ def _dev_examples(task: str, data_dir: str | Path | None, task_type: str, sets: 
 
 def _dev_items(task: str, data_dir: str | Path | None, task_type: str, sets: list[str] | None = None,
                manifest: dict | None = None) -> list:
-    """The dev set as the bundle's requests carry it, one item each (texts, (question, context) pairs, (text, schema)
-    pairs; a classification task with text pairs is refused: the served ensemble takes single texts)."""
+    """The dev set as the bundle's requests carry it, one item each: texts, (text, text_pair) pairs for a sentence-pair
+    classifier (AFQMC, OCNLI, CMNLI, CSL: the served model takes a ``text_pair`` input), (question, context) pairs,
+    (text, schema) pairs."""
     return tool_kind(task_type).dev_items(task, _dev_data(task, data_dir, task_type, sets, manifest))
 
 

@@ -37,8 +37,8 @@ class ToolKind:
 
     # -- the dev set as requests carry it --------------------------------------------------------------------------
     def items(self, examples: Sequence) -> list:
-        """One request item per dev example (or per text of a UIE schema request): texts, (question, context) pairs,
-        (text, schema) pairs."""
+        """One request item per dev example (or per text of a UIE schema request): texts, (text, text_pair) pairs of a
+        sentence-pair classifier, (question, context) pairs, (text, schema) pairs."""
         raise NotImplementedError
 
     def dev_items(self, task: str, data) -> list:
@@ -106,7 +106,8 @@ class ToolKind:
         """ValueError when the command line lacks what this kind's requests need."""
 
     def print_served(self, client: "ClassifierClient", items, args) -> None:
-        """Send ``items`` (texts, or (questions, contexts)) in requests of ``args.batch_size``; print the answers."""
+        """Send ``items`` (texts, (text, text_pair) pairs, or (questions, contexts)) in requests of ``args.batch_size``;
+        print the answers."""
         raise NotImplementedError
 
 
