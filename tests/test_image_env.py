@@ -31,9 +31,22 @@ ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "serving" / "triton" / "start.py"
 
 
-def _bundles(request) -> dict[str, Path]:
-    return {"onnxruntime": request.getfixturevalue("tiny_fused_bundle"),
-            "openvino": request.getfixturevalue("openvino_bundle")}
+ENGINES = ["onnxruntime", "openvino", "paddlepaddle"]  # every engine a CPU bundle ships in, by its package
+
+
+@pytest.fixture(scope="module")
+def paddle_bundle(tiny_export, tmp_path_factory) -> Path:
+    """The tiny export served by Paddle Inference (package.runtime python-paddle), on CPU."""
+    from serving.bundle.config import PackageConfig
+    from serving.bundle.repository import ExportArtifacts, write_repository
+
+    pc = PackageConfig(runtime="python-paddle", threads=1, max_batch_size=8, preferred_batch_size=4, top_k=2)
+    return write_repository(tmp_path_factory.mktemp("paddle_repo"), "tiny", ExportArtifacts.from_dir(tiny_export), pc).path
+
+
+def _bundle(request, engine: str) -> Path:
+    return request.getfixturevalue({"onnxruntime": "tiny_fused_bundle", "openvino": "openvino_bundle",
+                                    "paddlepaddle": "paddle_bundle"}[engine])
 
 
 def _imported_distributions(bundle: Path) -> set[str]:
@@ -59,7 +72,7 @@ def _imported_distributions(bundle: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_what_the_bundle_imports_is_what_the_image_installs(engine, request):
     """Every package a bundle's python file imports is pinned in its requirements.txt at the version installed here
     (the validated one), and the Dockerfile's install line installs that file: a package the served python imports
@@ -67,7 +80,7 @@ def test_what_the_bundle_imports_is_what_the_image_installs(engine, request):
     from serving.bundle.requirements import FILE, pinned
     from serving.triton.integrity import verify_bundle
 
-    bundle = _bundles(request)[engine]
+    bundle = _bundle(request, engine)
     manifest = verify_bundle(bundle, allow_bytecode=True)
     pins = pinned((bundle / FILE).read_text(encoding="utf-8"))
     imported = _imported_distributions(bundle)
@@ -136,7 +149,7 @@ def _serve_as_the_image_does(bundle: Path, python: Path, log: Path):
     return server
 
 
-@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_served_in_the_image_environment_equals_offline(engine, request, image_python, dev, tmp_path_factory):
     """The image's Python with only its install lines, a real tritonserver with that Python's stub, the image's
     entrypoint: every dev text's label equal to the offline reference's (this venv, the validated engine), its
@@ -149,7 +162,7 @@ def test_served_in_the_image_environment_equals_offline(engine, request, image_p
 
     work = tmp_path_factory.mktemp(f"image_{engine}")
     bundle = work / "tiny"
-    shutil.copytree(_bundles(request)[engine], bundle)
+    shutil.copytree(_bundle(request, engine), bundle)
     clear_bytecode(bundle)
     python = build(bundle, work / "env")
     probe = [str(python), "-c", f"import sys; from importlib import metadata; print('%d.%d' % sys.version_info[:2], "
