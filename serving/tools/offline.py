@@ -8,10 +8,10 @@ Each kind's offline answers live in its tool module (``serving/kinds/<kind>/tool
 ``offline_answers``, ``offline_extractions``): they run the pipeline's ``bio`` / ``windows`` + ``spans`` modules
 (the originals of the copies inside the bundle) with the same tokenizer settings as the served pre-processing, and
 group the items into requests in order (``request_groups``), exactly as ``serving.tools.client`` sends them: every
-model call then sees the same rows as the served one.  The served OpenVINO engine pads a batch's width further, to its
-bucket (``width_buckets`` in ``pipeline/backends/openvino/served.py``; warmed only in the server); with the
-properties the bundle records (no snippets code generation) that changed one TNEWS title's float rounding in
-10,000 and no answer (MEASUREMENTS.md).
+model call then sees the same rows as the served one (the windowed kinds window through ``windower``).  The served
+OpenVINO engine pads a batch's width further, to its bucket (``width_buckets`` in
+``pipeline/backends/openvino/served.py``; warmed only in the server); with the properties the bundle records (no
+snippets code generation) that changed one TNEWS title's float rounding in 10,000 and no answer (MEASUREMENTS.md).
 """
 
 from __future__ import annotations
@@ -173,6 +173,33 @@ def text_batches(bundle: BundleModel, texts: Sequence[str], batch_size: int) -> 
     encoded = [encode_items(tok, texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
     return ModelOnly(bundle.session(engine_threads(bundle)), [(b.input_ids, b.token_type_ids) for b in encoded],
                      [len(b.input_ids) for b in encoded])
+
+
+def windower(bundle: BundleModel, section: str, first_len: str):
+    """``(firsts, contexts) -> (windows, input_ids, token_type_ids)``: ``pipeline.reading.windows`` over the bundle's
+    WordPiece, as its served pre-processing windows (reading comprehension's questions, UIE's prompts, each with its
+    context): bundle.json's ``section`` gives doc_stride and the first segment's length (``first_len``:
+    max_query_len, max_prompt_len); padded with ``[PAD]``."""
+    from pipeline.reading import windows
+
+    settings = bundle.manifest[section]
+    tok = bundle.wordpiece()
+    pad_id = tok.token_to_id("[PAD]")
+
+    def window(firsts: Sequence[str], contexts: Sequence[str]):
+        wins = windows.make_windows(tok, firsts, contexts, max_seq_len=bundle.max_seq_len,
+                                    doc_stride=int(settings["doc_stride"]), max_query_len=int(settings[first_len]))
+        return (wins, *windows.pad_windows(wins, pad_id))
+
+    return window
+
+
+def window_batches(bundle: BundleModel, window, requests: Sequence[tuple[Sequence[str], Sequence[str]]]) -> ModelOnly:
+    """perf's yardstick for a windowed kind: each request's (firsts, contexts) windowed by ``window`` (``windower``)
+    and run as one batch, what the served model executes per request (max_batch_size 0: Triton batches nothing);
+    the first 200 requests."""
+    batches = [window(firsts, contexts)[1:] for firsts, contexts in requests[:200]]
+    return ModelOnly(bundle.session(engine_threads(bundle)), batches, [1] * len(batches))
 
 
 def model_only_throughput(bundle: BundleModel, texts: Sequence[str], batch_size: int, seconds: float = 5.0, threads: int = 0) -> float:

@@ -17,6 +17,11 @@ what a kind object answers:
     shape_fields(meta), meta_sections(meta)   what of it goes into the Triton configs and into bundle.json
     configs(shape, pc)                    its Triton model configs (``all_configs``: by model name)
     card_lines, fastdeploy_card_lines     the model card's "What it is" lines; describes, unit, client_example
+
+A ``WindowedKind`` (reading comprehension, UIE) declares what differs between such kinds and builds the rest from it:
+its ensemble's string ``inputs`` (the first segment's, then the context's), those the post-processing reads too
+(``to_post``), its ``outputs``, its decoding settings (``decode_params``) and the request checks its models share
+(``requests_helper``).
 """
 
 from __future__ import annotations
@@ -27,8 +32,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tritonclient.grpc import model_config_pb2 as mc
+
 from pipeline.contract import TaskKind
 from serving.bundle import fastdeploy_api as fd
+from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig
 from serving.bundle.model_config import BundleShape, ModelNames
 from serving.triton import fastdeploy_payloads
@@ -161,7 +169,61 @@ class WindowedKind(BundleKind):
     """Reading comprehension and UIE: an item becomes a varying number of windows (max_batch_size 0 everywhere,
     model_config.windowed_package), and the model answers start/end logits per token."""
 
-    meta_keys: tuple[str, ...]  # meta_section's positive integers: the stride, the first segment's length, ...
+    # meta_section's positive integers: doc_stride, the first segment's length (question, prompt), then the decoding's
+    meta_keys: tuple[str, ...]
+    inputs: tuple[str, ...]  # the ensemble's string inputs, [N] each: the first segment's, the context's
+    to_post: tuple[str, ...]  # the inputs the post-processing reads too (the passage; the texts and prompts)
+    requests_helper: str  # the request checks (in ``models``) its pre-processing, post-processing and fused models share
+
+    def outputs(self, pc0: PackageConfig) -> list[mc.ModelOutput]:
+        """The ensemble's outputs (``pc0``: ``model_config.windowed_package``'s settings)."""
+        raise NotImplementedError
+
+    def decode_params(self, shape: BundleShape) -> dict[str, Any]:
+        """The post-processing's decoding settings (Triton config parameters)."""
+        raise NotImplementedError
+
+    def shape_fields(self, meta: dict) -> dict[str, Any]:
+        section = meta.get(self.meta_section, {})
+        return {key: int(section.get(key, 0)) for key in self.meta_keys}
+
+    def tokenizer_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [self.models / self.requests_helper]  # the request checks, shared with the fused model
+
+    def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
+        return [self.models / self.requests_helper, *super().postprocess_helpers(pc)]  # the answers
+
+    def ensemble_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
+        """The ensemble, the windowing tokenizer, the model and the post-processing (serving/bundle/model_config.py's
+        windowed pieces)."""
+        pc0, first = mcfg.windowed_package(pc), self.meta_keys[1]
+        return (mcfg.windowed_ensemble_config(shape, pc, self.inputs, self.to_post, self.outputs(pc0)),
+                mcfg.windowing_tokenizer_config(shape, pc, self.inputs, {first: shape.settings[first]}),
+                mcfg.model_config(shape, pc0, self.token_level),
+                mcfg.windowed_postprocess_config(shape, pc, self.to_post, self.outputs(pc0), self.decode_params(shape)))
+
+    def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
+        return (self.fused_config(shape, pc),)
+
+    def fused_config(self, shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
+        """package.layout fused: the ensemble's inputs and outputs on one python model (``fused_source``) that
+        windows, runs the engine in-process and decodes; max_batch_size 0 as the ensemble's (windows per item vary)."""
+        pc0 = mcfg.windowed_package(pc)
+        cfg = mc.ModelConfig(name=ModelNames(shape.task, fused=True).ensemble, backend="python")
+        cfg.input.extend([mcfg.input_tensor(name, mc.TYPE_STRING, [], pc0) for name in self.inputs])
+        cfg.output.extend(self.outputs(pc0))
+        mcfg.schedule(cfg, pc0)
+        self.all_steps(cfg, shape, pc)
+        return cfg
+
+    def all_steps(self, cfg: mc.ModelConfig, shape: BundleShape, pc: PackageConfig) -> None:
+        """The parameters of a model that runs all three steps: the engine's, the windowing's and the decoding's."""
+        mcfg.fused_steps(cfg, shape, pc)
+        first = self.meta_keys[1]
+        for key, value in {"doc_stride": shape.settings["doc_stride"], first: shape.settings[first],
+                           **self.decode_params(shape),
+                           "max_items": pc.max_batch_size}.items():  # items per request; 0: no limit
+            mcfg.param(cfg, key, value)
 
     def meta_problem(self, meta: dict) -> str | None:
         """The served pre/post-processing windows and decodes with meta.json's section: its integers positive, and

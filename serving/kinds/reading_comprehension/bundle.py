@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -26,26 +25,17 @@ class ReadingComprehension(WindowedKind):
     fusable = True
     meta_section = "reading"
     meta_keys = ("doc_stride", "max_query_len", "max_answer_len")
+    inputs, to_post = (QUESTION, CONTEXT), (CONTEXT,)
+    requests_helper = "mrc_requests.py"
     describes = "extractive reading comprehension model"
     client_example = "answer --model {task} --question '谁发明了造纸术？' --context '蔡伦改进了造纸术。'"
 
-    def shape_fields(self, meta: dict) -> dict[str, Any]:
-        r = meta.get(self.meta_section, {})
-        return {"doc_stride": int(r.get("doc_stride", 0)), "max_query_len": int(r.get("max_query_len", 0)),
-                "max_answer_len": int(r.get("max_answer_len", 0))}
+    def outputs(self, pc0: PackageConfig) -> list[mc.ModelOutput]:
+        return [mcfg.output_tensor(ANSWER, mc.TYPE_STRING, [], pc0), mcfg.output_tensor(START, mc.TYPE_INT64, [], pc0),
+                mcfg.output_tensor(END, mc.TYPE_INT64, [], pc0), mcfg.output_tensor(SCORE, mc.TYPE_FP32, [], pc0)]
 
-    def tokenizer_helpers(self, pc: PackageConfig) -> list[Path]:
-        return [self.models / "mrc_requests.py"]  # the request checks, shared with the fused model
-
-    def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
-        return [self.models / "mrc_requests.py", *super().postprocess_helpers(pc)]  # the answers
-
-    def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
-        return (fused_config(shape, pc),)
-
-    def ensemble_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
-        return (ensemble_config(shape, pc), tokenizer_config(shape, pc),
-                mcfg.model_config(shape, mcfg.windowed_package(pc), self.token_level), postprocess_config(shape, pc))
+    def decode_params(self, shape: BundleShape) -> dict[str, Any]:
+        return {"max_answer_len": shape.settings["max_answer_len"], "n_best": N_BEST}
 
     def card_lines(self, names, pc, meta, model_line, batching, choice) -> list[str]:
         r = meta[self.meta_section]
@@ -69,44 +59,6 @@ class ReadingComprehension(WindowedKind):
             f"- `{names.postprocess}` (python): spans.best_spans over all windows of a question, max_answer_len {r['max_answer_len']}.",
             self.batching_line(pc, "questions", fused=False),
         ]
-
-
-# -- its Triton configs (serving/bundle/model_config.py: what every kind's share) ---------------------------
-
-
-def tokenizer_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    return mcfg.windowing_tokenizer_config(shape, pc, (QUESTION, CONTEXT),
-                                           {"max_query_len": shape.settings["max_query_len"]})
-
-
-def postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    return mcfg.windowed_postprocess_config(shape, pc, (CONTEXT,), _outputs(mcfg.windowed_package(pc)),
-                                            {"max_answer_len": shape.settings["max_answer_len"], "n_best": N_BEST})
-
-
-def _outputs(pc0: PackageConfig) -> list[mc.ModelOutput]:
-    return [mcfg.output_tensor(ANSWER, mc.TYPE_STRING, [], pc0), mcfg.output_tensor(START, mc.TYPE_INT64, [], pc0),
-            mcfg.output_tensor(END, mc.TYPE_INT64, [], pc0), mcfg.output_tensor(SCORE, mc.TYPE_FP32, [], pc0)]
-
-
-def ensemble_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    return mcfg.windowed_ensemble_config(shape, pc, (QUESTION, CONTEXT), (CONTEXT,), _outputs(mcfg.windowed_package(pc)))
-
-
-def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-    """package.layout fused: the ensemble's inputs and outputs on one python model (``reader.py``) that windows,
-    runs the engine in-process and picks the answers; max_batch_size 0 as the ensemble's (windows per question vary)."""
-    pc0 = mcfg.windowed_package(pc)
-    cfg = mc.ModelConfig(name=mcfg.ModelNames(shape.task, fused=True).ensemble, backend="python")
-    cfg.input.extend([mcfg.input_tensor(QUESTION, mc.TYPE_STRING, [], pc0), mcfg.input_tensor(CONTEXT, mc.TYPE_STRING, [], pc0)])
-    cfg.output.extend(_outputs(pc0))
-    mcfg.schedule(cfg, pc0)
-    mcfg.fused_steps(cfg, shape, pc)
-    for key, value in (("doc_stride", shape.settings["doc_stride"]), ("max_query_len", shape.settings["max_query_len"]),
-                       ("max_answer_len", shape.settings["max_answer_len"]), ("n_best", N_BEST),
-                       ("max_items", pc.max_batch_size)):  # questions per request; 0: no limit
-        mcfg.param(cfg, key, value)
-    return cfg
 
 
 KIND = ReadingComprehension()  # what serving.bundle.kinds finds in the kind folder's bundle.py

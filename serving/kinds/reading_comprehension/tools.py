@@ -41,40 +41,29 @@ def offline_answers(bundle: "BundleModel", questions: Sequence[str], contexts: S
                     threads: int = 0) -> list:
     """The best span (``pipeline.reading.spans.Span`` or None) per question: make_windows + pad_windows, the model, best_spans."""
     from pipeline.progress import progress
-    from pipeline.reading import spans, windows
-    from serving.tools.offline import request_groups
+    from pipeline.reading import spans
+    from serving.tools.offline import request_groups, windower
 
     if len(questions) != len(contexts):
         raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
-    reading = bundle.manifest["reading"]
-    tok = bundle.wordpiece()
-    pad_id = tok.token_to_id("[PAD]")
+    window = windower(bundle, "reading", "max_query_len")
     run = bundle.session(threads)
     out: list = []
     for group in progress(request_groups(len(questions), batch_size), desc="offline model", unit="batch"):
         qs, cs = [questions[i] for i in group], [contexts[i] for i in group]
-        wins = windows.make_windows(tok, qs, cs, max_seq_len=bundle.max_seq_len, doc_stride=int(reading["doc_stride"]),
-                                    max_query_len=int(reading["max_query_len"]))
-        ids, types = windows.pad_windows(wins, pad_id)
+        wins, ids, types = window(qs, cs)
         logits = np.asarray(run(ids, types), dtype=np.float32)
-        out.extend(spans.best_spans(list(logits), wins, cs, max_answer_len=int(reading["max_answer_len"])))
+        out.extend(spans.best_spans(list(logits), wins, cs,
+                                    max_answer_len=int(bundle.manifest["reading"]["max_answer_len"])))
     return out
 
 
 def question_batches(bundle: "BundleModel", pairs: Sequence[tuple[str, str]]) -> "ModelOnly":
     """Reading comprehension: each question's windows as one batch, what the served model executes per request
     (Triton does not batch them: windows per question vary)."""
-    from pipeline.reading import windows
-    from serving.tools.offline import ModelOnly, engine_threads
+    from serving.tools.offline import window_batches, windower
 
-    reading = bundle.manifest["reading"]
-    tok = bundle.wordpiece()
-    pad_id = tok.token_to_id("[PAD]")
-    batches = [windows.pad_windows(windows.make_windows(tok, [q], [c], max_seq_len=bundle.max_seq_len,
-                                                        doc_stride=int(reading["doc_stride"]),
-                                                        max_query_len=int(reading["max_query_len"])), pad_id)
-               for q, c in pairs[:200]]
-    return ModelOnly(bundle.session(engine_threads(bundle)), batches, [1] * len(batches))
+    return window_batches(bundle, windower(bundle, "reading", "max_query_len"), [([q], [c]) for q, c in pairs])
 
 
 def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:

@@ -67,19 +67,16 @@ def offline_extractions(bundle: "BundleModel", requests: Sequence[tuple[Sequence
     n * P + p), the model on all windows of the request at once, decode_spans."""
     from pipeline.extraction import spans
     from pipeline.progress import progress
-    from pipeline.reading import windows
+    from serving.tools.offline import windower
 
     u = bundle.manifest["uie"]
-    tok = bundle.wordpiece()
-    pad_id = tok.token_to_id("[PAD]")
+    window = windower(bundle, "uie", "max_prompt_len")
     run = bundle.session(threads)
     out: list = []
     for texts, schema in progress(requests, desc="offline model", unit="request"):
         prompts = [p for _ in texts for p in schema]
         contents = [t for t in texts for _ in schema]
-        wins = windows.make_windows(tok, prompts, contents, max_seq_len=bundle.max_seq_len, doc_stride=int(u["doc_stride"]),
-                                    max_query_len=int(u["max_prompt_len"]))
-        ids, types = windows.pad_windows(wins, pad_id)
+        wins, ids, types = window(prompts, contents)
         logits = np.asarray(run(ids, types), dtype=np.float32)
         found = spans.decode_spans(list(logits), wins, contents, position_prob=float(u["position_prob"]),
                                    max_span_len=int(u["max_span_len"]))
@@ -90,17 +87,10 @@ def offline_extractions(bundle: "BundleModel", requests: Sequence[tuple[Sequence
 def schema_batches(bundle: "BundleModel", items: Sequence[tuple[str, Sequence[str]]]) -> "ModelOnly":
     """UIE: each text asked its whole schema, every (text, prompt) window of it as one batch: what the served model
     executes for a one-text request (``max_batch_size`` 0, no Triton batching)."""
-    from pipeline.reading import windows
-    from serving.tools.offline import ModelOnly, engine_threads
+    from serving.tools.offline import window_batches, windower
 
-    u = bundle.manifest["uie"]
-    tok = bundle.wordpiece()
-    pad_id = tok.token_to_id("[PAD]")
-    batches = [windows.pad_windows(windows.make_windows(tok, list(schema), [text] * len(schema), max_seq_len=bundle.max_seq_len,
-                                                        doc_stride=int(u["doc_stride"]), max_query_len=int(u["max_prompt_len"])),
-                                   pad_id)
-               for text, schema in items[:200]]
-    return ModelOnly(bundle.session(engine_threads(bundle)), batches, [1] * len(batches))
+    return window_batches(bundle, windower(bundle, "uie", "max_prompt_len"),
+                          [(list(schema), [text] * len(schema)) for text, schema in items])
 
 
 def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
