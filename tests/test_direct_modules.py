@@ -1,0 +1,605 @@
+"""Direct tests of modules that hold logic and were only ever reached through others (issue 61): each test imports
+the module it is about and holds one behaviour of it, on tiny inputs (no model, no data set, no server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pipeline.errors import ConfigError, DataError, ModelError
+
+
+# -- pipeline/labels_file.py -----------------------------------------------------------------------------------------
+def test_labels_file_reads_json_lines_arrays_in_index_order_and_id2label(tmp_path):
+    from pipeline.labels_file import labels_from_id2label, placeholder_id2label, read_labels
+
+    path = tmp_path / "labels.json"
+    path.write_text('{"label": "100", "label_desc": "a"}\n\n"101"\n7\n', encoding="utf-8")
+    assert read_labels(path, DataError) == ["100", "101", "7"]
+    path.write_text(json.dumps([{"index": 1, "label": "b"}, {"index": 0, "label": "a"}]), encoding="utf-8")
+    assert read_labels(path, DataError) == ["a", "b"]  # objects that all carry an index are put in that order
+    assert labels_from_id2label(path, {"1": "y", "0": "x"}, ConfigError) == ["x", "y"]
+    assert placeholder_id2label({"0": "LABEL_0", "1": "LABEL_1"}) and not placeholder_id2label({"0": "x"})
+
+
+@pytest.mark.parametrize("text, match", [
+    ("", "no labels"), ('"a"\n{"label": "a"}\n', r"duplicate labels \['a'\]"), ('"a"\n{oops\n', r"labels.json:2: malformed JSON"),
+    ('[{"name": "a"}]', r"item 0: field 'label' missing \(keys: name\)"), ("[true]", "must be a string or a number"),
+])
+def test_labels_file_refuses_in_one_line_naming_the_place(tmp_path, text, match):
+    from pipeline.labels_file import read_labels
+
+    path = tmp_path / "labels.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(DataError, match=match):
+        read_labels(path, DataError)
+
+
+def test_labels_file_id2label_needs_ids_zero_to_n_without_gaps(tmp_path):
+    from pipeline.labels_file import labels_from_id2label
+
+    with pytest.raises(ConfigError, match="without gaps"):
+        labels_from_id2label(tmp_path, {"0": "a", "2": "b"}, ConfigError)
+    with pytest.raises(ConfigError, match="integer ids"):
+        labels_from_id2label(tmp_path, {"zero": "a"}, ConfigError)
+
+
+# -- pipeline/env.py -------------------------------------------------------------------------------------------------
+def test_env_prepare_process_sets_only_what_is_unset(monkeypatch):
+    from pipeline import env
+
+    monkeypatch.setattr(env, "_PREPARED", False)
+    monkeypatch.delenv("MKL_DEBUG_CPU_TYPE", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    env.prepare_process()
+    assert os.environ["MKL_DEBUG_CPU_TYPE"] == "5"  # MKL's AVX2 path on AMD
+    assert os.environ["OMP_NUM_THREADS"] == "3"  # a user's choice is kept
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    env.prepare_process()  # prepared once per process: a second call changes nothing
+    assert "OMP_NUM_THREADS" not in os.environ
+    monkeypatch.setattr(env, "_PREPARED", False)
+    env.prepare_process()
+    assert os.environ["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
+
+
+def test_env_versions_names_python_and_installed_packages_only(monkeypatch):
+    from pipeline import env
+
+    monkeypatch.setattr(env, "TRACKED_PACKAGES", ("numpy", "no-such-package-here"))
+    got = env.versions()
+    assert got["python"] == sys.version.split()[0] and got["numpy"] == np.__version__
+    assert "no-such-package-here" not in got and got["ernie-bundle"]
+
+
+def test_env_is_online_asks_the_network_unless_told_offline(monkeypatch):
+    from pipeline import env
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        monkeypatch.delenv("ERNIE_BUNDLE_OFFLINE", raising=False)
+        assert env.is_online("127.0.0.1", port, timeout=2)
+        monkeypatch.setenv("ERNIE_BUNDLE_OFFLINE", "1")
+        assert not env.is_online("127.0.0.1", port, timeout=2)
+    monkeypatch.setenv("ERNIE_BUNDLE_OFFLINE", "0")
+    assert not env.is_online("127.0.0.1", port, timeout=2)  # nobody listens there any more
+
+
+# -- pipeline/yaml_input.py ------------------------------------------------------------------------------------------
+def test_yaml_input_loads_a_config_as_safe_load_does():
+    import yaml
+
+    from pipeline.yaml_input import load
+
+    text = "task: t\nlabels: &l [a, b]\nagain: *l\nnested: {x: 1, y: [1.5, true, null]}\n"
+    assert load(text, "t.yaml") == yaml.safe_load(text)
+    assert load("", "empty.yaml") is None
+
+
+def test_yaml_input_refuses_aliases_that_expand_too_far_before_building_them():
+    from pipeline.yaml_input import MAX_VALUES, ExpandsTooFar, load
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]  # 10**9 values in ~1 KB
+    with pytest.raises(ExpandsTooFar, match=rf"bomb.yaml: its YAML aliases expand to more than {MAX_VALUES:,} values \(line"):
+        load("\n".join(lines), "bomb.yaml")
+    assert issubclass(ExpandsTooFar, ConfigError)
+
+
+def test_yaml_input_refuses_a_value_that_contains_itself_and_bad_yaml_in_one_line(tmp_path):
+    from pipeline.yaml_input import load, load_file
+
+    with pytest.raises(ConfigError, match="self.yaml: a YAML alias refers to a value that contains it"):
+        load("a: &a [1, *a]\n", "self.yaml")
+    with pytest.raises(ConfigError, match=r"^bad.yaml: invalid YAML: [^\n]*$"):
+        load("a: [1, 2\nb: 3\n", "bad.yaml")
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"task: caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"latin.yaml: not UTF-8 text \(byte 9\)"):
+        load_file(latin)
+    with pytest.raises(ConfigError, match="missing.yaml: cannot read it"):
+        load_file(tmp_path / "missing.yaml")
+
+
+def test_yaml_input_short_bounds_what_a_message_shows():
+    from pipeline.yaml_input import short
+
+    assert short({"a": 1}) == "{'a': 1}"
+    assert len(short(list(range(100_000)))) < 100 and len(short("x" * 10_000)) <= 200
+
+
+# -- pipeline/kinds/reading_comprehension.py and token_classification.py -----------------------------------------------
+def _char_tokenizer(tmp_path: Path, texts, max_seq_len: int):
+    from pipeline.tokenizer import Tokenizer, build_char_vocab, write_vocab
+
+    write_vocab(build_char_vocab(texts, 1), tmp_path)
+    return Tokenizer.from_model_dir(tmp_path, max_seq_len)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("doc_stride", 0, "reading.doc_stride"), ("max_answer_len", 1.5, "reading.max_answer_len"),
+    ("dev_for_training", 1.0, "must be < 1"), ("negative_window_ratio", 1.5, "reading.negative_window_ratio")])
+def test_reading_config_refuses_settings_the_windows_cannot_use(field, value, match):
+    from pipeline.kinds.reading_comprehension import ReadingConfig
+
+    with pytest.raises(ConfigError, match=match):
+        ReadingConfig(**{field: value})
+
+
+def _reading(tmp_path, **settings):
+    from pipeline.kinds.reading_comprehension import ReadingComprehension, ReadingConfig
+    from pipeline.reading.squad import Answer, QAExample
+
+    context = "蔡伦改进了造纸术，使纸张得以普及。造纸术是中国古代四大发明之一。"
+    examples = [QAExample("q1", "谁改进了造纸术", context, (Answer("蔡伦", 0),)),
+                QAExample("q2", "造纸术是什么", context, (Answer("中国古代四大发明之一", context.index("中国")),))]
+    cfg = SimpleNamespace(max_seq_len=24, kind_settings=ReadingConfig(**{"doc_stride": 6, "max_query_len": 8,
+                                                                         "max_answer_len": 12, **settings}))
+    tok = _char_tokenizer(tmp_path, [context, *(e.question for e in examples)], cfg.max_seq_len)
+    kind = ReadingComprehension(cfg)
+    return kind, kind.featurize(tok, examples, cfg), examples, cfg
+
+
+def test_reading_kind_scores_oracle_logits_as_every_answer_over_all_windows(tmp_path):
+    kind, fs, examples, cfg = _reading(tmp_path)
+    assert len(fs) > len(examples)  # the passage is longer than one window
+    outputs = []
+    for f in fs.features:
+        logits = np.full((len(f.input_ids), 2), -4.0, dtype=np.float32)
+        logits[f.target[0], 0] = logits[f.target[1], 1] = 4.0  # [CLS] (0, 0) where the window lacks the answer
+        outputs.append(logits)
+    score = kind.score(outputs, fs)
+    assert (score.name, score.value, score.metrics["em"], score.metrics["questions"]) == ("f1", 1.0, 1.0, 2)
+    assert kind.predictions(outputs, fs) == [(a.start, a.start + len(a.text)) for e in examples for a in e.answers]
+    assert kind.manifest_sections(cfg) == {"reading": {"doc_stride": 6, "max_query_len": 8, "max_answer_len": 12}}
+
+
+def test_reading_kind_decides_past_cls_trains_on_answer_windows_and_reads_each_passage_once(tmp_path):
+    kind, fs, examples, _ = _reading(tmp_path, negative_window_ratio=0.0)
+    out = np.zeros((5, 2), dtype=np.float32)
+    out[0] = 9.0  # [CLS]: the window's no-answer score, never a span
+    out[3, 0], out[2, 1] = 1.0, 2.0
+    assert kind.decisions(out).tolist() == [3, 2]  # start and end each their own argmax
+    training = kind.for_training(fs, seed=0)
+    assert 0 < len(training) < len(fs) and all(f.target.any() for f in training.features)
+    assert list(kind.training_texts(examples)) == ["谁改进了造纸术", examples[0].context, "造纸术是什么"]
+
+
+def _tagging(tmp_path, labels=("name", "company")):
+    from pipeline.kinds.token_classification import TokenClassification
+    from pipeline.labeling.bio import Entity
+    from pipeline.labeling.readers import LabelingExample
+
+    texts = ["叶老桂在浙商银行工作", "今天天气很好"]
+    examples = [LabelingExample(texts[0], (Entity("name", 0, 3, "叶老桂"), Entity("company", 4, 8, "浙商银行"))),
+                LabelingExample(texts[1], ())]
+    cfg = SimpleNamespace(task="tiny-ner", labels=list(labels), max_seq_len=16)
+    kind = TokenClassification(cfg)
+    return kind, kind.featurize(_char_tokenizer(tmp_path, texts, cfg.max_seq_len), examples, cfg), examples
+
+
+def test_token_classification_kind_scores_oracle_tags_and_predicts_char_spans(tmp_path):
+    kind, fs, examples = _tagging(tmp_path)
+    assert kind.tags == ["O", "B-name", "I-name", "B-company", "I-company"]
+    assert kind.manifest_sections(SimpleNamespace(labels=["name", "company"])) == {"entity_types": ["name", "company"]}
+
+    def one_hot(tags):
+        out = np.full((len(tags), len(kind.tags)), -5.0, dtype=np.float32)
+        out[np.arange(len(tags)), np.maximum(tags, 0)] = 5.0
+        return out
+
+    perfect = [one_hot(f.target) for f in fs.features]
+    score = kind.score(perfect, fs)
+    assert (score.value, score.metrics["gold_entities"], score.metrics["correct_entities"]) == (1.0, 2, 2)
+    assert kind.predictions(perfect, fs) == [(("name", 0, 3), ("company", 4, 8)), ()]
+    assert kind.score([one_hot(np.zeros_like(f.target)) for f in fs.features], fs).value == 0.0
+
+
+def test_token_classification_kind_needs_entity_types(tmp_path):
+    from pipeline.kinds.token_classification import TokenClassification
+
+    with pytest.raises(ConfigError, match="task tiny-ner: labels: list the entity types"):
+        TokenClassification(SimpleNamespace(task="tiny-ner", labels=[]))
+
+
+# -- pipeline/validation/report.py -----------------------------------------------------------------------------------
+def _report(tmp_path, passed: bool):
+    from pipeline.validation.gates import Gate
+    from pipeline.validation.report import REPORT_FILE, write_report
+
+    gates = [Gate("accuracy_drop", 0.5, 0.2, True, " pts", "max"), Gate("throughput_ratio", 2.0, 2.4 if passed else 1.5,
+                                                                       passed, "x", "min")]
+    rows = [{"backend": "onnxruntime-cpu-fp32", "accuracy": 0.8, "sentences_per_s": 100.0, "throughput_ratio": 1.0},
+            {"backend": "onnxruntime-cpu-int8", "accuracy": 0.79, "accuracy_drop_points": 1.0, "sentences_per_s": 240.0,
+             "throughput_ratio": 2.4, "throughput_ratio_range": (2.2, 2.6)}]
+    grid = {"onnxruntime-cpu-int8": [{"batch_size": 1, "seq_len": 16, "sentences_per_s": 50.0, "latency_ms_p99": 2.5},
+                                     {"batch_size": 8, "seq_len": 32, "sentences_per_s": 300.0, "latency_ms_p99": 30.0}],
+            "paddle-cpu-fp32": []}
+    path = write_report(tmp_path, task="tiny", gates=gates, rows=rows, skipped={"ort-cuda": "no GPU"}, grid=grid,
+                        sizes={"model.onnx": 3 * 2**20}, selected={"name": "w0.75-int8", "width_mult": 0.75,
+                                                                  "quantization": "ort"},
+                        chosen="onnxruntime-cpu-int8", fp32_accuracy=0.8, batch_size=32)
+    assert path == tmp_path / REPORT_FILE
+    return path.read_text(encoding="utf-8")
+
+
+def test_validation_report_says_the_verdict_every_gate_row_skip_grid_and_file(tmp_path):
+    text = _report(tmp_path, passed=False)
+    assert text.startswith("# Validation report: tiny\n")
+    assert "**Gates: FAILED** - chosen backend `onnxruntime-cpu-int8`" in text
+    assert "| throughput_ratio | min 2x | 1.5x | FAIL |" in text and "| accuracy_drop | max 0.5 pts | 0.2 pts | pass |" in text
+    assert "Selected candidate: `w0.75-int8` (width_mult 0.75, quantization ort)." in text
+    assert "| onnxruntime-cpu-fp32 | 0.8000 | - |" in text  # what was not measured is a dash, never 0
+    assert "| 2.40 [2.20–2.60] |" in text
+    assert "| ort-cuda | skipped: no GPU |" in text
+    assert "### onnxruntime-cpu-int8" in text and "### paddle-cpu-fp32" not in text
+    assert "| 1 | 50.0 (p99 2.5 ms) | - |" in text and "| 8 | - | 300.0 (p99 30.0 ms) |" in text
+    assert "| model.onnx | 3.00 |" in text
+    assert "**Gates: PASSED**" in _report(tmp_path, passed=True)
+
+
+def test_validation_plot_draws_the_measured_backends(tmp_path):
+    from pipeline.validation.report import PLOT_FILE, plot_accuracy_vs_throughput
+
+    rows = [{"backend": "onnxruntime-cpu-fp32", "accuracy": 0.8, "sentences_per_s": 100.0},
+            {"backend": "ort-cuda", "accuracy": None, "sentences_per_s": None}]  # skipped: no point
+    out = plot_accuracy_vs_throughput(rows, tmp_path / PLOT_FILE, 0.8, 32, metric_label="F1")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- pipeline/backends/openvino/convert.py and engine.py ------------------------------------------------------------
+def _ov_model():
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    x = ops.parameter([1, 3], ov.Type.f32, name="x")
+    return ov.Model([ops.relu(x)], [x], "tiny")
+
+
+def test_openvino_ir_is_written_whole_copied_moved_and_read_back(tmp_path):
+    from pipeline.backends.openvino.convert import WEIGHTS_SUFFIX, copy_ir, move_ir, read_model, save_ir
+
+    xml = save_ir(_ov_model(), tmp_path / "a" / "int8.xml")
+    assert xml.is_file() and xml.with_suffix(WEIGHTS_SUFFIX).is_file()
+    assert sorted(p.name for p in xml.parent.iterdir()) == ["int8.bin", "int8.xml"]  # no staging folder left
+    copied = copy_ir(xml, tmp_path / "b" / "copy.xml")
+    moved = move_ir(copied, tmp_path / "b" / "moved.xml")
+    assert not copied.exists() and not copied.with_suffix(WEIGHTS_SUFFIX).exists()
+    model = read_model(moved)
+    assert [p.get_friendly_name() for p in model.get_parameters()] == ["x"]
+
+
+def test_openvino_read_model_says_in_one_line_what_is_wrong(tmp_path):
+    from pipeline.backends.openvino.convert import read_model, reason, save_ir
+
+    with pytest.raises(ModelError, match="model not found"):
+        read_model(tmp_path / "none.xml")
+    xml = save_ir(_ov_model(), tmp_path / "m.xml")
+    xml.with_suffix(".bin").unlink()
+    with pytest.raises(ModelError, match="its weights file m.bin is missing"):
+        read_model(xml)
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a model")
+    with pytest.raises(ModelError, match=r"junk.onnx: OpenVINO cannot read it \([^\n]*\)$"):
+        read_model(junk)
+    assert reason(RuntimeError("Exception from src/core.cpp:1:\nthe reason\n")) == "the reason"
+
+
+def _ov_cfg(**properties):
+    from pipeline.backends.openvino.config import OpenVINOConfig
+
+    return SimpleNamespace(engine_settings={"openvino": OpenVINOConfig(properties=properties)},
+                           quantization=SimpleNamespace(openvino_smooth_alphas=[0.5]))
+
+
+def test_openvino_engine_opens_sessions_with_the_properties_its_candidates_recorded(monkeypatch):
+    from pipeline.backends.openvino import session as ov_session
+    from pipeline.backends.openvino.engine import ENGINE
+
+    cfg = _ov_cfg(ENABLE_HYPER_THREADING=False)
+    settings = ENGINE.settings(cfg)
+    assert settings == {"openvino": {"inference_precision": "f32", "properties": {"ENABLE_HYPER_THREADING": False}}}
+    opened = {}
+    monkeypatch.setattr(ov_session, "session", lambda path, precision, properties: opened.update(
+        path=path, precision=precision, properties=properties.as_dict()))
+    ENGINE.open(Path("m.xml"), "int8", json.loads(json.dumps(settings)))  # settings as a candidate's record keeps them
+    assert opened["precision"] == "int8" and opened["properties"]["ENABLE_HYPER_THREADING"] is False
+    params = ENGINE.form_params(cfg)
+    assert params["alphas"] == [0.5] and params["properties"]["ENABLE_HYPER_THREADING"] is False
+    assert "INFERENCE_NUM_THREADS" not in params["properties"] and params["openvino"] and "nncf" in params
+
+
+def test_openvino_engine_check_names_a_property_the_cpu_plugin_refuses():
+    from pipeline.backends.openvino.engine import ENGINE
+    from pipeline.contract import form
+
+    ENGINE.check(_ov_cfg())
+    with pytest.raises(ConfigError, match="OpenVINO refuses NUM_STREAMS='lots'"):
+        ENGINE.check(_ov_cfg(NUM_STREAMS="lots"))
+    assert form(ENGINE.form).precision.value == "int8" and ENGINE.served.form == ENGINE.form
+
+
+# -- pipeline/compress/build.py and onnx_candidates.py ---------------------------------------------------------------
+def test_compress_preflight_refuses_before_any_long_work(tmp_path):
+    from pipeline.compress.arguments import CompressConfig
+    from pipeline.compress.build import preflight
+
+    grid = preflight(CompressConfig(strategy="ptq", algo_list=["mse"], batch_size_list=[4], batch_num_list=[2]),
+                     train_size=8, static_model_dir=None)
+    assert [(g.algo, g.batch_size, g.batch_num) for g in grid] == [("mse", 4, 2)]
+    with pytest.raises(DataError, match="4 x batch_num 3 = 12 calibration examples, but the training split has only 8"):
+        preflight(CompressConfig(strategy="ptq", algo_list=["mse"], batch_num_list=[3]), train_size=8, static_model_dir=None)
+    with pytest.raises(ModelError, match="static model dir not found"):
+        preflight(CompressConfig(strategy="ptq"), train_size=8, static_model_dir=tmp_path / "none")
+    static = tmp_path / "static"
+    static.mkdir()
+    for name in ("model.pdmodel", "model.pdiparams"):
+        (static / name).write_bytes(b"")
+    with pytest.raises(ConfigError, match="dynabert and qat need the dygraph model"):
+        preflight(CompressConfig(strategy="dynabert+ptq"), train_size=8, static_model_dir=static)
+
+
+def test_onnx_candidates_are_each_widths_fp32_then_one_int8_per_engine(tmp_path, monkeypatch):
+    from pipeline.backends.onnxruntime import convert
+    from pipeline.compress.build import Source
+    from pipeline.compress.onnx_candidates import EngineSearch, onnx_candidates
+
+    monkeypatch.setattr(convert, "export_onnx", lambda infer_dir, path, opset: Path(path))
+    searched = []
+
+    def engine(name, suffix):
+        def search(fp32, path, baseline):
+            searched.append((name, fp32.parent.name, path.parent.name, baseline and baseline.parent.name))
+            recipe = SimpleNamespace(name=f"{name}-r", as_dict=lambda: {"name": f"{name}-r"})
+            return SimpleNamespace(chosen=SimpleNamespace(recipe=recipe, drop_points=0.1), within_budget=True)
+        e = SimpleNamespace(name=name, int8_suffix=suffix, candidate_file=f"{name}.bin", quantization=f"q-{name}")
+        return EngineSearch(e, search, settings={name: {"x": 1}}, embeddings_int8=name == "ort")
+
+    sources = [Source(1.0, tmp_path / "m", tmp_path / "s", ""), Source(0.5, tmp_path / "w", tmp_path / "ws", "w0.5-")]
+    searches = [engine("ort", "int8"), engine("ov", "ov-int8")]
+    cands = list(onnx_candidates(sources, tmp_path, searches=searches, quantize_unpruned=False, log=lambda s: None))
+    assert [c.name for c in cands] == ["fp32", "w0.5", "w0.5-int8", "w0.5-ov-int8"]  # the unpruned width not quantized
+    assert [(c.runtime, c.quantization) for c in cands] == [("onnxruntime", "none"), ("onnxruntime", "none"),
+                                                              ("ort", "q-ort"), ("ov", "q-ov")]
+    assert searched == [("ort", "w0.5", "w0.5-int8", "fp32"), ("ov", "w0.5", "w0.5-ov-int8", "fp32")]  # vs the unpruned
+    int8 = cands[3]
+    assert int8.model_path == tmp_path / "candidates" / "w0.5-ov-int8" / "ov.bin" and not int8.embeddings_int8
+    assert int8.settings == {"width_mult": 0.5, "int8_recipe": {"name": "ov-r"}, "heldout_drop_points": 0.1,
+                             "recipe_within_budget": True, "ov": {"x": 1}}
+    searched.clear()
+    names = [c.name for c in onnx_candidates(sources[:1], tmp_path, searches=searches, quantize_unpruned=True,
+                                             log=lambda s: None)]
+    assert names == ["fp32", "int8", "ov-int8"] and [s[3] for s in searched] == [None, None]  # no baseline of its own
+
+
+# -- serving/bundle/kinds/base.py ------------------------------------------------------------------------------------
+def _pc(**kw):
+    from serving.bundle.config import PackageConfig
+
+    return PackageConfig(**kw)
+
+
+def test_bundle_kind_layout_and_label_rows():
+    from serving.bundle.kinds.base import BundleKind
+
+    class Plain(BundleKind):
+        fusable = True
+
+    kind = Plain()
+    assert kind.layout(_pc(runtime="python-onnxruntime")) == "fused"  # auto: fused where the steps fit one python model
+    assert kind.layout(_pc(runtime="onnxruntime")) == "ensemble"  # a native backend runs the model: three models
+    assert kind.layout(_pc(runtime="python-onnxruntime", layout="ensemble")) == "ensemble"
+    assert kind.configs(None, _pc(runtime="python-onnxruntime")) is None  # no fused form of its own
+    assert kind.label_problem(['{"label": "a"}', '{"label": 1}']) is None
+    assert kind.label_problem(['"a"']) == "rows must be JSON objects with a 'label'"
+
+
+def test_windowed_kind_checks_its_meta_section_and_doubles_instances_for_a_whole_core_engine():
+    from pipeline.contract import TaskKind
+    from serving.bundle.kinds.base import WindowedKind
+
+    class Windowed(WindowedKind):
+        kind = TaskKind.READING_COMPREHENSION
+        meta_section, meta_keys = "win", ("doc_stride", "max_first_len", "max_span_len")
+
+    kind = Windowed()
+    good = {"max_seq_len": 32, "win": {"doc_stride": 8, "max_first_len": 6, "max_span_len": 5}}
+    assert kind.meta_problem(good) is None
+    assert kind.shape_fields(good) == {"doc_stride": 8, "max_first_len": 6, "max_span_len": 5}
+    assert kind.meta_problem({"max_seq_len": 32}) == "field 'win' (doc_stride, max_first_len, max_span_len) missing"
+    assert kind.meta_problem({**good, "win": {**good["win"], "doc_stride": True}}) == \
+        "win.doc_stride must be a positive integer, got True"
+    assert "leaves no room for context in max_seq_len 32" in kind.meta_problem({**good, "win": {**good["win"],
+                                                                                             "max_first_len": 29}})
+    assert kind.tag_problem(["start", "end"]) is None and "needs the two rows" in kind.tag_problem(["B-x"])
+    pc, why = kind.serving_defaults(_pc(runtime="python-openvino", threads=0))
+    assert pc.instance_count == 2 and pc.threads == len(os.sched_getaffinity(0)) and "2 instances" in why
+    ort = _pc(runtime="python-onnxruntime")
+    assert kind.serving_defaults(ort) == (ort, None)  # one instance per core already
+    assert "up to 4 texts per request" in kind.batching_line(_pc(max_batch_size=4, preferred_batch_size=1), "texts", True)
+
+
+# -- serving/kinds/classification/bundle.py and token_classification/bundle.py ----------------------------------------
+def _shape(kind, meta=None):
+    from serving.bundle.model_config import BundleShape
+
+    return BundleShape(task="t", num_labels=5, max_seq_len=32, model_file="model.onnx", task_type=kind.name,
+                       settings=kind.shape_fields(meta or {}))
+
+
+def test_classification_bundle_serves_a_text_pair_as_a_second_input():
+    from serving.kinds.classification.bundle import KIND
+
+    meta = {"text_pair": True, "text_pair_join": "[SEP]"}
+    assert KIND.meta_sections(meta) == {"text_pair": True, "text_pair_join": "[SEP]"} and KIND.meta_sections({}) == {}
+    pc = _pc(runtime="onnxruntime")
+    pair = {c.name: c for c in KIND.configs(_shape(KIND, meta), pc)}
+    single = {c.name: c for c in KIND.configs(_shape(KIND), pc)}
+    assert set(pair) == {"t", "t_tokenizer", "t_model", "t_postprocess"}
+    assert [i.name for i in pair["t"].input] == ["text", "text_pair"] and [i.name for i in single["t"].input] == ["text"]
+    assert [i.optional for i in pair["t_tokenizer"].input] == [False, True]  # the python model refuses it by name
+    fused = KIND.configs(_shape(KIND, meta), _pc(runtime="python-onnxruntime"))
+    assert [c.name for c in fused] == ["t"] and fused[0].parameters["text_pair"].string_value == "true"
+    assert [p.name for p in KIND.postprocess_helpers(pc)] == ["class_outputs.py"]
+    assert KIND.label_problem(["anything"]) is None
+
+
+def test_token_classification_bundle_checks_bio_tags_and_speaks_fastdeploys_names():
+    from serving.kinds.token_classification.bundle import KIND
+
+    rows = lambda *names: [json.dumps({"label": n}) for n in names]  # noqa: E731
+    assert KIND.label_problem(rows("O", "B-name", "I-name")) is None
+    assert "BIO tags with 'O' first" in KIND.label_problem(rows("B-name", "O"))
+    assert "BIO tags with 'O' first" in KIND.label_problem(rows("O", "X-name"))
+    ours = {c.name: c for c in KIND.configs(_shape(KIND), _pc(runtime="onnxruntime"))}
+    assert [o.name for o in ours["t"].output] == ["entities"] and "offsets" in [o.name for o in ours["t_tokenizer"].output]
+    fd = KIND.configs(_shape(KIND), _pc(runtime="python-onnxruntime", api="fastdeploy"))
+    assert [c.name for c in fd] == ["t"] and [i.name for i in fd[0].input] == ["INPUT"]
+    assert fd[0].parameters["entities_output"].string_value == "OUTPUT"
+    assert [p.name for p in KIND.postprocess_helpers(_pc(api="fastdeploy"))] == ["entity_outputs.py", "fastdeploy_payloads.py"]
+
+
+# -- serving/bundle/fastdeploy_api.py --------------------------------------------------------------------------------
+def test_fastdeploy_api_refuses_settings_its_examples_have_no_interface_for():
+    from serving.bundle import fastdeploy_api as fd
+
+    one = fd.Example("uie", "grpc_client.py", one_model=True)
+    fd.check("k", None, _pc(api="ernie-bundle"), "x")  # our own API: nothing to check
+    with pytest.raises(ConfigError, match="fastdeploy has serving examples for a \\(m\\), not k; use package.api ernie-bundle"):
+        fd.check("k", None, _pc(api="fastdeploy"), "a (m)")
+    with pytest.raises(ConfigError, match="use a python runtime \\(.*python-onnxruntime.*\\), not onnxruntime"):
+        fd.check("k", one, _pc(api="fastdeploy", runtime="onnxruntime"), "x")
+    with pytest.raises(ConfigError, match="one python model \\(layout fused\\), not an ensemble"):
+        fd.check("k", one, _pc(api="fastdeploy", runtime="python-onnxruntime", layout="ensemble"), "x")
+    fd.check("k", one, _pc(api="fastdeploy", runtime="python-onnxruntime"), "x")
+
+
+def test_fastdeploy_api_gives_its_one_model_one_instance_unless_told():
+    from serving.bundle import fastdeploy_api as fd
+
+    one, ensemble = fd.Example("uie", "c.py", one_model=True), fd.Example("ernie_seqcls", "c.py")
+    assert fd.resolved(_pc(api="fastdeploy", runtime="python-onnxruntime"), one).instance_count == 1
+    assert fd.resolved(_pc(api="fastdeploy", runtime="python-onnxruntime", instance_count=3), one).instance_count == 3
+    assert fd.resolved(_pc(api="fastdeploy"), ensemble).instance_count == 0
+    assert fd.resolved(_pc(runtime="python-onnxruntime"), one).instance_count == 0  # our API: no schema kept
+
+
+# -- serving/tools/process_cpu.py ------------------------------------------------------------------------------------
+def test_process_cpu_reads_stat_fields_past_a_command_name_with_spaces_and_parentheses():
+    from serving.tools.process_cpu import cpu_seconds, stat_fields
+
+    line = "123 (a) b (c) R 1 77 77 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 999 0 0"
+    fields = stat_fields(line)
+    assert fields[:3] == ["R", "1", "77"] and (fields[11], fields[12]) == ("250", "50")
+    busy = time.process_time()
+    while time.process_time() - busy < 0.05:
+        pass
+    assert cpu_seconds(os.getpid()) >= 0.05
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert cpu_seconds(child.pid) is None  # gone (and reaped)
+
+
+def test_process_cpu_finds_the_stubs_of_a_server_group_and_their_cores(tmp_path):
+    from serving.tools.process_cpu import STUB, Snapshot, cores, server_processes, stub_processes
+
+    # a stand-in stub: its argv as the python backend starts one (the instance name 8th), in the group it leads
+    argv = [str(tmp_path / STUB), "-c", "import time; time.sleep(30)", "shm", "1", "2", "3", "dir", "tiny_0_0", "CPU"]
+    proc = subprocess.Popen(argv, executable=sys.executable, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not stub_processes(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stub_processes(proc.pid) == {"tiny_0_0": proc.pid}
+        assert server_processes(proc.pid, ("tiny",)) == {"tritonserver": proc.pid, "stub tiny_0_0": proc.pid}
+        assert server_processes(proc.pid, ("tiny_floor",)) == {"tritonserver": proc.pid}  # another model's stubs only
+        assert stub_processes(os.getpid()) == {}
+    finally:
+        proc.kill()
+        proc.wait()
+    got = cores(Snapshot(10.0, {"a": 1.0, "b": 5.0}), Snapshot(12.0, {"a": 2.0, "b": 4.0, "c": 1.0}))
+    assert got == {"a": 0.5, "b": 0.0, "c": 0.5}
+
+
+# -- serving/tools/floor.py ------------------------------------------------------------------------------------------
+def test_floor_echo_takes_the_served_interface_and_the_first_models_scheduling(tmp_path):
+    from serving.bundle.model_config import parse_pbtxt, to_pbtxt
+    from serving.kinds.classification.bundle import KIND
+    from serving.tools.floor import ECHO_MODEL, floor_name, held_floor_name, write_floor_repository
+
+    bundle = tmp_path / "bundle"
+    configs = {c.name: c for c in KIND.configs(_shape(KIND), _pc(runtime="python-onnxruntime", layout="ensemble",
+                                                                 instance_count=3))}
+    for name, cfg in configs.items():
+        (bundle / name).mkdir(parents=True)
+        (bundle / name / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
+    name = write_floor_repository(bundle, "t", "t_tokenizer", tmp_path / "floor", hold_ms=4)
+    assert name == floor_name("t") == "t_floor"
+    echo = parse_pbtxt((tmp_path / "floor" / name / "config.pbtxt").read_text(encoding="utf-8"))
+    assert (echo.backend, echo.max_batch_size) == ("python", configs["t"].max_batch_size)
+    assert list(echo.input) == list(configs["t"].input) and list(echo.output) == list(configs["t"].output)
+    assert echo.dynamic_batching == configs["t_tokenizer"].dynamic_batching
+    assert [g.count for g in echo.instance_group] == [3]
+    held = parse_pbtxt((tmp_path / "floor" / held_floor_name("t") / "config.pbtxt").read_text(encoding="utf-8"))
+    assert held.parameters["hold_ms"].string_value == "4.000" and "hold_ms" not in echo.parameters
+    assert (tmp_path / "floor" / name / "1" / "model.py").read_text(encoding="utf-8") == ECHO_MODEL
+
+
+def test_floor_echo_model_reads_every_request_and_answers_constants_of_the_declared_shapes(monkeypatch):
+    from serving.tools.floor import ECHO_MODEL
+
+    class Tensor:
+        def __init__(self, name, value):
+            self.name, self.value = name, value
+
+        def as_numpy(self):
+            return self.value
+
+    utils = ModuleType("triton_python_backend_utils")
+    utils.Tensor = Tensor
+    utils.InferenceResponse = lambda output_tensors: output_tensors
+    utils.get_input_tensor_by_name = lambda request, name: request.get(name)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", utils)
+    module = ModuleType("echo")
+    exec(compile(ECHO_MODEL, "model.py", "exec"), module.__dict__)
+    model = module.TritonPythonModel()
+    config = {"max_batch_size": 8, "input": [{"name": "text"}],
+              "output": [{"name": "label", "data_type": "TYPE_STRING", "dims": [1]},
+                         {"name": "probs", "data_type": "TYPE_FP32", "dims": [3]}]}
+    model.initialize({"model_config": json.dumps(config)})
+    answers = model.execute([{"text": Tensor("text", np.array([[b"a"], [b"b"]], dtype=object))},
+                             {"text": Tensor("text", np.array([[b"c"]], dtype=object))}])
+    assert [[(t.name, t.value.shape, t.value.dtype) for t in a] for a in answers] == [
+        [("label", (2, 1), np.dtype(object)), ("probs", (2, 3), np.dtype(np.float32))],
+        [("label", (1, 1), np.dtype(object)), ("probs", (1, 3), np.dtype(np.float32))]]
+    assert model.hold_s == 0.0
