@@ -153,7 +153,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         holder = lock_holder(runner.runs_dir)  # status only reads: it never waits for a run
         if holder is not None:
             print(f"a run is in progress (pid {holder or 'unknown'}): these records may change while you read them")
-        print(format_table(runner.status_rows()))
+        print(format_table(runner.status_rows(), runner.phases()))
         _print_cache(runner.runs_dir)
         return 0
     selected = select_stages(args.from_, args.until, args.only)
@@ -161,10 +161,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     try:
         summary = runner.run(selected, force=args.force)
     except GateFailed:
-        print(format_table(runner.status_rows()), file=sys.stderr)
+        print(format_table(runner.status_rows(), runner.phases()), file=sys.stderr)
         raise
     print()
-    print(format_table(summary.rows))
+    print(format_table(summary.rows, runner.phases()))
     return 0
 
 

@@ -17,7 +17,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, TypeVar
+
+from pipeline.progress import PhaseClock, duration
 
 if TYPE_CHECKING:  # annotations only
     from pipeline.config import TaskConfig
@@ -47,6 +49,10 @@ class StageRecord:
     message: str = ""
     started_at: str = ""
     duration_s: float = 0.0
+    # seconds per phase of the run (pipeline.progress.PhaseClock), in the order they began; they sum to at most
+    # duration_s.  Empty for a stage that names no phases, and in records written before phases were kept.  In JSON
+    # a list of [name, seconds] pairs: the record's keys are sorted, the phases keep their order.
+    phases: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     stage_version: str = ""  # the graph's code version of the stage that wrote it ("": written before it was kept)
     format_version: int = FORMAT_VERSION
@@ -54,6 +60,7 @@ class StageRecord:
     def to_json(self) -> str:
         d = asdict(self)
         d["status"] = self.status.value
+        d["phases"] = [[name, seconds] for name, seconds in self.phases.items()]
         return json.dumps(d, indent=2, ensure_ascii=False, sort_keys=True)
 
     @classmethod
@@ -67,6 +74,7 @@ class StageRecord:
         for name in ("params", "inputs", "outputs", "artifacts", "metrics", "versions"):
             if not isinstance(d.get(name, {}), dict):
                 raise ValueError(f"record field {name!r} is not a JSON object")
+        d["phases"] = _phases(d.get("phases", []))
         if not isinstance(d.get("duration_s", 0.0), (int, float)) or not isinstance(d.get("key", ""), str):
             raise ValueError("record fields duration_s/key have the wrong type")
         return cls(**d)
@@ -76,6 +84,16 @@ class StageRecord:
         from pipeline.hashing import json_sha256
 
         return json_sha256(self.outputs)
+
+
+def _phases(pairs) -> dict[str, float]:
+    """A record's ``phases`` from its JSON ``[[name, seconds], ...]``; anything else is an unreadable record."""
+    ok = isinstance(pairs, list) and all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+        and isinstance(p[1], (int, float)) and not isinstance(p[1], bool) and p[1] >= 0 for p in pairs)
+    if not ok:
+        raise ValueError("record field 'phases' is not a list of [name, seconds] pairs")
+    return {name: float(seconds) for name, seconds in pairs}
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -136,6 +154,14 @@ class StageContext:
     upstream: dict[str, StageRecord]
     runs_dir: Path
     log: Callable[[str], None]
+    clock: PhaseClock = field(default_factory=PhaseClock)  # the runner writes its phases into the record
+
+    def phase(self, name: str, what: str = "", estimate_s: float | None = None) -> ContextManager[None]:
+        """``with ctx.phase("parity", "parity on 10000 dev examples"):``: the time inside is charged to ``name`` in
+        the stage's record; ``what``, when given, is logged first (with ``estimate_s``, when one is known)."""
+        if what:
+            self.log(f"[{self.stage.name}] {what}" + (f" (about {duration(estimate_s)})" if estimate_s is not None else ""))
+        return self.clock.phase(name)
 
     def artifact(self, stage: str, role: str) -> Path:
         rec = self.upstream[stage]

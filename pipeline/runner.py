@@ -18,7 +18,7 @@ from pipeline.errors import GateFailed, NoSpace, PipelineError, StageCrashed, St
 from pipeline.graph import STAGE_NAMES, STAGES, get_stage
 from pipeline.stage import Stage
 from pipeline.hashing import stage_key, tree_hashes
-from pipeline.progress import log as _log
+from pipeline.progress import duration as _fmt_s, log as _log
 from pipeline.records import StageContext, StageRecord, StageStatus, atomic_write_text, check_writable, read_record
 from pipeline.run_lock import claim_runs_dir, run_lock
 
@@ -188,18 +188,19 @@ class Runner:
         try:
             result = stage.run(ctx)
         except PipelineError as exc:
-            rec.duration_s = time.monotonic() - t0
+            rec.duration_s, rec.phases = time.monotonic() - t0, ctx.clock.seconds()
             rec.message = str(exc)
             shutil.rmtree(tmp, ignore_errors=True)
             _write_failure(sdir / "record.json", rec.to_json())
             raise
         except Exception as exc:  # a crash: still a FAIL record, the traceback in the stage log, one line on stderr
-            rec.duration_s = time.monotonic() - t0
+            rec.duration_s, rec.phases = time.monotonic() - t0, ctx.clock.seconds()
             shutil.rmtree(tmp, ignore_errors=True)  # first: it may be what filled the disk
             raise self._crashed(exc, rec, sdir, started) from exc
         except BaseException:  # interrupted: nothing is marked; the next run resumes
             shutil.rmtree(tmp, ignore_errors=True)  # kill -9 cannot get here: the next run removes it
             raise
+        rec.phases = ctx.clock.seconds()  # first: the stage's total then covers every phase
         rec.duration_s = time.monotonic() - t0
         rec.metrics, rec.artifacts, rec.message = result.metrics, result.artifacts, result.message
         outputs = tree_hashes(tmp)
@@ -220,9 +221,20 @@ class Runner:
         atomic_write_text(sdir / "record.json", rec.to_json())
         shutil.rmtree(sdir / "work", ignore_errors=True)  # resumable state is no longer needed
         self.log(f"[{stage.name}] done in {_fmt_s(rec.duration_s)}" + (f": {rec.message}" if rec.message else ""))
+        if rec.phases:
+            self.log(f"[{stage.name}] {format_phases(rec.phases)}")
         return rec
 
     # -- status -------------------------------------------------------------------------------
+    def phases(self) -> dict[str, dict[str, float]]:
+        """Each stage's time per phase, as its record holds it (stages without a record or phases are left out)."""
+        out = {}
+        for stage in STAGES:
+            rec = read_record(self.stage_dir(stage.name))
+            if rec is not None and rec.phases:
+                out[stage.name] = rec.phases
+        return out
+
     def status_rows(self) -> list[tuple[str, str, float, str]]:
         rows = []
         done: dict[str, StageRecord] = {}
@@ -280,11 +292,6 @@ def _few(names: list[str], n: int = 3) -> str:
     return ", ".join(names[:n]) + (f" (+{len(names) - n} more)" if len(names) > n else "")
 
 
-def _fmt_s(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    return f"{m}m{s:02d}s" if m else f"{seconds:.1f}s"
-
-
 def _fmt_metrics(metrics: dict[str, Any]) -> str:
     parts = []
     for k, v in metrics.items():
@@ -295,9 +302,18 @@ def _fmt_metrics(metrics: dict[str, Any]) -> str:
     return ", ".join(parts[:4])
 
 
-def format_table(rows: list[tuple[str, Any, float, str]]) -> str:
+def format_phases(phases: dict[str, float]) -> str:
+    """``phases: importance 1m10s, distillation 19m50s, search 12m02s``: where a stage's time went."""
+    return "phases: " + ", ".join(f"{name} {_fmt_s(s)}" for name, s in phases.items())
+
+
+def format_table(rows: list[tuple[str, Any, float, str]], phases: dict[str, dict[str, float]] | None = None) -> str:
+    """One row per stage; under a stage whose record has phases (``phases``: stage -> its record's), a line with
+    them, in the details column."""
     lines = [f"{'stage':<16}{'status':<17}{'time':>9}  details"]
     for name, status, dur, detail in rows:
         status_s = status.value if isinstance(status, StageStatus) else str(status)
         lines.append(f"{name:<16}{status_s:<17}{_fmt_s(dur) if dur else '-':>9}  {detail}")
+        if phases and phases.get(name):
+            lines.append(f"{'':<16}{'':<17}{'':>9}  {format_phases(phases[name])}")
     return "\n".join(lines)

@@ -129,6 +129,14 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert rows["w0.75-ov-int8"]["quantization"] == "nncf" and rows["w0.75-ov-int8"]["settings"]["int8_recipe"]["name"]
     assert rows["w0.75-int8"]["size_bytes"] < 0.5 * rows["w0.75"]["size_bytes"]
     assert rows["w0.75-ov-int8"]["model_path"].endswith("model.xml")
+    # Time you can see (issue 60): the record holds compress's phases, in the order they began, each >= 0, together
+    # at most the stage's total.
+    record = got["record"]
+    phases = dict(record["phases"])
+    assert [name for name, _ in record["phases"]] == ["inputs", "conversion", "importance", "distillation", "scoring",
+                                                      "search", "timing", "shipped"]
+    assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= record["duration_s"]
+    assert phases["distillation"] > 0 and phases["search"] > 0
     shipped = _out(runs) / got["outputs"]["shipped_dir"]
     assert (shipped / "openvino" / "int8.xml").is_file() and (shipped / "openvino" / "int8.bin").is_file()
     assert "| onnxruntime |" in (_out(runs) / "candidates.md").read_text()
@@ -164,6 +172,11 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert main(["status", *tiny_cli_args(tiny_finetuned["task_yaml"], runs)]) == 0
     out = capsys.readouterr().out
     assert "run cache" in out and "pruned models (DynaBERT)" in out and "INT8 candidates" in out
+    lines = out.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("compress "))  # (STALE: status has no --set)
+    said = lines[row + 1].strip()  # under compress's row: where its time went, as its record holds it
+    assert said.startswith("phases: inputs ") and all(f" {p} " in said for p in ("importance", "distillation", "search",
+                                                                                  "scoring", "timing"))
     assert main(["clean", "--task", str(tiny_finetuned["task_yaml"]), "--runs-dir", str(runs), "--cache"]) == 0
     assert not cache.exists() and (runs / "tiny" / "compress" / "record.json").is_file()
 

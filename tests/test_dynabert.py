@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -122,7 +123,13 @@ def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, spl
     kl_after = _kl_to_teacher(t_logits, _logits(student, dev))
     assert kl_after < 0.7 * kl_before, (kl_before, kl_after)
     assert acc >= 0.9
-    assert len(lines) == 2 and all("held-out accuracy" in line for line in lines)  # one line per epoch
+    epochs = [line for line in lines if "held-out accuracy" in line]
+    assert len(epochs) == 2 and len(lines) == 3  # one line per epoch, and the estimate before the first
+    estimate = re.fullmatch(r"dynabert: distillation: (\d+) steps x (\d+\.\d+) s/step \(measured over steps 2-6\): "
+                            r"about \S+ in all, \S+ left", lines[0])
+    from pipeline.training import plan_steps
+
+    assert estimate and int(estimate[1]) == plan_steps(len(train), 16, 2, 40).total_steps, lines[0]
 
 
 def test_prune_width_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path, splits):

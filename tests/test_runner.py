@@ -80,6 +80,70 @@ def test_unexpected_crash_leaves_a_fail_record_and_the_traceback_in_the_stage_lo
     assert not list(sdir.glob(".tmp-*")) and not (sdir / "out").exists()
 
 
+def test_a_stage_s_phases_are_in_its_record_and_in_status(tiny_task, tmp_path, capsys, monkeypatch):
+    """Issue 60: time you can see.  What a stage charges to ctx.phase is written into its record by the runner (the
+    stage's own names, in order, each >= 0, together at most the stage's total), said before a phase that says what
+    it will do, printed by the run's table and by status; a stage that fails inside a phase keeps what it measured."""
+    import pipeline.runner as runner_mod
+
+    real = next(s for s in runner_mod.STAGES if s.name == "finetune-check")
+
+    def with_phases(ctx):
+        with ctx.phase("reading", "reading: what this phase will do", estimate_s=75.0):
+            with ctx.phase("inner"):  # nested: pauses "reading", every second is charged once
+                pass
+        with ctx.phase("checking"):
+            return real.run(ctx)
+
+    stages = tuple(dataclasses.replace(s, run=with_phases) if s.name == real.name else s for s in runner_mod.STAGES)
+    monkeypatch.setattr(runner_mod, "STAGES", stages)
+    runs = tmp_path / "runs"
+    rc, out = _run(tiny_task, runs, capsys=capsys)
+    assert rc == 0, out.err
+    assert "[finetune-check] reading: what this phase will do (about 1m15s)" in out.out
+    rec = read_record(runs / "tiny" / "finetune-check")
+    assert list(rec.phases) == ["reading", "inner", "checking"]
+    assert all(s >= 0 for s in rec.phases.values()) and rec.phases["checking"] > 0
+    assert sum(rec.phases.values()) <= rec.duration_s
+    on_disk = json.loads((runs / "tiny" / "finetune-check" / "record.json").read_text())
+    assert on_disk["phases"] == [[k, v] for k, v in rec.phases.items()]  # pairs: the record's keys are sorted
+    assert read_record(runs / "tiny" / "finetune").phases == {}  # a stage that names no phases has none
+    table = out.out.splitlines()
+    row = next(i for i, line in enumerate(table) if line.startswith("finetune-check  OK"))
+    assert table[row + 1].split()[:2] == ["phases:", "reading"] and "checking" in table[row + 1]
+    assert main(["status", *tiny_cli_args(tiny_task, runs)]) == 0
+    status = capsys.readouterr().out.splitlines()
+    row = next(i for i, line in enumerate(status) if line.startswith("finetune-check  OK"))
+    assert status[row + 1].strip() == "phases: " + ", ".join(f"{k} {runner_mod._fmt_s(v)}" for k, v in rec.phases.items())
+
+    def fails_inside(ctx):
+        with ctx.phase("before"):
+            pass
+        with ctx.phase("breaking"):
+            raise RuntimeError("broke mid-phase")
+
+    stages = tuple(dataclasses.replace(s, run=fails_inside) if s.name == real.name else s for s in runner_mod.STAGES)
+    monkeypatch.setattr(runner_mod, "STAGES", stages)
+    rc, out = _run(tiny_task, runs, "--only", "finetune-check", "--force", capsys=capsys)
+    rec = read_record(runs / "tiny" / "finetune-check")
+    assert rc == 1 and rec.status.value == "FAIL" and list(rec.phases) == ["before", "breaking"]
+    assert sum(rec.phases.values()) <= rec.duration_s
+
+
+def test_old_records_without_phases_read_and_bad_phases_do_not():
+    from pipeline.records import StageRecord, StageStatus
+
+    rec = StageRecord("finetune", StageStatus.OK, "k", {}, {}, duration_s=2.0)
+    old = json.loads(rec.to_json())
+    del old["phases"]  # written before phases were kept
+    assert StageRecord.from_json(json.dumps(old)).phases == {}
+    for bad in ({"a": 1.0}, [["a", "1m"]], [["a", -1.0]], [["a"]], [[1, 2.0]], [["a", True]]):
+        with pytest.raises(ValueError, match="phases"):
+            StageRecord.from_json(json.dumps({**old, "phases": bad}))
+    rec.phases = {"b": 1.5, "a": 0.25}
+    assert StageRecord.from_json(rec.to_json()).phases == {"b": 1.5, "a": 0.25}
+
+
 def test_gate_failure_exits_3_and_is_not_marked_done(tiny_task, tmp_path, capsys):
     # one training step: an un-fine-tuned model, which the gate must catch
     bad = ("--set", "finetune.max_steps=1", "--set", "gates.min_accuracy=0.9")

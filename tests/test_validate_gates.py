@@ -37,20 +37,36 @@ def exported(tiny_finetuned, tiny_export, tmp_path_factory) -> dict:
             "export_dir": ctx.out_dir, "task_dir": task_dir}
 
 
-def run_validate(exported, out: Path, export_rec=None, **overrides):
-    from pipeline.stages import validate
-
+def validate_ctx(exported, out: Path, export_rec=None, log=None, **overrides):
     cfg = tiny_cfg(exported["tiny"], **{**FAST_VALIDATE, **overrides})
     upstream = {"export": export_rec or exported["export_rec"], "finetune-check": exported["fc"]}
     ctx = make_ctx("validate", cfg, out, out.parent / "work", upstream, exported["task_dir"])
-    return validate.run(ctx)
+    if log is not None:
+        ctx.log = log
+    return ctx
 
 
-def test_validate_writes_gates_report_and_passes(exported, tmp_path):
+def run_validate(exported, out: Path, export_rec=None, **overrides):
+    from pipeline.stages import validate
+
+    return validate.run(validate_ctx(exported, out, export_rec, **overrides))
+
+
+EVERY_CPU_FORM = {"paddle-cpu-fp32", "onnxruntime-cpu-fp32", "onnxruntime-cpu-int8", "onnxruntime-cpu-int8-qdq",
+                  "openvino-cpu-int8"}  # what the tiny export has, and can run here
+GPU_SKIPPED = {"paddle-trt-fp16", "paddle-trt-int8", "ort-cuda", "ort-tensorrt"}  # no GPU here
+
+
+def test_validate_checks_what_ships_by_default(exported, tmp_path):
+    """Issue 60: by default validate measures the shipped form (compress's selection), the FP32 it is compared with
+    and the anchor; every gate reads only those.  The others are not measured (no rows, no grid, not in the rounds),
+    and the report, gates.json, metrics.json and the record say which were checked and how to ask for the rest."""
     from pipeline.backends.registry import selected_form
+    from pipeline.stages import validate
 
-    out = tmp_path / "out"
-    result = run_validate(exported, out)
+    out, lines = tmp_path / "out", []
+    ctx = validate_ctx(exported, out, log=lines.append)
+    result = validate.run(ctx)
     assert result.gate_error is None, result.gate_error
     for name in ("gates.json", "report.md", "metrics.json", "accuracy_vs_throughput.png"):
         assert (out / name).is_file(), name
@@ -59,13 +75,50 @@ def test_validate_writes_gates_report_and_passes(exported, tmp_path):
     assert gates["task"] == "tiny" and gates["passed"] is True
     assert {g["name"] for g in gates["gates"]} == {"max_accuracy_drop", "min_throughput_ratio", "min_anchor_ratio"}
     for g in gates["gates"]:
-        assert set(g) >= {"threshold", "measured", "passed"}
+        assert set(g) >= {"threshold", "measured", "passed"} and g["measured"] is not None
     metrics = json.loads((out / "metrics.json").read_text())
     summary = metrics["summary"]
     assert summary["dev_examples"] > 0 and summary["dev_features"] >= summary["dev_examples"] and summary["model_files_mib"] > 0
+    selected = json.loads((exported["task_dir"] / "compress" / "out" / "selected.json").read_text())
+    chosen = selected_form(selected).name  # the real compress on the tiny model: an ONNX Runtime or OpenVINO form
+    assert result.metrics["chosen_backend"] == chosen
+    checked = {chosen, "onnxruntime-cpu-fp32"}  # every ONNX form's ratio base is the FP32 ONNX in ONNX Runtime
     rows = {r["backend"]: r for r in metrics["backends"]}
-    assert set(rows) == {"paddle-cpu-fp32", "onnxruntime-cpu-fp32", "onnxruntime-cpu-int8", "onnxruntime-cpu-int8-qdq",
-                         "openvino-cpu-int8"}
+    assert set(rows) == checked and set(metrics["benchmarks"]) == checked
+    assert rows["onnxruntime-cpu-fp32"]["argmax_agreement"] == 1.0 and rows[chosen]["anchor_ratio"] > 0
+    assert rows[chosen]["throughput_rounds"] == FAST_VALIDATE["validate.repeats"]
+    assert summary["anchor"]["accuracy"] > 0 and summary["anchor"]["throughput_ratio"] > 0
+    others = EVERY_CPU_FORM - checked
+    for doc in (summary, gates["summary"]):
+        assert doc["checked"]["setting"] == "shipped" and set(doc["checked"]["measured"]) == checked
+        assert doc["checked"]["anchor"] is True and doc["checked"]["shipped"] == chosen
+        assert set(doc["checked"]["not_checked"]) == others and "validate.backends: all" in doc["checked"]["ask"]
+    assert set(metrics["skipped"]) == GPU_SKIPPED  # what cannot run here stays "skipped", apart from "not checked"
+    assert set(result.metrics["backends_checked"]) == checked and set(result.metrics["not_checked"]) == others
+    report = (out / "report.md").read_text()
+    assert "Backends checked: " in report and "and the anchor" in report and "--set validate.backends=all" in report
+    for name in others:
+        assert f"| {name} | not checked: " in report, name
+        assert f"### {name}" not in report  # no grid of its own
+    said = next(line for line in lines if line.startswith("[validate] measuring "))
+    assert chosen in said and "not checked: " in said and all(name in said for name in others)
+    # Time per phase: the stage's own names, each charged once
+    phases = ctx.clock.seconds()
+    assert list(phases) == ["inputs", "anchor", "timing", "parity", "grid", "gates"] and min(phases.values()) >= 0
+    assert any(line.startswith("[validate] onnxruntime-cpu-fp32: parity on ") and "(about " in line for line in lines)
+
+
+def test_validate_backends_all_measures_every_runtime_that_can_run_here(exported, tmp_path):
+    """validate.backends: all: every form of the export is measured as before issue 60 (parity, grid, rounds)."""
+    from pipeline.backends.registry import selected_form
+
+    out = tmp_path / "out"
+    result = run_validate(exported, out, **{"validate.backends": "all"})
+    assert result.gate_error is None, result.gate_error
+    metrics = json.loads((out / "metrics.json").read_text())
+    rows = {r["backend"]: r for r in metrics["backends"]}
+    assert set(rows) == EVERY_CPU_FORM
+    assert metrics["summary"]["checked"]["not_checked"] == {} and "ask" not in metrics["summary"]["checked"]
     # OpenVINO's INT8 is compared with the FP32 ONNX in ONNX Runtime, like ORT's own INT8, in the same rounds.
     assert rows["openvino-cpu-int8"]["throughput_rounds"] == FAST_VALIDATE["validate.repeats"]
     assert rows["openvino-cpu-int8"]["argmax_agreement"] >= 0.95
@@ -84,10 +137,36 @@ def test_validate_writes_gates_report_and_passes(exported, tmp_path):
         assert metrics["benchmarks"][name]["dev"]["sentences_per_s"] == rows[name]["sentences_per_s"], name
         assert rows[name]["throughput_rounds"] == FAST_VALIDATE["validate.repeats"]
     # No GPU here: every GPU backend is skipped with a reason, never counted as passed.
-    assert set(metrics["skipped"]) == {"paddle-trt-fp16", "paddle-trt-int8", "ort-cuda", "ort-tensorrt"}
+    assert set(metrics["skipped"]) == GPU_SKIPPED
     assert all(v.startswith("skipped: ") for v in result.metrics["skipped"].values())
     report = (out / "report.md").read_text()
     assert "skipped:" in report and "onnxruntime-cpu-int8" in report and "PASSED" in report
+    assert "not checked" not in report.lower()
+
+
+def test_validate_backends_list_adds_the_named_ones_to_what_ships(exported, tmp_path):
+    """A list measures the shipped form, its FP32 and the anchor plus the backends it names.  OpenVINO's form is
+    compared with the FP32 ONNX in ONNX Runtime (its ratio base), which is therefore measured with it."""
+    out = tmp_path / "out"
+    result = run_validate(exported, out, **{"validate.chosen_backend": "openvino-cpu-int8",
+                                            "validate.backends": ["onnxruntime-cpu-int8-qdq"]})
+    metrics = json.loads((out / "metrics.json").read_text())
+    rows = {r["backend"]: r for r in metrics["backends"]}
+    assert set(rows) == {"openvino-cpu-int8", "onnxruntime-cpu-fp32", "onnxruntime-cpu-int8-qdq"}
+    assert result.metrics["chosen_backend"] == "openvino-cpu-int8" and rows["openvino-cpu-int8"]["throughput_ratio"] > 0
+    checked = metrics["summary"]["checked"]
+    assert checked["setting"] == ["onnxruntime-cpu-int8-qdq"] and checked["fp32"] == "onnxruntime-cpu-fp32"
+    assert set(checked["not_checked"]) == {"onnxruntime-cpu-int8", "paddle-cpu-fp32"}
+
+
+def test_a_shipped_form_that_cannot_run_here_is_an_error_before_anything_is_measured(exported, tmp_path):
+    from pipeline.stages import validate
+
+    out, lines = tmp_path / "out", []
+    ctx = validate_ctx(exported, out, log=lines.append, **{"validate.chosen_backend": "ort-cuda"})
+    with pytest.raises(ConfigError, match="validate.chosen_backend 'ort-cuda' cannot be measured here \\(.*CUDA"):
+        validate.run(ctx)
+    assert list(ctx.clock.seconds()) == ["inputs"] and not any("parity" in line for line in lines)
 
 
 def test_anchor_gate_fails_naming_the_anchor_and_reports_its_numbers(exported, tmp_path):
@@ -189,12 +268,23 @@ def test_thresholds_that_are_not_numbers_are_config_errors(tiny_finetuned):
         ValidateConfig(repeats="5")
     with pytest.raises(ConfigError, match="validate.batch_sizes"):
         ValidateConfig(batch_sizes=[])
+    with pytest.raises(ConfigError, match="^validate.backends: 'some' is not one of shipped, all or a list of backend names$"):
+        ValidateConfig(backends="some")
+    with pytest.raises(ConfigError, match="^validate.backends must be shipped, all or a non-empty list"):
+        ValidateConfig(backends=[])
+    with pytest.raises(ConfigError, match="^validate.backends\\[1\\]: 'openvino' is not one of onnxruntime-cpu-fp32, "):
+        tiny_cfg(tiny_finetuned, **{"validate.backends": ["onnxruntime-cpu-int8", "openvino"]})
+    assert tiny_cfg(tiny_finetuned, **{"validate.backends": "all"}).validate.backends == "all"
+    assert tiny_cfg(tiny_finetuned).validate.backends == "shipped"
     with pytest.raises(ConfigError, match="export.opset"):
         ExportConfig(opset=11)
     with pytest.raises(ConfigError, match="gates.min_throughput_ratio must be a number"):
         check("min_throughput_ratio", "2x", 3.0, kind="min")
     rc = main(["status", "--task", str(tiny_finetuned["task_yaml"]), "--runs-dir", str(tiny_finetuned["runs_dir"]),
                "--set", "gates.min_throughput_ratio=fast"])
+    assert rc == 2
+    rc = main(["status", "--task", str(tiny_finetuned["task_yaml"]), "--runs-dir", str(tiny_finetuned["runs_dir"]),
+               "--set", "validate.backends=most"])
     assert rc == 2
 
 
@@ -239,7 +329,7 @@ def test_unusable_outputs_and_inputs_are_one_line_errors_not_value_errors(tmp_pa
 
 
 def test_a_gpu_runtime_that_can_run_is_measured_not_skipped(exported, tmp_path, monkeypatch):
-    """validate measures every registry runtime that can run here; a GPU one (simulated: ONNX Runtime on the CPU
+    """validate.backends: all measures every registry runtime that can run here; a GPU one (simulated: ONNX Runtime on the CPU
     under a GPU runtime's entry) gets its parity, throughput and ratio rows, is never listed as skipped, and is not
     chosen for a CPU bundle."""
     import dataclasses
@@ -259,7 +349,7 @@ def test_a_gpu_runtime_that_can_run_is_measured_not_skipped(exported, tmp_path, 
     fake = dataclasses.replace(real, open=open_fake, available=lambda: None)
     monkeypatch.setattr(registry, "RUNTIMES", tuple(fake if r.name == "ort-tensorrt" else r for r in registry.RUNTIMES))
     out = tmp_path / "out"
-    result = run_validate(exported, out)
+    result = run_validate(exported, out, **{"validate.backends": "all"})  # a CPU bundle ships no GPU form
     metrics = json.loads((out / "metrics.json").read_text())
     rows = {r["backend"]: r for r in metrics["backends"]}
     gpu = rows["ort-tensorrt"]

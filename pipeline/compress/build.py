@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import shutil
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, ContextManager, Sequence
 
 from pipeline.backends.forms import MODEL_FILE, check_static_dir
 from pipeline.backends.paddle.convert import copy_static, export_static, program_input_dtype
@@ -31,6 +32,11 @@ from pipeline.errors import ConfigError
 from pipeline.kinds.base import FeatureSet
 from pipeline.modeling import load_classifier
 from pipeline.tokenizer import Tokenizer
+
+
+def untimed(name: str, *args, **kwargs) -> ContextManager[None]:
+    """The ``phase`` of a caller that keeps no phase times (the Python API, scripts)."""
+    return nullcontext()
 
 
 @dataclass(frozen=True)
@@ -97,17 +103,20 @@ def build_and_evaluate(
     accuracy_fn: Callable | None = None,
     searches: Sequence = (),
     opset: int = 13,
+    phase: Callable[[str], ContextManager] | None = None,
 ):
     """Create every candidate under ``out_dir/candidates/<name>/``, evaluate each as it is made, then time
     them all in interleaved rounds; returns (candidates, timing).
 
     ``work_dir`` keeps the expensive trained models (pruned, QAT) so an interrupted run reuses them.
     ``searches``: each CPU engine's INT8 recipe search (``onnx_candidates.EngineSearch``), for ``compress.runtime:
-    onnxruntime`` with ``ptq``.
+    onnxruntime`` with ``ptq``.  ``phase(name)``: a context manager charged with the time of each phase
+    (``StageContext.phase``: conversion, importance, distillation, search, scoring, timing; Paddle's quantization, qat).
     """
     parts = cfg.parts()
     grid = preflight(cfg, train_size=len(inp.train), static_model_dir=inp.static_model_dir)
-    b = _Candidates(cfg, inp, Path(out_dir), Path(work_dir), log, accuracy_fn)
+    phase = phase or untimed
+    b = _Candidates(cfg, inp, Path(out_dir), Path(work_dir), log, accuracy_fn, phase)
     sources = [b.baseline()]  # 1. the FP32 baseline
     if "dynabert" in parts:  # 2. DynaBERT width pruning
         sources += b.pruned_widths()
@@ -116,7 +125,8 @@ def build_and_evaluate(
 
         ptq = "ptq" in parts
         for c in onnx_candidates(sources, b.out_dir, searches=searches if ptq else (),
-                                 quantize_unpruned=cfg.quantize_unpruned or len(sources) == 1, opset=opset, log=log):
+                                 quantize_unpruned=cfg.quantize_unpruned or len(sources) == 1, opset=opset, log=log,
+                                 phase=phase):
             b.add(c, None)  # build_seconds set where it was built
         return b.timed()
     # 3. Paddle quantization: the PTQ grid, QAT, then int8 word embeddings on top of every candidate
@@ -135,8 +145,10 @@ class _Candidates:
     """The candidates made so far, each evaluated on the full dev set as it is added (the first is the FP32
     baseline, unless the caller gave its accuracy)."""
 
-    def __init__(self, cfg: CompressConfig, inp: CompressInputs, out_dir: Path, work_dir: Path, log, accuracy_fn):
+    def __init__(self, cfg: CompressConfig, inp: CompressInputs, out_dir: Path, work_dir: Path, log, accuracy_fn,
+                 phase: Callable[[str], ContextManager] | None = None):
         self.cfg, self.inp, self.out_dir, self.work_dir, self.log, self.accuracy_fn = cfg, inp, out_dir, work_dir, log, accuracy_fn
+        self.phase = phase or untimed
         self.cands: list[Candidate] = []
         self.baseline_accuracy = inp.baseline_accuracy
         self.input_dtype = cfg.input_dtype
@@ -146,27 +158,32 @@ class _Candidates:
             c.build_seconds = round(time.monotonic() - started, 2)
         if self.cfg.runtime == "onnxruntime" and c.runtime == "paddle":  # only a source here: its ONNX forms are the candidates
             return
-        evaluate(c, self.inp.dev, baseline_accuracy=self.baseline_accuracy if self.baseline_accuracy is not None else float("nan"),
-                 eval_batch_size=self.cfg.eval_batch_size, log=self.log, accuracy_fn=self.accuracy_fn)
+        with self.phase("scoring"):
+            evaluate(c, self.inp.dev, baseline_accuracy=self.baseline_accuracy if self.baseline_accuracy is not None else float("nan"),
+                     eval_batch_size=self.cfg.eval_batch_size, log=self.log, accuracy_fn=self.accuracy_fn)
         if self.baseline_accuracy is None:  # the first candidate is the FP32 baseline
             self.baseline_accuracy, c.accuracy_drop_points = c.accuracy, 0.0
         self.cands.append(c)
 
     def timed(self):
         cfg = self.cfg
-        timing = time_candidates(self.cands, self.inp.dev, batch_size=cfg.throughput_batch_size,
-                                 batches=cfg.throughput_batches, rounds=cfg.timing_rounds, log=self.log)
+        self.log(f"[compress] timing {len(self.cands)} candidates in {cfg.timing_rounds} interleaved rounds "
+                 f"({cfg.throughput_batches} batches of {cfg.throughput_batch_size} each)")
+        with self.phase("timing"):
+            timing = time_candidates(self.cands, self.inp.dev, batch_size=cfg.throughput_batch_size,
+                                     batches=cfg.throughput_batches, rounds=cfg.timing_rounds, log=self.log)
         return self.cands, timing
 
     def baseline(self) -> Source:
         """The FP32 baseline as a static program: exported from the dygraph model, or the given static model."""
         inp, t0 = self.inp, time.monotonic()
         fp32_dir = self.out_dir / "candidates" / "fp32" / "infer"
-        if inp.static_model_dir is not None:
-            copy_static(inp.static_model_dir, fp32_dir)
-            self.input_dtype = program_input_dtype(fp32_dir)
-        else:
-            export_static(load_classifier(inp.model_dir, inp.num_labels), fp32_dir, self.cfg.input_dtype)
+        with self.phase("conversion"):
+            if inp.static_model_dir is not None:
+                copy_static(inp.static_model_dir, fp32_dir)
+                self.input_dtype = program_input_dtype(fp32_dir)
+            else:
+                export_static(load_classifier(inp.model_dir, inp.num_labels), fp32_dir, self.cfg.input_dtype)
         self.add(Candidate("fp32", 1.0, "none", False, fp32_dir, inp.model_dir, {"input_dtype": self.input_dtype}), t0)
         return Source(1.0, inp.model_dir, fp32_dir, "")
 
@@ -186,15 +203,17 @@ class _Candidates:
                 shutil.rmtree(tmp, ignore_errors=True)
                 prune_width(inp.model_dir, width, inp.train, inp.heldout, max_seq_len=inp.max_seq_len, out_dir=tmp,
                             epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,
-                            batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=self.log)
+                            batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=self.log,
+                            phase=self.phase)
                 shutil.rmtree(pruned, ignore_errors=True)
                 tmp.rename(pruned)
             else:
                 self.log(f"[compress] dynabert {name}: reusing {pruned}")
             model_dir = self.out_dir / "candidates" / name / "model"
-            shutil.copytree(pruned, model_dir)
-            infer = export_static(load_classifier(model_dir, inp.num_labels), self.out_dir / "candidates" / name / "infer",
-                                  self.input_dtype)
+            with self.phase("conversion"):
+                shutil.copytree(pruned, model_dir)
+                infer = export_static(load_classifier(model_dir, inp.num_labels), self.out_dir / "candidates" / name / "infer",
+                                      self.input_dtype)
             self.add(Candidate(name, width, "none", False, infer, model_dir, {"width_mult": width, "input_dtype": self.input_dtype}), t0)
             sources.append(Source(width, model_dir, infer, name + "-"))
         return sources
@@ -206,8 +225,9 @@ class _Candidates:
             for s in grid:
                 t0 = time.monotonic()
                 name = src.prefix + s.name
-                infer = quantize_static(src.infer_dir, self.out_dir / "candidates" / name / "infer", calib, s,
-                                        input_dtype=self.input_dtype, log=self.log)
+                with self.phase("quantization"):
+                    infer = quantize_static(src.infer_dir, self.out_dir / "candidates" / name / "infer", calib, s,
+                                            input_dtype=self.input_dtype, log=self.log)
                 self.add(Candidate(name, src.width, "ptq", False, infer, src.model_dir,
                                    {**s.to_dict(), "width_mult": src.width, "input_dtype": self.input_dtype}), t0)
 
@@ -229,8 +249,9 @@ class _Candidates:
             if not (trained / MODEL_FILE).is_file():
                 tmp = self.work_dir / "qat" / f".{name}.tmp"
                 shutil.rmtree(tmp, ignore_errors=True)
-                quant_aware_train(src.model_dir, inp.train, inp.dev, max_seq_len=inp.max_seq_len, out_dir=tmp,
-                                  input_dtype=self.input_dtype, log=self.log, **settings)
+                with self.phase("qat"):
+                    quant_aware_train(src.model_dir, inp.train, inp.dev, max_seq_len=inp.max_seq_len, out_dir=tmp,
+                                      input_dtype=self.input_dtype, log=self.log, **settings)
                 shutil.rmtree(trained, ignore_errors=True)
                 tmp.rename(trained)
             else:
@@ -245,7 +266,8 @@ class _Candidates:
             t0 = time.monotonic()
             name = base.name + "+emb"
             infer = self.out_dir / "candidates" / name / "infer"
-            info = quantize_embeddings(base.infer_dir, infer, log=self.log)
+            with self.phase("quantization"):
+                info = quantize_embeddings(base.infer_dir, infer, log=self.log)
             settings = {**base.settings, "embeddings": {"table": info.table, "fp32_bytes": info.fp32_bytes,
                                                         "int8_bytes": info.int8_bytes, "max_abs_error": info.max_abs_error}}
             self.add(Candidate(name, base.width_mult, base.quantization, True, infer, base.source_model_dir, settings), t0)

@@ -31,9 +31,10 @@ from __future__ import annotations
 import copy
 import math
 import shutil
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager
 
 import numpy as np
 
@@ -44,7 +45,7 @@ from pipeline.training import make_optimizer, plan_steps, train_loop
 from pipeline.kinds.base import FeatureSet
 from pipeline.errors import ConfigError, ModelError
 from pipeline.modeling import LABELS_FILE, VOCAB_FILE, inspect_model
-from pipeline.progress import progress
+from pipeline.progress import StepEstimate, progress
 
 COPIED_FILES = (VOCAB_FILE, "tokenizer_config.json", "special_tokens_map.json", LABELS_FILE)
 LAMBDA_DISTILL = 0.1  # weight of the hidden-state MSE, as upstream's DistillConfig(lambda_distill=0.1)
@@ -159,8 +160,10 @@ def distill(
     plan = plan_steps(len(train), batch_size, epochs, max_steps)
     opt, sched = make_optimizer(student, learning_rate, plan.total_steps)
     teacher.eval()
+    estimate = StepEstimate(f"{desc}: distillation", plan.total_steps, log)
 
     def step_loss(b):
+        estimate.step()  # each training step computes its loss once, first
         ids, types = paddle.to_tensor(b.input_ids), paddle.to_tensor(b.token_type_ids)
         with paddle.no_grad():
             t_out = teacher(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
@@ -188,8 +191,10 @@ def prune_width(
     max_steps: int,
     seed: int,
     log: Callable[[str], None] = print,
+    phase: Callable[[str], ContextManager] | None = None,
 ) -> Path:
-    """Prune ``model_dir`` to ``width_mult`` of its heads/FFN neurons, distill, save to ``out_dir``; returns it."""
+    """Prune ``model_dir`` to ``width_mult`` of its heads/FFN neurons, distill, save to ``out_dir``; returns it.
+    ``phase(name)``: charged with ``importance`` (with the reordering and narrowing) and ``distillation``."""
     import paddle
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
@@ -211,17 +216,20 @@ def prune_width(
         f"intermediate {cfg.intermediate_size} -> {neurons}, {cfg.num_hidden_layers} layers"
     )
 
-    model = load_classifier(model_dir, info.head_classes)
-    importance = compute_importance(model, heldout, batch_size=EVAL_BATCH)
-    reorder_by_importance(model, importance)
-    student = narrow_model(model, heads, neurons)
-    del model
+    phase = phase or (lambda name: nullcontext())
+    with phase("importance"):
+        model = load_classifier(model_dir, info.head_classes)
+        importance = compute_importance(model, heldout, batch_size=EVAL_BATCH)
+        reorder_by_importance(model, importance)
+        student = narrow_model(model, heads, neurons)
+        del model
     paddle.seed(seed)
-    best = distill(
-        student, teacher, train, heldout,
-        epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, log=log,
-        desc=f"dynabert w={width_mult:.3g}",
-    )
+    with phase("distillation"):
+        best = distill(
+            student, teacher, train, heldout,
+            epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, log=log,
+            desc=f"dynabert w={width_mult:.3g}",
+        )
     log(f"dynabert width {width_mult:.4g}: best held-out {heldout.kind.metric_label} {best:.4f}")
     save_pruned(student, model_dir, out_dir)
     return out_dir

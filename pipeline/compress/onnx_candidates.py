@@ -13,9 +13,10 @@ selected width (cache hits), so the shipped INT8 files are the measured ones.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, ContextManager, Iterator, Sequence
 
 from pipeline.backends.engine import CpuEngine
 from pipeline.compress.candidates import Candidate
@@ -34,16 +35,21 @@ class EngineSearch:
 
 
 def onnx_candidates(sources: Sequence, out_dir: Path, *, searches: Sequence[EngineSearch], quantize_unpruned: bool,
-                    opset: int = 13, log: Callable[[str], None] = print) -> Iterator[Candidate]:
+                    opset: int = 13, log: Callable[[str], None] = print,
+                    phase: Callable[[str], ContextManager] | None = None) -> Iterator[Candidate]:
     """For every source (``build.Source``: width, dygraph dir, static program): its FP32 ONNX candidate, then one
-    INT8 candidate per engine of ``searches``.  The first source is the unpruned baseline."""
+    INT8 candidate per engine of ``searches``.  The first source is the unpruned baseline.  ``phase(name)``: charged
+    with the conversions (``conversion``) and the INT8 searches (``search``); never held across a ``yield``."""
     from pipeline.backends.onnxruntime.convert import export_onnx
+
+    phase = phase or (lambda name: nullcontext())
 
     baseline_onnx = None
     for src in sources:
         t0 = time.monotonic()
         name = src.prefix.rstrip("-") or "fp32"
-        fp32 = export_onnx(src.infer_dir, Path(out_dir) / "candidates" / name / ONNX_FILE, opset)
+        with phase("conversion"):
+            fp32 = export_onnx(src.infer_dir, Path(out_dir) / "candidates" / name / ONNX_FILE, opset)
         baseline_onnx = baseline_onnx or fp32
         settings = {"width_mult": src.width}
         yield _done(Candidate(name, src.width, "none", False, src.infer_dir, src.model_dir, dict(settings),
@@ -56,7 +62,8 @@ def onnx_candidates(sources: Sequence, out_dir: Path, *, searches: Sequence[Engi
             int8_name = f"{src.prefix}{engine.int8_suffix}"
             log(f"[compress] {int8_name}: {engine.name} INT8 recipe search on {name}")
             path = Path(out_dir) / "candidates" / int8_name / engine.candidate_file
-            result = es.search(fp32, path, baseline)
+            with phase("search"):
+                result = es.search(fp32, path, baseline)
             recipe = result.chosen.recipe
             log(f"[compress] {int8_name}: recipe {recipe.name}")
             yield _done(Candidate(int8_name, src.width, engine.quantization, es.embeddings_int8, src.infer_dir, src.model_dir,

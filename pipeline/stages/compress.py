@@ -82,17 +82,19 @@ def run(ctx):
 
     cfg, ccfg = ctx.cfg, ctx.cfg.compress
     baseline = ctx.handoff("finetune-check", Baseline)
-    inp, rows, vocab_dir = _inputs(ctx, baseline)
+    with ctx.phase("inputs"):
+        inp, rows, vocab_dir = _inputs(ctx, baseline)
     cands, timing = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log,
-                                       searches=_engine_searches(ctx, rows), opset=cfg.export.opset)
+                                       searches=_engine_searches(ctx, rows), opset=cfg.export.opset, phase=ctx.phase)
     selection = select(cands, cfg.gates.max_accuracy_drop, timing)
     chosen = selection.selected
     ctx.log(f"[compress] {selection.message}")
     if chosen is not None:
         # The selected candidate's every shipped form, before the unselected programs go (a pruned FP32 program is
         # what a Paddle-runtime pick's ONNX is converted from).
-        sources = fp32_sources(cands, chosen, ctx.out_dir, ctx.work_dir, cfg.export.opset, ctx.log)
-        make_shipped(ctx.out_dir, sources, rows, cfg, detect_cpu(), RunCache(ctx.runs_dir).int8, ctx.log)
+        with ctx.phase("shipped", "building every shipped form of the selected candidate (its searches are cache hits)"):
+            sources = fp32_sources(cands, chosen, ctx.out_dir, ctx.work_dir, cfg.export.opset, ctx.log)
+            make_shipped(ctx.out_dir, sources, rows, cfg, detect_cpu(), RunCache(ctx.runs_dir).int8, ctx.log)
         _drop_unselected_programs(cands, chosen, ccfg.keep_all_candidates)
     write_table(ctx.out_dir, cands, selection, baseline.value, cfg.gates.max_accuracy_drop, baseline.metric_label)
     fp32 = cands[0]

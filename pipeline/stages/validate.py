@@ -1,10 +1,14 @@
 """Stage ``validate``: parity against the FP32 dygraph reference, benchmarks per backend, gates.
 
-Every runtime of ``pipeline.backends.registry`` that can run here (GPU ones whenever a GPU with their libraries
-is present) runs the full dev set (accuracy, argmax agreement, logit differences vs finetune-check's
-``dev_logits.npy``) and the benchmark grid; the FP32 model of each runtime is measured in the same run,
-so throughput is also a ratio.  Runtimes that cannot run here are recorded ``skipped: <reason>``.
-Writes gates.json, metrics.json, report.md and accuracy_vs_throughput.png.
+What ships is checked: the form the bundle ships, the FP32 it is compared with (its ratio base) and the anchor (ORT's
+``quantize_dynamic(per_channel=True)`` of the same FP32 ONNX, ``gates.min_anchor_ratio``) each run the full dev set
+(accuracy, argmax agreement, logit differences vs finetune-check's ``dev_logits.npy``); the shipped form and its FP32
+run the benchmark grid, and they and the anchor are timed on dev lengths in the same interleaved rounds, so throughput
+is also a ratio.  Every gate reads only these.  ``validate.backends: all`` (or a list of names) measures the other
+runtimes of ``pipeline.backends.registry`` that can run here too (GPU ones whenever a GPU with their libraries is
+present); the report names those not checked and how to ask for them.  Where the shipped form is only known after
+measuring (``checked_backends``) every one is measured.  Runtimes that cannot run here are recorded
+``skipped: <reason>``.  Writes gates.json, metrics.json, report.md and accuracy_vs_throughput.png.
 """
 
 from __future__ import annotations
@@ -62,6 +66,93 @@ def choose_backend(rows: list, requested: str, max_drop: float, selected: dict |
     return max(pool, key=lambda r: r.sentences_per_s or 0.0).backend, f"fastest within budget ({why})"
 
 
+ASK_OTHERS = "validate.backends: all (or a list of backend names) measures the others"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Which backends this run measured, and why (metrics.json and gates.json ``summary.checked``, report.md)."""
+
+    setting: object  # validate.backends as configured: "shipped", "all" or a list of names
+    measured: list[str]  # in the registry's order; the anchor is always measured besides them
+    shipped: str | None  # the form validate verifies, when it is known before measuring
+    fp32: str | None  # the FP32 it is compared with (its ratio base)
+    not_checked: dict[str, str]  # runtimes that could run here and were not measured -> why
+    why: str
+
+    def as_dict(self) -> dict:
+        return {"setting": self.setting, "measured": list(self.measured), "anchor": True, "shipped": self.shipped,
+                "fp32": self.fp32, "not_checked": dict(self.not_checked), "why": self.why,
+                **({"ask": ASK_OTHERS} if self.not_checked else {})}
+
+    def line(self) -> str:
+        out = f"measuring {', '.join(self.measured) or 'no backend'} and the anchor ({self.why})"
+        if self.not_checked:
+            out += f"; not checked: {', '.join(self.not_checked)} ({ASK_OTHERS})"
+        return out
+
+
+def _fp32_base(rt, runtimes: list):
+    """The runtime ``rt``'s throughput ratio is taken to (``_fill_ratios``' rule): its ``ratio_base``, else the FP32
+    of its runtime on its device, else on the CPU; None when none runs here."""
+    named = {r.name: r for r in runtimes}
+    if rt.ratio_base:
+        return named.get(rt.ratio_base)
+    fp32 = {(r.runtime, r.device): r for r in runtimes if r.precision == "fp32"}
+    return fp32.get((rt.runtime, rt.device)) or fp32.get((rt.runtime, "cpu"))
+
+
+def checked_backends(cfg: TaskConfig, runtimes: list, skipped: dict[str, str], selected: dict | None) -> tuple[list, Checked]:
+    """(the runtimes to measure, what that is).  ``validate.backends: shipped`` (the default): the form the bundle
+    ships (``validate.chosen_backend``, else compress's selected candidate's form: ``registry.selected_form``) and its
+    FP32 base; the anchor is measured beside them always.  A list adds the backends it names; ``all``: every runtime
+    that can run here.  Where the shipped form is only known after measuring, every one: widths judged in Paddle and
+    GPU bundles (``choose_backend`` takes the fastest within budget) and a ``package.runtime``/``package.precision``
+    other than auto (the package stage then picks the form it ships among those validate measured).  A shipped form
+    that cannot run here is an error now, before anything is measured."""
+    from pipeline.backends.registry import selected_form
+    from pipeline.errors import ConfigError, PipelineError
+    from pipeline.validation.config import BACKENDS_ALL
+
+    vcfg, pcfg = cfg.validate, cfg.package
+    setting, names = vcfg.backends, [rt.name for rt in runtimes]
+    device = "gpu" if pcfg.kind == "GPU" else "cpu"
+    form = None if vcfg.chosen_backend != "auto" else selected_form(selected or {}, device)
+    shipped = vcfg.chosen_backend if vcfg.chosen_backend != "auto" else (form.name if form is not None else None)
+    if shipped is not None and shipped not in names:
+        why_not = skipped.get(shipped, "its form is not in this export")
+        if vcfg.chosen_backend != "auto":
+            raise ConfigError(f"validate.chosen_backend {shipped!r} cannot be measured here ({why_not}); "
+                              f"measurable: {', '.join(names) or 'nothing'}")
+        raise PipelineError(f"compress selected {(selected or {}).get('name')!r} ({shipped}), which validate could not "
+                            f"measure here ({why_not}); measurable: {', '.join(names) or 'nothing'}")
+    every = None
+    if setting == BACKENDS_ALL:
+        every = "validate.backends: all"
+    elif shipped is None:
+        every = ("the shipped form is the fastest within budget (compress judged widths in Paddle), so every backend "
+                 "is measured" if device == "cpu" else f"the shipped form is the fastest {device} form within budget, "
+                 "so every backend is measured")
+    elif pcfg.runtime != "auto" or pcfg.precision != "auto":
+        every = (f"package.runtime {pcfg.runtime} / package.precision {pcfg.precision} pick the form the bundle ships "
+                 "among those validate measured, so every backend is measured")
+    base = _fp32_base(next(rt for rt in runtimes if rt.name == shipped), runtimes) if shipped is not None else None
+    if every is not None:
+        return list(runtimes), Checked(setting, names, shipped, base.name if base else None, {}, every)
+    wanted = {shipped, *([base.name] if base else []), *(setting if isinstance(setting, list) else [])}
+    why = (f"validate.backends: {setting}: the form that ships ({shipped}) and the FP32 it is compared with "
+           f"({base.name if base else 'none runs here'})" if not isinstance(setting, list) else
+           f"validate.backends: the form that ships ({shipped}), the FP32 it is compared with "
+           f"({base.name if base else 'none runs here'}) and those named: {', '.join(setting)}")
+    absent = [n for n in (setting if isinstance(setting, list) else []) if n not in names]
+    if absent:
+        why += "; named but not measurable here: " + ", ".join(f"{n} ({skipped.get(n, 'not in this export')})" for n in absent)
+    measured = [rt for rt in runtimes if rt.name in wanted]
+    reason = "not the shipped form or its FP32" + (", nor named in validate.backends" if isinstance(setting, list) else "")
+    not_checked = {rt.name: reason for rt in runtimes if rt.name not in wanted}
+    return measured, Checked(setting, [rt.name for rt in measured], shipped, base.name if base else None, not_checked, why)
+
+
 @dataclass
 class _Inputs:
     """What every step reads: the export, the dev set as the kind featurizes it, the FP32 reference outputs."""
@@ -77,35 +168,41 @@ class _Inputs:
 
 
 def run(ctx):
-    """Measure every runtime that can run here (ONNX Runtime's and OpenVINO's CPU forms and the anchor in the same
-    interleaved rounds), verify the form compress selected, check the gates, write the reports."""
+    """Measure the shipped form, its FP32 and the anchor (ONNX Runtime's and OpenVINO's CPU forms and the anchor in
+    the same interleaved rounds; every runtime that can run here with ``validate.backends: all``), verify the form
+    compress selected, check the gates, write the reports."""
     from pipeline.backends.registry import RunOptions, plan
     from pipeline.records import StageResult
     from pipeline.validation import gates as G
 
     cfg = ctx.cfg
-    inp = _read_inputs(ctx)
-    runtimes, skipped = plan(inp.layout.root)  # every runtime that can run here; the rest skipped with why
+    with ctx.phase("inputs"):
+        inp = _read_inputs(ctx)
+    runnable, skipped = plan(inp.layout.root)  # every runtime that can run here; the rest skipped with why
+    runtimes, checked = checked_backends(cfg, runnable, skipped, inp.meta.selected_candidate)
+    ctx.log(f"[validate] {checked.line()}")
     opts = RunOptions(cfg.validate.threads or None, inp.dev.lengths(), cfg.max_seq_len, cfg.engine_settings)
     make = {rt.name: (lambda rt=rt: rt.open(rt.artifact(inp.layout.root), opts)) for rt in runtimes}
     paired, anchor_score = _time_cpu_engines(ctx, inp, runtimes, make)
     rows, benches = zip(*(_measure(ctx, inp, rt, make[rt.name], paired) for rt in runtimes)) if runtimes else ((), ())
     rows, benches = list(rows), dict(zip((r.backend for r in rows), benches))
-    _fill_ratios(rows, benches, paired)
-    device = "gpu" if cfg.package.kind == "GPU" else "cpu"  # chosen among what the bundle will run on
-    chosen, why = choose_backend([r for r in rows if r.device == device] or rows, cfg.validate.chosen_backend,
-                                 cfg.gates.max_accuracy_drop, inp.meta.selected_candidate)
-    ctx.log(f"[validate] verifying {chosen}: {why}")
-    crow = next(r for r in rows if r.backend == chosen)
-    gate_list = _gates(cfg, crow, inp.reference.score.value)
-    summary = _summary(cfg, inp, crow, paired, anchor_score)
-    report = G.GateReport(cfg.task, chosen, gate_list, summary)
-    _write_reports(ctx, inp, report, rows, benches, skipped, why)
+    with ctx.phase("gates"):
+        _fill_ratios(rows, benches, paired)
+        device = "gpu" if cfg.package.kind == "GPU" else "cpu"  # chosen among what the bundle will run on
+        chosen, why = choose_backend([r for r in rows if r.device == device] or rows, cfg.validate.chosen_backend,
+                                     cfg.gates.max_accuracy_drop, inp.meta.selected_candidate)
+        ctx.log(f"[validate] verifying {chosen}: {why}")
+        crow = next(r for r in rows if r.backend == chosen)
+        gate_list = _gates(cfg, crow, inp.reference.score.value)
+        summary = {**_summary(cfg, inp, crow, paired, anchor_score), "checked": checked.as_dict()}
+        report = G.GateReport(cfg.task, chosen, gate_list, summary)
+        _write_reports(ctx, inp, report, rows, benches, skipped, why, checked)
     for name, reason in skipped.items():
         ctx.log(f"[validate] {name}: skipped: {reason}")
     metrics = {"chosen_backend": chosen, "chosen_by": why, "accuracy": crow.accuracy, "accuracy_drop_points": crow.accuracy_drop_points,
                "throughput_ratio": crow.throughput_ratio, "sentences_per_s": crow.sentences_per_s,
-               "gates_passed": report.passed, "skipped": {k: f"skipped: {v}" for k, v in skipped.items()}}
+               "gates_passed": report.passed, "skipped": {k: f"skipped: {v}" for k, v in skipped.items()},
+               "backends_checked": checked.measured, "not_checked": list(checked.not_checked)}
     return StageResult(metrics=metrics, gate_error=G.failure_message(gate_list),
                        artifacts={"gates": G.GATES_FILE, "report": "report.md", "metrics": METRICS_FILE, "plot": "accuracy_vs_throughput.png"},
                        message=f"{chosen}: {inp.kind.metric_label} {crow.accuracy:.4f} (drop {crow.accuracy_drop_points:+.2f} pts vs FP32), "
@@ -148,13 +245,24 @@ def _time_cpu_engines(ctx, inp: _Inputs, runtimes, make):
 
     vcfg = ctx.cfg.validate
     timed = inp.dev.subset(range(min(vcfg.dev_benchmark_limit or len(inp.dev), len(inp.dev))))
-    anchor = ort_session.session(ort_quantize.quantize_anchor(inp.layout.path("onnx_fp32"), ctx.work_dir / "anchor.onnx"),
-                                 threads=vcfg.threads or None)
-    anchor.name = ANCHOR
-    sessions = {rt.name: make[rt.name]() for rt in runtimes if is_cpu_engine_form(rt)}
-    paired = interleaved_throughput({**sessions, ANCHOR: anchor}, timed, vcfg.throughput_batch_size, rounds=vcfg.repeats,
-                                    max_batches=32, warmup=vcfg.warmup)
-    return paired, evaluate_session(anchor, inp.dev, vcfg.dev_batch_size, desc="parity anchor").score
+    with ctx.phase("anchor", "anchor: ORT quantize_dynamic(per_channel=True) of the FP32 ONNX"):
+        anchor = ort_session.session(ort_quantize.quantize_anchor(inp.layout.path("onnx_fp32"), ctx.work_dir / "anchor.onnx"),
+                                     threads=vcfg.threads or None)
+        anchor.name = ANCHOR
+        sessions = {rt.name: make[rt.name]() for rt in runtimes if is_cpu_engine_form(rt)}
+    with ctx.phase("timing", f"timing {', '.join([*sessions, ANCHOR])} on {len(timed)} dev examples in {vcfg.repeats} "
+                             f"interleaved rounds"):
+        paired = interleaved_throughput({**sessions, ANCHOR: anchor}, timed, vcfg.throughput_batch_size, rounds=vcfg.repeats,
+                                        max_batches=32, warmup=vcfg.warmup)
+    with ctx.phase("parity", f"{ANCHOR}: parity on {len(inp.data.dev.examples)} dev examples", _parity_estimate(inp, paired, ANCHOR)):
+        return paired, evaluate_session(anchor, inp.dev, vcfg.dev_batch_size, desc="parity anchor").score
+
+
+def _parity_estimate(inp: _Inputs, paired, name: str) -> float | None:
+    """Seconds a full-dev parity run of ``name`` should take at the rate the interleaved rounds measured (None when
+    it was not in them)."""
+    rate = paired.median(name) if name in paired.rates else None
+    return len(inp.dev) / rate if rate else None
 
 
 def _measure(ctx, inp: _Inputs, rt, make, paired):
@@ -168,12 +276,15 @@ def _measure(ctx, inp: _Inputs, rt, make, paired):
     cfg, vcfg = ctx.cfg, ctx.cfg.validate
     settings = BenchmarkSettings(list(vcfg.batch_sizes), inp.widths, vcfg.warmup, vcfg.repeats,
                                  vcfg.throughput_batch_size, vcfg.dev_benchmark_limit)
-    ctx.log(f"[validate] {rt.name} ({rt.device}): parity on {len(inp.data.dev.examples)} dev examples, then benchmark")
-    bench = benchmark_backend(rt.name, make, inp.tokenizer.vocab_size, inp.dev, settings, rt.artifact(inp.layout.root),
-                              dev_timing=paired.result(rt.name) if rt.name in paired.rates else None)
-    session = make()
-    ev = evaluate_session(session, inp.dev, vcfg.dev_batch_size, desc=f"parity {rt.name}")
-    del session
+    with ctx.phase("grid", f"{rt.name} ({rt.device}): fixed-shape grid, batch {list(vcfg.batch_sizes)} x length "
+                           f"{inp.widths}, {vcfg.repeats} repeats"):
+        bench = benchmark_backend(rt.name, make, inp.tokenizer.vocab_size, inp.dev, settings, rt.artifact(inp.layout.root),
+                                  dev_timing=paired.result(rt.name) if rt.name in paired.rates else None)
+    with ctx.phase("parity", f"{rt.name}: parity on {len(inp.data.dev.examples)} dev examples",
+                   _parity_estimate(inp, paired, rt.name)):
+        session = make()
+        ev = evaluate_session(session, inp.dev, vcfg.dev_batch_size, desc=f"parity {rt.name}")
+        del session
     b1 = [c for c in bench.grid if c.batch_size == 1 and c.seq_len <= cfg.max_seq_len] or \
          [c for c in bench.grid if c.batch_size == 1]
     dev = bench.dev
@@ -259,7 +370,8 @@ def _summary(cfg, inp: _Inputs, crow, paired, anchor_score) -> dict:
             "engine": crow.runtime, "int8_recipe": inp.meta.int8_recipe}
 
 
-def _write_reports(ctx, inp: _Inputs, report, rows: list, benches: dict, skipped: dict, chosen_by: str) -> None:
+def _write_reports(ctx, inp: _Inputs, report, rows: list, benches: dict, skipped: dict, chosen_by: str,
+                   checked: Checked) -> None:
     """gates.json, metrics.json, report.md and the accuracy-vs-throughput plot."""
     from pipeline.contract import TOKENIZER_DIR
     from pipeline.validation import gates as G
@@ -279,7 +391,8 @@ def _write_reports(ctx, inp: _Inputs, report, rows: list, benches: dict, skipped
     plot_accuracy_vs_throughput(dicts, out / PLOT_FILE, fp32, cfg.validate.throughput_batch_size, inp.kind.metric_label)
     write_report(out, task=cfg.task, gates=report.gates, rows=dicts, skipped=skipped, grid={k: [c.__dict__ for c in b.grid]
                  for k, b in benches.items()}, sizes=sizes, selected=inp.meta.selected_candidate, chosen=report.chosen_backend,
-                 fp32_accuracy=fp32, batch_size=cfg.validate.throughput_batch_size, metric_label=inp.kind.metric_label)
+                 fp32_accuracy=fp32, batch_size=cfg.validate.throughput_batch_size, metric_label=inp.kind.metric_label,
+                 checked=checked.as_dict())
 
 
 STAGE = Stage(
@@ -292,5 +405,6 @@ STAGE = Stage(
     # 2: 2048 timed dev examples; ONNX Runtime measured before Paddle. 3: ORT CPU dev-length timing once (interleaved);
     # 4: OpenVINO and the anchor in the interleaved rounds, gates.min_anchor_ratio
     # 5: the backend is compress's selected candidate (verified and gated), no longer re-picked
-    version="5",
+    # 6: only the shipped form, its FP32 and the anchor are measured by default (validate.backends)
+    version="6",
 )

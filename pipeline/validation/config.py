@@ -30,6 +30,29 @@ class ExportConfig:
         _number("export.opset", self.opset, minimum=13, integer=True)
 
 
+BACKENDS_SHIPPED, BACKENDS_ALL = "shipped", "all"  # validate.backends
+
+
+def _backends(value) -> None:
+    """validate.backends: "shipped", "all", or a non-empty list of the registry's backend names."""
+    from pipeline.yaml_input import short
+
+    if isinstance(value, str):
+        if value not in (BACKENDS_SHIPPED, BACKENDS_ALL):
+            raise ConfigError(f"validate.backends: {short(value)} is not one of {BACKENDS_SHIPPED}, {BACKENDS_ALL} "
+                              "or a list of backend names")
+        return
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"validate.backends must be {BACKENDS_SHIPPED}, {BACKENDS_ALL} or a non-empty list of backend "
+                          f"names, got {short(value)}")
+    from pipeline.backends.registry import RUNTIMES
+
+    names = [r.name for r in RUNTIMES]
+    for i, name in enumerate(value):
+        if name not in names:
+            raise ConfigError(f"validate.backends[{i}]: {short(name)} is not one of {', '.join(names)}")
+
+
 @dataclass
 class ValidateConfig:
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8, 32])
@@ -44,6 +67,12 @@ class ValidateConfig:
     threads: int = 0  # 0: OMP_NUM_THREADS
     chosen_backend: str = "auto"  # "auto": the form compress selected (stages.validate.choose_backend); or a backend name
     throughput_batch_size: int = 32  # batch size of the throughput-ratio gate
+    # Which backends validate measures (full-dev parity, the fixed-shape grid, dev-length timing).  "shipped": the
+    # form the bundle ships, the FP32 it is compared with, and the anchor (the gates need no more; a release run pays
+    # for no other).  "all": every runtime that can run here (the registry's table).  A list of backend names: the
+    # shipped ones and these.  Where the shipped form is only known after measuring (widths judged in Paddle, a GPU
+    # bundle, package.runtime/precision other than auto) every backend is measured whatever this says.
+    backends: str | list[str] = BACKENDS_SHIPPED
 
     def __post_init__(self) -> None:
         _int_list("validate.batch_sizes", self.batch_sizes)
@@ -54,5 +83,6 @@ class ValidateConfig:
         _number("validate.dev_benchmark_limit", self.dev_benchmark_limit, minimum=0, integer=True)
         _number("validate.threads", self.threads, minimum=0, integer=True)
         _number("validate.throughput_batch_size", self.throughput_batch_size, minimum=1, integer=True)
+        _backends(self.backends)
         if not isinstance(self.chosen_backend, str) or not self.chosen_backend:
             raise ConfigError(f"validate.chosen_backend must be a backend name or 'auto', got {self.chosen_backend!r}")

@@ -47,7 +47,8 @@ def _f(value, fmt: str = ".4f", none: str = "-") -> str:
 
 def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[dict], skipped: dict[str, str],
                  grid: dict[str, list[dict]], sizes: dict[str, int], selected: dict, chosen: str,
-                 fp32_accuracy: float, batch_size: int, metric_label: str = "accuracy") -> Path:
+                 fp32_accuracy: float, batch_size: int, metric_label: str = "accuracy", checked: dict | None = None) -> Path:
+    """``checked``: which backends were measured and which not (``stages.validate.Checked.as_dict``)."""
     lines = [f"# Validation report: {task}", ""]
     passed = all(g.passed for g in gates)
     lines += [f"**Gates: {'PASSED' if passed else 'FAILED'}** - chosen backend `{chosen}`; "
@@ -58,6 +59,13 @@ def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[di
                      f"{'pass' if g.passed else 'FAIL'} |")
     lines += ["", f"Selected candidate: `{selected.get('name', '?')}` (width_mult {selected.get('width_mult', '?')}, "
               f"quantization {selected.get('quantization', '?')}).", ""]
+    if checked:
+        names = lambda xs: ", ".join(f"`{x}`" for x in xs)  # noqa: E731
+        lines += [f"Backends checked: {names(checked.get('measured') or [])} and the anchor ({checked.get('why', '')})."]
+        if checked.get("not_checked"):
+            lines += ["", f"Not checked (skipped: no gate reads them): {names(checked['not_checked'])}; "
+                          "`--set validate.backends=all` (or a list of backend names) measures them."]
+        lines += [""]
     lines += ["## Parity and throughput per backend", "",
               f"Throughput: real dev lengths, dynamic padding, batch {batch_size}; x FP32: vs the FP32 model on the same runtime "
               "(OpenVINO: vs the FP32 ONNX in ONNX Runtime), same run; x anchor: vs ONNX Runtime's quantize_dynamic(per_channel) "
@@ -74,6 +82,8 @@ def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[di
             f"{_f(r.get('model_mb'), '.1f')} |")
     for name, reason in skipped.items():
         lines.append(f"| {name} | skipped: {reason} |" + " |" * 12)
+    for name, reason in ((checked or {}).get("not_checked") or {}).items():
+        lines.append(f"| {name} | not checked: {reason} (validate.backends: all measures it) |" + " |" * 12)
     lines += ["", f"![accuracy vs throughput]({PLOT_FILE})", "", "## Fixed-shape grid (sentences/s, median of repeats)", ""]
     for backend, cells in grid.items():
         if not cells:
