@@ -27,7 +27,7 @@ help:
 	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again, + helm-values.yaml for serving/bundle/chart (ARGS='--set deploy.key=value')"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
 	@echo "make image-env TASK=.. the Dockerfile's Python environment rebuilt here; serve in it: make serve ARGS=\"--python .venv-image/<task>/bin/python\""
-	@echo "make perf TASK=..    perf_analyzer on the served bundle: served vs the model alone and the platform's floor, CPU by process ([ARGS=--profile 10]: py-spy)"
+	@echo "make perf TASK=..    perf_analyzer on the served bundle: served vs the model alone and the platform's floor, CPU by process (py-spy on the stubs: scripts/perf_lab.py)"
 	@echo "make tune TASK=..    engine instances x threads chosen by measurement here; the next make bundle packages with them"
 	@echo "make replicas TASK=.. two servers behind HAProxy, one killed mid-run: failures, p99, answers == offline"
 	@echo "make gate TASK=.. BASELINE=previous/gates.json [BASELINE_PERF=previous/perf.json]   release gate against a previous bundle (accuracy, speed-up, served speed)"

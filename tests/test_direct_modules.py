@@ -555,7 +555,7 @@ def test_process_cpu_finds_the_stubs_of_a_server_group_and_their_cores(tmp_path)
 def test_floor_echo_takes_the_served_interface_and_the_first_models_scheduling(tmp_path):
     from serving.bundle.model_config import parse_pbtxt, to_pbtxt
     from serving.kinds.classification.bundle import KIND
-    from serving.tools.floor import ECHO_MODEL, floor_name, held_floor_name, write_floor_repository
+    from serving.tools.floor import ECHO_MODEL, floor_name, write_floor_repository
 
     bundle = tmp_path / "bundle"
     configs = {c.name: c for c in KIND.configs(_shape(KIND), _pc(runtime="python-onnxruntime", layout="ensemble",
@@ -563,15 +563,14 @@ def test_floor_echo_takes_the_served_interface_and_the_first_models_scheduling(t
     for name, cfg in configs.items():
         (bundle / name).mkdir(parents=True)
         (bundle / name / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
-    name = write_floor_repository(bundle, "t", "t_tokenizer", tmp_path / "floor", hold_ms=4)
+    name = write_floor_repository(bundle, "t", "t_tokenizer", tmp_path / "floor")
     assert name == floor_name("t") == "t_floor"
     echo = parse_pbtxt((tmp_path / "floor" / name / "config.pbtxt").read_text(encoding="utf-8"))
     assert (echo.backend, echo.max_batch_size) == ("python", configs["t"].max_batch_size)
     assert list(echo.input) == list(configs["t"].input) and list(echo.output) == list(configs["t"].output)
     assert echo.dynamic_batching == configs["t_tokenizer"].dynamic_batching
     assert [g.count for g in echo.instance_group] == [3]
-    held = parse_pbtxt((tmp_path / "floor" / held_floor_name("t") / "config.pbtxt").read_text(encoding="utf-8"))
-    assert held.parameters["hold_ms"].string_value == "4.000" and "hold_ms" not in echo.parameters
+    assert sorted(p.name for p in (tmp_path / "floor").iterdir()) == [name]  # the echo alone: the bundle untouched
     assert (tmp_path / "floor" / name / "1" / "model.py").read_text(encoding="utf-8") == ECHO_MODEL
 
 
@@ -602,4 +601,3 @@ def test_floor_echo_model_reads_every_request_and_answers_constants_of_the_decla
     assert [[(t.name, t.value.shape, t.value.dtype) for t in a] for a in answers] == [
         [("label", (2, 1), np.dtype(object)), ("probs", (2, 3), np.dtype(np.float32))],
         [("label", (1, 1), np.dtype(object)), ("probs", (1, 3), np.dtype(np.float32))]]
-    assert model.hold_s == 0.0

@@ -298,20 +298,21 @@ def test_uie_bundle_end_to_end(tmp_path, capsys):
         tool_or_skip(find_perf_analyzer, PerfError, "ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER")
         texts = [json.loads(line)["text"] for line in (data / "dev.json").read_text(encoding="utf-8").splitlines()]
         items = [(t, ["姓名", "公司"]) for t in texts[:30]]
-        perf.update(measure(bundle, str(task_yaml), None, [1, 2], seconds=1.0, url=server.grpc_url,
-                            offline_seconds=1.5, items=items))
-        perf["md"] = format_markdown(perf)
+        perf["record"] = measure(bundle, str(task_yaml), None, [1, 2], seconds=1.0, url=server.grpc_url,
+                                 offline_seconds=1.5, items=items)
+        perf["md"] = format_markdown(perf["record"])
 
     out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys, while_served=perf_analyzer_run)
     assert "pairs whose spans differ: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)
-    assert [lv["concurrency"] for lv in perf["levels"]] == [1, 2] and perf["schema_size"] == 2
-    for lv in perf["levels"]:
-        shares = {m["model"]: m for m in lv["models"]}
+    record = perf["record"]
+    assert [lv.concurrency for lv in record.levels] == [1, 2] and "2 prompts" in record.request_note
+    for lv in record.levels:
+        shares = {m.model: m for m in lv.models}
         # layout auto: one python model windows, runs the engine and decodes (max_batch_size 0: a request per call)
-        assert lv["requests_per_s"] > 0 and set(shares) == {"tinyuie"} and shares["tinyuie"]["requests"] > 0
-    assert perf["offline_model_only_items_per_s"] > 0 and "2 prompts: req/s are texts/s" in perf["md"]
+        assert lv.requests_per_s > 0 and set(shares) == {"tinyuie"} and shares["tinyuie"].requests > 0
+    assert record.summary[0].model_only_items_per_s.median > 0 and "2 prompts: req/s are texts/s" in perf["md"]
 
 
 @pytest.mark.slow

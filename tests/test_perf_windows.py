@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.validation.release import PerfRecord
 from serving.tools import perf
 
 FAKE = '''#!{python}
@@ -60,10 +61,10 @@ def test_an_unstable_level_is_measured_again_with_longer_windows(tmp_path):
     assert json.loads(calls.read_text()) == [1000, 2000]
     assert level.window_s == 2.0 and level.requests_per_s == 120.5 and level.p99_ms == 9.0
     assert len(logs) == 1 and "not stable over 1 s windows" in logs[0] and "2 s windows" in logs[0]
-    report = {"model": "m", "task_type": "classification", "seconds": 1.0, "perf_analyzer": "2.51",
-              "cpu": {"model": "cpu", "flags": ["avx2"], "cores": 2}, "package": {}, "layout": "ensemble",
-              "levels": [{**level.__dict__, "models": []}]}
-    assert "measured with longer ones: concurrency 2 (2 s)" in perf.format_markdown(report)
+    record = PerfRecord(model="m", summary=[perf.Shape(1, 2, served=[level], model_only=[(100.0, 0.01)]).figures("batch 16")],
+                        task_type="classification", seconds=1.0, perf_analyzer="2.51",
+                        cpu={"model": "cpu", "flags": ["avx2"], "cores": 2}, levels=[level])
+    assert "measured with longer ones: concurrency 2 (2 s)" in perf.format_markdown(record)
 
 
 def test_a_stable_level_runs_once_with_the_asked_window(tmp_path):

@@ -138,13 +138,13 @@ def test_smoke_without_data_dir_scores_the_data_the_bundle_was_built_from(served
 def test_perf_replicas_and_loadtest_read_the_bundles_data_too(recorded_bundle, task_without_data, tiny_finetuned):
     from serving.tools import loadtest
     from serving.tools.offline import BundleModel
-    from serving.tools.perf import _items
+    from serving.tools.perf import request_items
     from serving.tools.smoke import dev_items
 
     dev = [json.loads(line)["sentence"] for line in
            (tiny_finetuned["data_dir"] / "dev.json").read_text(encoding="utf-8").splitlines()]
     manifest = BundleModel.open(recorded_bundle).manifest
-    assert _items(str(task_without_data), None, "classification", manifest) == dev  # make perf
+    assert request_items(str(task_without_data), None, "classification", manifest) == dev  # make perf
     assert dev_items(str(task_without_data), recorded_bundle, None) == dev  # make replicas
 
     class Args:

@@ -1,15 +1,18 @@
 """The served release gate (issue 38): ``make gate ... BASELINE_PERF=previous/perf.json`` fails when the served
 efficiency (served / ceiling, measured in one run by make perf) fell by more than ``gates.release_max_served_drop``
-on any request shape both reports measured; bad perf reports are one line, exit 2.  And the arithmetic make perf's
-report rests on: the ceiling, the per-round spread, py-spy's collapsed stacks."""
+on any request shape both reports measured; bad perf reports are one line, exit 2.  make perf's record (PerfRecord,
+perf.json) written and read back as the same record, earlier versions' included; the arithmetic it rests on: the
+ceiling, the per-round spread, a shape's figures from its rounds."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from pipeline.validation.release import Level, ModelShare, PerfRecord, ShapeFigures, Spread, read_perf
 from pipeline.validation.release import main as gate_main
 from serving.tools import perf
 
@@ -71,44 +74,91 @@ def test_reports_of_other_shapes_or_measures_are_refused(tiny_task, tmp_path, ca
 
 def test_ceiling_and_spread():
     assert perf.ceiling(2000.0, 12000.0) == pytest.approx(1714.2857, rel=1e-6)
-    s = perf._spread([3.0, 1.0, 2.0])
-    assert (s["median"], s["min"], s["max"], s["rounds"]) == (2.0, 1.0, 3.0, [3.0, 1.0, 2.0])
-    assert perf._spread([1.0, 3.0])["median"] == 2.0
+    s = Spread.of([3.0, 1.0, 2.0])
+    assert (s.median, s.min, s.max, s.rounds) == (2.0, 1.0, 3.0, [3.0, 1.0, 2.0])
+    assert Spread.of([1.0, 3.0]).median == 2.0 and Spread.of([]) == Spread()
 
 
-def test_top_frames_from_py_spys_collapsed_stacks():
-    raw = ("process 1;execute (model_support.py:220);run (model.py:40);__call__ (runner.py:60) 60\n"
-           "process 1;execute (model_support.py:220);response (model_support.py:178) 30\n"
-           "process 1;execute (model_support.py:220) 10\n")
-    top = perf.top_frames(raw, expected=200)
-    assert top["samples"] == 100 and top["busy_share"] == 0.5
-    frames = {f["frame"]: f for f in top["frames"]}
-    assert frames["__call__ (runner.py:60)"]["own"] == 0.6 and frames["execute (model_support.py:220)"]["inside"] == 1.0
-    assert top["frames"][0]["frame"] == "__call__ (runner.py:60)"
-    assert top["engine_share"] == 0.0  # no frame of the bundle's engine.py in these stacks
-    raw += "process 1;execute (model_support.py:220);__call__ (runner.py:60);Engine.__call__ (engine.py:80);infer (openvino/_ov_api.py:202) 100\n"
-    assert perf.top_frames(raw, expected=400)["engine_share"] == 0.5
+def _lv(rate: float, p50: float, cores: dict | None = None) -> Level:
+    return Level(1, rate, p50, p50, p50, p50, models=[ModelShare("t_model", 10, 5, 2.0, 0.1, 0.4)], window_s=1.0,
+                 cores=cores or {})
 
 
-def test_a_lone_requests_time_split_from_perf_analyzers_parts_and_py_spys_shares():
-    """Concurrency 1, one request per 10 ms: the client saw 10 ms on average, 9 of them inside Triton; two stubs (an
-    ensemble) busy 40% and 30% of the time, the second one 80% inside the engine: 2 ms of hand-off."""
-    profile = {"stubs": {"stub t_tokenizer_0_0": {"busy_share": 0.4, "engine_share": 0.0},
-                         "stub t_model_0_0": {"busy_share": 0.3, "engine_share": 0.8}}}
-    split = perf.lone_request_split(10.0, 9.0, 10.0, profile)
-    assert split == pytest.approx({"outside_triton": 1.0, "handoff": 2.0, "python": 4.6, "engine": 2.4, "mean_ms": 10.0})
-    assert sum(split[k] for k in ("outside_triton", "handoff", "python", "engine")) == pytest.approx(split["mean_ms"])
-    assert perf.lone_request_split(10.0, 0.0, 10.0, profile) is None  # no server-side figure: no split
-    assert perf.lone_request_split(10.0, 9.0, 10.0, {"stubs": {"s": {"busy_share": None}}}) is None
+def _record(rounds: int = 2) -> PerfRecord:
+    """A record as make perf makes it: two shapes measured in ``rounds`` rounds on its own server."""
+    lone = perf.Shape(1, 1, served=[_lv(100.0 + r, 5.0 + r, {"tritonserver": 0.1, "stub t_0_0": 0.9, "client": 0.1})
+                                    for r in range(rounds)],
+                      floor=[_lv(1000.0, 1.0, {"tritonserver": 0.2, "stub t_floor_0_0": 0.3}) for _ in range(rounds)],
+                      model_only=[(500.0 - r, 0.003) for r in range(rounds)], model_only_p50_ms=[3.0 + r for r in range(rounds)])
+    batched = perf.Shape(8, 4, served=[_lv(400.0, 20.0) for _ in range(rounds)], floor=[_lv(4000.0, 2.0)] * rounds,
+                         model_only=[(600.0, 0.002)] * rounds)
+    return PerfRecord(model="tiny", task="tiny", summary=[lone.figures("batch 16"), batched.figures("batch 8")],
+                      task_type="classification", repository="/r/tiny", seconds=1.0, rounds=rounds, perf_analyzer="2.51.0",
+                      cpu={"model": "cpu", "flags": ["avx2"], "cores": 2, "vnni": False}, package={"instances": 1},
+                      request_note="", levels=[lone.served[-1], batched.served[-1]])
 
 
-def test_a_lone_request_is_held_to_the_echo_held_as_long_as_the_model_round_by_round():
-    """Round by round: the held echo's p50 over its hold (the platform's own around a request that long), and the
-    served p50 over the held echo's (our request code, and the engine in the server over the hold)."""
-    lv = lambda p50: perf.Level(1, 100.0, p50, p50, p50, p50)  # noqa: E731
-    shape = perf.Shape(1, 1, served=[lv(5.0), lv(6.0)], floor=[lv(1.0), lv(1.0)], model_only=[(500.0, 0.003), (400.0, 0.003)],
-                       model_only_p50_ms=[3.0, 4.0], held_floor=[lv(3.8), lv(3.9)], hold_ms=3.0)
-    row = shape.summary("batch 16")
-    assert row["hold_ms"] == 3.0 and row["held_floor_p50_minus_hold_ms"]["rounds"] == pytest.approx([0.8, 0.9])
-    assert row["served_p50_minus_held_floor_ms"]["rounds"] == pytest.approx([1.2, 2.1])
-    assert "held_floor_p50_ms" not in perf.Shape(1, 1, served=[lv(5.0)], model_only=[(500.0, 0.003)]).summary("batch 16")
+def test_the_perf_record_written_is_the_record_read_back(tmp_path):
+    """perf.json is PerfRecord: written as JSON (make perf) and read back by the gate as the same record."""
+    record = _record()
+    record.write(tmp_path / "perf.json")
+    back = read_perf(tmp_path / "perf.json")
+    assert back == record and isinstance(back.summary[0], ShapeFigures) and isinstance(back.levels[0].models[0], ModelShare)
+    lone = back.summary[0]
+    assert lone.served_over_ceiling.rounds == pytest.approx([100 / perf.ceiling(500, 1000), 101 / perf.ceiling(499, 1000)])
+    assert lone.served_p50_minus_batch1_ms.rounds == [2.0, 2.0] and back.summary[1].model_only_batch1_p50_ms is None
+    assert list(lone.served_cores) == ["tritonserver", "stub t_0_0", "client"]  # the server first, the client last
+    assert lone.served_cpu_us_per_item.median == pytest.approx((1e6 / 100 + 1e6 / 101) / 2) and back.summary[1].served_cpu_us_per_item is None
+    assert back.served_ratios() == ("served / ceiling", {(1, 1): lone.served_over_ceiling.median,
+                                                         (8, 4): back.summary[1].served_over_ceiling.median})
+
+
+def test_a_perf_record_of_an_earlier_version_still_loads(tmp_path):
+    """Fields a record no longer has (the held echo's, the lone request's split, py-spy's profile) are left out; the
+    ones it added default."""
+    record = _record()
+    raw = json.loads(json.dumps(dataclasses.asdict(record)))
+    del raw["task"], raw["request_note"]
+    raw["summary"][0].update(hold_ms=3.0, held_floor_p50_ms={"median": 3.8, "min": 3.8, "max": 3.9, "rounds": [3.8, 3.9]},
+                             lone_request_ms={"engine": 2.0})
+    raw.update(profile={"stubs": {}}, offline_model_only_items_per_s=500.0, schema_size=2)
+    (tmp_path / "old.json").write_text(json.dumps(raw))
+    assert read_perf(tmp_path / "old.json") == dataclasses.replace(record, task=None)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda r: r["levels"][0].update(p50_ms="fast"), "levels[0].p50_ms must be a finite number, got 'fast'"),
+    (lambda r: r["levels"][0]["models"][0].pop("requests"), "levels[0].models[0]: field 'requests' missing"),
+    (lambda r: r["summary"][0]["served_cores"].update(client=None), "summary[0].served_cores['client'] must be a finite"),
+    (lambda r: r.update(rounds=2.5), "rounds must be a whole number, got 2.5"),
+    (lambda r: r.update(levels={}), "levels must be a list, got {}"),
+])
+def test_a_perf_record_with_a_field_of_the_wrong_type_is_one_line(tiny_task, tmp_path, capsys, change, says):
+    raw = json.loads(json.dumps(dataclasses.asdict(_record())))
+    change(raw)
+    (tmp_path / "bad.json").write_text(json.dumps(raw))
+    rc, _, err = _gate(tiny_task, tmp_path, tmp_path / "bad.json", _perf(tmp_path / "base.json", {(1, 1): 0.9}), capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and says in err, err
+
+
+def test_the_gate_reads_the_record_make_perf_writes(tiny_task, tmp_path, capsys):
+    """make perf's record against itself passes; a release whose lone request serves half as fast fails, shape by shape."""
+    record = _record()
+    record.write(tmp_path / "base.json")
+    rc, out, _ = _gate(tiny_task, tmp_path, tmp_path / "base.json", tmp_path / "base.json", capsys)
+    assert rc == 0 and out.count("PASS  release_served_drop") == 2
+    lone = record.summary[0]
+    half = Spread.of([v / 2 for v in lone.served_over_ceiling.rounds])
+    slower = dataclasses.replace(record, summary=[dataclasses.replace(lone, served_over_ceiling=half),
+                                                                record.summary[1]])
+    slower.write(tmp_path / "cur.json")
+    rc, out, _ = _gate(tiny_task, tmp_path, tmp_path / "cur.json", tmp_path / "base.json", capsys)
+    assert rc == 3 and "FAIL  release_served_drop[1 item(s) x c1]: measured 0.5" in out
+    assert "PASS  release_served_drop[8 item(s) x c4]" in out
+
+
+def test_the_markdown_reads_the_record():
+    md = perf.format_markdown(_record())
+    assert "| 1 | 1 | 100 [100-101] | 1000 | 500 [499-500] |" in md and "| 8 | 4 | 400 |" in md
+    assert "A lone request (concurrency 1): served p50 5.50 [5.00-6.00] ms against the model's own batch-1 p50" in md
+    assert "| tritonserver | stub t_0_0 | client |" in md and "| 1 | 1 | t_model | 10 | 5 | 2.0 | 0.10 | 0.40 |" in md

@@ -270,18 +270,19 @@ def test_perf_analyzer_measures_the_served_ensemble(server, dev, offline):
     from serving.tools.perf import format_markdown, measure
 
     _perf_analyzer_or_skip()
-    report = measure(offline.root, "tiny", None, [1, 4], seconds=1.0, url=server.grpc_url, offline_seconds=1.0,
+    record = measure(offline.root, "tiny", None, [1, 4], seconds=1.0, url=server.grpc_url, offline_seconds=1.0,
                      items=dev[0][:50])
-    assert [lv["concurrency"] for lv in report["levels"]] == [1, 4]
-    for lv in report["levels"]:
-        assert lv["requests_per_s"] > 0 and 0 < lv["p50_ms"] <= lv["p90_ms"] <= lv["p95_ms"] <= lv["p99_ms"]
-        shares = {m["model"]: m for m in lv["models"]}
+    assert [lv.concurrency for lv in record.levels] == [1, 4] and record.task == "tiny"
+    for lv in record.levels:
+        assert lv.requests_per_s > 0 and 0 < lv.p50_ms <= lv.p90_ms <= lv.p95_ms <= lv.p99_ms
+        shares = {m.model: m for m in lv.models}
         assert set(shares) == {"tiny_tokenizer", "tiny_model", "tiny_postprocess"}
-        assert all(m["requests"] > 0 and m["compute_ms"] > 0 and m["mean_batch"] >= 1 for m in shares.values())
-    rows = report["summary"]
-    assert all("floor_items_per_s" not in r and "served_cores" not in r for r in rows)
-    assert report["offline_model_only_items_per_s"] > 0 and rows[0]["model_only_batch"] == "batch 4"
-    md = format_markdown(report)
+        assert all(m.requests > 0 and m.compute_ms > 0 and m.mean_batch >= 1 for m in shares.values())
+    rows = record.summary
+    assert all(r.floor_items_per_s is None and not r.served_cores for r in rows)
+    assert rows[0].model_only_items_per_s.median > 0 and rows[0].model_only_batch == "batch 4"
+    assert record.served_ratios()[0] == "served / model-only"
+    md = format_markdown(record)
     assert "| items/request | concurrency | served | floor (echo) | model-only | ceiling |" in md and "tiny_model" in md
 
 
@@ -289,37 +290,38 @@ def test_perf_explains_itself_with_the_floor_cpu_by_process_and_both_request_sha
     """`make perf` on its own server: per shape (one item per request, and a full request of max_batch_size items)
     the served rate, the floor (an echo model with the bundle's interface in the same server), the model-only
     yardstick, the ceiling and the ratios; CPU by process (tritonserver, every stub by instance, the client) and per
-    item; for a lone request, the echo held as long as the model takes.  The bundle itself is untouched (the floor
-    lives in a repository of its own)."""
+    item; for a lone request, the model's own batch-1 latency.  The bundle itself is untouched (the floor lives in a
+    repository of its own).  The record written is the record the gate reads back."""
+    from pipeline.validation.release import read_perf
     from serving.tools.perf import ceiling, format_markdown, measure
     from serving.triton.integrity import verify_bundle
 
     _perf_analyzer_or_skip()
     bundle = tmp_path / "tiny"
     shutil.copytree(tiny_bundle, bundle)
-    report = measure(bundle, "tiny", None, [1], seconds=1.0, offline_seconds=0.5, items=dev[0][:50], rounds=2,
+    record = measure(bundle, "tiny", None, [1], seconds=1.0, offline_seconds=0.5, items=dev[0][:50], rounds=2,
                      batched_concurrency=[1])
-    rows = {(r["items_per_request"], r["concurrency"]): r for r in report["summary"]}
+    rows = {(r.items_per_request, r.concurrency): r for r in record.summary}
     assert set(rows) == {(1, 1), (8, 1)}  # 8: the tiny bundle's max_batch_size (32 where a bundle allows it)
     lone = rows[(1, 1)]
-    assert lone["hold_ms"] > 0 and len(lone["held_floor_p50_ms"]["rounds"]) == 2
-    # the held echo really holds each request (its latency is at least the hold); the instant echo answers sooner
-    assert lone["held_floor_p50_ms"]["min"] >= lone["hold_ms"] and lone["held_floor_p50_minus_hold_ms"]["min"] >= 0
-    assert all(lv["mean_ms"] >= lv["server_ms"] > 0 for lv in report["levels"])
-    assert "held_floor_p50_ms" not in rows[(8, 1)]  # only a lone request is held to it
+    assert len(lone.model_only_batch1_p50_ms.rounds) == len(lone.served_p50_minus_batch1_ms.rounds) == 2
+    assert rows[(8, 1)].model_only_batch1_p50_ms is None  # only a lone request is held to it
+    assert all(lv.mean_ms >= lv.server_ms > 0 for lv in record.levels)
     for row in rows.values():
-        assert len(row["served_items_per_s"]["rounds"]) == len(row["floor_items_per_s"]["rounds"]) == 2
-        served, floor_, model = (row[k]["rounds"] for k in ("served_items_per_s", "floor_items_per_s", "model_only_items_per_s"))
-        assert row["served_over_ceiling"]["rounds"] == pytest.approx([s / ceiling(m, f) for s, m, f in zip(served, model, floor_)])
-        assert row["served_over_model_only"]["rounds"] == pytest.approx([s / m for s, m in zip(served, model)])
-        cores = row["served_cores"]
+        assert len(row.served_items_per_s.rounds) == len(row.floor_items_per_s.rounds) == 2
+        served, floor_, model = (row.served_items_per_s.rounds, row.floor_items_per_s.rounds, row.model_only_items_per_s.rounds)
+        assert row.served_over_ceiling.rounds == pytest.approx([s / ceiling(m, f) for s, m, f in zip(served, model, floor_)])
+        assert row.served_over_model_only.rounds == pytest.approx([s / m for s, m in zip(served, model)])
+        cores = row.served_cores
         assert {"tritonserver", "client", "stub tiny_tokenizer_0_0", "stub tiny_model_0_0", "stub tiny_postprocess_0_0"} <= set(cores)
-        assert not any("floor" in k for k in cores) and any("floor" in k for k in row["floor_cores"])
-        assert cores["tritonserver"] > 0 and row["served_cpu_us_per_item"]["median"] > row["floor_cpu_us_per_item"]["median"] > 0
-        assert row["offline_cpu_us_per_item"]["median"] > 0
-    md = format_markdown(report)
+        assert not any("floor" in k for k in cores) and any("floor" in k for k in row.floor_cores)
+        assert cores["tritonserver"] > 0 and row.served_cpu_us_per_item.median > row.floor_cpu_us_per_item.median > 0
+        assert row.offline_cpu_us_per_item.median > 0
+    md = format_markdown(record)
     assert "| 8 | 1 |" in md and "served µs/item" in md and "stub tiny_model_0_0" in md
-    assert "The platform's part of it: the echo model holding each request" in md
+    assert "A lone request (concurrency 1): served p50" in md
+    record.write(tmp_path / "perf.json")
+    assert read_perf(tmp_path / "perf.json") == record
     verify_bundle(bundle, allow_bytecode=True)
 
 
@@ -348,9 +350,9 @@ def test_fused_layout_is_one_model_with_the_ensemble_contract(fused_server, tiny
     bundle = BundleModel.open(tiny_fused_bundle)  # offline reference reads the one folder
     assert bundle.tokenizer_dir == bundle.model_dir == folder and len(bundle.labels()) == m["num_labels"]
     _perf_analyzer_or_skip()
-    report = measure(tiny_fused_bundle, "tiny", None, [2], seconds=1.0, url=fused_server.grpc_url, offline_seconds=1.5,
+    record = measure(tiny_fused_bundle, "tiny", None, [2], seconds=1.0, url=fused_server.grpc_url, offline_seconds=1.5,
                      items=dev[0][:50])
-    assert [s["model"] for s in report["levels"][0]["models"]] == ["tiny"]
+    assert [s.model for s in record.levels[0].models] == ["tiny"]
 
 
 def test_the_launcher_checks_the_bundle_engine_before_starting(tiny_bundle, capsys):

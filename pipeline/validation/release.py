@@ -14,6 +14,7 @@ Served speed too, with ``--baseline-perf`` (the previous release's ``make perf``
 (items per request, concurrency) the served rate's ratio to its ceiling (1 / (1/model-only + 1/floor), all measured
 in the same run, so the ratio holds across runs where requests/s do not) may not fall by more than
 ``gates.release_max_served_drop`` (a fraction); a change that halves the served rate fails like an accuracy one.
+perf.json is ``PerfRecord`` (below): ``serving/tools/perf.py`` writes it, ``read_perf`` is its one reader.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
+from types import UnionType
+from typing import Sequence, get_args, get_origin, get_type_hints
 
 from pipeline.errors import DataError, PipelineError
 from pipeline.validation.gates import Gate, check, failure_message
@@ -142,27 +145,129 @@ def compare_reports(current: ReportSummary, baseline: ReportSummary, *, max_accu
     ]
 
 
+# -- make perf's record (perf.json): written by serving/tools/perf.py, read back here ---------------------------------
+
 @dataclass(frozen=True)
-class ServedSummary:
-    """A ``make perf`` report's served efficiency per request shape: (items per request, concurrency) -> the
-    median over rounds of served / ceiling (served / model-only where the report has no floor), and its name."""
+class Spread:
+    """A figure's per-round values, their median and range (the median of an even count is the mean of the middle
+    two); what the record holds for every measured figure."""
 
-    path: Path
-    task: str  # the served model's name: the task's, or FastDeploy's example name with package.api fastdeploy
-    ratios: dict
-    measure: str
-    for_task: str | None = None  # the task it measured, where the report says (None: a FastDeploy-named model)
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    rounds: list[float] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Spread":
+        v = sorted(float(x) for x in values)
+        if not v:
+            return cls()
+        mid = len(v) // 2
+        return cls(v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2, v[0], v[-1], [float(x) for x in values])
 
 
-def read_perf(path: Path) -> ServedSummary:
+@dataclass(frozen=True)
+class ModelShare:
+    """One composing model over one level's window, from Triton's statistics (deltas)."""
+
+    model: str
+    requests: int
+    executions: int
+    mean_batch: float
+    queue_ms: float  # per request
+    compute_ms: float  # input + infer + output, per request (a batch's time counts for each of its requests)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One perf_analyzer run: ``concurrency`` clients sending requests of ``items_per_request`` items."""
+
+    concurrency: int
+    requests_per_s: float  # perf_analyzer's inferences/s: items per second (one item per request, or 32 per request)
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    models: list[ModelShare] = field(default_factory=list)
+    window_s: float = 0.0  # the perf_analyzer window these numbers came from (longer than asked when unstable)
+    items_per_request: int = 1
+    cores: dict[str, float] = field(default_factory=dict)  # process -> cores (tritonserver, stub <instance>, client)
+    mean_ms: float = 0.0  # the client's mean latency (perf_analyzer's parts, added)
+    server_ms: float = 0.0  # of it, the mean time inside Triton (queue and compute, as perf_analyzer splits it)
+
+
+@dataclass(frozen=True)
+class ShapeFigures:
+    """One request shape (items per request x concurrency) over the rounds: rates in items/s, latencies in ms, CPU
+    in µs per item; ratios within each round.  Floor, ceiling and CPU by process are None / empty where the server
+    was not make perf's own (``--url``)."""
+
+    items_per_request: int
+    concurrency: int
+    model_only_batch: str = ""  # how the model alone batches these items
+    served_items_per_s: Spread = Spread()
+    model_only_items_per_s: Spread = Spread()
+    served_over_model_only: Spread | None = None
+    p50_ms: Spread = Spread()
+    p99_ms: Spread = Spread()
+    offline_cpu_us_per_item: Spread = Spread()
+    model_only_batch1_p50_ms: Spread | None = None  # a lone request (one item at concurrency 1): the model's own
+    served_p50_minus_batch1_ms: Spread | None = None
+    floor_items_per_s: Spread | None = None
+    ceiling_items_per_s: Spread | None = None  # 1 / (1/model-only + 1/floor)
+    served_over_ceiling: Spread | None = None
+    served_cores: dict[str, float] = field(default_factory=dict)  # process -> cores, median over rounds
+    served_cpu_us_per_item: Spread | None = None  # tritonserver and stubs (not the client)
+    floor_cores: dict[str, float] = field(default_factory=dict)
+    floor_cpu_us_per_item: Spread | None = None
+
+
+@dataclass(frozen=True)
+class PerfRecord:
+    """``make perf``'s record, runs/<task>/perf.json; the field names are the JSON's."""
+
+    model: str  # the served model: the task's name, or FastDeploy's example name with package.api fastdeploy
+    summary: list[ShapeFigures]
+    task: str | None = None  # bundle.json's task (reports before it: None)
+    task_type: str = ""
+    repository: str = ""
+    seconds: float = 0.0  # the perf_analyzer window asked
+    rounds: int = 1
+    perf_analyzer: str = ""  # its version
+    cpu: dict = field(default_factory=dict)  # pipeline.contract.CpuInfo.as_dict()
+    package: dict = field(default_factory=dict)  # the bundle's package section
+    layout: str = "ensemble"
+    request_note: str = ""  # what one request is, where it is more than one item
+    levels: list[Level] = field(default_factory=list)  # the last round's served level of each shape
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
+
+    @property
+    def for_task(self) -> str | None:
+        """The task it measured, where the record says (None: a FastDeploy-named model of a report before ``task``)."""
+        if self.task is not None:
+            return self.task
+        return None if self.package.get("api") == "fastdeploy" else self.model  # our API serves the task by name
+
+    def served_ratios(self) -> tuple[str, dict[tuple[int, int], float]]:
+        """What the gate holds: (its name, {(items per request, concurrency): median served / ceiling}), served /
+        model-only where a shape has no ceiling (a report of a server that was not make perf's own)."""
+        ceiling = all(row.served_over_ceiling is not None for row in self.summary)
+        return ("served / ceiling" if ceiling else "served / model-only",
+                {(row.items_per_request, row.concurrency): (row.served_over_ceiling or row.served_over_model_only).median
+                 for row in self.summary})
+
+
+def read_perf(path: Path) -> PerfRecord:
+    """perf.json as a ``PerfRecord``; anything else is bad input, one line naming the file and the field."""
     path = Path(path)
     obj = _read_json(path, "perf report", " (make perf TASK=<task> writes it)")
     rows = obj.get("summary") if isinstance(obj, dict) else None
     if not isinstance(rows, list) or not rows or not isinstance(obj.get("model"), str):
         raise DataError(f"{path}: not an ernie-bundle make perf report (fields 'model' and 'summary' missing; "
                         "a report from before served gates has no summary: run make perf again)")
-    ratios, names = {}, set()
-    for i, row in enumerate(rows):
+    for i, row in enumerate(rows):  # the gate's own figures first, in its words
         if not isinstance(row, dict):
             raise DataError(f"{path}: summary[{i}] is not an object")
         name = "served_over_ceiling" if isinstance(row.get("served_over_ceiling"), dict) else "served_over_model_only"
@@ -174,14 +279,54 @@ def read_perf(path: Path) -> ServedSummary:
             x = row.get(key)
             if isinstance(x, bool) or not isinstance(x, int) or not 0 < x <= 2**31:
                 raise DataError(f"{path}: summary[{i}].{key} must be a whole number from 1 to 2**31, got {_short(x)}")
-        shape = (row["items_per_request"], row["concurrency"])
-        ratios[shape] = value
-        names.add(name)
-    package = obj.get("package") if isinstance(obj.get("package"), dict) else {}
-    for_task = obj.get("task") if isinstance(obj.get("task"), str) else \
-        None if package.get("api") == "fastdeploy" else obj["model"]  # our API serves the task under its own name
-    return ServedSummary(path, obj["model"], ratios, "served / ceiling" if names == {"served_over_ceiling"}
-                         else "served / model-only", for_task)
+    try:
+        return _typed(PerfRecord, obj, path, "")
+    except RecursionError:
+        raise DataError(f"{path}: not a JSON perf report (nested too deep to read)") from None
+
+
+def _typed(kind, raw: object, path: Path, where: str):
+    """``raw`` (parsed JSON) as ``kind``: a record dataclass, ``X | None``, list[X], dict[str, X], a plain dict,
+    str, int or float.  Keys a record does not name are left out (reports written by earlier versions load)."""
+    if get_origin(kind) is UnionType:  # X | None
+        return None if raw is None else _typed(next(a for a in get_args(kind) if a is not type(None)), raw, path, where)
+    if is_dataclass(kind):
+        if not isinstance(raw, dict):
+            raise DataError(f"{path}: {where or 'the report'} must be an object, got {_short(raw)}")
+        hints = get_type_hints(kind)
+        missing = [f.name for f in fields(kind) if f.name not in raw and f.default is MISSING
+                   and f.default_factory is MISSING]
+        if missing:
+            raise DataError(f"{path}: {where or 'the report'}: field {missing[0]!r} missing")
+        return kind(**{f.name: _typed(hints[f.name], raw[f.name], path, f"{where}.{f.name}".lstrip("."))
+                       for f in fields(kind) if f.name in raw})
+    if get_origin(kind) is list:
+        if not isinstance(raw, list):
+            raise DataError(f"{path}: {where} must be a list, got {_short(raw)}")
+        return [_typed(get_args(kind)[0], x, path, f"{where}[{i}]") for i, x in enumerate(raw)]
+    if kind is dict or get_origin(kind) is dict:
+        if not isinstance(raw, dict):
+            raise DataError(f"{path}: {where} must be an object, got {_short(raw)}")
+        value = get_args(kind)[1] if get_args(kind) else None
+        return {k: _typed(value, v, path, f"{where}[{_short(k)}]") if value else _plain(v, path, f"{where}[{_short(k)}]")
+                for k, v in raw.items()}
+    if kind is str and isinstance(raw, str):
+        return raw
+    if kind is int and isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if kind is float and _number(raw) is not None:
+        return _number(raw)
+    what = {str: "a string", int: "a whole number", float: "a finite number"}[kind]
+    raise DataError(f"{path}: {where} must be {what}, got {_short(raw)}")
+
+
+def _plain(raw: object, path: Path, where: str) -> object:
+    """A value kept as JSON (the bundle's package section, the CPU's facts): no number too long to write back."""
+    if isinstance(raw, _LongInteger):
+        raise DataError(f"{path}: {where} is {raw!r}: no report holds such a number")
+    if isinstance(raw, dict):
+        return {k: _plain(v, path, f"{where}[{_short(k)}]") for k, v in raw.items()}
+    return [_plain(v, path, f"{where}[{i}]") for i, v in enumerate(raw)] if isinstance(raw, list) else raw
 
 
 def check_task(task: str, report_task: str, path: Path, role: str) -> None:
@@ -192,20 +337,22 @@ def check_task(task: str, report_task: str, path: Path, role: str) -> None:
                         f"{task} (the same task)")
 
 
-def compare_served(current: ServedSummary, baseline: ServedSummary, *, max_drop: float) -> list[Gate]:
+def compare_served(current: PerfRecord, baseline: PerfRecord, *, max_drop: float, current_path: Path,
+                   baseline_path: Path) -> list[Gate]:
     """One gate per request shape both reports measured: the relative drop of served efficiency."""
-    if current.task != baseline.task:
-        raise DataError(f"{baseline.path}: baseline perf report is for {_short(baseline.task)}, the current one for "
-                        f"{_short(current.task)}; pass the previous perf report of the same task")
-    if current.measure != baseline.measure:
-        raise DataError(f"{baseline.path}: measures {baseline.measure}, the current report {current.measure}: run "
+    if current.model != baseline.model:
+        raise DataError(f"{baseline_path}: baseline perf report is for {_short(baseline.model)}, the current one for "
+                        f"{_short(current.model)}; pass the previous perf report of the same task")
+    (measure, now), (measure_before, before) = current.served_ratios(), baseline.served_ratios()
+    if measure != measure_before:
+        raise DataError(f"{baseline_path}: measures {measure_before}, the current report {measure}: run "
                         "both with make perf (which starts the floor beside the bundle)")
-    shared = sorted(set(current.ratios) & set(baseline.ratios))
+    shared = sorted(set(now) & set(before))
     if not shared:
-        raise DataError(f"{baseline.path}: no request shape (items per request, concurrency) in common with "
-                        f"{current.path}: run make perf with the same --concurrency")
-    return [check(f"release_served_drop[{n} item(s) x c{c}]", max_drop, 1.0 - current.ratios[(n, c)] / baseline.ratios[(n, c)],
-                  kind="max", detail=f"{current.measure} {current.ratios[(n, c)]:.2f} vs previous {baseline.ratios[(n, c)]:.2f}")
+        raise DataError(f"{baseline_path}: no request shape (items per request, concurrency) in common with "
+                        f"{current_path}: run make perf with the same --concurrency")
+    return [check(f"release_served_drop[{n} item(s) x c{c}]", max_drop, 1.0 - now[(n, c)] / before[(n, c)],
+                  kind="max", detail=f"{measure} {now[(n, c)]:.2f} vs previous {before[(n, c)]:.2f}")
             for n, c in shared]
 
 
@@ -237,11 +384,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline_perf:
             current_perf = Path(args.current_perf) if args.current_perf else runs / cfg.task / "perf.json"
             perf_now, perf_before = read_perf(current_perf), read_perf(Path(args.baseline_perf))
-            gates += compare_served(perf_now, perf_before, max_drop=cfg.gates.release_max_served_drop)
-            for report in (perf_now, perf_before):
+            gates += compare_served(perf_now, perf_before, max_drop=cfg.gates.release_max_served_drop,
+                                    current_path=current_perf, baseline_path=Path(args.baseline_perf))
+            for report, path, role in ((perf_now, current_perf, "the current perf report"),
+                                       (perf_before, Path(args.baseline_perf), "the baseline perf report")):
                 if report.for_task is not None:
-                    check_task(cfg.task, report.for_task, report.path,
-                               "the current perf report" if report is perf_now else "the baseline perf report")
+                    check_task(cfg.task, report.for_task, path, role)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

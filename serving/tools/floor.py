@@ -5,14 +5,9 @@ It reads every input of every request (the texts come out of Triton's shared mem
 bundle's model reads them), then answers each request with constant outputs of the declared types and shapes: no
 decode checks, no tokenizer, no engine, no post-processing.  Its rate is what Triton's front end, the python
 backend's IPC and the client cost on this machine; served / (1/(1/model-only + 1/floor)) says how much of what is
-left our own request code takes (issue 38).
-
-A lone request meets a second yardstick: the same echo holding each request as long as the model takes (``hold_ms``:
-its Python thread busy, as an engine keeps its cores).  Measured on this VM (MEASUREMENTS.md), Triton's front end, the
-python backend's hand-off and the client take ~0.3-0.4 ms more around a request held 4 ms than around an instant one
-(their threads have gone to sleep meanwhile), for any model: so the instant echo's latency understates what the
-platform costs a lone request, and ``served - held echo`` is what our own request code adds to it (with the engine's
-time in the server over the hold).
+left our own request code takes (issue 38).  (Around a request that takes the model's time the platform costs a little
+more than around an instant one, ~0.3-0.4 ms at 4 ms on Zen 4: MEASUREMENTS.md, "The platform floor and the lone
+request".)
 
 The echo model gets the configuration of the model clients call (the ensemble's inputs and outputs; the batching
 and instances of the bundle's first python model, which is where requests queue), in a model repository of its own
@@ -30,7 +25,6 @@ from serving.bundle.model_config import parse_pbtxt, to_pbtxt
 ECHO_MODEL = '''"""Floor model for make perf: reads each request's inputs and answers constant outputs of the declared types."""
 
 import json
-import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -46,14 +40,8 @@ class TritonPythonModel:
         self.inputs = [i["name"] for i in config["input"]]
         self.outputs = [(o["name"], _DTYPES[o["data_type"]], [d if d > 0 else 1 for d in o["dims"]])
                         for o in config["output"]]
-        hold = config.get("parameters", {}).get("hold_ms", {}).get("string_value")
-        self.hold_s = float(hold) / 1000 if hold else 0.0
 
     def execute(self, requests):
-        if self.hold_s:  # busy, not asleep: the held echo stands in for a model's compute
-            until = time.perf_counter() + self.hold_s
-            while time.perf_counter() < until:
-                pass
         responses = []
         for request in requests:
             arrays = [pb_utils.get_input_tensor_by_name(request, name) for name in self.inputs]
@@ -73,15 +61,10 @@ def floor_name(entry: str) -> str:
     return f"{entry}_floor"
 
 
-def held_floor_name(entry: str) -> str:
-    return f"{entry}_floor_held"
-
-
-def write_floor_repository(bundle: Path, entry: str, first: str, out: Path, hold_ms: float | None = None) -> str:
+def write_floor_repository(bundle: Path, entry: str, first: str, out: Path) -> str:
     """A model repository in ``out`` holding the echo model for the bundle's served model ``entry`` (its inputs and
     outputs), batched and instanced like ``first`` (the python model requests reach first: the fused model, or the
-    ensemble's tokenizer).  Returns the echo model's name.  With ``hold_ms``, the held echo beside it
-    (``held_floor_name``): each execution busy for that long before it answers."""
+    ensemble's tokenizer).  Returns the echo model's name."""
     served = parse_pbtxt((bundle / entry / "config.pbtxt").read_text(encoding="utf-8"))
     scheduled = parse_pbtxt((bundle / first / "config.pbtxt").read_text(encoding="utf-8"))
     cfg = type(served)(name=floor_name(entry), backend="python", max_batch_size=served.max_batch_size)
@@ -90,16 +73,8 @@ def write_floor_repository(bundle: Path, entry: str, first: str, out: Path, hold
     if scheduled.HasField("dynamic_batching"):
         cfg.dynamic_batching.CopyFrom(scheduled.dynamic_batching)
     cfg.instance_group.extend(scheduled.instance_group)
-    _write_echo(out, cfg)
-    if hold_ms:  # the same echo under its own name, told how long to hold
-        cfg.name = held_floor_name(entry)
-        cfg.parameters["hold_ms"].string_value = f"{hold_ms:.3f}"
-        _write_echo(out, cfg)
-    return floor_name(entry)
-
-
-def _write_echo(out: Path, cfg) -> None:
     folder = Path(out) / cfg.name
     (folder / "1").mkdir(parents=True)
     (folder / "config.pbtxt").write_text(to_pbtxt(cfg), encoding="utf-8")
     (folder / "1" / "model.py").write_text(ECHO_MODEL, encoding="utf-8")
+    return cfg.name

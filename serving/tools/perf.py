@@ -1,7 +1,7 @@
 """``make perf``: Triton's perf_analyzer against the served bundle, and where the time goes.
 
     python -m serving.tools.perf --task tnews [--repository model_repository] [--concurrency 1 4 16]
-                           [--batched-concurrency 1 4] [--rounds 3] [--seconds 5] [--profile 10]
+                           [--batched-concurrency 1 4] [--rounds 3] [--seconds 5]
                            [--json-out runs/tnews/perf.json]
 
 Starts tritonserver on the bundle (or uses ``--url``) and, in the same server, the platform's floor: an echo model
@@ -11,14 +11,17 @@ with the whole schema, as a client sends them) at each ``--concurrency``, and, f
 items per request (FastDeploy's clients' shape) at each ``--batched-concurrency``.
 
 Each of ``--rounds`` rounds measures, in turn: the model file alone (the offline yardstick, every padded width warmed,
-the served engine's threads), then for every shape the served bundle and the floor.  Per shape the report gives the
+the served engine's threads), then for every shape the served bundle and the floor.  Per shape the record gives the
 median and spread over rounds of: served items/s, floor items/s, model-only items/s, the ceiling
 1 / (1/model-only + 1/floor) (what the bundle could serve if our request code cost nothing), served / model-only and
-served / ceiling (ratios within a round); p50/p99; CPU by process (tritonserver, each python stub, the client) in
-cores and in CPU microseconds per item served, against the model-only CPU per item offline; and Triton's per-model
-statistics (executions, mean batch, queue and compute time).  ``--profile`` attaches py-spy to each stub under the
-highest one-item concurrency and lists the top frames.  Writes JSON (``make gate`` holds its served figures against a
-previous release's) and Markdown.
+served / ceiling (ratios within a round); p50/p99, and for a lone request (one item at concurrency 1) the model's own
+batch-1 p50; CPU by process (tritonserver, each python stub, the client) in cores and in CPU microseconds per item
+served, against the model-only CPU per item offline; and Triton's per-model statistics of the last round (executions,
+mean batch, queue and compute time).  The record is ``pipeline.validation.release.PerfRecord``, written as JSON
+(``make gate`` reads it back and holds its served figures against a previous release's) and Markdown.
+
+Research instruments built on these pieces (py-spy on the stubs, a lone request's time split) are not part of the
+product: ``scripts/perf_lab.py``.
 
 perf_analyzer comes from the ``tritonclient==2.51.0`` wheel (later wheels no longer ship it), with
 ``libcudart.so.12`` from the ``nvidia-cuda-runtime-cu12`` wheel and Debian's ``libb64-0d``; ``make perf``
@@ -32,15 +35,17 @@ import argparse
 import csv
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
+
+from pipeline.validation.release import Level, ModelShare, PerfRecord, ShapeFigures, Spread
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".venv" / "perf_analyzer"
@@ -78,35 +83,15 @@ def find_perf_analyzer(tools: Path = TOOLS) -> PerfAnalyzer:
     return PerfAnalyzer(binary, {**os.environ, "LD_LIBRARY_PATH": path})
 
 
-@dataclass(frozen=True)
-class ModelShare:
-    """One composing model over one level's window, from Triton's statistics (deltas)."""
-    model: str
-    requests: int
-    executions: int
-    mean_batch: float
-    queue_ms: float  # per request
-    compute_ms: float  # input + infer + output, per request (a batch's time counts for each of its requests)
-
-
-@dataclass(frozen=True)
-class Level:
-    concurrency: int
-    requests_per_s: float  # perf_analyzer's inferences/s: items per second (one item per request, or 32 per request)
-    p50_ms: float
-    p90_ms: float
-    p95_ms: float
-    p99_ms: float
-    models: list[ModelShare] = field(default_factory=list)
-    window_s: float = 0.0  # the perf_analyzer window these numbers came from (longer than asked when unstable)
-    items_per_request: int = 1
-    cores: dict = field(default_factory=dict)  # process -> cores used over the run (tritonserver, stub <instance>, client)
-    served_items: int = 0  # items the measured model answered over the run (Triton's statistics)
-    mean_ms: float = 0.0  # the client's mean latency (perf_analyzer's parts, added)
-    server_ms: float = 0.0  # of it, the mean time inside Triton (queue and compute, as perf_analyzer splits it)
-
-
 BATCHED_ITEMS = 32  # FastDeploy's clients send 32 texts per request
+
+
+def request_items(task: str, data_dir: str | None, task_type: str, manifest: dict | None = None) -> list:
+    """The dev items perf_analyzer sends (texts, (question, context) pairs, a UIE text with every prompt the dev set
+    asks it); ``manifest``: the bundle's (its recorded data dir, without ``data_dir``)."""
+    from serving.tools.smoke import _dev_items
+
+    return _dev_items(task, data_dir, task_type, manifest=manifest)
 
 
 def input_data(task_type: str, items: Sequence, path: Path, limit: int = 2000) -> Path:
@@ -202,6 +187,15 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def perf_analyzer_command(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: int, window_s: float,
+                          items_per_request: int = 1) -> list[str]:
+    """One perf_analyzer run over gRPC at ``concurrency``, in time windows of ``window_s``."""
+    cmd = [str(pa.binary), "-m", model, "-u", url, "-i", "grpc", "--input-data", str(data),
+           "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "time_windows",
+           "--measurement-interval", str(int(window_s * 1000))]
+    return cmd + (["-b", str(items_per_request)] if items_per_request > 1 else [])
+
+
 def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: int, seconds: float,
               composing: Sequence[str], workdir: Path, log=lambda msg: print(msg, file=sys.stderr),
               items_per_request: int = 1, processes: dict[str, int] | None = None) -> Level:
@@ -216,12 +210,8 @@ def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: i
     attempt, crashed = 0, False
     while True:
         window = seconds * 2 ** attempt
-        cmd = [str(pa.binary), "-m", model, "-u", url, "-i", "grpc", "--input-data", str(data),
-               "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "time_windows",
-               "--measurement-interval", str(int(window * 1000)), "--stability-percentage", "25",
-               "--max-trials", "6", "-f", str(out_csv)]
-        if items_per_request > 1:
-            cmd += ["-b", str(items_per_request)]
+        cmd = perf_analyzer_command(pa, url, model, data, concurrency, window, items_per_request) + [
+            "--stability-percentage", "25", "--max-trials", "6", "-f", str(out_csv)]
         out_csv.unlink(missing_ok=True)
         before, cpu0 = _model_stats(url), process_cpu.snapshot(processes or {})
         rc, output, client_cpu = _run_measured(cmd, pa.env, max(120, window * 12 + 60), workdir)
@@ -236,43 +226,42 @@ def run_level(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: i
             log(f"perf_analyzer died at concurrency {concurrency} ({_signal_name(-rc)}): "
                 f"{tail[-1] if tail else 'no output'}; measuring the level again")
             continue
-        if UNSTABLE not in output:
-            raise PerfError(f"perf_analyzer failed at concurrency {concurrency} (exit {rc}): {' | '.join(tail)}")
-        if attempt == WINDOW_RETRIES:
-            raise PerfError(f"perf_analyzer found no stable measurement at concurrency {concurrency} with windows of "
-                            f"{seconds:g} to {window:g} s: the machine is too busy to measure (stop other work, or "
-                            "pass a longer --seconds)")
+        _unstable_or_fail(rc, output, tail, concurrency, seconds, window, attempt)
         log(f"perf_analyzer: concurrency {concurrency} not stable over {window:g} s windows (another process "
             f"on these cores?): measuring again with {2 * window:g} s windows")
         attempt += 1
-    with out_csv.open(newline="") as fh:
-        row = next(csv.DictReader(fh))
-    rps = float(row["Inferences/Second"])
     cores = process_cpu.cores(cpu0, cpu1) if processes else {}
     if processes:
         cores["client"] = client_cpu / max(cpu1.at - cpu0.at, 1e-9)
-    shares = model_shares(before, after, composing)
-    served = int(sum(_count(after.get(m, {}), "success") - _count(before.get(m, {}), "success") for m in composing[:1]))
-    # perf_analyzer's own split of its mean latency (µs): the client's and the network's part, and Triton's
-    parts = {k: float(row.get(k) or 0) for k in (*CLIENT_PARTS, *SERVER_PARTS)}
-    return Level(concurrency, rps, *(float(row[f"p{p} latency"]) / 1000 for p in (50, 90, 95, 99)),
-                 models=shares, window_s=window, items_per_request=items_per_request, cores=cores,
-                 served_items=served * items_per_request, mean_ms=sum(parts.values()) / 1000,
-                 server_ms=sum(parts[k] for k in SERVER_PARTS) / 1000)
+    return _level(out_csv, concurrency, window, items_per_request, cores, model_shares(before, after, composing))
+
+
+def _unstable_or_fail(rc: int, output: str, tail: list[str], concurrency: int, seconds: float, window: float,
+                      attempt: int) -> None:
+    """Returns when the level may be measured again with longer windows; PerfError when not."""
+    if UNSTABLE not in output:
+        raise PerfError(f"perf_analyzer failed at concurrency {concurrency} (exit {rc}): {' | '.join(tail)}")
+    if attempt == WINDOW_RETRIES:
+        raise PerfError(f"perf_analyzer found no stable measurement at concurrency {concurrency} with windows of "
+                        f"{seconds:g} to {window:g} s: the machine is too busy to measure (stop other work, or "
+                        "pass a longer --seconds)")
 
 
 CLIENT_PARTS = ("Client Send", "Network+Server Send/Recv", "Client Recv")  # perf_analyzer's csv columns, µs
 SERVER_PARTS = ("Server Queue", "Server Compute Input", "Server Compute Infer", "Server Compute Output")
 
 
-def _spread(values: Sequence[float]) -> dict:
-    """Median and range of per-round values (the median of an even count is the mean of the middle two)."""
-    v = sorted(float(x) for x in values)
-    if not v:
-        return {"median": None, "min": None, "max": None, "rounds": []}
-    mid = len(v) // 2
-    median = v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
-    return {"median": median, "min": v[0], "max": v[-1], "rounds": [float(x) for x in values]}
+def _level(out_csv: Path, concurrency: int, window: float, items_per_request: int, cores: dict,
+           shares: list[ModelShare]) -> Level:
+    """perf_analyzer's csv row as a Level."""
+    with out_csv.open(newline="") as fh:
+        row = next(csv.DictReader(fh))
+    # perf_analyzer's own split of its mean latency (µs): the client's and the network's part, and Triton's
+    parts = {k: float(row.get(k) or 0) for k in (*CLIENT_PARTS, *SERVER_PARTS)}
+    return Level(concurrency, float(row["Inferences/Second"]),
+                 *(float(row[f"p{p} latency"]) / 1000 for p in (50, 90, 95, 99)),
+                 models=shares, window_s=window, items_per_request=items_per_request, cores=cores,
+                 mean_ms=sum(parts.values()) / 1000, server_ms=sum(parts[k] for k in SERVER_PARTS) / 1000)
 
 
 def ceiling(model_only: float, floor: float) -> float:
@@ -284,195 +273,165 @@ def ceiling(model_only: float, floor: float) -> float:
 @dataclass
 class Shape:
     """One request shape measured in every round: ``items`` per request at ``concurrency``."""
-
     items: int
     concurrency: int
-    served: list = field(default_factory=list)  # [Level] per round
-    floor: list = field(default_factory=list)  # [Level] per round
-    model_only: list = field(default_factory=list)  # [(items/s, CPU s per item)] per round
-    model_only_p50_ms: list = field(default_factory=list)  # one item per call (concurrency 1 only), per round
-    held_floor: list = field(default_factory=list)  # [Level] of the echo held as long as the model (lone only)
-    hold_ms: float = 0.0
+    served: list[Level] = field(default_factory=list)
+    floor: list[Level] = field(default_factory=list)
+    model_only: list[tuple[float, float]] = field(default_factory=list)  # per round: (items/s, CPU seconds per item)
+    model_only_p50_ms: list[float] = field(default_factory=list)  # a lone request's: the model's batch-1 p50 per round
 
     @property
     def lone(self) -> bool:
-        """One item at concurrency 1: the shape held to the model's batch-1 latency and to the held echo."""
+        """One item at concurrency 1: the shape also held to the model's batch-1 latency."""
         return self.items == 1 and self.concurrency == 1
 
-    def summary(self, model_only_batch: str) -> dict:
+    def figures(self, model_only_batch: str) -> ShapeFigures:
+        """The rounds' figures; ratios are taken within each round."""
         served = [lv.requests_per_s for lv in self.served]
         floors = [lv.requests_per_s for lv in self.floor]
         mo = [r for r, _ in self.model_only]
-        out = {"items_per_request": self.items, "concurrency": self.concurrency, "model_only_batch": model_only_batch,
-               "served_items_per_s": _spread(served), "model_only_items_per_s": _spread(mo),
-               "served_over_model_only": _spread([s / m for s, m in zip(served, mo)]),
-               "p50_ms": _spread([lv.p50_ms for lv in self.served]), "p99_ms": _spread([lv.p99_ms for lv in self.served]),
-               "offline_cpu_us_per_item": _spread([c * 1e6 for _, c in self.model_only])}
-        if self.model_only_p50_ms:
-            out["model_only_batch1_p50_ms"] = _spread(self.model_only_p50_ms)
-            out["served_p50_minus_batch1_ms"] = _spread([lv.p50_ms - m for lv, m in zip(self.served, self.model_only_p50_ms)])
-        if self.held_floor:
-            out["hold_ms"] = self.hold_ms
-            out["held_floor_p50_ms"] = _spread([lv.p50_ms for lv in self.held_floor])
-            out["held_floor_p50_minus_hold_ms"] = _spread([lv.p50_ms - self.hold_ms for lv in self.held_floor])
-            # both p50s from the same server, one level after the other: steadier on a drifting VM than anything
-            # held against the offline batch-1 p50 (measured apart from the served levels)
-            out["served_p50_minus_held_floor_ms"] = _spread([s.p50_ms - h.p50_ms for s, h in zip(self.served, self.held_floor)])
-        if floors:
-            ceil = [ceiling(m, f) for m, f in zip(mo, floors)]
-            out.update({"floor_items_per_s": _spread(floors), "ceiling_items_per_s": _spread(ceil),
-                        "served_over_ceiling": _spread([s / c for s, c in zip(served, ceil)])})
-        cores = [lv.cores for lv in self.served if lv.cores]
-        if cores:
-            labels = sorted({k for c in cores for k in c}, key=lambda k: (k != "tritonserver", k == "client", k))
-            out["served_cores"] = {k: _spread([c.get(k, 0.0) for c in cores])["median"] for k in labels}
-            server_cpu = [sum(v for k, v in lv.cores.items() if k != "client") / lv.requests_per_s * 1e6
-                          for lv in self.served if lv.cores and lv.requests_per_s]
-            out["served_cpu_us_per_item"] = _spread(server_cpu)
-            fcores = [lv.cores for lv in self.floor if lv.cores]
-            if fcores:
-                out["floor_cores"] = {k: _spread([c.get(k, 0.0) for c in fcores])["median"]
-                                      for k in sorted({k for c in fcores for k in c})}
-                out["floor_cpu_us_per_item"] = _spread([sum(v for k, v in lv.cores.items() if k != "client")
-                                                        / lv.requests_per_s * 1e6 for lv in self.floor if lv.cores])
-        return out
+        ceil = [ceiling(m, f) for m, f in zip(mo, floors)]
+        b1 = self.model_only_p50_ms
+        return ShapeFigures(
+            self.items, self.concurrency, model_only_batch,
+            served_items_per_s=Spread.of(served), model_only_items_per_s=Spread.of(mo),
+            served_over_model_only=Spread.of([s / m for s, m in zip(served, mo)]),
+            p50_ms=Spread.of([lv.p50_ms for lv in self.served]), p99_ms=Spread.of([lv.p99_ms for lv in self.served]),
+            offline_cpu_us_per_item=Spread.of([c * 1e6 for _, c in self.model_only]),
+            model_only_batch1_p50_ms=Spread.of(b1) if b1 else None,
+            served_p50_minus_batch1_ms=Spread.of([lv.p50_ms - m for lv, m in zip(self.served, b1)]) if b1 else None,
+            floor_items_per_s=Spread.of(floors) if floors else None,
+            ceiling_items_per_s=Spread.of(ceil) if floors else None,
+            served_over_ceiling=Spread.of([s / c for s, c in zip(served, ceil)]) if floors else None,
+            served_cores=_median_cores(self.served), served_cpu_us_per_item=_cpu_per_item(self.served),
+            floor_cores=_median_cores(self.floor), floor_cpu_us_per_item=_cpu_per_item(self.floor))
 
 
-def format_markdown(report: dict) -> str:
-    rounds = report.get("rounds", 1)
-    lines = [f"# perf: {report['model']} ({report['task_type']})", "",
-             f"perf_analyzer {report['perf_analyzer']} over gRPC{_item_note(report)}, "
-             f"{report['seconds']:.0f} s windows, {rounds} interleaved round(s); CPU {report['cpu']['model']} "
-             f"({', '.join(report['cpu']['flags']) or 'no int8 flags'}, {report['cpu']['cores']} cores); "
-             f"{report['package'].get('instances', '?')} instance(s) per model, "
-             f"{report['package'].get('engine_threads', '?')} engine thread(s) each, layout {report['layout']}.", ""]
-    summary = report.get("summary") or []
-    if summary:
-        lines += ["Items/s, median [min-max] over rounds; ratios within each round.  ceiling = 1 / (1/model-only + "
-                  "1/floor): the rate if our request code cost nothing.", "",
-                  "| items/request | concurrency | served | floor (echo) | model-only | ceiling | served / model-only | "
-                  "served / ceiling | p50 ms | p99 ms |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for row in summary:
-            lines.append(f"| {row['items_per_request']} | {row['concurrency']} | {_fmt(row['served_items_per_s'])} | "
-                         f"{_fmt(row.get('floor_items_per_s'))} | {_fmt(row['model_only_items_per_s'])} | "
-                         f"{_fmt(row.get('ceiling_items_per_s'))} | {_fmt(row['served_over_model_only'], 2, 'x')} | "
-                         f"{_fmt(row.get('served_over_ceiling'), 2, 'x')} | {_fmt(row['p50_ms'], 1)} | {_fmt(row['p99_ms'], 1)} |")
-        lines += ["", "model-only: the bundle's model file alone in this process (" + ", ".join(
-            sorted({f"{r['items_per_request']} item(s)/request: {r['model_only_batch']}" for r in summary})) + ").", ""]
-        for r in summary:
-            if "model_only_batch1_p50_ms" in r:
-                lines += [f"A lone request (concurrency 1): served p50 {_fmt(r['p50_ms'], 2)} ms against the model's own "
-                          f"batch-1 p50 {_fmt(r['model_only_batch1_p50_ms'], 2)} ms: "
-                          f"+{_fmt(r['served_p50_minus_batch1_ms'], 2)} ms per request.", ""]
-            if "held_floor_p50_ms" in r:
-                lines += [f"The platform's part of it: the echo model holding each request {r['hold_ms']:.2f} ms (the "
-                          f"model's batch-1 p50 before the rounds, its Python thread busy) answers at p50 "
-                          f"{_fmt(r['held_floor_p50_ms'], 2)} ms, +{_fmt(r['held_floor_p50_minus_hold_ms'], 2)} ms for "
-                          f"Triton, its python backend and the client alone; the served p50 is "
-                          f"{_fmt(r['served_p50_minus_held_floor_ms'], 2)} ms over the held echo's: our request code, "
-                          "and the engine's time in the server over the hold.", ""]
-            if "lone_request_ms" in r:
-                lines += _lone_lines(r["lone_request_ms"], r.get("model_only_batch1_p50_ms"))
-        lines += _cpu_lines([r for r in summary if r.get("served_cores")])
-    else:
-        lines += ["| concurrency | req/s | p50 ms | p90 ms | p95 ms | p99 ms |", "|---:|---:|---:|---:|---:|---:|"]
-        for lv in report["levels"]:
-            lines.append(f"| {lv['concurrency']} | {lv['requests_per_s']:.1f} | {lv['p50_ms']:.1f} | {lv['p90_ms']:.1f} | "
-                         f"{lv['p95_ms']:.1f} | {lv['p99_ms']:.1f} |")
-        lines.append("")
-    longer = [lv for lv in report["levels"] if lv.get("window_s", 0) > report["seconds"]]
+def _median_cores(levels: Sequence[Level]) -> dict[str, float]:
+    """Process -> cores, the median over the rounds (tritonserver first, the client last)."""
+    cores = [lv.cores for lv in levels if lv.cores]
+    labels = sorted({k for c in cores for k in c}, key=lambda k: (k != "tritonserver", k == "client", k))
+    return {k: Spread.of([c.get(k, 0.0) for c in cores]).median for k in labels}
+
+
+def _cpu_per_item(levels: Sequence[Level]) -> Spread | None:
+    """The server's CPU (tritonserver and its stubs, not the client) in µs per item, per round; None: not measured."""
+    per_item = [sum(v for k, v in lv.cores.items() if k != "client") / lv.requests_per_s * 1e6
+                for lv in levels if lv.cores and lv.requests_per_s]
+    return Spread.of(per_item) if per_item else None
+
+
+def format_markdown(record: PerfRecord) -> str:
+    lines = [f"# perf: {record.model} ({record.task_type})", "",
+             f"perf_analyzer {record.perf_analyzer} over gRPC{record.request_note}, {record.seconds:.0f} s windows, "
+             f"{record.rounds} interleaved round(s); CPU {record.cpu.get('model', '?')} "
+             f"({', '.join(record.cpu.get('flags') or []) or 'no int8 flags'}, {record.cpu.get('cores', '?')} cores); "
+             f"{record.package.get('instances', '?')} instance(s) per model, "
+             f"{record.package.get('engine_threads', '?')} engine thread(s) each, layout {record.layout}.", ""]
+    if record.summary:
+        lines += _shape_lines(record.summary) + _cpu_lines([r for r in record.summary if r.served_cores])
+    longer = [lv for lv in record.levels if lv.window_s > record.seconds]
     if longer:
         lines += ["Not stable over the asked windows, measured with longer ones: " + ", ".join(
-            f"concurrency {lv['concurrency']} ({lv['window_s']:g} s)" for lv in longer) + ".", ""]
+            f"concurrency {lv.concurrency} ({lv.window_s:g} s)" for lv in longer) + ".", ""]
     lines += ["Where the time goes (Triton statistics, last round; per request):", "",
               "| items/request | concurrency | model | requests | executions | mean batch | queue ms | compute ms |",
               "|---:|---:|---|---:|---:|---:|---:|---:|"]
-    for lv in report["levels"]:
-        for m in lv["models"]:
-            lines.append(f"| {lv.get('items_per_request', 1)} | {lv['concurrency']} | {m['model']} | {m['requests']} | "
-                         f"{m['executions']} | {m['mean_batch']:.1f} | {m['queue_ms']:.2f} | {m['compute_ms']:.2f} |")
-    lines += _profile_lines(report.get("profile"))
-    if report.get("profile_lone") and report["profile_lone"] is not report.get("profile"):
-        lines += _profile_lines(report["profile_lone"])
+    for lv in record.levels:
+        for m in lv.models:
+            lines.append(f"| {lv.items_per_request} | {lv.concurrency} | {m.model} | {m.requests} | {m.executions} | "
+                         f"{m.mean_batch:.1f} | {m.queue_ms:.2f} | {m.compute_ms:.2f} |")
     return "\n".join(lines) + "\n"
 
 
-def _lone_lines(split: dict, alone: dict | None) -> list[str]:
-    """The lone request's mean time, split (``lone_request_split``)."""
-    engine = f"{split['engine']:.2f} ms"
-    if alone and alone.get("median") is not None:
-        engine += f" (the model alone, back to back: batch-1 p50 {alone['median']:.2f} ms)"
-    return [f"Where a lone request's {split['mean_ms']:.2f} ms go (means over the rounds; the stubs' shares from py-spy "
-            f"at concurrency 1): outside Triton (client, gRPC, front end) {split['outside_triton']:.2f} ms; the python "
-            f"backend's hand-off to the stub and back {split['handoff']:.2f} ms; our Python {split['python']:.2f} ms; "
-            f"the engine {engine}.", ""]
+def _shape_lines(summary: Sequence[ShapeFigures]) -> list[str]:
+    """The table of rates and ratios per shape, what model-only ran, and a lone request's latency."""
+    lines = ["Items/s, median [min-max] over rounds; ratios within each round.  ceiling = 1 / (1/model-only + "
+             "1/floor): the rate if our request code cost nothing.", "",
+             "| items/request | concurrency | served | floor (echo) | model-only | ceiling | served / model-only | "
+             "served / ceiling | p50 ms | p99 ms |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in summary:
+        lines.append(f"| {r.items_per_request} | {r.concurrency} | {fmt(r.served_items_per_s)} | "
+                     f"{fmt(r.floor_items_per_s)} | {fmt(r.model_only_items_per_s)} | {fmt(r.ceiling_items_per_s)} | "
+                     f"{fmt(r.served_over_model_only, 2, 'x')} | {fmt(r.served_over_ceiling, 2, 'x')} | "
+                     f"{fmt(r.p50_ms, 1)} | {fmt(r.p99_ms, 1)} |")
+    lines += ["", "model-only: the bundle's model file alone in this process (" + ", ".join(
+        sorted({f"{r.items_per_request} item(s)/request: {r.model_only_batch}" for r in summary})) + ").", ""]
+    for r in summary:
+        if r.model_only_batch1_p50_ms is not None:
+            lines += [f"A lone request (concurrency 1): served p50 {fmt(r.p50_ms, 2)} ms against the model's own "
+                      f"batch-1 p50 {fmt(r.model_only_batch1_p50_ms, 2)} ms: "
+                      f"+{fmt(r.served_p50_minus_batch1_ms, 2)} ms per request.", ""]
+    return lines
 
 
-def _cpu_lines(cpu_rows: list[dict]) -> list[str]:
+def _cpu_lines(cpu_rows: list[ShapeFigures]) -> list[str]:
     """The CPU-by-process table (empty when no row measured it: a server that is not ours)."""
     if not cpu_rows:
         return []
-    labels = list(dict.fromkeys(k for r in cpu_rows for k in r["served_cores"]))
+    labels = list(dict.fromkeys(k for r in cpu_rows for k in r.served_cores))
     lines = ["CPU by process while served (cores, median over rounds), and CPU per item: served (server and "
              "stubs), the floor's, the model alone offline:", "",
              "| items/request | concurrency | " + " | ".join(labels) + " | served µs/item | floor µs/item | "
              "model-only µs/item |", "|---:|---:|" + "---:|" * (len(labels) + 3)]
     for r in cpu_rows:
-        lines.append(f"| {r['items_per_request']} | {r['concurrency']} | "
-                     + " | ".join(f"{r['served_cores'].get(k, 0.0):.2f}" for k in labels)
-                     + f" | {_fmt(r.get('served_cpu_us_per_item'), 0)} | {_fmt(r.get('floor_cpu_us_per_item'), 0)} | "
-                     f"{_fmt(r['offline_cpu_us_per_item'], 0)} |")
+        lines.append(f"| {r.items_per_request} | {r.concurrency} | "
+                     + " | ".join(f"{r.served_cores.get(k, 0.0):.2f}" for k in labels)
+                     + f" | {fmt(r.served_cpu_us_per_item, 0)} | {fmt(r.floor_cpu_us_per_item, 0)} | "
+                     f"{fmt(r.offline_cpu_us_per_item, 0)} |")
     return lines + [""]
 
 
-def _profile_lines(profile: dict | None) -> list[str]:
-    """py-spy's top frames per stub (``--profile``), when it ran."""
-    if not profile:
-        return []
-    lines = ["", f"py-spy on the stubs at concurrency {profile['concurrency']} ({profile['seconds']:g} s, "
-                 f"{profile['rate']} samples/s): top frames by own time, and by time inside them", ""]
-    for stub, top in profile["stubs"].items():
-        busy = f", its Python thread busy {top['busy_share']:.0%} of the time" if top.get("busy_share") is not None else ""
-        lines += [f"{stub} ({top['samples']} samples{busy}):", "", "| own % | inside % | frame |", "|---:|---:|---|"]
-        lines += [f"| {f['own']:.1%} | {f['inside']:.1%} | `{f['frame']}` |" for f in top["frames"]]
-        lines.append("")
-    return lines
-
-
-def _fmt(spread: dict | None, digits: int = 0, unit: str = "") -> str:
-    if not spread or spread.get("median") is None:
+def fmt(spread: Spread | None, digits: int = 0, unit: str = "") -> str:
+    """A spread as "median [min-max]" (the median alone where every round agreed); n/a when not measured."""
+    if spread is None or spread.median is None:
         return "n/a"
-    m, lo, hi = spread["median"], spread["min"], spread["max"]
-    if lo == hi:
+    m, lo, hi = spread.median, spread.min, spread.max
+    if lo == hi or lo is None or hi is None:
         return f"{m:.{digits}f}{unit}"
     return f"{m:.{digits}f}{unit} [{lo:.{digits}f}-{hi:.{digits}f}]"
 
 
-def _item_note(report: dict) -> str:
-    from serving.tools.kinds import tool_kind
+@dataclass(frozen=True)
+class Target:
+    """What perf_analyzer measures: the served model and its composing models at ``url``; on make perf's own server
+    also the floor's echo model beside it, and the pids whose CPU counts (label -> pid) for each."""
+    url: str
+    model: str
+    composing: tuple[str, ...]
+    floor: str | None = None
+    served_procs: dict[str, int] | None = None
+    floor_procs: dict[str, int] | None = None
 
-    return tool_kind(report["task_type"]).perf_note(report)
 
+@contextmanager
+def serve(repository: Path, names, url: str | None, workdir: Path) -> Iterator[Target]:
+    """The served bundle to measure: the server at ``url`` (no floor, no CPU by process: its processes are not ours
+    to find), or tritonserver started on the bundle with the floor's repository beside it (the bundle is untouched)."""
+    from serving.server import start_server
+    from serving.tools import floor, process_cpu
 
-def _items(task: str, data_dir: str | None, task_type: str, manifest: dict | None = None) -> list:
-    """The dev items perf_analyzer sends (texts, (question, context) pairs, a UIE text with every prompt the dev set
-    asks it); ``manifest``: the bundle's (its recorded data dir, without ``data_dir``)."""
-    from serving.tools.smoke import _dev_items
-
-    return _dev_items(task, data_dir, task_type, manifest=manifest)
+    composing = tuple(dict.fromkeys((names.tokenizer, names.model, names.postprocess)))
+    if url:
+        yield Target(url, names.ensemble, composing)
+        return
+    echo = floor.write_floor_repository(repository, names.ensemble, names.tokenizer, workdir / "floor")
+    # The server dies with this process: a kill -9 of `make perf` leaves no tritonserver, stubs or shared memory.
+    server = start_server(repository, die_with_parent=True, extra_args=(f"--model-repository={workdir / 'floor'}",))
+    try:
+        pid = server.process.pid
+        yield Target(f"127.0.0.1:{server.grpc_port}", names.ensemble, composing, echo,
+                     process_cpu.server_processes(pid, composing), process_cpu.server_processes(pid, (echo,)))
+    finally:
+        server.stop()
 
 
 def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequence[int], seconds: float,
             url: str | None = None, offline_seconds: float = 3.0, items: Sequence | None = None, rounds: int = 1,
-            batched_concurrency: Sequence[int] = (), profile_seconds: float = 0.0,
-            log=lambda msg: print(msg, file=sys.stderr)) -> dict:
-    """The report ``main`` writes; ``items`` (texts, (question, context) pairs, or (text, schema) pairs) replace the
-    dev set.  With ``url`` a running server is measured: no floor and no CPU by process (its processes are not
-    ours to find)."""
+            batched_concurrency: Sequence[int] = (), log=lambda msg: print(msg, file=sys.stderr)) -> PerfRecord:
+    """The record ``main`` writes; ``items`` (texts, (question, context) pairs, or (text, schema) pairs) replace the
+    dev set.  With ``url`` a running server is measured: no floor and no CPU by process."""
     import pipeline  # noqa: F401  (numpy before paddle, for the offline measurement)
-    from pipeline.contract import detect_cpu as detect
-    from serving.server import start_server
-    from serving.tools import floor, process_cpu
     from serving.tools.kinds import tool_kind
     from serving.tools.offline import BundleModel
 
@@ -481,60 +440,21 @@ def measure(repository: Path, task: str, data_dir: str | None, concurrency: Sequ
     if url:
         _model_stats(url)  # a server answers there, before the offline measurement takes its seconds
     kind = tool_kind(bundle.task_type)
-    items = list(items) if items is not None else _items(task, data_dir, bundle.task_type, bundle.manifest)
+    items = list(items) if items is not None else request_items(task, data_dir, bundle.task_type, bundle.manifest)
     if not items:
         raise PerfError(f"no dev items to send (task {task}): perf_analyzer needs at least one")
-    names = bundle.names
     shapes = _shapes(bundle, kind, concurrency, batched_concurrency)
-    report = {"model": names.ensemble, "task_type": bundle.task_type, "repository": str(repository), "seconds": seconds,
-              "rounds": rounds, "perf_analyzer": pa.version(), "cpu": detect().as_dict(),
-              "package": bundle.manifest.get("package", {}), "layout": bundle.manifest.get("layout", "ensemble"),
-              **kind.perf_fields(items)}
+    version = pa.version()
     yardsticks, alone = _yardsticks(bundle, kind, items, shapes)
-    lone = next((s for s in shapes if s.lone), None)
-    if lone is not None and alone is not None and not url:
-        lone.hold_ms = alone.p50_ms(min(offline_seconds, 2.0))  # how long the held echo holds a request
-    composing = tuple(dict.fromkeys((names.tokenizer, names.model, names.postprocess)))
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        echo = None if url else floor.write_floor_repository(repository, names.ensemble, names.tokenizer, tmp / "floor",
-                                                             hold_ms=lone.hold_ms if lone is not None else None)
-        # The server dies with this process: a kill -9 of `make perf` leaves no tritonserver, stubs or shared memory.
-        server = None if url else start_server(repository, die_with_parent=True,
-                                               extra_args=(f"--model-repository={tmp / 'floor'}",))
-        try:
-            grpc_url = url or f"127.0.0.1:{server.grpc_port}"
-            served_procs = None if url else process_cpu.server_processes(server.process.pid, composing)
-            floor_procs = None if url else process_cpu.server_processes(server.process.pid, (echo,))
-            data = input_data(bundle.task_type, items, tmp / "input.json")
-            for r in range(rounds):
-                _offline_round(shapes, yardsticks, alone, offline_seconds)
-                for shape in shapes:
-                    log(f"perf: round {r + 1}/{rounds}, {shape.items} item(s) per request at concurrency "
-                        f"{shape.concurrency}")
-                    shape.served.append(run_level(pa, grpc_url, names.ensemble, data, shape.concurrency, seconds, composing,
-                                                  tmp, log, shape.items, served_procs))
-                    if echo:
-                        shape.floor.append(run_level(pa, grpc_url, echo, data, shape.concurrency, seconds, (echo,), tmp,
-                                                     log, shape.items, floor_procs))
-                    if echo and shape is lone and shape.hold_ms:
-                        held = floor.held_floor_name(names.ensemble)
-                        shape.held_floor.append(run_level(pa, grpc_url, held, data, 1, seconds, (held,), tmp, log))
-            if profile_seconds and served_procs:
-                busiest = max((s for s in shapes if s.items == 1), key=lambda s: s.concurrency, default=None)
-                if busiest is not None:
-                    report["profile"] = profile_stubs(pa, grpc_url, names.ensemble, data, busiest.concurrency,
-                                                      profile_seconds, served_procs, tmp)
-                if lone is not None:  # where a lone request's time goes
-                    report["profile_lone"] = report["profile"] if lone is busiest else profile_stubs(
-                        pa, grpc_url, names.ensemble, data, 1, profile_seconds, served_procs, tmp)
-        finally:
-            if server is not None:
-                server.stop()
-    return _summarized(report, shapes, bundle, kind)
+    with tempfile.TemporaryDirectory() as tmp, serve(repository, bundle.names, url, Path(tmp)) as target:
+        data = input_data(bundle.task_type, items, Path(tmp) / "input.json")
+        for r in range(rounds):
+            _offline_round(shapes, yardsticks, alone, offline_seconds)
+            _served_round(pa, target, data, shapes, seconds, Path(tmp), log, f"round {r + 1}/{rounds}")
+    return _record(bundle, kind, items, shapes, repository, seconds, rounds, version)
 
 
-def _shapes(bundle, kind, concurrency: Sequence[int], batched_concurrency: Sequence[int]) -> list["Shape"]:
+def _shapes(bundle, kind, concurrency: Sequence[int], batched_concurrency: Sequence[int]) -> list[Shape]:
     """One item per request at each of ``concurrency``; FastDeploy's 32 per request at each of ``batched_concurrency``
     (never more than the bundle's max_batch_size: Triton refuses a larger request; none for windowed kinds)."""
     shapes = [Shape(1, c) for c in concurrency]
@@ -544,7 +464,7 @@ def _shapes(bundle, kind, concurrency: Sequence[int], batched_concurrency: Seque
     return shapes
 
 
-def _yardsticks(bundle, kind, items: Sequence, shapes: Sequence["Shape"]):
+def _yardsticks(bundle, kind, items: Sequence, shapes: Sequence[Shape]):
     """({items per request: the model alone on requests of that many}, the batch-1 latency yardstick a lone request
     (one item at concurrency 1) is held to, or None when no shape is one)."""
     yardsticks = {n: kind.model_only(bundle, items, n) for n in sorted({s.items for s in shapes})}
@@ -552,7 +472,7 @@ def _yardsticks(bundle, kind, items: Sequence, shapes: Sequence["Shape"]):
     return yardsticks, kind.model_only(bundle, items[:300], 1, alone=True) if lone else None
 
 
-def _offline_round(shapes: Sequence["Shape"], yardsticks: dict, alone, seconds: float) -> None:
+def _offline_round(shapes: Sequence[Shape], yardsticks: dict, alone, seconds: float) -> None:
     """A round's offline half: each yardstick's rate (and the batch-1 latency a lone request is held to), given to
     the shapes it is the yardstick of."""
     for n, stick in yardsticks.items():
@@ -567,110 +487,43 @@ def _offline_round(shapes: Sequence["Shape"], yardsticks: dict, alone, seconds: 
                 shape.model_only_p50_ms.append(b1)
 
 
-def _summarized(report: dict, shapes: Sequence["Shape"], bundle, kind) -> dict:
-    report["levels"] = [asdict(s.served[-1]) for s in shapes]
-    report["summary"] = [s.summary(kind.model_only_batch(bundle, s.items)) for s in shapes]
-    def median(levels, key: str) -> float:
-        return _spread([getattr(lv, key) for lv in levels])["median"] or 0.0
-
-    for shape, row in zip(shapes, report["summary"]):
-        if shape.lone and report.get("profile_lone"):
-            split = lone_request_split(median(shape.served, "mean_ms"), median(shape.served, "server_ms"),
-                                       1000.0 / max(median(shape.served, "requests_per_s"), 1e-9), report["profile_lone"])
-            if split:
-                row["lone_request_ms"] = split
-    one = [row for row in report["summary"] if row["items_per_request"] == 1]
-    if one:  # the one-item yardstick (earlier reports' field)
-        report["offline_model_only_items_per_s"] = one[0]["model_only_items_per_s"]["median"]
-    return report
+def _served_round(pa: PerfAnalyzer, target: Target, data: Path, shapes: Sequence[Shape], seconds: float, workdir: Path,
+                  log, label: str) -> None:
+    """A round's served half: every shape on the served bundle, then on the floor (when there is one)."""
+    for shape in shapes:
+        log(f"perf: {label}, {shape.items} item(s) per request at concurrency {shape.concurrency}")
+        shape.served.append(run_level(pa, target.url, target.model, data, shape.concurrency, seconds, target.composing,
+                                      workdir, log, shape.items, target.served_procs))
+        if target.floor:
+            shape.floor.append(run_level(pa, target.url, target.floor, data, shape.concurrency, seconds,
+                                         (target.floor,), workdir, log, shape.items, target.floor_procs))
 
 
-def profile_stubs(pa: PerfAnalyzer, url: str, model: str, data: Path, concurrency: int, seconds: float,
-                  processes: dict[str, int], workdir: Path, rate: int = 250, top: int = 12) -> dict:
-    """py-spy on every stub of ``processes`` while perf_analyzer loads the server at ``concurrency`` (a separate
-    run: sampling costs a little CPU, so its rate is not reported).  Top frames by own time and inclusive time."""
-    from serving.server import die_with_parent_preexec
+def _record(bundle, kind, items: Sequence, shapes: Sequence[Shape], repository: Path, seconds: float, rounds: int,
+            version: str) -> PerfRecord:
+    from pipeline.contract import detect_cpu
 
-    spy = _py_spy()
-    stubs = {label: pid for label, pid in processes.items() if label.startswith("stub ")}
-    load = subprocess.Popen([str(pa.binary), "-m", model, "-u", url, "-i", "grpc", "--input-data", str(data),
-                             "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "time_windows",
-                             "--measurement-interval", str(int((seconds + 4) * 1000)), "--max-trials", "3",
-                             "--stability-percentage", "100"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=pa.env, preexec_fn=die_with_parent_preexec())
-    try:
-        time.sleep(2)  # past perf_analyzer's warm-up
-        outs = {label: workdir / f"spy-{pid}.txt" for label, pid in stubs.items()}
-        spies = [subprocess.Popen([spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate),
-                                   "--format", "raw", "--nonblocking", "--output", str(outs[label])],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=die_with_parent_preexec())
-                 for label, pid in stubs.items()]
-        for s in spies:
-            _, err = s.communicate(timeout=seconds + 60)
-            if s.returncode != 0:
-                raise PerfError(f"py-spy failed (exit {s.returncode}): {err.decode(errors='replace').strip().splitlines()[-1:]}")
-    finally:
-        load.kill()
-        load.wait()
-    return {"concurrency": concurrency, "seconds": seconds, "rate": rate,
-            "stubs": {label: top_frames(outs[label].read_text(errors="replace"), top, rate * seconds) for label in stubs}}
+    task = bundle.manifest.get("task")
+    return PerfRecord(model=bundle.names.ensemble, task=task if isinstance(task, str) else None,
+                      summary=[s.figures(kind.model_only_batch(bundle, s.items)) for s in shapes],
+                      task_type=bundle.task_type, repository=str(repository), seconds=seconds, rounds=rounds,
+                      perf_analyzer=version, cpu=detect_cpu().as_dict(), package=bundle.manifest.get("package", {}),
+                      layout=bundle.manifest.get("layout", "ensemble"), request_note=kind.perf_note(items),
+                      levels=[s.served[-1] for s in shapes])
 
 
-ENGINE_FRAME = " (engine.py:"  # py-spy's name for a frame of the bundle's engine (every served engine is an engine.py)
+def _check_args(args) -> None:
+    """PerfError for a command line perf cannot run (after perf_analyzer itself: its install hint comes first)."""
+    bad = [c for c in [*args.concurrency, *args.batched_concurrency] if c < 1]
+    if bad:
+        raise PerfError(f"--concurrency {bad[0]}: concurrent requests, must be >= 1")
+    if not 1 <= args.rounds <= 20:
+        raise PerfError(f"--rounds {args.rounds}: 1 to 20")
+    if args.seconds is not None and not 0.001 <= args.seconds <= 3600:  # perf_analyzer takes whole ms
+        raise PerfError(f"--seconds {args.seconds}: the measurement window, 0.001 to 3600 s")
 
 
-def top_frames(collapsed: str, top: int = 12, expected: float = 0.0) -> dict:
-    """py-spy's raw (collapsed) stacks -> the frames with the most own samples, with their inclusive share.  py-spy
-    leaves out the samples where the stub's thread was idle (waiting for the next batch), so ``samples`` /
-    ``expected`` (rate x seconds) is the share of the time the stub's Python thread was busy."""
-    own: dict[str, int] = {}
-    inside: dict[str, int] = {}
-    total = engine = 0
-    for line in collapsed.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        frames = [f for f in stack.split(";") if f and not f.startswith(("process ", "thread "))]
-        if not frames:
-            continue
-        total += n
-        engine += n if any(ENGINE_FRAME in f for f in frames) else 0
-        own[frames[-1]] = own.get(frames[-1], 0) + n
-        for f in set(frames):
-            inside[f] = inside.get(f, 0) + n
-    busy = max(total, 1)
-    best = sorted(own, key=own.get, reverse=True)[:top]
-    return {"samples": total, "busy_share": total / expected if expected else None, "engine_share": engine / busy,
-            "frames": [{"frame": f, "own": own[f] / busy, "inside": inside[f] / busy} for f in best]}
-
-
-def lone_request_split(mean_ms: float, server_ms: float, cycle_ms: float, profile: dict) -> dict | None:
-    """Where a lone request's time goes (concurrency 1, so one request per ``cycle_ms``), in ms: outside Triton's
-    queue and compute (the client, gRPC, Triton's front end: perf_analyzer's split of its mean latency), the python
-    backend's hand-off (Triton's compute while no stub is busy: the request and its answer crossing to the stub and
-    back), our Python (a stub busy outside the engine) and the engine (py-spy's samples inside ``engine.py``).  The
-    stubs' shares come from py-spy at concurrency 1 (``profile``); None when a figure is missing."""
-    stubs = (profile or {}).get("stubs") or {}
-    if not (mean_ms > 0 and server_ms > 0 and cycle_ms > 0 and stubs):
-        return None
-    if any(top.get("busy_share") is None for top in stubs.values()):
-        return None
-    busy = sum(top["busy_share"] for top in stubs.values()) * cycle_ms
-    engine = sum(top["busy_share"] * top.get("engine_share", 0.0) for top in stubs.values()) * cycle_ms
-    return {"outside_triton": mean_ms - server_ms, "handoff": server_ms - busy, "python": busy - engine,
-            "engine": engine, "mean_ms": mean_ms}
-
-
-def _py_spy() -> str:
-    path = Path(sys.executable).parent / "py-spy"
-    found = str(path) if path.is_file() else shutil.which("py-spy")
-    if not found:
-        raise PerfError("--profile needs py-spy (requirements.lock installs it into .venv)")
-    return found
-
-
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m serving.tools.perf", description=__doc__.split("\n")[0])
     p.add_argument("--task", required=True)
     p.add_argument("--repository", default="model_repository", help="folder holding <task>/ (or the bundle itself)")
@@ -683,46 +536,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, help="perf_analyzer measurement window (default 5 s; 10 s for reading "
                    "comprehension, whose requests take 0.2-2 s: 5 s windows did not give perf_analyzer a stable "
                    "measurement at concurrency 4 on CMRC2018)")
-    p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
-                   help="py-spy on each stub at the highest one-item concurrency for SECONDS (after the rounds), and at "
-                   "concurrency 1 where it was measured (where a lone request's time goes)")
     p.add_argument("--json-out")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     import pipeline  # noqa: F401  (process setup before anything imports paddle)
-    from pipeline.errors import UserInputError
-    from serving.tools.client import ClientError
     from pipeline.contract import TaskKind
+    from pipeline.errors import UserInputError
     from serving.server import ServerError, resolve_repository
+    from serving.tools.client import ClientError
     from serving.tools.kinds import tool_kind
     from serving.tools.smoke import check_out_file
 
     out = Path(args.json_out or f"runs/{args.task}/perf.json")
     try:
         find_perf_analyzer()  # first: the install hint is the useful message on a new machine
-        bad = [c for c in [*args.concurrency, *args.batched_concurrency] if c < 1]
-        if bad:
-            raise PerfError(f"--concurrency {bad[0]}: concurrent requests, must be >= 1")
-        if not 1 <= args.rounds <= 20:
-            raise PerfError(f"--rounds {args.rounds}: 1 to 20")
-        if args.seconds is not None and not 0.001 <= args.seconds <= 3600:  # perf_analyzer takes whole ms
-            raise PerfError(f"--seconds {args.seconds}: the measurement window, 0.001 to 3600 s")
-        if not 0 <= args.profile <= 600:
-            raise PerfError(f"--profile {args.profile}: seconds of sampling, 0 to 600")
-        if args.profile:
-            _py_spy()
+        _check_args(args)
         check_out_file(str(out))
         repo = resolve_repository(Path(args.repository), args.task)
         task_type = json.loads((repo / "bundle.json").read_text()).get("task_type", TaskKind.CLASSIFICATION.value)
         seconds = args.seconds or tool_kind(task_type).perf_seconds
-        report = measure(repo, args.task, args.data_dir, args.concurrency, seconds, args.url, rounds=args.rounds,
-                         batched_concurrency=args.batched_concurrency, profile_seconds=args.profile)
+        record = measure(repo, args.task, args.data_dir, args.concurrency, seconds, args.url, rounds=args.rounds,
+                         batched_concurrency=args.batched_concurrency)
     except (PerfError, ServerError, ClientError, UserInputError, FileNotFoundError, ValueError) as exc:
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    md = format_markdown(report)
+    md = format_markdown(record)
     print(md)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    record.write(out)
     out.with_suffix(".md").write_text(md, encoding="utf-8")
     print(f"wrote {out} and {out.with_suffix('.md')}")
     return 0

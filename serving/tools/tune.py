@@ -23,6 +23,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
@@ -92,7 +93,7 @@ def tune(repository: Path, task: str, data_dir: str | None, shapes: Sequence[tup
                         "python backend's engine instances and threads")
     names = bundle.names
     engine_model = names.model  # the model that runs the engine (the fused model itself when fused)
-    items = list(items) if items is not None else perf._items(task, data_dir, bundle.task_type, bundle.manifest)
+    items = list(items) if items is not None else perf.request_items(task, data_dir, bundle.task_type, bundle.manifest)
     kind = tool_kind(bundle.task_type)
     most = int(bundle.manifest.get("package", {}).get("max_batch_size", 0) or 0)
     shapes = [(n, c) for n, c in shapes if n == 1 or (not kind.windowed and n <= most)]
@@ -117,14 +118,8 @@ def tune(repository: Path, task: str, data_dir: str | None, shapes: Sequence[tup
                     p50s[(k, shape)].append(level.p50_ms)
                     log(f"tune:   {shape[0]}x{shape[1]}: {level.requests_per_s:.0f} items/s, "
                         f"p50 {level.p50_ms:.1f} ms")
-    rows = []
-    for k, cand in enumerate(cands):
-        medians = {f"{n}x{c}": perf._spread(rates[(k, (n, c))]) for n, c in shapes}
-        score = math.exp(sum(math.log(max(m["median"], 1e-9)) for m in medians.values()) / len(medians))
-        rows.append({"settings": {"instances": cand.instances, "threads": cand.threads,
-                                  "max_queue_delay_microseconds": cand.max_queue_delay_microseconds},
-                     "rates": medians, "p50_ms": {f"{n}x{c}": perf._spread(p50s[(k, (n, c))]) for n, c in shapes},
-                     "score": score})
+    rows = [_row(cand, {s: rates[(k, s)] for s in shapes}, {s: p50s[(k, s)] for s in shapes})
+            for k, cand in enumerate(cands)]
     best = max(range(len(cands)), key=lambda k: rows[k]["score"])
     files = bundle.manifest["files"]
     folder = f"{engine_model}/1/"
@@ -135,6 +130,18 @@ def tune(repository: Path, task: str, data_dir: str | None, shapes: Sequence[tup
                        shapes=[list(s) for s in shapes], rounds=rounds)
 
 
+def _row(cand, rates: dict, p50s: dict) -> dict:
+    """One candidate's row of the record: its settings, per shape ("NxC") the rates' and p50s' spreads over the
+    rounds, and its score (the geometric mean of the median rates)."""
+    from pipeline.validation.release import Spread
+
+    medians = {f"{n}x{c}": asdict(Spread.of(v)) for (n, c), v in rates.items()}
+    score = math.exp(sum(math.log(max(m["median"], 1e-9)) for m in medians.values()) / len(medians))
+    return {"settings": {"instances": cand.instances, "threads": cand.threads,
+                         "max_queue_delay_microseconds": cand.max_queue_delay_microseconds},
+            "rates": medians, "p50_ms": {f"{n}x{c}": asdict(Spread.of(v)) for (n, c), v in p50s.items()}, "score": score}
+
+
 def format_markdown(record) -> str:
     shapes = [f"{n}x{c}" for n, c in record.shapes]
     lines = [f"# tune: {record.task} ({record.engine}) on {record.cpu.get('model')} "
@@ -143,14 +150,15 @@ def format_markdown(record) -> str:
              "concurrency; score = geometric mean of the medians.", "",
              "| instances | threads | delay µs | " + " | ".join(shapes) + " | score |",
              "|---:|---:|---:|" + "---:|" * (len(shapes) + 1)]
-    from serving.tools.perf import _fmt
+    from pipeline.validation.release import Spread
+    from serving.tools.perf import fmt
 
     for row in record.candidates:
         s = row["settings"]
         chosen = " **chosen**" if (s["instances"], s["threads"], s["max_queue_delay_microseconds"]) == (
             record.chosen.instances, record.chosen.threads, record.chosen.max_queue_delay_microseconds) else ""
         lines.append(f"| {s['instances']} | {s['threads']} | {s['max_queue_delay_microseconds']} | "
-                     + " | ".join(_fmt(row["rates"][k]) for k in shapes) + f" | {row['score']:.0f}{chosen} |")
+                     + " | ".join(fmt(Spread(**row["rates"][k])) for k in shapes) + f" | {row['score']:.0f}{chosen} |")
     return "\n".join(lines) + "\n"
 
 

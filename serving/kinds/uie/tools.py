@@ -171,11 +171,8 @@ class UniversalExtraction(ToolKind):
     def model_only_batch(self, bundle: "BundleModel", items_per_request: int) -> str:
         return "one text's windows, every prompt"
 
-    def perf_note(self, report: dict) -> str:
-        return f" (a text asked its whole schema, {report.get('schema_size', '?')} prompts: req/s are texts/s)"
-
-    def perf_fields(self, items: Sequence) -> dict:
-        return {"schema_size": len(items[0][1]) if items else 0}
+    def perf_note(self, items: Sequence) -> str:
+        return f" (a text asked its whole schema, {len(items[0][1]) if items else 0} prompts: req/s are texts/s)"
 
     def check_cli(self, args) -> None:
         if not args.schema:

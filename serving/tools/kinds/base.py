@@ -93,12 +93,8 @@ class ToolKind:
         preferred = int(bundle.manifest.get("package", {}).get("preferred_batch_size", 16))
         return f"batch {items_per_request if items_per_request > 1 else preferred}"
 
-    def perf_fields(self, items: Sequence) -> dict:
-        """What perf's report says of the items (UIE: the schema's size)."""
-        return {}
-
-    def perf_note(self, report: dict) -> str:
-        """What one request is, where it is more than one item (perf's Markdown)."""
+    def perf_note(self, items: Sequence) -> str:
+        """What one request of ``items`` is, where it is more than one item (perf's record and Markdown)."""
         return ""
 
     # -- the client's command line ---------------------------------------------------------------------------------
