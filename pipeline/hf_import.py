@@ -467,6 +467,12 @@ def _check_shapes(state: dict, config: dict, ckpt: HFCheckpoint) -> None:
         raise ModelError(f"{where}: num_hidden_layers {layers} but the weights hold layer {max(extra)}")
     if config.get("use_task_id") and "ernie.embeddings.task_type_embeddings.weight" not in state:
         raise ModelError(f"{where}: use_task_id is true but the weights have no task_type_embeddings")
+    _check_head(state, hidden, ckpt)
+
+
+def _check_head(state: dict, hidden: int, ckpt: HFCheckpoint) -> None:
+    """A trained head (``ckpt.head``): its weight and bias there, shaped [hidden, outputs] and [outputs]; a
+    question-answering head's outputs are start and end."""
     if ckpt.head and "classifier.weight" not in state:
         raise ModelError(f"{ckpt.weights}: {ckpt.architecture} without its head ({ARCHITECTURES[ckpt.architecture][1]}.weight)")
     if ckpt.head:
@@ -531,10 +537,41 @@ def map_head(ckpt: HFCheckpoint, outputs: int, labels: Sequence[str], label_name
     read from ``id2label`` (``label2id`` must agree with it): by ids or by names in any order, or LABEL_i placeholders
     taken in index order (``by`` "assumed": to be checked on dev); anything else is refused, naming both label sets
     and the flag that replaces the head."""
-    where = ckpt.path / CONFIG
+    from pipeline.labels_file import placeholder_id2label
+
     labels, label_names = [str(v) for v in labels], [str(v) for v in label_names]
     task = f"{len(labels)} labels {_brief(labels)}" + (f" (names {_brief(label_names)})" if label_names != labels else "")
     refuse = f"not dropping a trained head; {REPLACE_FLAG} fine-tunes a new one on its encoder"
+    by_id = _head_labels(ckpt, outputs)
+    head = [by_id[i] for i in range(len(by_id))]
+    if outputs != len(labels):
+        raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head has {outputs} outputs {_brief(head)} but the task "
+                         f"has {task}: {refuse}")
+    ways = (("ids", labels), ("names", label_names)) if label_names != labels else (("labels", labels),)
+    for by, wanted in ways:
+        if len(set(wanted)) == len(wanted) and sorted(head) == sorted(wanted):
+            order = tuple(head.index(label) for label in wanted)
+            if list(order) == list(range(outputs)):
+                note = f"its head's labels are the task's {by} in the task's order: kept"
+            else:
+                moved = [f"{wanted[i]} <- output {o}" for i, o in enumerate(order) if o != i]
+                note = (f"its head's labels are the task's {by} in another order: its rows reordered to the task's "
+                        f"({len(moved)} moved: {', '.join(moved[:6])}{', ...' if len(moved) > 6 else ''})")
+            return HeadMapping(order, by, note)
+    if placeholder_id2label(by_id):
+        note = (f"its head's labels are transformers' placeholders LABEL_0..LABEL_{outputs - 1}: assumed to be the "
+                f"task's {_brief(label_names)} in that order (checked on dev); {REPLACE_FLAG} fine-tunes a new "
+                "head instead")
+        return HeadMapping(tuple(range(outputs)), "assumed", note)
+    match = "match neither the ids nor the names of" if label_names != labels else "do not match"
+    raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head's labels {_brief(head)} (config.json id2label) "
+                     f"{match} the task's {task}, in any order: {refuse}")
+
+
+def _head_labels(ckpt: HFCheckpoint, outputs: int) -> dict[int, str]:
+    """config.json's ``id2label`` (LABEL_i placeholders when absent) as output index -> label, checked: indices
+    0..n-1 without gaps, ``label2id`` (where given) its inverse, one label per output of the head."""
+    where = ckpt.path / CONFIG
     id2label = ckpt.config.get("id2label")
     if id2label is None:
         id2label = {str(i): f"LABEL_{i}" for i in range(outputs)}
@@ -572,30 +609,7 @@ def map_head(ckpt: HFCheckpoint, outputs: int, labels: Sequence[str], label_name
     if len(head) != outputs:
         raise ModelError(f"{where}: id2label names {len(head)} labels but the {ckpt.architecture} head has {outputs} "
                          "outputs")
-    from pipeline.labels_file import placeholder_id2label
-
-    if outputs != len(labels):
-        raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head has {outputs} outputs {_brief(head)} but the task "
-                         f"has {task}: {refuse}")
-    ways = (("ids", labels), ("names", label_names)) if label_names != labels else (("labels", labels),)
-    for by, wanted in ways:
-        if len(set(wanted)) == len(wanted) and sorted(head) == sorted(wanted):
-            order = tuple(head.index(label) for label in wanted)
-            if list(order) == list(range(outputs)):
-                note = f"its head's labels are the task's {by} in the task's order: kept"
-            else:
-                moved = [f"{wanted[i]} <- output {o}" for i, o in enumerate(order) if o != i]
-                note = (f"its head's labels are the task's {by} in another order: its rows reordered to the task's "
-                        f"({len(moved)} moved: {', '.join(moved[:6])}{', ...' if len(moved) > 6 else ''})")
-            return HeadMapping(order, by, note)
-    if placeholder_id2label(by_id):
-        note = (f"its head's labels are transformers' placeholders LABEL_0..LABEL_{outputs - 1}: assumed to be the "
-                f"task's {_brief(label_names)} in that order (checked on dev); {REPLACE_FLAG} fine-tunes a new "
-                "head instead")
-        return HeadMapping(tuple(range(outputs)), "assumed", note)
-    match = "match neither the ids nor the names of" if label_names != labels else "do not match"
-    raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head's labels {_brief(head)} (config.json id2label) "
-                     f"{match} the task's {task}, in any order: {refuse}")
+    return by_id
 
 
 def head_mapping(converted_dir: Path) -> dict | None:
