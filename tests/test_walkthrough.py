@@ -150,11 +150,18 @@ def test_the_kind_walkthrough_names_files_that_exist_and_every_kind_has_its_modu
         for kind in TaskKind:
             path = ROOT / q.replace("<kind>", kind.value)
             assert path.exists(), q
+    from pipeline.kinds.base import PipelineKind
+    from serving.bundle.kinds.base import BundleKind
+    from serving.tools.kinds.base import ToolKind
+
+    bases = dict(zip(KIND_MODULES, (PipelineKind, BundleKind, ToolKind)))
     for module in KIND_MODULES:
-        assert f"`{module}`" in section, module
+        assert f"`{module}`" in section and f"`{bases[module].__name__}`" in section, module
         for kind in TaskKind:
             obj = importlib.import_module(module.replace("<kind>", kind.value).removesuffix(".py").replace("/", ".")).KIND
             assert obj.name == kind.value, (module, kind)
+            # the class the walkthrough says it is (the pipeline's KIND is a class, serving's are objects)
+            assert issubclass(obj, bases[module]) if isinstance(obj, type) else isinstance(obj, bases[module]), (module, kind)
     for kind in TaskKind:  # every python model and helper its bundles copy comes from its folder
         obj, pc = bundle_kind(kind), PackageConfig()
         folder = ROOT / "serving" / "kinds" / kind.value / "models"

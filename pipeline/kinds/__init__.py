@@ -5,14 +5,14 @@ from __future__ import annotations
 import functools
 import importlib
 
-from pipeline.contract import TaskKind as Kind
+from pipeline.contract import TaskKind
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import Batch, Feature, FeatureSet, Score, TaskKind, trim_outputs
+from pipeline.kinds.base import Batch, Feature, FeatureSet, PipelineKind, Score, trim_outputs
 
-KIND_NAMES = tuple(k.value for k in Kind)  # pipeline.contract.TaskKind is the one list of kinds
+KIND_NAMES = tuple(k.value for k in TaskKind)  # pipeline.contract.TaskKind is the one list of kinds
 
 
-def kind_class(type_name: str) -> type[TaskKind]:
+def kind_class(type_name: str) -> type[PipelineKind]:
     """The kind class of a config's ``type`` (a pipeline.contract.TaskKind value): what the task config checks
     against (its data formats, its first segment) before a config exists to make the kind object with."""
     if type_name not in KIND_NAMES:
@@ -27,7 +27,7 @@ def data_formats() -> tuple[str, ...]:
     return tuple(dict.fromkeys(f for name in KIND_NAMES for f in kind_class(name).data_formats))
 
 
-def get_kind(cfg) -> TaskKind:
+def get_kind(cfg) -> PipelineKind:
     """The kind object for a task config (its ``type``, a pipeline.contract.TaskKind value)."""
     return kind_class(cfg.type)(cfg)
 
@@ -41,5 +41,5 @@ def featurize(cfg, tokenizer, examples) -> FeatureSet:
     return get_kind(cfg).featurize(tokenizer, examples, cfg)
 
 
-__all__ = ["Batch", "Feature", "FeatureSet", "KIND_NAMES", "Score", "TaskKind", "featurize", "data_formats", "get_kind",
+__all__ = ["Batch", "Feature", "FeatureSet", "KIND_NAMES", "PipelineKind", "Score", "featurize", "data_formats", "get_kind",
            "kind_class", "trim_outputs"]

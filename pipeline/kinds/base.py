@@ -10,7 +10,7 @@ or one window of a long passage), and its model maps ``input_ids``/``token_type_
 * uie                      ``[B, T, 2]`` (start, end; a sigmoid per token)
 
 So training loops, PTQ calibration, export, every backend session and the benchmarks are the same
-code for all kinds; only :class:`TaskKind` knows how to read the data, what the targets are, which
+code for all kinds; only :class:`PipelineKind` knows how to read the data, what the targets are, which
 loss to train with and how raw outputs become the task's metric.
 """
 
@@ -52,7 +52,7 @@ class Score:
 class FeatureSet:
     """The features of one split plus what scoring needs (the examples, per-feature extras)."""
 
-    kind: "TaskKind"
+    kind: "PipelineKind"
     features: Sequence[Feature]
     examples: Sequence[Any]
     pad_id: int
@@ -94,8 +94,11 @@ class FeatureSet:
         return self.kind.predictions(outputs, self)
 
 
-class TaskKind:
-    """Base class; one subclass per kind (``pipeline.kinds.<kind>``)."""
+class PipelineKind:
+    """What the pipeline does differently for one task kind: the base of the ``KIND`` class of each
+    ``pipeline.kinds.<kind>`` module.  Not the list of kinds (``pipeline.contract.TaskKind``, whose values are the
+    config's ``type``): serving's sides of a kind are ``serving.bundle.kinds.BundleKind`` and
+    ``serving.tools.kinds.ToolKind``."""
 
     name: str = ""
     metric: str = ""  # key of the primary metric in Score.metrics
@@ -214,7 +217,7 @@ def request_shaped_batches(fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
             for j in range(0, len(keys), batch_size)]
 
 
-def trim_outputs(kind: TaskKind, out: np.ndarray, lengths: Sequence[int]) -> list[np.ndarray]:
+def trim_outputs(kind: PipelineKind, out: np.ndarray, lengths: Sequence[int]) -> list[np.ndarray]:
     """Split a padded batch output into per-feature arrays (token-level outputs cut to each length)."""
     if kind.token_level_outputs:
         return [out[j, : int(n)] for j, n in enumerate(lengths)]

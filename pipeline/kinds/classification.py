@@ -6,12 +6,12 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind
+from pipeline.kinds.base import Feature, FeatureSet, Score, PipelineKind
 
 ENCODE_CHUNK = 1024
 
 
-class Classification(TaskKind):
+class Classification(PipelineKind):
     name = "classification"
     metric = "accuracy"
     metric_label = "accuracy"

@@ -20,7 +20,7 @@ import numpy as np
 
 from pipeline.config_checks import number
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import (Feature, FeatureSet, Score, TaskKind, masked_positions, request_shaped_batches,
+from pipeline.kinds.base import (Feature, FeatureSet, Score, PipelineKind, masked_positions, request_shaped_batches,
                                  span_feature_params, with_some_negatives)
 
 LABELS = ("start", "end")
@@ -52,7 +52,7 @@ class ReadingConfig:
             raise ConfigError(f"reading.dev_for_training must be < 1 (the rest is the evaluation set), got {self.dev_for_training}")
 
 
-class ReadingComprehension(TaskKind):
+class ReadingComprehension(PipelineKind):
     name = "reading_comprehension"
     metric = "f1"
     metric_label = "F1"

@@ -15,10 +15,10 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import Feature, FeatureSet, Score, TaskKind, request_shaped_batches, span_feature_params
+from pipeline.kinds.base import Feature, FeatureSet, Score, PipelineKind, request_shaped_batches, span_feature_params
 
 
-class TokenClassification(TaskKind):
+class TokenClassification(PipelineKind):
     name = "token_classification"
     metric = "f1"
     metric_label = "entity F1"

@@ -20,7 +20,7 @@ import numpy as np
 
 from pipeline.config_checks import number
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import (Feature, FeatureSet, Score, TaskKind, request_shaped_batches, span_feature_params,
+from pipeline.kinds.base import (Feature, FeatureSet, Score, PipelineKind, request_shaped_batches, span_feature_params,
                                  with_some_negatives)
 
 LABELS = ("start", "end")
@@ -67,7 +67,7 @@ class UIEConfig:
                 raise ConfigError(f"uie.prompts.{key}: empty prompt")
 
 
-class UniversalExtraction(TaskKind):
+class UniversalExtraction(PipelineKind):
     name = "uie"
     metric = "f1"
     metric_label = "span F1"

@@ -37,7 +37,7 @@ class Scored:
     recipe: Int8Recipe
     metric: float  # task metric on the held-out slice (fraction)
     drop_points: float  # FP32 held-out metric minus this, in points
-    agreement: float  # fraction of held-out rows whose decisions (TaskKind.decisions) equal FP32's
+    agreement: float  # fraction of held-out rows whose decisions (PipelineKind.decisions) equal FP32's
     path: str
 
     def as_dict(self) -> dict:
@@ -64,7 +64,7 @@ class SearchResult:
 Evaluate = Callable[[Path], tuple[float, list[np.ndarray]]]  # model path -> (metric, per-row outputs)
 
 
-Decide = Callable[[np.ndarray], np.ndarray]  # one row's outputs -> what the model decides (TaskKind.decisions)
+Decide = Callable[[np.ndarray], np.ndarray]  # one row's outputs -> what the model decides (PipelineKind.decisions)
 
 
 def _argmax(output: np.ndarray) -> np.ndarray:

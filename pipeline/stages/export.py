@@ -147,7 +147,7 @@ def check_forms(layout: ExportLayout, kind, cfg, data) -> dict:
 
 def manifest(cfg, kind, data, selected: SelectedCandidate, searches: ShippedSearches, stats: dict, do_lower: bool) -> dict:
     """meta.json: the model contract (inputs, outputs, labels), how each INT8 form was made, the CPU it was chosen
-    on, and what the kind's served pre/post-processing needs (``TaskKind.manifest_sections``)."""
+    on, and what the kind's served pre/post-processing needs (``PipelineKind.manifest_sections``)."""
     from pipeline.backends.onnxruntime.convert import INPUT_NAMES, OUTPUT_NAME
 
     meta = {
