@@ -45,6 +45,27 @@ def _f(value, fmt: str = ".4f", none: str = "-") -> str:
     return none if value is None else format(value, fmt)
 
 
+def _grid_lines(grid: dict[str, list[dict]]) -> list[str]:
+    """One batch x seq table per backend that has cells."""
+    lines = []
+    for backend, cells in grid.items():
+        if not cells:
+            continue
+        seqs = sorted({c["seq_len"] for c in cells})
+        batches = sorted({c["batch_size"] for c in cells})
+        lines += [f"### {backend}", "", "| batch \\ seq | " + " | ".join(str(s) for s in seqs) + " |",
+                  "|---|" + "---|" * len(seqs)]
+        by = {(c["batch_size"], c["seq_len"]): c for c in cells}
+        for b in batches:
+            vals = []
+            for s in seqs:
+                c = by.get((b, s))
+                vals.append("-" if c is None else f"{c['sentences_per_s']:.1f} (p99 {c['latency_ms_p99']:.1f} ms)")
+            lines.append(f"| {b} | " + " | ".join(vals) + " |")
+        lines.append("")
+    return lines
+
+
 def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[dict], skipped: dict[str, str],
                  grid: dict[str, list[dict]], sizes: dict[str, int], selected: dict, chosen: str,
                  fp32_accuracy: float, batch_size: int, metric_label: str = "accuracy", checked: dict | None = None) -> Path:
@@ -85,21 +106,7 @@ def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[di
     for name, reason in ((checked or {}).get("not_checked") or {}).items():
         lines.append(f"| {name} | not checked: {reason} (validate.backends: all measures it) |" + " |" * 12)
     lines += ["", f"![accuracy vs throughput]({PLOT_FILE})", "", "## Fixed-shape grid (sentences/s, median of repeats)", ""]
-    for backend, cells in grid.items():
-        if not cells:
-            continue
-        seqs = sorted({c["seq_len"] for c in cells})
-        batches = sorted({c["batch_size"] for c in cells})
-        lines += [f"### {backend}", "", "| batch \\ seq | " + " | ".join(str(s) for s in seqs) + " |",
-                  "|---|" + "---|" * len(seqs)]
-        by = {(c["batch_size"], c["seq_len"]): c for c in cells}
-        for b in batches:
-            vals = []
-            for s in seqs:
-                c = by.get((b, s))
-                vals.append("-" if c is None else f"{c['sentences_per_s']:.1f} (p99 {c['latency_ms_p99']:.1f} ms)")
-            lines.append(f"| {b} | " + " | ".join(vals) + " |")
-        lines.append("")
+    lines += _grid_lines(grid)
     lines += ["## Files", "", "| artifact | MB |", "|---|---|"]
     for name, size in sizes.items():
         lines.append(f"| {name} | {size / 2**20:.2f} |")
