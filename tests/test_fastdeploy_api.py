@@ -135,9 +135,9 @@ class FastDeployRunner:
 
 
 def _ours(server, model: str):
-    from serving.tools.client import ClassifierClient
+    from serving.tools.client import BundleClient
 
-    return ClassifierClient(server.grpc_url, "grpc", model, retries=0)
+    return BundleClient(server.grpc_url, "grpc", model, retries=0)
 
 
 @pytest.fixture(scope="module")

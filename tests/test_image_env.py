@@ -25,7 +25,7 @@ from serving_fixtures import tiny_export, tiny_fused_bundle  # noqa: F401  (fixt
 from test_serving_openvino import dev, openvino_bundle, openvino_export  # noqa: F401  (fixtures)
 
 from serving.image_env import ImageEnvError, build, find_python, recipe
-from serving.tools.client import ClassifierClient
+from serving.tools.client import BundleClient
 
 ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "serving" / "triton" / "start.py"
@@ -175,7 +175,7 @@ def test_served_in_the_image_environment_equals_offline(engine, request, image_p
     log = work / "server.log"
     server = _serve_as_the_image_does(bundle, python, log)
     try:
-        with ClassifierClient(server.grpc_url, "grpc", "tiny") as client:
+        with BundleClient(server.grpc_url, "grpc", "tiny") as client:
             preds = client.classify(dev, batch_size=8)
     finally:
         server.stop(5)

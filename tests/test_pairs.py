@@ -105,14 +105,14 @@ def _served(pair_bundle, tmp_path, layout: str = "fused"):
     ({"text": [[""]], "text_pair": [["北京"]]}, "text[0]: empty text"),
 ])
 def test_a_malformed_pair_request_is_refused_alone_naming_its_field(pair_bundle, tmp_path, arrays, says):
-    from serving.tools.client import ClassifierClient, RequestRejected
+    from serving.tools.client import BundleClient, RequestRejected
 
     dev = _dev(pair_bundle)
-    with _served(pair_bundle, tmp_path) as server, ClassifierClient(server.grpc_url, "grpc", "tinynli", retries=0) as client:
+    with _served(pair_bundle, tmp_path) as server, BundleClient(server.grpc_url, "grpc", "tinynli", retries=0) as client:
         answers, refused = {}, []
 
         def good(k):
-            answers[k] = ClassifierClient(server.grpc_url, "grpc", "tinynli", retries=0).classify_batch([dev[k]])[0].label
+            answers[k] = BundleClient(server.grpc_url, "grpc", "tinynli", retries=0).classify_batch([dev[k]])[0].label
 
         def bad():
             try:
@@ -135,13 +135,13 @@ def test_the_served_tokenizer_gives_paddlenlps_pair_ids_on_every_dev_pair(pair_b
     pair, ids and segment ids, each request padded to its own longest pair."""
     from paddlenlp.transformers import AutoTokenizer
 
-    from serving.tools.client import ClassifierClient
+    from serving.tools.client import BundleClient
 
     tok_dir = pair_bundle["runs"] / "export" / "out" / "tokenizer"
     oracle = AutoTokenizer.from_pretrained(str(tok_dir))
     dev = _dev(pair_bundle) + [("很长的第一句" * 10, "短"), ("短", "很长的第二句" * 10), ("广州｜D2 7×9", "17.4℃ [SEP] [PAD]")]
     with _served(pair_bundle, tmp_path, layout="ensemble") as server, \
-            ClassifierClient(server.grpc_url, "grpc", "tinynli_tokenizer", retries=0) as client:
+            BundleClient(server.grpc_url, "grpc", "tinynli_tokenizer", retries=0) as client:
         for start in range(0, len(dev), 7):
             chunk = dev[start : start + 7]
             out = client.infer({"text": np.array([[a.encode()] for a, _ in chunk], dtype=object),
@@ -158,13 +158,13 @@ def test_the_served_tokenizer_gives_paddlenlps_pair_ids_on_every_dev_pair(pair_b
 
 def test_the_client_sends_pairs_from_flags_and_a_two_column_file(pair_bundle, tmp_path, capsys):
     from serving.tools import client_cli as cli
-    from serving.tools.client import ClassifierClient
+    from serving.tools.client import BundleClient
 
     dev = _dev(pair_bundle)[:4]
     pairs_file = tmp_path / "pairs.tsv"
     pairs_file.write_text("".join(f"{a}\t{b}\n" for a, b in dev), encoding="utf-8")
     with _served(pair_bundle, tmp_path) as server:
-        expected = [p.label for p in ClassifierClient(server.grpc_url, "grpc", "tinynli").classify(dev)]
+        expected = [p.label for p in BundleClient(server.grpc_url, "grpc", "tinynli").classify(dev)]
         base = ["classify", "--model", "tinynli", "--protocol", "grpc", "--url", server.grpc_url, "--json"]
         assert cli.main(base + [dev[0][0], "--text-pair", dev[0][1]]) == 0
         row = json.loads(capsys.readouterr().out.strip())

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from serving_fixtures import mrc_bundle, mrc_data, mrc_export  # noqa: F401  (fixtures)
 
-from serving.tools.client import ClassifierClient, RequestRejected
+from serving.tools.client import BundleClient, RequestRejected
 from serving.tools.kinds import kind_of_outputs
 from serving.bundle.config import PackageConfig
 from serving.triton.integrity import BundleIntegrityError, verify_bundle
@@ -171,7 +171,7 @@ def test_served_answers_equal_offline(layout, request, dev, bundle, protocol):
     assert len(wins) > 2 * len(dev)  # most contexts span several windows
     server = request.getfixturevalue(layout)
     url = server.http_url if protocol == "http" else server.grpc_url
-    with ClassifierClient(url, protocol, "cmrc2018", retries=0) as client:
+    with BundleClient(url, protocol, "cmrc2018", retries=0) as client:
         assert kind_of_outputs(client.output_names()).name == "reading_comprehension"
         served = client.answer(qs, cs, batch_size=8)
     offline = offline_answers(bundle, qs, cs, batch_size=8)
@@ -188,7 +188,7 @@ def test_bad_requests_are_refused_and_the_server_keeps_serving(layout, request, 
 
     server = request.getfixturevalue(layout)
     q, c = dev[0].question, dev[0].context
-    with ClassifierClient(server.grpc_url, "grpc", "cmrc2018", retries=0) as client:
+    with BundleClient(server.grpc_url, "grpc", "cmrc2018", retries=0) as client:
         good = client.answer_batch([q], [c])
         for questions, contexts, message in (([q, ""], [c, c], r"question\[1\]: empty question"),
                                              ([q], [" \n"], r"context\[0\]: empty context"),
@@ -198,7 +198,7 @@ def test_bad_requests_are_refused_and_the_server_keeps_serving(layout, request, 
             with pytest.raises(RequestRejected, match=message):
                 client.answer_batch(questions, contexts)
         assert client.answer_batch([q], [c]) == good
-    raw = th.InferenceServerClient(server.http_url)  # counts that differ cannot be sent through ClassifierClient
+    raw = th.InferenceServerClient(server.http_url)  # counts that differ cannot be sent through BundleClient
     inputs = [th.InferInput("question", [2], "BYTES"), th.InferInput("context", [1], "BYTES")]
     inputs[0].set_data_from_numpy(np.array([q.encode(), q.encode()], dtype=object))
     inputs[1].set_data_from_numpy(np.array([c.encode()], dtype=object))
@@ -214,7 +214,7 @@ def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_pat
     from serving.tools import client_cli
     from serving.kinds.reading_comprehension.tools import run_smoke
 
-    with ClassifierClient(server.http_url, "http", "cmrc2018", retries=0) as client:
+    with BundleClient(server.http_url, "http", "cmrc2018", retries=0) as client:
         result = run_smoke(bundle, client, dev, batch_size=8)
     assert result.ok and result.mismatches == 0 and result.examples == len(dev)
     assert (result.served_em, result.served_f1) == (result.offline_em, result.offline_f1)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from serving_fixtures import mrc_data, mrc_export, ner_bundle, ner_data, ner_export  # noqa: F401  (fixtures)
 
-from serving.tools.client import ClassifierClient, RequestRejected
+from serving.tools.client import BundleClient, RequestRejected
 from serving.tools.kinds import kind_of_outputs
 from serving.bundle.config import PackageConfig
 from serving.triton.integrity import BundleIntegrityError, verify_bundle
@@ -151,7 +151,7 @@ def test_served_entities_equal_offline(layout, request, dev, bundle, protocol):
 
     texts = [e.text for e in dev]
     url = server.http_url if protocol == "http" else server.grpc_url
-    with ClassifierClient(url, protocol, "cluener", retries=0) as client:
+    with BundleClient(url, protocol, "cluener", retries=0) as client:
         assert kind_of_outputs(client.output_names()).name == "token_classification"
         served = client.extract_entities(texts, batch_size=8)
     offline = offline_entities(bundle, texts, batch_size=8)
@@ -166,7 +166,7 @@ def test_served_entities_equal_offline(layout, request, dev, bundle, protocol):
 @LAYOUTS
 def test_bad_requests_are_refused_and_the_server_keeps_serving(layout, request):
     server = request.getfixturevalue(layout)
-    with ClassifierClient(server.grpc_url, "grpc", "cluener", retries=0) as client:
+    with BundleClient(server.grpc_url, "grpc", "cluener", retries=0) as client:
         good = client.extract_entities_batch(["赵子龙在小米科技"])
         with pytest.raises(RequestRejected, match=r"text\[1\]: empty text"):
             client.extract_entities_batch(["赵子龙", "  "])
@@ -186,12 +186,12 @@ def test_concurrent_requests_of_different_lengths_are_merged_and_answered_correc
     back."""
     server = request.getfixturevalue(layout)
     texts = [e.text for e in dev][:24]
-    with ClassifierClient(server.grpc_url, "grpc", "cluener", retries=0) as c:
+    with BundleClient(server.grpc_url, "grpc", "cluener", retries=0) as c:
         expected = [_key(c.extract_entities_batch([t])[0]) for t in texts]
     got, errors = [None] * len(texts), []
 
     def worker(k):
-        with ClassifierClient(server.grpc_url, "grpc", "cluener", retries=0) as c:
+        with BundleClient(server.grpc_url, "grpc", "cluener", retries=0) as c:
             try:
                 for i in range(k, len(texts), 6):
                     got[i] = _key(c.extract_entities_batch([texts[i]])[0])
@@ -212,7 +212,7 @@ def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_pat
     from serving.kinds.token_classification.tools import offline_entities
     from serving.kinds.token_classification.tools import run_smoke
 
-    with ClassifierClient(server.http_url, "http", "cluener", retries=0) as client:
+    with BundleClient(server.http_url, "http", "cluener", retries=0) as client:
         result = run_smoke(bundle, client, dev, batch_size=8)
     assert result.ok and result.mismatches == 0 and result.examples == len(dev)
     expected_f1 = chunk_f1([e.entities for e in dev], offline_entities(bundle, [e.text for e in dev], 8)).f1
@@ -276,7 +276,7 @@ def test_fused_bundle_is_one_model_running_the_ensembles_code(fused_bundle, fuse
     assert (bundle.root / "cluener_postprocess/1/entity_outputs.py").read_bytes() == decoding
     assert not any(f.startswith(("cluener_tokenizer/", "cluener_model/", "cluener_postprocess/")) for f in m["files"])
     assert "layout fused" in (fused_bundle / "README.md").read_text(encoding="utf-8")
-    with ClassifierClient(fused_server.grpc_url, "grpc", "cluener", retries=0) as client:
+    with BundleClient(fused_server.grpc_url, "grpc", "cluener", retries=0) as client:
         assert kind_of_outputs(client.output_names()).name == "token_classification"
     assert BundleModel.open(fused_bundle).tokenizer_dir == fused_bundle / "cluener" / "1"
 

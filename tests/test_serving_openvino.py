@@ -15,7 +15,7 @@ import pipeline  # noqa: F401  (before paddle)
 
 from serving_fixtures import tiny_export  # noqa: F401  (fixture)
 
-from serving.tools.client import ClassifierClient
+from serving.tools.client import BundleClient
 from serving.server import ServerError, start_server
 
 
@@ -79,7 +79,7 @@ def test_served_openvino_equals_offline_alone_or_in_any_batch(openvino_bundle, d
     logits = offline_logits(bundle, dev)
     labels = bundle.labels()
     with start_server(openvino_bundle, timeout=120, log_path=tmp_path / "server.log") as srv:
-        with ClassifierClient(srv.grpc_url, "grpc", "tiny") as client:
+        with BundleClient(srv.grpc_url, "grpc", "tiny") as client:
             preds = client.classify(dev, batch_size=8)
         assert [p.label for p in preds] == [labels[i] for i in logits.argmax(-1)]
         probs = np.exp(logits - logits.max(-1, keepdims=True))

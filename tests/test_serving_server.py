@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from serving_fixtures import tiny_bundle, tiny_export, tiny_fused_bundle, tool_or_skip  # noqa: F401  (fixtures)
 
-from serving.tools.client import ClassifierClient, RequestRejected
+from serving.tools.client import BundleClient, RequestRejected
 from serving.server import ServerError, TritonServer, start_server
 
 SERVING = Path(__file__).resolve().parent.parent / "serving"
@@ -67,8 +67,8 @@ def offline(tiny_bundle):
 
 
 def _clients(server):
-    return {"http": ClassifierClient(server.http_url, "http", "tiny", retries=0),
-            "grpc": ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0)}
+    return {"http": BundleClient(server.http_url, "http", "tiny", retries=0),
+            "grpc": BundleClient(server.grpc_url, "grpc", "tiny", retries=0)}
 
 
 @LAYOUTS
@@ -149,7 +149,7 @@ def test_concurrent_requests_are_batched_and_answered_correctly(layout, request,
     errors = []
 
     def worker(k):
-        c = ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0)
+        c = BundleClient(server.grpc_url, "grpc", "tiny", retries=0)
         try:
             for i in range(k, 24, 6):
                 got[i] = c.classify_batch([texts[i]])[0].label
@@ -216,7 +216,7 @@ def test_python_paddle_runtime_serves_the_offline_predictions(tiny_export, dev, 
     labels = bundle.labels()
     expected = [labels[i] for i in offline_logits(bundle, texts).argmax(-1)]
     with start_server(info.path, timeout=120, log_path=tmp_path / "server.log") as srv:
-        with ClassifierClient(srv.grpc_url, "grpc", "tiny") as client:
+        with BundleClient(srv.grpc_url, "grpc", "tiny") as client:
             assert [p.label for p in client.classify(texts, batch_size=16)] == expected
 
 
@@ -254,7 +254,7 @@ def test_an_engine_registered_once_is_packaged_served_and_is_the_offline_referen
     ort = BundleModel(bundle.root, {**bundle.manifest, "engine": "onnxruntime"})
     assert expected != [labels[i] for i in offline_logits(ort, texts).argmax(-1)]
     with start_server(info.path, timeout=120, log_path=tmp_path / "server.log") as srv:
-        with ClassifierClient(srv.grpc_url, "grpc", "tiny") as client:
+        with BundleClient(srv.grpc_url, "grpc", "tiny") as client:
             assert [p.label for p in client.classify(texts, batch_size=16)] == expected
 
 
@@ -431,16 +431,16 @@ def test_wrong_input_name_or_dtype_is_refused_and_batch_mates_are_answered(layou
     c.close()
 
     texts = dev[0][:16]
-    expected = [p.label for p in ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0).classify_batch(texts[:8])]
+    expected = [p.label for p in BundleClient(server.grpc_url, "grpc", "tiny", retries=0).classify_batch(texts[:8])]
     results, refused = {}, []
 
     def good(k):
-        cl = ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0)
+        cl = BundleClient(server.grpc_url, "grpc", "tiny", retries=0)
         results[k] = cl.classify_batch([texts[k]])[0].label
 
     def bad():
         try:
-            ClassifierClient(server.grpc_url, "grpc", "tiny", retries=0).classify_batch(["   "])
+            BundleClient(server.grpc_url, "grpc", "tiny", retries=0).classify_batch(["   "])
         except RequestRejected as exc:
             refused.append(str(exc))
 

@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-OUTPUTS = ("label", "label_desc", "confidence", "probs", "topk_label", "topk_prob")
+CLASS_OUTPUTS = ("label", "label_desc", "confidence", "probs", "topk_label", "topk_prob")
 NER_OUTPUTS = ("entities",)
 MRC_OUTPUTS = ("answer", "start", "end", "score")
 UIE_OUTPUTS = ("results",)
@@ -53,7 +53,9 @@ class RequestRejected(ClientError):
 
 
 @dataclass(frozen=True)
-class Prediction:
+class ServedClass:
+    """One text's answer from a classification bundle."""
+
     text: str
     label: str
     label_desc: str
@@ -118,7 +120,10 @@ def check_url(url: str) -> str:
     return url
 
 
-class ClassifierClient:
+class BundleClient:
+    """A served bundle of any task kind (``model``: the task's name): health, the transport (``infer``) and a named
+    method per built-in interface."""
+
     def __init__(self, url: str | None = None, protocol: str = "http", model: str = "tnews", timeout: float = 60.0,
                  retries: int = 3, backoff: float = 0.5):
         if protocol not in ("http", "grpc"):
@@ -163,14 +168,15 @@ class ClassifierClient:
         """The served ensemble's output names: what tells its kind apart (``serving.tools.kinds.kind_of_outputs``)."""
         return self._metadata_names("outputs")
 
-    def infer_raw(self, texts: Sequence, pairs: Sequence | None = None) -> dict[str, np.ndarray]:
-        """One request with ``len(texts)`` texts (and, for a pair classifier, as many ``pairs``: each text's second
-        text); returns the ensemble's outputs by name.  ``texts`` may also be (text, text_pair) tuples."""
+    def classify_raw(self, texts: Sequence, pairs: Sequence | None = None) -> dict[str, np.ndarray]:
+        """One request to a classification bundle with ``len(texts)`` texts (and, for a pair classifier, as many
+        ``pairs``: each text's second text); returns its outputs (``CLASS_OUTPUTS``) by name as arrays.  ``texts``
+        may also be (text, text_pair) tuples."""
         texts, pairs = split_pairs(texts, pairs)
         arrays = {"text": np.array([[_as_bytes(t)] for t in texts], dtype=np.object_)}
         if pairs is not None:
             arrays["text_pair"] = np.array([[_as_bytes(t)] for t in pairs], dtype=np.object_)
-        return self.infer(arrays, OUTPUTS)
+        return self.infer(arrays, CLASS_OUTPUTS)
 
     def _metadata_names(self, side: str) -> list[str]:
         """The served model's input or output names (``side``: inputs | outputs), over HTTP (dicts) or gRPC."""
@@ -209,13 +215,13 @@ class ClassifierClient:
                 time.sleep(self.backoff * (2**attempt))
                 attempt += 1
 
-    def classify_batch(self, texts: Sequence, pairs: Sequence | None = None) -> list[Prediction]:
+    def classify_batch(self, texts: Sequence, pairs: Sequence | None = None) -> list[ServedClass]:
         """One request; ``texts`` are texts, or (text, text_pair) tuples for a pair classifier (or give ``pairs``)."""
         texts, pairs = split_pairs(texts, pairs)
-        out = self.infer_raw(texts, pairs)
+        out = self.classify_raw(texts, pairs)
         preds = []
         for i, t in enumerate(texts):
-            preds.append(Prediction(
+            preds.append(ServedClass(
                 text_pair=None if pairs is None else _as_str(pairs[i]),
                 text=t if isinstance(t, str) else t.decode("utf-8", errors="replace"),
                 label=out["label"][i, 0].decode("utf-8"),
@@ -226,10 +232,10 @@ class ClassifierClient:
             ))
         return preds
 
-    def classify(self, texts: Iterable, batch_size: int = 32) -> list[Prediction]:
+    def classify(self, texts: Iterable, batch_size: int = 32) -> list[ServedClass]:
         """Texts (or (text, text_pair) tuples) in requests of ``batch_size``."""
         texts = list(texts)
-        preds: list[Prediction] = []
+        preds: list[ServedClass] = []
         for start in range(0, len(texts), batch_size):
             preds.extend(self.classify_batch(texts[start : start + batch_size]))
         return preds
@@ -285,7 +291,7 @@ class ClassifierClient:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "ClassifierClient":
+    def __enter__(self) -> "BundleClient":
         return self
 
     def __exit__(self, *exc) -> None:

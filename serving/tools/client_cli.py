@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from serving.tools.client import ClassifierClient, ClientError, RequestRejected
+from serving.tools.client import BundleClient, ClientError, RequestRejected
 from serving.tools.kinds import commands, kind_of_outputs, tool_kind
 
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     args = p.parse_args(argv)
     try:
-        client = ClassifierClient(args.url, args.protocol, args.model, args.timeout, getattr(args, "retries", 3))
+        client = BundleClient(args.url, args.protocol, args.model, args.timeout, getattr(args, "retries", 3))
     except (ClientError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         client.close()  # an open HTTP connection would hold up the server's shutdown
 
 
-def _run_command(args, client: ClassifierClient) -> int:
+def _run_command(args, client: BundleClient) -> int:
     try:
         if args.command == "health":
             h = client.health()
@@ -146,7 +146,7 @@ def _run_command(args, client: ClassifierClient) -> int:
     return 0
 
 
-def _predict(args, client: ClassifierClient, kind: str) -> None:
+def _predict(args, client: BundleClient, kind: str) -> None:
     """Ask the served ensemble (of ``kind``) what the command line gives and print its answers."""
     k = tool_kind(kind)
     k.check_cli(args)

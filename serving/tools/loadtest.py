@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from pipeline.contract import TaskKind
-from serving.tools.client import ClassifierClient, ClientError
+from serving.tools.client import BundleClient, ClientError
 from serving.tools.kinds import kind_of_outputs, tool_kind
 
 
@@ -52,7 +52,7 @@ def check_loopback(url: str) -> None:
         raise ClientError(f"load tests only target this machine (127.0.0.0/8, ::1); {url} is not loopback")
 
 
-def send(client: ClassifierClient, batch: Sequence, task_type: str) -> None:
+def send(client: BundleClient, batch: Sequence, task_type: str) -> None:
     """One request of ``batch`` items the way the bundle's kind takes them."""
     tool_kind(task_type).send(client, batch)
 
@@ -68,7 +68,7 @@ def run_level(url: str, protocol: str, model: str, texts: Sequence, concurrency:
     stop_at = time.monotonic() + seconds
 
     def worker(k: int) -> None:
-        client = ClassifierClient(url, protocol, model, timeout=30, retries=0)
+        client = BundleClient(url, protocol, model, timeout=30, retries=0)
         i = k * batch_size
         try:
             while time.monotonic() < stop_at:
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_args(args)
         check_loopback(url)
-        probe = ClassifierClient(url, args.protocol, model)
+        probe = BundleClient(url, args.protocol, model)
         probe.wait_ready(30)
         task_type = kind_of_outputs(probe.output_names()).name
         probe.close()

@@ -212,7 +212,7 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
 
 def _load(url: str, model: str, kind: "ToolKind", items: Sequence, concurrency: int, seconds: float, kill_at: float,
           victim, stats_socket: Path) -> tuple[list[Sample], float | None]:
-    from serving.tools.client import ClassifierClient
+    from serving.tools.client import BundleClient
 
     samples: list[Sample] = []
     lock = threading.Lock()
@@ -220,7 +220,7 @@ def _load(url: str, model: str, kind: "ToolKind", items: Sequence, concurrency: 
     counter = iter(range(10**9))
 
     def worker() -> None:
-        client = ClassifierClient(url, "http", model, timeout=30.0, retries=0)  # every failure counts
+        client = BundleClient(url, "http", model, timeout=30.0, retries=0)  # every failure counts
         while time.monotonic() - t0 < seconds:
             with lock:
                 i = next(counter) % len(items)

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from serving.tools.client import ClassifierClient, ClientError
+from serving.tools.client import BundleClient, ClientError
 from serving.tools.kinds import tool_kind
 from serving.triton.integrity import BundleIntegrityError
 from serving.tools.offline import BundleModel
@@ -70,7 +70,7 @@ def run_concurrent(bundle: BundleModel, url: str | None, protocol: str, items: S
 
     def ask(item):
         if not hasattr(local, "client"):
-            local.client = ClassifierClient(url, protocol, model)
+            local.client = BundleClient(url, protocol, model)
         return kind.ask(local.client, item)
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         problem = kind.smoke_problem(bundle, data)
         if problem:
             raise ClientError(problem)
-        with ClassifierClient(args.url, args.protocol, bundle.manifest["task"]) as client:
+        with BundleClient(args.url, args.protocol, bundle.manifest["task"]) as client:
             client.wait_ready(30)
             result = kind.smoke(bundle, client, list(data.dev.examples), _batch_size(bundle, args.batch_size))
         kind.print_smoke(args.task, args.protocol, result, (bundle.manifest.get("validated") or {}).get("backend"))

@@ -13,7 +13,7 @@ from pipeline.contract import TaskKind
 from serving.tools.kinds.base import ToolKind, print_validated, text_row
 
 if TYPE_CHECKING:
-    from serving.tools.client import ClassifierClient
+    from serving.tools.client import BundleClient
     from serving.tools.offline import BundleModel
 
 # loadtest's texts when there is no dev set to draw from
@@ -36,7 +36,7 @@ class SmokeResult:
         return self.mismatches == 0 and self.served_accuracy == self.offline_accuracy and same_as_validated
 
 
-def run_smoke(bundle: "BundleModel", client: "ClassifierClient", texts: Sequence, gold: Sequence[int], batch_size: int = 32) -> SmokeResult:
+def run_smoke(bundle: "BundleModel", client: "BundleClient", texts: Sequence, gold: Sequence[int], batch_size: int = 32) -> SmokeResult:
     from pipeline.progress import progress
     from serving.tools.offline import offline_logits
 
@@ -87,7 +87,7 @@ class Classification(ToolKind):
         return client.classify_batch([item])[0]
 
     def send(self, client, batch: Sequence) -> None:
-        client.infer_raw(batch)
+        client.classify_raw(batch)
 
     def answer_key(self, served) -> tuple:
         return (served.label,)

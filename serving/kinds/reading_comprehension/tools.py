@@ -13,7 +13,7 @@ from pipeline.contract import TaskKind
 from serving.tools.kinds.base import ToolKind, other_dev_set, print_validated, same, validated
 
 if TYPE_CHECKING:
-    from serving.tools.client import ClassifierClient
+    from serving.tools.client import BundleClient
     from serving.tools.offline import BundleModel, ModelOnly
 
 
@@ -66,7 +66,7 @@ def question_batches(bundle: "BundleModel", pairs: Sequence[tuple[str, str]]) ->
     return window_batches(bundle, windower(bundle, "reading", "max_query_len"), [([q], [c]) for q, c in pairs])
 
 
-def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
+def run_smoke(bundle: "BundleModel", client: "BundleClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
     """``examples``: ``pipeline.reading.squad.QAExample`` (id, question, context, answers)."""
     from pipeline.progress import progress
     from pipeline.reading.metric import cmrc_scores

@@ -13,7 +13,7 @@ from pipeline.contract import TaskKind
 from serving.tools.kinds.base import ToolKind, print_validated, same, text_row, validated
 
 if TYPE_CHECKING:
-    from serving.tools.client import ClassifierClient
+    from serving.tools.client import BundleClient
     from serving.tools.offline import BundleModel
 
 
@@ -52,7 +52,7 @@ def offline_entities(bundle: "BundleModel", texts: Sequence[str], batch_size: in
     return out
 
 
-def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
+def run_smoke(bundle: "BundleModel", client: "BundleClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
     """``examples``: ``pipeline.labeling.readers.LabelingExample`` (text, entities)."""
     from pipeline.labeling.metric import chunk_f1
     from pipeline.progress import progress

@@ -14,7 +14,7 @@ from pipeline.contract import TaskKind
 from serving.tools.kinds.base import ToolKind, other_dev_set, print_validated, same, validated
 
 if TYPE_CHECKING:
-    from serving.tools.client import ClassifierClient
+    from serving.tools.client import BundleClient
     from serving.tools.offline import BundleModel, ModelOnly
 
 
@@ -93,7 +93,7 @@ def schema_batches(bundle: "BundleModel", items: Sequence[tuple[str, Sequence[st
                           [(list(schema), [text] * len(schema)) for text, schema in items])
 
 
-def run_smoke(bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
+def run_smoke(bundle: "BundleModel", client: "BundleClient", examples: Sequence, batch_size: int = 32) -> SmokeResult:
     """``examples``: ``pipeline.extraction.examples.ExtractionExample`` (content, prompt, gold spans)."""
     from pipeline.extraction.metric import span_scores
     from pipeline.progress import progress

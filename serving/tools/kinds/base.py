@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from pipeline.contract import TaskKind
 
 if TYPE_CHECKING:
-    from serving.tools.client import ClassifierClient
+    from serving.tools.client import BundleClient
     from serving.tools.offline import BundleModel, ModelOnly
 
 SPAN_FAILURE = "served predictions or scores differ from the offline/validated model's"
@@ -50,11 +50,11 @@ class ToolKind:
         return None
 
     # -- one served answer -----------------------------------------------------------------------------------------
-    def ask(self, client: "ClassifierClient", item) -> Any:
+    def ask(self, client: "BundleClient", item) -> Any:
         """The served answer of one item sent alone."""
         raise NotImplementedError
 
-    def send(self, client: "ClassifierClient", batch: Sequence) -> None:
+    def send(self, client: "BundleClient", batch: Sequence) -> None:
         """One request of ``batch`` items (loadtest)."""
         raise NotImplementedError
 
@@ -67,7 +67,7 @@ class ToolKind:
         raise NotImplementedError
 
     # -- smoke -----------------------------------------------------------------------------------------------------
-    def smoke(self, bundle: "BundleModel", client: "ClassifierClient", examples: Sequence, batch_size: int):
+    def smoke(self, bundle: "BundleModel", client: "BundleClient", examples: Sequence, batch_size: int):
         """The dev examples through the server and offline: the kind's smoke result (``.ok``)."""
         raise NotImplementedError
 
@@ -101,7 +101,7 @@ class ToolKind:
     def check_cli(self, args) -> None:
         """ValueError when the command line lacks what this kind's requests need."""
 
-    def print_served(self, client: "ClassifierClient", items, args) -> None:
+    def print_served(self, client: "BundleClient", items, args) -> None:
         """Send ``items`` (texts, (text, text_pair) pairs, or (questions, contexts)) in requests of ``args.batch_size``;
         print the answers."""
         raise NotImplementedError
