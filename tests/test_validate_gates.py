@@ -436,35 +436,35 @@ def measured_rows():
 def test_validate_verifies_compress_selection_and_never_picks_again(measured_rows):
     """Issue 40: one selection.  Before, validate shipped the fastest row within budget (onnxruntime here), not
     what compress chose and measured."""
-    from pipeline.stages.validate import choose_backend
+    from pipeline.stages.validate import backend_to_verify
 
     selected = {"name": "w0.667-ov-int8", "quantization": "nncf", "runtime": "openvino"}
-    assert choose_backend(measured_rows, "auto", 0.5, selected)[0] == "openvino-cpu-int8"
+    assert backend_to_verify(measured_rows, "auto", 0.5, selected)[0] == "openvino-cpu-int8"
     # over budget on dev: still the one verified (its gate fails), never a substitute that compress did not select
-    assert choose_backend(measured_rows, "auto", 0.05, selected)[0] == "openvino-cpu-int8"
+    assert backend_to_verify(measured_rows, "auto", 0.05, selected)[0] == "openvino-cpu-int8"
     fp32 = {"name": "fp32-baseline", "quantization": "none", "runtime": "onnxruntime"}
-    assert choose_backend(measured_rows, "auto", 0.5, fp32)[0] == "onnxruntime-cpu-fp32"
+    assert backend_to_verify(measured_rows, "auto", 0.5, fp32)[0] == "onnxruntime-cpu-fp32"
     ort = {"name": "w1-int8", "quantization": "ort", "runtime": "onnxruntime"}
-    assert choose_backend(measured_rows, "auto", 0.5, ort)[0] == "onnxruntime-cpu-int8"  # not the QDQ form
+    assert backend_to_verify(measured_rows, "auto", 0.5, ort)[0] == "onnxruntime-cpu-int8"  # not the QDQ form
 
 
 def test_a_selection_validate_could_not_measure_is_an_error(measured_rows):
     from pipeline.errors import PipelineError
-    from pipeline.stages.validate import choose_backend
+    from pipeline.stages.validate import backend_to_verify
 
     selected = {"name": "w0.667-ov-int8", "quantization": "nncf", "runtime": "openvino"}
     with pytest.raises(PipelineError, match="compress selected 'w0.667-ov-int8' \\(openvino-cpu-int8\\), which validate could not measure"):
-        choose_backend(measured_rows[:3], "auto", 0.5, selected)
+        backend_to_verify(measured_rows[:3], "auto", 0.5, selected)
 
 
 def test_paddle_judged_widths_and_explicit_choices(measured_rows):
     """Widths judged in Paddle (compress.runtime: paddle) name no served engine: the fastest form within budget;
     validate.chosen_backend still overrides, and must name a measured backend."""
-    from pipeline.stages.validate import choose_backend
+    from pipeline.stages.validate import backend_to_verify
 
     paddle = {"name": "w1-ptq", "quantization": "ptq", "runtime": "paddle"}
-    assert choose_backend(measured_rows, "auto", 0.5, paddle)[0] == "onnxruntime-cpu-int8"
-    assert choose_backend(measured_rows, "auto", 0.5, None)[0] == "onnxruntime-cpu-int8"
-    assert choose_backend(measured_rows, "onnxruntime-cpu-int8-qdq", 0.5, paddle)[0] == "onnxruntime-cpu-int8-qdq"
+    assert backend_to_verify(measured_rows, "auto", 0.5, paddle)[0] == "onnxruntime-cpu-int8"
+    assert backend_to_verify(measured_rows, "auto", 0.5, None)[0] == "onnxruntime-cpu-int8"
+    assert backend_to_verify(measured_rows, "onnxruntime-cpu-int8-qdq", 0.5, paddle)[0] == "onnxruntime-cpu-int8-qdq"
     with pytest.raises(ConfigError, match="was not measured"):
-        choose_backend(measured_rows, "paddle-cpu-int8", 0.5, paddle)
+        backend_to_verify(measured_rows, "paddle-cpu-int8", 0.5, paddle)

@@ -39,11 +39,12 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
     return data_hashes(cfg)
 
 
-def choose_backend(rows: list, requested: str, max_drop: float, selected: dict | None = None) -> tuple[str, str]:
-    """(backend, why).  ``validate.chosen_backend`` when set; else compress's selected candidate in the form it was
-    measured in, which validate verifies on dev and gates: it never picks another (a close call between engines was
-    decided once, by compress).  Only where compress measured no form that runs on the bundle's device (widths judged
-    in Paddle, a GPU bundle: ``registry.selected_form``) the fastest quantized form within the accuracy budget."""
+def backend_to_verify(rows: list, requested: str, max_drop: float, selected: dict | None = None) -> tuple[str, str]:
+    """(backend, why): the backend validate verifies on dev and gates.  ``validate.chosen_backend`` when set; else
+    compress's selected candidate in the form it was measured in: it never picks another (a close call between engines
+    was decided once, by compress).  Only where compress measured no form that runs on the bundle's device (widths
+    judged in Paddle, a GPU bundle: ``registry.selected_form``) does it choose: the fastest quantized form within the
+    accuracy budget."""
     from pipeline.backends.registry import selected_form
     from pipeline.errors import ConfigError, PipelineError
 
@@ -107,7 +108,7 @@ def checked_backends(cfg: TaskConfig, runtimes: list, skipped: dict[str, str], s
     ships (``validate.chosen_backend``, else compress's selected candidate's form: ``registry.selected_form``) and its
     FP32 base; the anchor is measured beside them always.  A list adds the backends it names; ``all``: every runtime
     that can run here.  Where the shipped form is only known after measuring, every one: widths judged in Paddle and
-    GPU bundles (``choose_backend`` takes the fastest within budget) and a ``package.runtime``/``package.precision``
+    GPU bundles (``backend_to_verify`` takes the fastest within budget) and a ``package.runtime``/``package.precision``
     other than auto (the package stage then picks the form it ships among those validate measured).  A shipped form
     that cannot run here is an error now, before anything is measured."""
     from pipeline.backends.registry import selected_form
@@ -189,7 +190,7 @@ def run(ctx):
     with ctx.phase("gates"):
         _fill_ratios(rows, benches, paired)
         device = "gpu" if cfg.package.kind == "GPU" else "cpu"  # chosen among what the bundle will run on
-        chosen, why = choose_backend([r for r in rows if r.device == device] or rows, cfg.validate.chosen_backend,
+        chosen, why = backend_to_verify([r for r in rows if r.device == device] or rows, cfg.validate.chosen_backend,
                                      cfg.gates.max_accuracy_drop, inp.meta.selected_candidate)
         ctx.log(f"[validate] verifying {chosen}: {why}")
         crow = next(r for r in rows if r.backend == chosen)

@@ -65,7 +65,9 @@ class ValidateConfig:
     # Parity (accuracy, agreement, logit differences) always uses the full dev set.
     dev_benchmark_limit: int = 2048
     threads: int = 0  # 0: OMP_NUM_THREADS
-    chosen_backend: str = "auto"  # "auto": the form compress selected (stages.validate.choose_backend); or a backend name
+    # The backend validate verifies and gates (metrics.json's chosen_backend): "auto": the form compress selected
+    # (stages.validate.backend_to_verify); a backend name pins that one instead.
+    chosen_backend: str = "auto"
     throughput_batch_size: int = 32  # batch size of the throughput-ratio gate
     # Which backends validate measures (full-dev parity, the fixed-shape grid, dev-length timing).  "shipped": the
     # form the bundle ships, the FP32 it is compared with, and the anchor (the gates need no more; a release run pays
