@@ -53,6 +53,8 @@ def parse_width(value: str | float, key: str = "compress.width_mult_list") -> fl
 SKIP_ROLES = ("ffn2", "head")
 
 
+# compress.runtime's values: the candidate path, not one engine ("onnxruntime" is every CPU engine in
+# compress.engines, OpenVINO included): see CompressConfig.runtime.
 RUNTIMES = ("onnxruntime", "paddle")
 
 
@@ -64,10 +66,13 @@ def engine_names() -> tuple[str, ...]:
 @dataclass
 class CompressConfig:
     strategy: str = "dynabert+ptq"
-    # Where candidates are evaluated and selected: the runtime that ships.  onnxruntime (the CPU bundle):
-    # FP32 ONNX per width and, with ptq, the INT8 recipe search of pipeline.quantization (export.int8_* settings;
-    # algo_list and the other PTQ-grid settings are Paddle's).  paddle: Paddle Inference programs (PTQ
-    # grid, QAT, int8 embeddings), for serving with Paddle Inference.
+    # Which candidate path compress takes: what candidates are built as, and the engines they are scored and timed
+    # in (the one that ships serves the selected candidate).  onnxruntime means the ONNX path, not ONNX Runtime
+    # alone (the CPU bundle): FP32 ONNX per width and, with ptq, an INT8 form per engine in ``engines`` below
+    # (ONNX Runtime's recipe search of pipeline.quantization and, by default, OpenVINO's NNCF search), each timed in
+    # its own engine, so an OpenVINO form may ship (algo_list and the other PTQ-grid settings are Paddle's).
+    # paddle: Paddle Inference programs (PaddleSlim PTQ grid, QAT, int8 embeddings), for serving with Paddle
+    # Inference; no OpenVINO form is made.
     runtime: str = "onnxruntime"
     # With runtime onnxruntime: the CPU engines each width's INT8 form is made for and timed in (ONNX Runtime's
     # recipe search, OpenVINO's NNCF search).  Which one is faster depends on the CPU: every form is measured

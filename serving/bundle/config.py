@@ -32,6 +32,8 @@ def runtimes() -> dict[str, tuple[str, str]]:
 PRECISIONS = ("auto", "int8", "fp32")
 ACCELERATORS = ("none", "tensorrt-fp16", "tensorrt-int8")
 FASTDEPLOY_ENGINES = ("paddle", "onnxruntime", "tensorrt", "openvino")
+# package.kind: the device the bundle's models run on (Triton's instance_group kind), not a task kind: see
+# PackageConfig.kind.
 KINDS = ("CPU", "GPU")
 # ensemble: tokenizer -> model -> postprocess, three Triton models; fused: one python model doing all three
 # in one process (every task kind on a python runtime: two fewer IPC hops per request, and no other stub competing
@@ -82,6 +84,12 @@ class PackageConfig:
     # Reading comprehension and UIE (whole requests, nothing batched) get 2 x every core on OpenVINO instead
     # (``BundleKind.serving_defaults``); a make tune record measured for the bundle here overrides either.
     instance_count: int = 0
+    # The device the bundle's model runs on: CPU or GPU (the name is Triton's instance_group ``kind``, KIND_CPU /
+    # KIND_GPU, of the model that runs the engine; tokenization and post-processing stay on CPU; not a task kind,
+    # which is the config's ``type``).  It also decides the device validate verifies the shipped backend on (GPU:
+    # the GPU runtimes of pipeline.backends.registry, so FP32 or QDQ ONNX or Paddle's forms; int8.onnx's integer
+    # MatMuls are CPU kernels), the packages the bundle's requirements install (onnxruntime-gpu, paddlepaddle-gpu)
+    # and 1 instance per model by default.
     kind: str = "CPU"
     threads: int = 0  # intra-op threads of each in-process engine instance; 0: cores / instances (see above)
     version_policy: str = "latest"
