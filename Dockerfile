@@ -10,20 +10,19 @@
 # process); the other kinds, and layout ensemble, are an ensemble of a tokenizer, the model and a post-processing
 # model.  Triton binds every interface of the container (BIND_ADDRESS; 127.0.0.1 for a sidecar-only image).
 #
-# What is installed, and why these versions: requirements.txt pins numpy, tokenizers and the engine the bundle's model
+# What is installed, and why this base image: requirements.txt pins numpy, tokenizers and the engine the bundle's model
 # runs in (OpenVINO, ONNX Runtime or Paddle Inference: whichever compress measured fastest and validate passed) at the
-# versions that validated it (requirements.lock).  This image runs Python 3.10, where every validated version has a
-# wheel but ONNX Runtime's: 1.31.1 has none for 3.10, so an ONNX Runtime bundle installs 1.23.2 here (the newest with
-# a cp310 wheel; bundle.json keeps the validated 1.31.1, and the server logs one warning line naming both).  Served
-# == offline was measured in this environment for both engines (tests/test_image_env.py; MEASUREMENTS.md).  Why
-# 24.10 and not a newer Triton whose Python 3.12 takes 1.31.1: 24.10 is Triton 2.51, the server nvidia-pytriton 0.7.0
-# ships, so the tests here run this image's server, its python-backend stub and its Python; no newer one can be run
-# here.
+# versions that validated it (requirements.lock), with no fallback.  Triton 24.12 (server 2.53) runs Python 3.12,
+# which has wheels of every validated version (onnxruntime 1.31.1, openvino 2026.4.1, paddlepaddle 2.6.2, numpy
+# 1.26.4).  Triton 24.10 (Python 3.10) has none of onnxruntime 1.31.1: its newest, 1.23.2, changed 12 of 10,000
+# TNEWS dev predictions of the ONNX Runtime bundle against the validated version (MEASUREMENTS.md, 2026-11-28), so
+# an ONNX Runtime bundle could not be served there as validated.  tests/test_image_env.py rebuilds this image's Python
+# environment (Python 3.12, only the install line below) and serves a bundle of each engine in it: served == offline.
+# What it cannot run is this image's own server: it uses nvidia-pytriton's Triton 2.51 with its Python 3.12 stub.
 #
-# GPU: a bundle packaged with package.kind GPU lists onnxruntime-gpu (paddlepaddle-gpu) instead, at the same
-# versions; on this image's Python that is onnxruntime-gpu 1.23.2, the newest with a cp310 wheel (a pip download
-# --python-version 3.10 says so).  Whether it loads the validated TensorRT / QDQ form on a GPU has not been checked
-# (no GPU here).  Run it with docker run --gpus all.
+# GPU: a bundle packaged with package.kind GPU lists onnxruntime-gpu (paddlepaddle-gpu) instead, at the validated
+# version: onnxruntime-gpu 1.31.1 has a cp312 wheel (pip download --python-version 3.12 says so).  Whether it loads
+# the validated TensorRT / QDQ form on a GPU has not been checked (no GPU here).  Run it with docker run --gpus all.
 #
 # FastDeploy's serving image (registry.baidubce.com/paddlepaddle/fastdeploy:1.0.7-cpu-only-21.10, -gpu-...): the
 # only image with Triton's "fastdeploy" backend, so the one where package.runtime fastdeploy bundles run (this image
@@ -40,16 +39,17 @@
 #     status instead of INVALID_ARGUMENT / HTTP 400 (serving/triton/model_support.py; tested with a stand-in pb_utils).
 #   - runtime fastdeploy, engine openvino: the bundle ships model.onnx (the QDQ INT8 form, else FP32), never the
 #     export's OpenVINO IR, which FastDeploy's backend cannot open (serving/bundle/repository.py choose_model).
-ARG TRITON_VERSION=24.10
+ARG TRITON_VERSION=24.12
 FROM nvcr.io/nvidia/tritonserver:${TRITON_VERSION}-py3
 
 ARG TASK=tnews
 # The Python of the base image: requirements.txt's python_version markers and tests/test_image_env.py (which rebuilds
 # this environment with this Python and only the install line below) go by it; the build stops if the image runs
 # another.
-ARG SERVING_PYTHON=3.10
+ARG SERVING_PYTHON=3.12
 ARG BIND_ADDRESS=0.0.0.0
-ENV BIND_ADDRESS=${BIND_ADDRESS} PYTHONDONTWRITEBYTECODE=1
+# Ubuntu 24.04 marks its Python as externally managed (PEP 668): this image is that Python's one user.
+ENV BIND_ADDRESS=${BIND_ADDRESS} PYTHONDONTWRITEBYTECODE=1 PIP_BREAK_SYSTEM_PACKAGES=1
 
 COPY model_repository/${TASK}/requirements.txt /tmp/requirements.txt
 RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '${SERVING_PYTHON}' else 'this image runs Python ' + v + ', not SERVING_PYTHON ${SERVING_PYTHON}')" \

@@ -35,7 +35,7 @@ class ImageEnvError(RuntimeError):
 
 @dataclass(frozen=True)
 class Recipe:
-    python: str  # "3.10": ARG SERVING_PYTHON
+    python: str  # "3.12": ARG SERVING_PYTHON
     installs: tuple[tuple[str, ...], ...]  # each `python3 -m pip install ...` of a RUN line, arguments after `install`
     copies: dict  # destination in the image -> source in the build context, ARGs not yet expanded
 
@@ -78,7 +78,7 @@ def recipe(dockerfile: Path = DOCKERFILE) -> Recipe:
                     installs.append(tuple(command[4:]))
                 command = []
     if "SERVING_PYTHON" not in args:
-        raise ImageEnvError(f"{dockerfile}: no ARG SERVING_PYTHON=<the base image's Python, e.g. 3.10>")
+        raise ImageEnvError(f"{dockerfile}: no ARG SERVING_PYTHON=<the base image's Python, e.g. 3.12>")
     if not installs:
         raise ImageEnvError(f"{dockerfile}: no RUN python3 -m pip install line")
     return Recipe(args["SERVING_PYTHON"], tuple(installs), copies)

@@ -41,6 +41,15 @@ from serving.triton.integrity import BundleIntegrityError, clear_bytecode, verif
 
 # The image's entrypoint (the Dockerfile's, the Kubernetes and KServe commands): its engine check is this launcher's.
 START = Path(__file__).resolve().parent / "triton" / "start.py"
+# What the pipeline sets for its own process (pipeline.env) and the server must not inherit: with "stdlib", Python
+# 3.12's python models cannot import setuptools (no distutils there), which Paddle Inference imports when it loads.
+PIPELINE_ONLY_ENV = ("SETUPTOOLS_USE_DISTUTILS",)
+
+
+def server_environment(install: "TritonInstall") -> dict[str, str]:
+    """The server's environment: this one less PIPELINE_ONLY_ENV, with the install's, writing no bytecode."""
+    env = {k: v for k, v in os.environ.items() if k not in PIPELINE_ONLY_ENV}
+    return {**env, **install.env, "PYTHONDONTWRITEBYTECODE": "1"}
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
@@ -83,7 +92,7 @@ def _pytriton_version() -> str:
 
 def prepare_pytriton_server(dist: Path, cache_root: Path | None = None, wheel_version: str | None = None,
                             version: str | None = None) -> Path:
-    """A runnable copy of the wheel's server with the backend stub of Python ``version`` ("3.10"; default this
+    """A runnable copy of the wheel's server with the backend stub of Python ``version`` ("3.12"; default this
     interpreter's); made once, atomically.
 
     The copy is named by what it holds (wheel version, server and stub sizes, Python version), not by when the
@@ -121,7 +130,7 @@ class ServingPython:
     LD_LIBRARY_PATH, and the wheel's stub for its version serves."""
 
     bin_dir: Path
-    version: str  # "3.10"
+    version: str  # "3.12"
     libdir: str
 
     @classmethod
@@ -449,7 +458,7 @@ def check_engine(manifest: dict, install: TritonInstall) -> None:
     python = engine_python(install)
     try:
         done = subprocess.run([python, str(START), "--engine-check"], input=json.dumps(manifest), text=True,
-                              env={**os.environ, **install.env}, capture_output=True, timeout=120)
+                              env=server_environment(install), capture_output=True, timeout=120)
     except subprocess.TimeoutExpired:
         raise ServerError(f"the serving python ({python}) did not answer the engine check within 120 s") from None
     except OSError as exc:
@@ -547,7 +556,7 @@ def start_server(
                           extra_args)
     # No bytecode written into the bundle by anything that honours it (the stubs' isolated interpreters do not:
     # see integrity.clear_bytecode).
-    env = {**os.environ, **install.env, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = server_environment(install)
     proc = _spawn(cmd, env, Path(log_path), die_with_parent)
     server = TritonServer(proc, repository, host, http_port, grpc_port, metrics_port, Path(log_path), shm_prefix,
                           server_id)

@@ -39,13 +39,12 @@ class ServedEngine:
     # every core), or one single-thread instance per core
     one_instance: bool = False
 
-    # Serving Pythons with no wheel of the version that validated the bundle, and the version they install instead:
-    # (("3.10", "1.23.2"),) for ONNX Runtime 1.31.1, which has no CPython 3.10 wheel (the Dockerfile's image runs 3.10).
-    # The bundle's requirements.txt pins it there under a python_version marker (serving.bundle.requirements); the
-    # server warns when it serves with a version other than the validated one (bundle.json engine_needs).
-    python_fallbacks: tuple[tuple[str, str], ...] = ()
     # The package a GPU bundle (package.kind GPU) installs instead, at the same versions ("onnxruntime-gpu")
     gpu_distribution: str | None = None
+    # What its engine imports without declaring it, as pip reads it, installed beside it: paddlepaddle 2.6.2 imports
+    # setuptools when it loads, which a new Python 3.12 environment lacks (and the venv's own 65.5.0 cannot import
+    # on 3.12); it computes no answer, so a version that imports on every serving Python is pinned here
+    undeclared: tuple[str, ...] = ()
 
     def validated_version(self) -> str:
         """The version installed here, the one the pipeline validated the bundle with (requirements.lock's)."""

@@ -35,4 +35,4 @@ ENGINE = CpuEngine(
     int8_embeddings=lambda cfg: cfg.quantization.int8_embeddings,
     served=ServedEngine(name="onnxruntime", served="pipeline.backends.onnxruntime.served", model_file="model.onnx",
                         distribution="onnxruntime", import_name="onnxruntime",
-                        python_fallbacks=(("3.10", "1.23.2"),), gpu_distribution="onnxruntime-gpu"))
+                        gpu_distribution="onnxruntime-gpu"))

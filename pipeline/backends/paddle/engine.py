@@ -6,4 +6,5 @@ from __future__ import annotations
 from pipeline.backends.engine import ServedEngine
 
 SERVED = ServedEngine(name="paddle", served="pipeline.backends.paddle.served", model_file="model.pdmodel",
-                      distribution="paddlepaddle", import_name="paddle", gpu_distribution="paddlepaddle-gpu", reads="paddle")
+                      distribution="paddlepaddle", import_name="paddle", gpu_distribution="paddlepaddle-gpu",
+                      undeclared=("setuptools==80.9.0",), reads="paddle")
