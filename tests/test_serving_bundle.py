@@ -188,7 +188,10 @@ def test_every_file_and_directory_is_covered(tiny_bundle, tmp_path):
     shutil.rmtree(b / ".evil")
     cache = b / "tiny_tokenizer" / "1" / "__pycache__"
     cache.mkdir()
-    (cache / "model.cpython-311.pyc").write_bytes(b"forged")
+    import py_compile
+
+    # what a stub writes as it loads a listed model.py: timestamp-checked bytecode
+    py_compile.compile(str(cache.parent / "model.py"), str(cache / "model.cpython-311.pyc"))
     with pytest.raises(BundleIntegrityError, match=r"model.cpython-311.pyc: not listed .*Python bytecode"):
         verify_bundle(b)
     verify_bundle(b, allow_bytecode=True)  # the bytecode of a listed model.py
@@ -219,8 +222,13 @@ def test_a_served_bundle_is_still_the_packaged_one(tiny_bundle, tiny_finetuned, 
     assert external_intact(cfg, recorded)
     cache = b / "tiny_model" / "1" / "__pycache__"
     cache.mkdir()
-    (cache / "model.cpython-311.pyc").write_bytes(b"cached by a stub")
+    import py_compile
+
+    py_compile.compile(str(cache.parent / "model.py"), str(cache / "model.cpython-311.pyc"))  # as a stub caches it
     assert external_intact(cfg, recorded)
+    (cache / "model.cpython-311.pyc").write_bytes(b"not what a stub writes")  # no timestamp header: refused
+    assert not external_intact(cfg, recorded)
+    (cache / "model.cpython-311.pyc").unlink()
     (b / "tiny_model" / "1" / "notes.txt").write_text("edited by hand")
     assert not external_intact(cfg, recorded)
 
