@@ -21,16 +21,7 @@ from pipeline.run_lock import LOCK_NAME, run_lock
 from tests.conftest import LABELS, tiny_cli_args, write_tiny_data, write_tiny_task_yaml
 
 
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def _one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
+from tests.test_probes_round_two import _cli, _one_line  # noqa: E402  (the probes' CLI runner and one-line check)
 
 
 # -- 1. clean removes only what runs made ----------------------------------------------------------------------------
