@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import main
 from pipeline.errors import DataError
 from pipeline import run_lock as runs_mark  # its MARKER_NAME / MARKER_HEAD: the mark a run writes
 from pipeline.run_lock import LOCK_NAME, run_lock
