@@ -85,10 +85,11 @@ class PhaseClock:
 class StepEstimate:
     """One line, once, after the first steps of a long loop: how many steps, the seconds per step measured over
     ``after`` steps (the first ``skip`` left out: they build kernels and warm caches), and about how long all of them
-    take.  Call ``step()`` as each step starts."""
+    take.  Call ``step()`` as each step starts.  ``cap``: ``total`` is a most (the loop may stop earlier), said as
+    such."""
 
-    def __init__(self, what: str, total: int, log: Callable[[str], None], *, after: int = 5, skip: int = 1):
-        self.what, self.total, self.log, self.after, self.skip = what, total, log, after, skip
+    def __init__(self, what: str, total: int, log: Callable[[str], None], *, after: int = 5, skip: int = 1, cap: str = ""):
+        self.what, self.total, self.log, self.after, self.skip, self.cap = what, total, log, after, skip, cap
         self.started = 0
         self._t0: float | None = None
         self.per_step: float | None = None
@@ -102,6 +103,7 @@ class StepEstimate:
         elif self._t0 is not None and self.started == self.skip + 1 + self.after:
             self.per_step = (time.monotonic() - self._t0) / self.after
             left = self.total - self.started + 1
-            self.log(f"{self.what}: {self.total} steps x {self.per_step:.2f} s/step (measured over steps "
-                     f"{self.skip + 1}-{self.skip + self.after}): about {duration(self.per_step * self.total)} in all, "
-                     f"{duration(self.per_step * left)} left")
+            most = "at most " if self.cap else ""
+            self.log(f"{self.what}: {most}{self.total} steps x {self.per_step:.2f} s/step (measured over steps "
+                     f"{self.skip + 1}-{self.skip + self.after}): {most or 'about '}{duration(self.per_step * self.total)} "
+                     f"in all, {duration(self.per_step * left)} left" + (f" ({self.cap})" if self.cap else ""))

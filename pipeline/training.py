@@ -1,5 +1,6 @@
 """The one training loop (fine-tune, DynaBERT distillation, QAT): AdamW, linear warmup then linear decay,
-evaluation each epoch, best kept.
+evaluation each epoch (and, with a ``Plateau``, every ``Plateau.eval_steps`` steps, stopping once the metric stops
+improving), best kept.
 
 Resumable: every ``checkpoint_steps`` steps and at each epoch end the model, optimizer, scheduler,
 step counter and best-so-far are saved into ``work_dir`` (written to a temp name, then renamed).
@@ -35,7 +36,9 @@ class TrainState:
     step_in_epoch: int = 0  # batches of the current epoch already trained
     best_accuracy: float = -1.0  # the task's primary dev metric (accuracy, entity F1, reading F1)
     best_epoch: int = -1
-    history: list[dict] = field(default_factory=list)  # one entry per finished epoch
+    history: list[dict] = field(default_factory=list)  # one entry per evaluation (each epoch's end, each plateau check)
+    stale_evals: int = 0  # evaluations since the metric last improved by the plateau's min_delta (Plateau)
+    stopped_early: bool = False  # the plateau rule ended training before the step budget
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,23 @@ def make_optimizer(model, learning_rate: float, total_steps: int, warmup_ratio: 
     return opt, sched
 
 
+@dataclass(frozen=True)
+class Plateau:
+    """Stop when training stops paying: evaluate every ``eval_steps`` steps, and stop after ``patience`` evaluations in
+    a row that do not beat the best by more than ``min_delta`` (a fraction of the metric: 0.001 is 0.1 points).
+    ``max_steps`` stays the cap; the best evaluation's weights are kept either way."""
+
+    eval_steps: int
+    patience: int
+    min_delta: float = 0.001
+
+    def due(self, step: int, total_steps: int) -> bool:
+        return step % self.eval_steps == 0 and step < total_steps
+
+    def stalled(self, state: TrainState) -> bool:
+        return state.stale_evals >= self.patience
+
+
 # ------------------------------------------------------------------------------------------------
 # the one training loop (fine-tune, DynaBERT distillation, QAT)
 
@@ -107,12 +127,14 @@ def _train_step(step_loss: Callable, batch, opt, sched) -> float:
     return float(loss)
 
 
-def _record_epoch(state: TrainState, ev: Evaluation, kind, train_loss: float, eval_name: str) -> bool:
-    """An epoch's (or the step budget's last part's) entry in ``state.history``; True, and the best moved there,
-    when its metric beats the best so far."""
+def _record_epoch(state: TrainState, ev: Evaluation, kind, train_loss: float, eval_name: str, min_delta: float = 0.0) -> bool:
+    """An evaluation's entry in ``state.history`` (an epoch's end, the step budget's last part, a plateau check); True,
+    and the best moved there, when its metric beats the best so far.  Counts the evaluations that did not beat it by
+    more than ``min_delta`` (``state.stale_evals``: the plateau rule's)."""
     key = eval_name.replace("-", "")  # history keys: dev_accuracy, heldout_f1, ...
     state.history.append({"epoch": state.epoch + 1, "step": state.step, "train_loss": train_loss,
                           f"{key}_{kind.metric}": ev.metric, **{f"{key}_{k}": v for k, v in ev.score.metrics.items()}})
+    state.stale_evals = 0 if ev.metric > state.best_accuracy + min_delta else state.stale_evals + 1
     if ev.metric <= state.best_accuracy:
         return False
     state.best_accuracy, state.best_epoch = ev.metric, state.epoch + 1
@@ -122,22 +144,34 @@ def _record_epoch(state: TrainState, ev: Evaluation, kind, train_loss: float, ev
 def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Callable, opt, sched, *, epochs: int,
                total_steps: int, batch_size: int, seed: int, eval_batch_size: int, desc: str, loss_name: str = "train loss",
                eval_name: str = "dev", on_best: Callable[[object], None] | None = None, state: TrainState | None = None,
-               checkpoint: "CheckpointDir | None" = None, checkpoint_steps: int = 0,
+               checkpoint: "CheckpointDir | None" = None, checkpoint_steps: int = 0, plateau: Plateau | None = None,
                log: Callable[[str], None] = _log) -> TrainState:
-    """Train ``model`` on ``train`` with ``step_loss(batch) -> loss``, evaluating on ``evaluate_on`` after each epoch.
+    """Train ``model`` on ``train`` with ``step_loss(batch) -> loss``, evaluating on ``evaluate_on`` after each epoch
+    (and every ``plateau.eval_steps`` steps with a ``plateau``, stopping when it stalls).
 
     Batch order is a pure function of (seed, epoch), so a run resumed from ``state`` skips exactly the batches it
-    trained on.  The best epoch is kept: ``on_best(model)`` is called when the metric improves; without it the best
-    weights are kept in memory and put back at the end.  ``checkpoint``: saved every ``checkpoint_steps`` steps,
+    trained on.  The best evaluation is kept: ``on_best(model)`` is called when the metric improves; without it the
+    best weights are kept in memory and put back at the end.  ``checkpoint``: saved every ``checkpoint_steps`` steps,
     every 5 minutes and at each epoch end (resumable)."""
     state = state or TrainState()
-    best_weights = None
-    kind = train.kind
+    best: dict = {}  # the best weights, when there is no on_best to keep them
     last_ckpt = time.time()
+
+    def evaluate(train_loss: float, where: str) -> None:
+        ev = evaluate_dygraph(model, evaluate_on, eval_batch_size, desc=f"{eval_name} eval ({desc} {where})")
+        improved = _record_epoch(state, ev, train.kind, train_loss, eval_name, plateau.min_delta if plateau else 0.0)
+        log(f"{desc} {where}: step {state.step}, {loss_name} {train_loss:.4f}, {eval_name} {train.kind.describe(ev.score)}"
+            + ("  (best so far, kept)" if improved else ""))
+        if improved and on_best is not None:
+            on_best(model)
+        elif improved:
+            best["weights"] = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+        model.train()
+
     model.train()
     bar = progress(total=total_steps, initial=state.step, desc=desc, unit="step")
     try:
-        while state.epoch < epochs and state.step < total_steps:
+        while state.epoch < epochs and state.step < total_steps and not state.stopped_early:
             order = train_batch_order(train, batch_size, seed, state.epoch)
             running, n = 0.0, 0
             for idx in order[state.step_in_epoch :]:
@@ -153,18 +187,17 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
                 if checkpoint is not None and (state.step % max(checkpoint_steps, 1) == 0 or time.time() - last_ckpt > 300):
                     checkpoint.save(model, opt, sched, state)
                     last_ckpt = time.time()
+                if plateau is not None and plateau.due(state.step, total_steps) and state.step_in_epoch < len(order):
+                    evaluate(running / max(n, 1), f"step {state.step}/{total_steps}")
+                    if plateau.stalled(state):
+                        state.stopped_early = True
+                        log(f"{desc}: held-out {train.kind.metric_label} has not improved by more than "
+                            f"{100 * plateau.min_delta:g} points in {plateau.patience} checks of {plateau.eval_steps} steps: "
+                            f"stopped at step {state.step} of {total_steps}, keeping the best")
+                        break
             epoch_done = state.step_in_epoch >= len(order)
-            ev = evaluate_dygraph(model, evaluate_on, eval_batch_size, desc=f"{eval_name} eval ({desc} epoch {state.epoch + 1})")
-            train_loss = running / max(n, 1)
-            improved = _record_epoch(state, ev, kind, train_loss, eval_name)
-            log(f"{desc} epoch {state.epoch + 1}/{epochs}: step {state.step}, {loss_name} {train_loss:.4f}, "
-                f"{eval_name} {kind.describe(ev.score)}" + ("  (best so far, kept)" if improved else ""))
-            if improved:
-                if on_best is not None:
-                    on_best(model)
-                else:
-                    best_weights = {k: v.numpy().copy() for k, v in model.state_dict().items()}
-            model.train()
+            if not state.stopped_early:
+                evaluate(running / max(n, 1), f"epoch {state.epoch + 1}/{epochs}")
             if epoch_done:
                 state.epoch += 1
                 state.step_in_epoch = 0
@@ -172,11 +205,11 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
                 checkpoint.save(model, opt, sched, state)
                 last_ckpt = time.time()
             if not epoch_done:
-                break  # the step budget ended mid-epoch
+                break  # the step budget (or the plateau rule) ended it mid-epoch
     finally:
         bar.close()
-    if best_weights is not None:
-        model.set_state_dict(best_weights)
+    if "weights" in best:
+        model.set_state_dict(best["weights"])
     model.eval()
     return state
 

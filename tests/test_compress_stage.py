@@ -18,6 +18,10 @@ FAST = ["--set", "compress.throughput_batches=1", "--set", "compress.timing_roun
         "--set", "compress.per_device_train_batch_size=16", "--set", "compress.learning_rate=0.001",
         "--set", "compress.algo_list=[mse]", "--set", "compress.batch_size_list=[4]"]
 PADDLE = ["--set", "compress.runtime=paddle"]
+ALL = ["--set", "compress.screen=false"]  # every candidate built: a test of the whole table, not of the screen
+# OpenVINO's own form ships when the selected candidate runs in it or package.runtime names it: named here, so a test
+# of both engines' shipped files does not depend on which one this CPU selects
+BOTH_FORMS = ["--set", "package.runtime=python-openvino"]
 
 
 @pytest.fixture
@@ -120,7 +124,7 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     """The default runtime: every width as FP32 ONNX plus its searched INT8 form for each CPU engine (ONNX Runtime,
     OpenVINO), judged in its own engine; export rebuilds nothing and ships the very files compress measured."""
     assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=dynabert+ptq", "--set", "compress.width_mult_list=[3/4]",
-                     runtime=[]) == 0
+                     *ALL, *BOTH_FORMS, runtime=[]) == 0
     got = _check_contract(runs, tiny_finetuned)
     assert got["names"] == ["fp32", "int8", "ov-int8", "w0.75", "w0.75-int8", "w0.75-ov-int8"]
     rows = {r["name"]: r for r in got["table"]["candidates"]}
@@ -133,15 +137,15 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     # at most the stage's total.
     record = got["record"]
     phases = dict(record["phases"])
-    assert [name for name, _ in record["phases"]] == ["inputs", "conversion", "importance", "distillation", "scoring",
-                                                      "search", "timing", "shipped"]
+    assert [name for name, _ in record["phases"]] == ["inputs", "conversion", "scoring", "search", "importance",
+                                                      "distillation", "timing", "shipped"]
     assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= record["duration_s"]
     assert phases["distillation"] > 0 and phases["search"] > 0
     shipped = _out(runs) / got["outputs"]["shipped_dir"]
     assert (shipped / "openvino" / "int8.xml").is_file() and (shipped / "openvino" / "int8.bin").is_file()
     assert "| onnxruntime |" in (_out(runs) / "candidates.md").read_text()
 
-    assert main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--only", "export", *FAST, "--set",
+    assert main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--only", "export", *FAST, *ALL, *BOTH_FORMS, "--set",
                  "compress.strategy=dynabert+ptq", "--set", "compress.width_mult_list=[3/4]",
                  "--set", "gates.max_int8_size_ratio=1"]) == 0  # tiny: the embedding table is most of the file
     prefix = "w0.75-" if got["selected"]["width_mult"] < 1 else ""
@@ -159,7 +163,7 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     # Adding a width (a new stage key) retrains and rebuilds nothing already made: candidate-level caching.
     capsys.readouterr()
     assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=dynabert+ptq", "--set", "compress.width_mult_list=[3/4,1/2]",
-                     runtime=[]) == 0
+                     *ALL, runtime=[]) == 0
     log = "".join(capsys.readouterr())
     assert "dynabert w0.75: reusing" in log and "dynabert width 0.5:" in log and "dynabert width 0.75:" not in log
     assert [r["name"] for r in json.loads((_out(runs) / "candidates.json").read_text())["candidates"]] == \
@@ -185,7 +189,7 @@ def test_per_batch_int8_is_what_compress_measures_and_export_ships(tiny_finetune
     """quantization.batch_independent_int8: false (issue 40): compress used to measure the searched fixed-scale
     forms of both engines and then ship quantize_dynamic's, which nobody had measured; now it measures the per-batch
     form, offers no OpenVINO candidate (none would ship), and export ships the measured file byte for byte."""
-    sets = ["--set", "compress.strategy=ptq", "--set", "quantization.batch_independent_int8=false"]
+    sets = ["--set", "compress.strategy=ptq", "--set", "quantization.batch_independent_int8=false", *ALL]
     assert _compress(tiny_finetuned, runs, *sets, runtime=[]) == 0
     got = _check_contract(runs, tiny_finetuned)
     assert got["names"] == ["fp32", "int8"]
@@ -222,7 +226,7 @@ def test_an_engine_registered_once_is_checked_searched_and_measured(tiny_finetun
     engine = _copy_engine()
     monkeypatch.setattr(registry, "CPU_ENGINES", (*registry.CPU_ENGINES, engine))
     assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=ptq", "--set", "compress.engines=[ort-copy]",
-                     runtime=[]) == 0
+                     *ALL, runtime=[]) == 0
     assert "[ort-copy] per-batch INT8" in "".join(capsys.readouterr())
     table = json.loads((_out(runs) / "candidates.json").read_text())
     rows = {r["name"]: r for r in table["candidates"]}
@@ -232,6 +236,60 @@ def test_an_engine_registered_once_is_checked_searched_and_measured(tiny_finetun
     assert copy["settings"]["copy"] == {"what": "a test engine"} and copy["settings"]["int8_recipe"]["name"]
     assert copy["accuracy"] is not None and copy["throughput"] > 0
     assert "a test's copy of ONNX Runtime" in (_out(runs) / "candidates.md").read_text()
+
+
+def _slow_engine(delay_s: float):
+    """The copy engine whose sessions wait ``delay_s`` per batch: slower than FP32 in every round, whatever the CPU."""
+    import dataclasses
+    import time
+
+    from pipeline.backends.onnxruntime.quantize import dynamic_int8
+    from pipeline.backends.onnxruntime.session import session
+
+    class Slow:
+        def __init__(self, path, precision):
+            self.inner, self.name = session(path, precision=precision), "slow"
+
+        def run(self, input_ids, token_type_ids):
+            time.sleep(delay_s)
+            return self.inner.run(input_ids, token_type_ids)
+
+    return dataclasses.replace(_copy_engine(), name="ort-slow", int8_suffix="slow-int8",
+                               open=lambda path, precision, settings: Slow(path, precision),
+                               speed_form=lambda source, out, rows, cfg: dynamic_int8(source, out, cfg.quantization))
+
+
+def test_speed_first_screen_never_builds_what_cannot_win(tiny_finetuned, runs, monkeypatch, capsys):
+    """issue 60: every candidate's architecture is timed before any is built; an INT8 form that the FP32 model (within
+    budget by definition) beats in every round is never searched nor scored, and candidates.md says why.  With
+    compress.screen: false it is built and measured as before."""
+    from pipeline.backends import registry
+
+    monkeypatch.setattr(registry, "CPU_ENGINES", (*registry.CPU_ENGINES, _slow_engine(0.05)))
+    sets = ["--set", "compress.strategy=ptq", "--set", "compress.engines=[onnxruntime,openvino,ort-slow]"]
+    assert _compress(tiny_finetuned, runs, *sets, runtime=[]) == 0
+    log = "".join(capsys.readouterr())
+    assert "[ort-copy] per-batch INT8" not in log and "slow-int8: not built: fp32 is within budget and" in log
+    table = json.loads((_out(runs) / "candidates.json").read_text())
+    built, skipped = [r["name"] for r in table["candidates"]], {s["name"]: s for s in table["skipped"]}
+    assert "slow-int8" in skipped and skipped["slow-int8"]["runtime"] == "ort-slow" and "fp32" in built
+    # the others are built or skipped as this CPU's rounds say; each planned candidate is one or the other
+    assert sorted(built + list(skipped)) == ["fp32", "int8", "ov-int8", "slow-int8"]
+    assert set(table["screen"]) == {"fp32", "int8", "ov-int8", "slow-int8"} and table["screen"]["slow-int8"]["x_fp32"][2] < 1.0
+    md = (_out(runs) / "candidates.md").read_text()
+    assert "## Speed first" in md and "| slow-int8 |" in md and "no: fp32 is within budget" in md
+    record = json.loads((runs / "tiny" / "compress" / "record.json").read_text())
+    assert [name for name, _ in record["phases"]][:3] == ["inputs", "conversion", "screen"]
+    assert record["metrics"]["skipped_by_screen"] == len(skipped)
+    # OpenVINO's own form is built only when the selected candidate runs in it (package.runtime is auto here)
+    selected = json.loads((_out(runs) / "selected.json").read_text())
+    assert (_out(runs) / "shipped" / "openvino" / "int8.xml").is_file() == (selected["runtime"] == "openvino")
+
+    assert _compress(tiny_finetuned, runs, *sets, *ALL, runtime=[]) == 0
+    assert "[ort-copy] per-batch INT8" in "".join(capsys.readouterr())
+    table = json.loads((_out(runs) / "candidates.json").read_text())
+    assert [r["name"] for r in table["candidates"]] == ["fp32", "int8", "ov-int8", "slow-int8"] and table["skipped"] == []
+    assert table["screen"] is None
 
 
 @pytest.mark.parametrize(
@@ -247,6 +305,8 @@ def test_an_engine_registered_once_is_checked_searched_and_measured(tiny_finetun
         (["compress.strategy=dynabert+qat"], "qat needs compress.runtime: paddle"),
         (["compress.engines=[onnxruntime,tensorrt]"], "compress.engines[1]: unknown engine 'tensorrt'"),
         (["compress.engines=[]"], "compress.engines: a non-empty list"),
+        (["compress.distill_patience=-1"], "compress.distill_patience must be >= 0"),
+        (["compress.distill_eval_steps=0"], "compress.distill_eval_steps must be >= 1"),
     ],
 )
 def test_bad_input_fails_before_any_work(tiny_finetuned, runs, capsys, sets, message):

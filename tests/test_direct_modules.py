@@ -372,9 +372,10 @@ def test_compress_preflight_refuses_before_any_long_work(tmp_path):
 def test_onnx_candidates_are_each_widths_fp32_then_one_int8_per_engine(tmp_path, monkeypatch):
     from pipeline.backends.onnxruntime import convert
     from pipeline.compress.build import Source
-    from pipeline.compress.onnx_candidates import EngineSearch, onnx_candidates
+    from pipeline.compress.onnx_candidates import EngineSearch, OnnxBuilder, plan
 
-    monkeypatch.setattr(convert, "export_onnx", lambda infer_dir, path, opset: Path(path))
+    converted = []
+    monkeypatch.setattr(convert, "export_onnx", lambda infer_dir, path, opset: converted.append(Path(path).parent.name) or Path(path))
     searched = []
 
     def engine(name, suffix):
@@ -385,21 +386,43 @@ def test_onnx_candidates_are_each_widths_fp32_then_one_int8_per_engine(tmp_path,
         e = SimpleNamespace(name=name, int8_suffix=suffix, candidate_file=f"{name}.bin", quantization=f"q-{name}")
         return EngineSearch(e, search, settings={name: {"x": 1}}, embeddings_int8=name == "ort")
 
-    sources = [Source(1.0, tmp_path / "m", tmp_path / "s", ""), Source(0.5, tmp_path / "w", tmp_path / "ws", "w0.5-")]
     searches = [engine("ort", "int8"), engine("ov", "ov-int8")]
-    cands = list(onnx_candidates(sources, tmp_path, searches=searches, quantize_unpruned=False, log=lambda s: None))
-    assert [c.name for c in cands] == ["fp32", "w0.5", "w0.5-int8", "w0.5-ov-int8"]  # the unpruned width not quantized
-    assert [(c.runtime, c.quantization) for c in cands] == [("onnxruntime", "none"), ("onnxruntime", "none"),
-                                                              ("ort", "q-ort"), ("ov", "q-ov")]
-    assert searched == [("ort", "w0.5", "w0.5-int8", "fp32"), ("ov", "w0.5", "w0.5-ov-int8", "fp32")]  # vs the unpruned
-    int8 = cands[3]
+    planned = plan([1.0, 0.5], searches, quantize_unpruned=False)
+    assert [(p.name, p.runtime, p.quantization) for p in planned] == [
+        ("fp32", "onnxruntime", "none"), ("w0.5", "onnxruntime", "none"), ("w0.5-int8", "ort", "q-ort"),
+        ("w0.5-ov-int8", "ov", "q-ov")]  # the unpruned width not quantized
+    assert [p.name for p in plan([1.0], searches, quantize_unpruned=True)] == ["fp32", "int8", "ov-int8"]
+    sources = {1.0: Source(1.0, tmp_path / "m", tmp_path / "s", ""), 0.5: Source(0.5, tmp_path / "w", tmp_path / "ws", "w0.5-")}
+    asked = []
+    builder = OnnxBuilder(lambda w: asked.append(w) or sources[w], tmp_path, log=lambda s: None)
+    int8 = builder.build(planned[3])  # built on demand, in any order: the width's FP32 ONNX first, once
+    assert converted == ["w0.5", "fp32"] and searched == [("ov", "w0.5", "w0.5-ov-int8", "fp32")]  # drops vs the unpruned
+    cands = [builder.build(p) for p in planned[:3]]
+    assert converted == ["w0.5", "fp32"] and [s[0] for s in searched] == ["ov", "ort"] and set(asked) == {0.5, 1.0}
+    assert [c.name for c in cands] == ["fp32", "w0.5", "w0.5-int8"]
     assert int8.model_path == tmp_path / "candidates" / "w0.5-ov-int8" / "ov.bin" and not int8.embeddings_int8
+    assert int8.source_onnx == tmp_path / "candidates" / "w0.5" / "model.onnx" == cands[1].model_path
     assert int8.settings == {"width_mult": 0.5, "int8_recipe": {"name": "ov-r"}, "heldout_drop_points": 0.1,
                              "recipe_within_budget": True, "ov": {"x": 1}}
-    searched.clear()
-    names = [c.name for c in onnx_candidates(sources[:1], tmp_path, searches=searches, quantize_unpruned=True,
-                                             log=lambda s: None)]
-    assert names == ["fp32", "int8", "ov-int8"] and [s[3] for s in searched] == [None, None]  # no baseline of its own
+
+
+def test_screen_skips_only_what_a_qualifying_candidate_beats_in_every_round():
+    """pipeline/compress/screen.py: the order (baseline first, then fastest) and the rule (faster in every round, and
+    within budget: skip; the rounds disagree: build)."""
+    from pipeline.compress.onnx_candidates import Planned
+    from pipeline.compress.screen import Screen
+    from pipeline.evaluation import Interleaved
+
+    rates = {"fp32": [100, 100, 100], "int8": [150, 260, 240], "ov-int8": [300, 250, 280], "w0.5-ov-int8": [500, 520, 480]}
+    s = Screen(Interleaved(rates, "fp32"))
+    planned = [Planned(n, 0.5 if n.startswith("w") else 1.0) for n in ("fp32", "int8", "ov-int8", "w0.5-ov-int8", "late")]
+    assert [p.name for p in s.order(planned)] == ["fp32", "late", "w0.5-ov-int8", "ov-int8", "int8"]  # "late": unscreened
+    assert s.cannot_win("int8", ["fp32"]) is None  # slower candidates qualify only once built
+    assert s.cannot_win("int8", ["ov-int8"]) is None  # 260 > 250 in one round: within noise, built
+    why = s.cannot_win("ov-int8", ["fp32", "w0.5-ov-int8"])
+    assert why == "w0.5-ov-int8 is within budget and 1.71x its speed on this CPU's screen [1.67-2.08 over 3 rounds]"
+    assert s.cannot_win("w0.5-ov-int8", ["fp32", "ov-int8"]) is None and s.cannot_win("late", ["fp32"]) is None
+    assert s.as_dict()["int8"] == {"sent_per_s": 240.0, "x_fp32": [2.4, 1.5, 2.6]}
 
 
 # -- serving/bundle/kinds/base.py ------------------------------------------------------------------------------------

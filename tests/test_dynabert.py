@@ -132,6 +132,28 @@ def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, spl
     assert estimate and int(estimate[1]) == plan_steps(len(train), 16, 2, 40).total_steps, lines[0]
 
 
+def test_distillation_stops_when_held_out_stops_improving(tiny_model_copy, splits):
+    """issue 60: distillation that stops when it stops paying.  A student that cannot learn (learning rate ~0) is
+    checked every 4 steps; after 2 checks without a gain it stops, far short of its 400-step budget, and says so."""
+    import paddle
+
+    from pipeline.training import Plateau
+
+    train, dev = splits
+    teacher = load_classifier(tiny_model_copy, 3)
+    paddle.seed(0)
+    student = dynabert.narrow_model(teacher, 1, 16)
+    lines = []
+    dynabert.distill(student, teacher, train, dev, epochs=1, learning_rate=1e-12, batch_size=16, max_steps=400, seed=0,
+                     log=lines.append, plateau=Plateau(eval_steps=4, patience=2))
+    checks = [line for line in lines if re.match(r"dynabert step \d+/400: step \d+, .*held-out accuracy", line)]
+    assert [re.match(r"dynabert step (\d+)/400", line)[1] for line in checks] == ["4", "8", "12"], lines
+    assert "(best so far, kept)" in checks[0] and "best so far" not in checks[1] + checks[2]
+    assert "stopped at step 12 of 400, keeping the best" in lines[-1], lines
+    estimate = next(line for line in lines if line.startswith("dynabert: distillation: at most 400 steps x "))
+    assert "it stops once 2 held-out checks every 4 steps gain nothing" in estimate
+
+
 def test_prune_width_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path, splits):
     import paddle
 

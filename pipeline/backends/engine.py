@@ -86,6 +86,10 @@ class CpuEngine:
     int8_embeddings: Callable[[object], bool] = lambda cfg: True
     # the task config -> None, or raises ConfigError naming why the engine cannot run as configured here
     check: Callable[[object], None] = lambda cfg: None
+    # (fp32 onnx, out path, rows, task config) -> its INT8 form of that architecture with every MatMul in INT8 (the
+    # fastest its search can pick), calibrated on a few rows and never scored: what compress's speed-first screen times
+    # (``pipeline.compress.screen``; speed does not depend on trained weights).  None: never screened, always built
+    speed_form: Callable[..., Path] | None = None
     # (fp32 onnx, out path, task config) -> the per-batch INT8 form (quantization.batch_independent_int8: false);
     # None: the engine has only fixed-scale INT8, so it has no candidate in that mode
     per_batch_int8: Callable[..., object] | None = None

@@ -69,9 +69,19 @@ def cpu_engines(names) -> list[CpuEngine]:
 def own_form_engines(cfg) -> list[CpuEngine]:
     """The compress engines of ``cfg`` that ship a form of their own (OpenVINO's IR): none when widths are judged
     in Paddle (``compress.runtime: paddle``)."""
-    if cfg.compress.runtime != "onnxruntime":
+    if not cfg.compress.onnx_route:
         return []
     return [e for e in cpu_engines(cfg.compress.engines) if e.form is not None]
+
+
+def shipped_own_form_engines(cfg, selected_runtime: str) -> list[CpuEngine]:
+    """The compress engines whose own form ships for a candidate selected in ``selected_runtime``: that engine's, and
+    the one ``package.runtime`` names (a bundle asked to serve in it).  Another engine's form is never built: OpenVINO's
+    search is minutes of NNCF on a CPU where it cannot win, for a file nothing serves."""
+    from serving.bundle.config import runtimes
+
+    wanted = {selected_runtime, runtimes().get(cfg.package.runtime, ("", ""))[1]}
+    return [e for e in own_form_engines(cfg) if e.name in wanted]
 
 
 def is_cpu_engine_form(rt: "Runtime") -> bool:
@@ -219,7 +229,7 @@ def selected_form(selected: dict, device: str = "cpu") -> Runtime | None:
     else FP32.  None where compress measured no form that runs on ``device``: widths judged in Paddle
     (``compress.runtime: paddle``, whose INT8 is served from ONNX), or a GPU bundle (compress measures on CPU)."""
     engine, quantization = selected.get("runtime"), selected.get("quantization")
-    if device != "cpu" or engine == "paddle" or not isinstance(engine, str) or not isinstance(quantization, str):
+    if device != "cpu" or not isinstance(engine, str) or cpu_engine(engine) is None or not isinstance(quantization, str):
         return None
     precision = "fp32" if quantization == "none" else "int8"
     return next((r for r in RUNTIMES if r.runtime == engine and r.device == device and r.precision == precision), None)

@@ -143,9 +143,10 @@ def compress(
                          heldout=kind.featurize(tok, heldout_examples(train, 0, max(1, len(train) // 10))),
                          num_labels=num_labels, max_seq_len=args.max_seq_length, baseline_accuracy=None)
     work = out / ".work"
-    cands, timing = build_and_evaluate(args, inp, out, work, log=log, accuracy_fn=accuracy_fn)
-    selection = select(cands, args.max_accuracy_drop, timing)
-    write_table(out, cands, selection, cands[0].accuracy, args.max_accuracy_drop)
+    built = build_and_evaluate(args, inp, out, work, log=log, accuracy_fn=accuracy_fn, max_accuracy_drop=args.max_accuracy_drop)
+    cands = built.candidates
+    selection = select(cands, args.max_accuracy_drop, built.timing)
+    write_table(out, cands, selection, cands[0].accuracy, args.max_accuracy_drop, screen=built.screen, skipped=built.skipped)
     if selection.selected is not None:
         (out / "selected.json").write_text(selected_candidate(selection.selected).to_json(), encoding="utf-8")
     shutil.rmtree(work, ignore_errors=True)

@@ -55,7 +55,8 @@ SKIP_ROLES = ("ffn2", "head")
 
 # compress.runtime's values: the candidate path, not one engine ("onnxruntime" is every CPU engine in
 # compress.engines, OpenVINO included): see CompressConfig.runtime.
-RUNTIMES = ("onnxruntime", "paddle")
+ONNX_ROUTE, PADDLE_ROUTE = "onnxruntime", "paddle"  # compress.runtime's values: the ONNX route, Paddle programs
+RUNTIMES = (ONNX_ROUTE, PADDLE_ROUTE)
 
 
 def engine_names() -> tuple[str, ...]:
@@ -78,6 +79,10 @@ class CompressConfig:
     # recipe search, OpenVINO's NNCF search).  Which one is faster depends on the CPU: every form is measured
     # in the same interleaved rounds and the fastest within the budget ships.
     engines: list[str] = field(default_factory=lambda: list(engine_names()))
+    # With runtime onnxruntime: time every candidate's architecture first (speed does not depend on trained weights),
+    # build fastest first, and skip a candidate that one already built within the budget beats in every round
+    # (pipeline.compress.screen).  false: build and score every candidate (the whole frontier, for a report).
+    screen: bool = True
     # DynaBERT width pruning
     width_mult_list: list[str | float] = field(default_factory=lambda: ["3/4"])
     # With dynabert: also quantize the unpruned model (a fallback when pruning costs too much accuracy;
@@ -107,6 +112,11 @@ class CompressConfig:
     warmup_ratio: float = 0.1
     weight_decay: float = 0.0
     seed: int = 42
+    # DynaBERT distillation stops when it stops paying: the held-out metric is checked every distill_eval_steps
+    # steps, and training ends after distill_patience checks in a row without a 0.1-point gain (the best check's
+    # weights are kept; max_steps / num_train_epochs stay the cap).  distill_patience 0: train the whole budget.
+    distill_eval_steps: int = 100
+    distill_patience: int = 3
     # inputs / outputs
     input_infer_model_path: str | None = None  # a static Paddle model dir to compress (ptq, embeddings)
     input_dtype: str = "int64"
@@ -179,7 +189,7 @@ class CompressConfig:
                 raise ConfigError(f"compress.engines[{i}]: unknown engine {engine!r}; engines are {', '.join(names)}")
         if len(set(self.engines)) != len(self.engines):
             raise ConfigError(f"compress.engines: an engine is repeated in {self.engines!r}")
-        if self.runtime == "onnxruntime":
+        if self.onnx_route:
             paddle_only = {"qat": "QAT trains a Paddle int8 program", "embeddings": "the ONNX Runtime INT8 form already "
                            "stores int8 embeddings (quantization.int8_embeddings)"}
             for part in self.parts():
@@ -187,9 +197,11 @@ class CompressConfig:
                     raise ConfigError(f"compress.strategy {self.strategy!r}: {part} needs compress.runtime: paddle "
                                       f"({paddle_only[part]}); with onnxruntime use dynabert and/or ptq")
         for key in ("num_train_epochs", "per_device_train_batch_size", "throughput_batch_size", "throughput_batches",
-                    "eval_batch_size", "timing_rounds"):
+                    "eval_batch_size", "timing_rounds", "distill_eval_steps"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"compress.{key} must be >= 1, got {getattr(self, key)}")
+        if self.distill_patience < 0:
+            raise ConfigError(f"compress.distill_patience must be >= 0 (0: distill the whole budget), got {self.distill_patience}")
         parts = self.parts()
         if "qat" in parts and self.activation_quantize_type not in (None, "moving_average_abs_max"):
             raise ConfigError(
@@ -202,8 +214,20 @@ class CompressConfig:
                 f"embeddings (dynabert and qat need the dygraph model), strategy is {self.strategy!r}"
             )
 
+    @property
+    def onnx_route(self) -> bool:
+        """Whether candidates are ONNX, timed in every engine of ``engines`` (``runtime: onnxruntime``, whatever its
+        name says), rather than Paddle programs timed in Paddle Inference."""
+        return self.runtime == ONNX_ROUTE
+
     def parts(self) -> tuple[str, ...]:
         return parse_strategy(self.strategy)
+
+    def plateau(self):
+        """The distillation's stopping rule (``pipeline.training.Plateau``), or None: the whole step budget."""
+        from pipeline.training import Plateau
+
+        return Plateau(self.distill_eval_steps, self.distill_patience) if self.distill_patience > 0 else None
 
     def widths(self) -> list[float]:
         return [parse_width(w, f"compress.width_mult_list[{i}]") for i, w in enumerate(self.width_mult_list)]

@@ -5,10 +5,13 @@ Order (pruning always before quantization):
   1. FP32 baseline as a static model (exported from the dygraph model, or the given static model);
   2. ``dynabert``: one physically pruned model per width (width 1.0 is the baseline itself);
   3. ``compress.runtime: onnxruntime`` (the CPU bundle's runtime): every width as FP32 ONNX and, with
-     ``ptq``, its INT8 form from the recipe search (``pipeline.compress.onnx_candidates``).
+     ``ptq``, each engine's INT8 form from its recipe search (``pipeline.compress.onnx_candidates``).  Speed
+     first: every one's architecture is timed before any is built (``pipeline.compress.screen``), they are built
+     fastest first, and those a faster candidate within the budget beats in every round are never built (nor their
+     width distilled, when none of its candidates can win).
      ``paddle``: ``ptq``: every grid point for every width;  ``qat``: one QAT model per width;
      ``embeddings``: an int8-embedding variant of every candidate so far.
-  4. Every candidate timed in interleaved rounds (``candidates.time_candidates``).
+  4. Every candidate built timed in interleaved rounds (``candidates.time_candidates``).
 Unpruned models are quantized too when pruning is on (``quantize_unpruned``, default true): if pruning
 costs too much accuracy, the unpruned int8 model can still pass the budget.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Sequence
 
@@ -57,6 +60,17 @@ class CompressInputs:
 
 
 @dataclass(frozen=True)
+class Built:
+    """What ``build_and_evaluate`` made: the candidates (scored and timed), their interleaved rounds, and on the ONNX
+    route the speed-first screen and the candidates it skipped."""
+
+    candidates: list[Candidate]
+    timing: object  # evaluation.Interleaved
+    screen: object | None = None  # screen.Screen
+    skipped: list = field(default_factory=list)  # screen.Skipped
+
+
+@dataclass(frozen=True)
 class Source:
     width: float
     model_dir: Path | None  # dygraph FP32 dir (None for a static input)
@@ -65,7 +79,7 @@ class Source:
 
 
 def _pruned_dir(cfg: CompressConfig, inp: CompressInputs, width: float, default: Path) -> Path:
-    """A pruned model is the product of ~5 minutes of distillation: keyed by everything that decides it, so
+    """A pruned model is the product of minutes of distillation: keyed by everything that decides it, so
     adding a width, or changing a gate, retrains none of the widths already made."""
     if inp.pruned_cache is None:
         return default
@@ -74,6 +88,7 @@ def _pruned_dir(cfg: CompressConfig, inp: CompressInputs, width: float, default:
 
     key = {"source": inp.source_key, "width": width, "epochs": cfg.num_train_epochs, "learning_rate": cfg.learning_rate,
            "batch_size": cfg.per_device_train_batch_size, "max_steps": cfg.max_steps, "seed": cfg.seed,
+           "plateau": [cfg.distill_eval_steps, cfg.distill_patience] if cfg.distill_patience > 0 else None,
            "max_seq_len": inp.max_seq_len, "train": len(inp.train), "heldout": len(inp.heldout)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return inp.pruned_cache / f"w{width:.4g}-{digest}"
@@ -104,31 +119,26 @@ def build_and_evaluate(
     searches: Sequence = (),
     opset: int = 13,
     phase: Callable[[str], ContextManager] | None = None,
-):
+    max_accuracy_drop: float | None = None,
+) -> Built:
     """Create every candidate under ``out_dir/candidates/<name>/``, evaluate each as it is made, then time
-    them all in interleaved rounds; returns (candidates, timing).
+    them all in interleaved rounds.
 
     ``work_dir`` keeps the expensive trained models (pruned, QAT) so an interrupted run reuses them.
     ``searches``: each CPU engine's INT8 recipe search (``onnx_candidates.EngineSearch``), for ``compress.runtime:
     onnxruntime`` with ``ptq``.  ``phase(name)``: a context manager charged with the time of each phase
-    (``StageContext.phase``: conversion, importance, distillation, search, scoring, timing; Paddle's quantization, qat).
+    (``StageContext.phase``: screen, conversion, importance, distillation, search, scoring, timing; Paddle's
+    quantization, qat).  ``max_accuracy_drop``: the budget the screen skips by (``compress.screen``; None: no skipping).
     """
     parts = cfg.parts()
     grid = preflight(cfg, train_size=len(inp.train), static_model_dir=inp.static_model_dir)
     phase = phase or untimed
     b = _Candidates(cfg, inp, Path(out_dir), Path(work_dir), log, accuracy_fn, phase)
     sources = [b.baseline()]  # 1. the FP32 baseline
+    if cfg.onnx_route:  # 2. and 3., speed first: widths distilled only where a candidate can win
+        return _onnx_route(b, sources[0], searches if "ptq" in parts else (), opset, max_accuracy_drop)
     if "dynabert" in parts:  # 2. DynaBERT width pruning
-        sources += b.pruned_widths()
-    if cfg.runtime == "onnxruntime":  # 3. every width's ONNX forms, each engine's INT8
-        from pipeline.compress.onnx_candidates import onnx_candidates
-
-        ptq = "ptq" in parts
-        for c in onnx_candidates(sources, b.out_dir, searches=searches if ptq else (),
-                                 quantize_unpruned=cfg.quantize_unpruned or len(sources) == 1, opset=opset, log=log,
-                                 phase=phase):
-            b.add(c, None)  # build_seconds set where it was built
-        return b.timed()
+        sources += [b.pruned_width(w) for w in cfg.widths() if w != 1.0]
     # 3. Paddle quantization: the PTQ grid, QAT, then int8 word embeddings on top of every candidate
     if "dynabert" in parts and not cfg.quantize_unpruned and len(sources) > 1:
         sources = sources[1:]
@@ -138,7 +148,44 @@ def build_and_evaluate(
         b.qat(sources)
     if "embeddings" in parts:
         b.int8_embeddings()
-    return b.timed()
+    return Built(*b.timed())
+
+
+def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: int, budget: float | None) -> Built:
+    """Every width's FP32 ONNX and each engine's INT8 form of it, built fastest first where the screen ran; a
+    candidate a built one within ``budget`` beats in every screened round is skipped (``screen.Screen.cannot_win``)."""
+    from pipeline.compress import onnx_candidates as oc
+    from pipeline.compress.screen import Skipped, narrowed_onnx, screen
+
+    cfg, inp = b.cfg, b.inp
+    widths = [1.0, *(w for w in cfg.widths() if w != 1.0)] if "dynabert" in cfg.parts() else [1.0]
+    planned = oc.plan(widths, searches, cfg.quantize_unpruned or len(widths) == 1)
+    sources = {1.0: baseline}
+    builder = oc.OnnxBuilder(lambda w: sources.get(w) or sources.setdefault(w, b.pruned_width(w)), b.out_dir,
+                             opset=opset, log=b.log, phase=b.phase)
+    screened = None
+    if cfg.screen and budget is not None and any(p.search is not None and p.search.speed is not None for p in planned):
+        with b.phase("screen", f"timing the {len(planned)} candidates' architectures before building any"):
+            work = b.work_dir / "screen"
+            screened = screen(
+                [p for p in planned if p.search is None or p.search.speed is not None],
+                lambda w: narrowed_onnx(inp.model_dir, inp.num_labels, w, work, b.input_dtype, opset, lambda: builder.fp32(1.0)),
+                inp.dev, work, batch_size=cfg.throughput_batch_size, batches=cfg.throughput_batches,
+                rounds=cfg.timing_rounds, log=b.log)
+    qualifying, skipped = [], []
+    for p in screened.order(planned) if screened is not None else planned:
+        reason = screened.cannot_win(p.name, qualifying) if screened is not None else None
+        if reason:
+            b.log(f"[compress] {p.name}: not built: {reason}")
+            skipped.append(Skipped(p.name, p.width, p.runtime, p.quantization, reason))
+            continue
+        c = builder.build(p)
+        b.add(c, None)  # build_seconds set where it was built
+        if budget is not None and c.accuracy_drop_points is not None and c.accuracy_drop_points <= budget + 1e-9:
+            qualifying.append(c.name)
+    b.cands.sort(key=lambda c: [x.name for x in planned].index(c.name))  # the table in plan order
+    cands, timing = b.timed()
+    return Built(cands, timing, screened, skipped)
 
 
 class _Candidates:
@@ -156,7 +203,7 @@ class _Candidates:
     def add(self, c: Candidate, started: float | None) -> None:
         if started is not None:
             c.build_seconds = round(time.monotonic() - started, 2)
-        if self.cfg.runtime == "onnxruntime" and c.runtime == "paddle":  # only a source here: its ONNX forms are the candidates
+        if self.cfg.onnx_route and c.is_program:  # only a source here: its ONNX forms are the candidates
             return
         with self.phase("scoring"):
             evaluate(c, self.inp.dev, baseline_accuracy=self.baseline_accuracy if self.baseline_accuracy is not None else float("nan"),
@@ -165,7 +212,7 @@ class _Candidates:
             self.baseline_accuracy, c.accuracy_drop_points = c.accuracy, 0.0
         self.cands.append(c)
 
-    def timed(self):
+    def timed(self) -> tuple[list[Candidate], object]:
         cfg = self.cfg
         self.log(f"[compress] timing {len(self.cands)} candidates in {cfg.timing_rounds} interleaved rounds "
                  f"({cfg.throughput_batches} batches of {cfg.throughput_batch_size} each)")
@@ -187,36 +234,32 @@ class _Candidates:
         self.add(Candidate("fp32", 1.0, "none", False, fp32_dir, inp.model_dir, {"input_dtype": self.input_dtype}), t0)
         return Source(1.0, inp.model_dir, fp32_dir, "")
 
-    def pruned_widths(self) -> list[Source]:
-        """One physically pruned model per width (DynaBERT distillation; kept in the run cache by what made it)."""
+    def pruned_width(self, width: float) -> Source:
+        """The physically pruned model of ``width`` (DynaBERT distillation; kept in the run cache by what made it)."""
         from pipeline.compress.dynabert import prune_width
 
-        cfg, inp, sources = self.cfg, self.inp, []
-        for width in cfg.widths():
-            if width == 1.0:
-                continue
-            t0 = time.monotonic()
-            name = f"w{width:.4g}"
-            pruned = _pruned_dir(cfg, inp, width, self.work_dir / "dynabert" / name)
-            if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
-                tmp = pruned.parent / f".{pruned.name}.tmp"
-                shutil.rmtree(tmp, ignore_errors=True)
-                prune_width(inp.model_dir, width, inp.train, inp.heldout, max_seq_len=inp.max_seq_len, out_dir=tmp,
-                            epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,
-                            batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=self.log,
-                            phase=self.phase)
-                shutil.rmtree(pruned, ignore_errors=True)
-                tmp.rename(pruned)
-            else:
-                self.log(f"[compress] dynabert {name}: reusing {pruned}")
-            model_dir = self.out_dir / "candidates" / name / "model"
-            with self.phase("conversion"):
-                shutil.copytree(pruned, model_dir)
-                infer = export_static(load_classifier(model_dir, inp.num_labels), self.out_dir / "candidates" / name / "infer",
-                                      self.input_dtype)
-            self.add(Candidate(name, width, "none", False, infer, model_dir, {"width_mult": width, "input_dtype": self.input_dtype}), t0)
-            sources.append(Source(width, model_dir, infer, name + "-"))
-        return sources
+        cfg, inp = self.cfg, self.inp
+        t0 = time.monotonic()
+        name = f"w{width:.4g}"
+        pruned = _pruned_dir(cfg, inp, width, self.work_dir / "dynabert" / name)
+        if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
+            tmp = pruned.parent / f".{pruned.name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            prune_width(inp.model_dir, width, inp.train, inp.heldout, max_seq_len=inp.max_seq_len, out_dir=tmp,
+                        epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,
+                        batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=self.log,
+                        phase=self.phase, plateau=cfg.plateau())
+            shutil.rmtree(pruned, ignore_errors=True)
+            tmp.rename(pruned)
+        else:
+            self.log(f"[compress] dynabert {name}: reusing {pruned}")
+        model_dir = self.out_dir / "candidates" / name / "model"
+        with self.phase("conversion"):
+            shutil.copytree(pruned, model_dir)
+            infer = export_static(load_classifier(model_dir, inp.num_labels), self.out_dir / "candidates" / name / "infer",
+                                  self.input_dtype)
+        self.add(Candidate(name, width, "none", False, infer, model_dir, {"width_mult": width, "input_dtype": self.input_dtype}), t0)
+        return Source(width, model_dir, infer, name + "-")
 
     def ptq(self, sources: list[Source], grid) -> None:
         """PaddleSlim post-training quantization: every grid point for every source."""

@@ -32,6 +32,7 @@ class Candidate:
     settings: dict = field(default_factory=dict)
     runtime: str = "paddle"  # paddle | onnxruntime | openvino: where it is evaluated, and would be served
     model_path: Path | None = None  # the ONNX file (OpenVINO: IR .xml, .bin beside it) of an ONNX-engine candidate
+    source_onnx: Path | None = None  # the FP32 ONNX of its width that an ONNX-engine candidate was made from
     accuracy: float | None = None
     accuracy_drop_points: float | None = None
     throughput: float | None = None  # sentences/s at throughput_batch_size, median of the interleaved rounds
@@ -40,6 +41,11 @@ class Candidate:
     size_bytes: int | None = None
     build_seconds: float = 0.0
     kept: bool = True  # False: its infer dir was deleted after selection (keep_all_candidates: false)
+
+    @property
+    def is_program(self) -> bool:
+        """A Paddle static program (judged in Paddle Inference), not an ONNX-engine form."""
+        return self.model_path is None
 
     @property
     def artifact(self) -> Path:
@@ -62,6 +68,7 @@ class Candidate:
         d["infer_dir"] = str(self.infer_dir)
         d["source_model_dir"] = str(self.source_model_dir) if self.source_model_dir else None
         d["model_path"] = str(self.model_path) if self.model_path else None
+        d["source_onnx"] = str(self.source_onnx) if self.source_onnx else None
         d["precision"] = self.precision
         return d
 
@@ -179,8 +186,10 @@ def select(cands: Sequence[Candidate], max_accuracy_drop: float, timing=None) ->
 
 
 def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection, baseline_value: float | None,
-                max_accuracy_drop: float, metric: str = "accuracy") -> None:
-    """candidates.json and candidates.md; ``baseline_value`` is finetune-check's ``metric`` (its label: entity F1...)."""
+                max_accuracy_drop: float, metric: str = "accuracy", *, screen=None, skipped: Sequence = ()) -> None:
+    """candidates.json and candidates.md; ``baseline_value`` is finetune-check's ``metric`` (its label: entity F1...).
+    ``screen`` (``screen.Screen``) and ``skipped`` (``screen.Skipped``): the speed-first screen's figures and the
+    candidates it left unbuilt, each with why."""
     out_dir = Path(out_dir)
     fp32 = next((c for c in cands if c.name == "fp32"), None)
     payload = {
@@ -189,6 +198,8 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
         "selected": selection.selected.name if selection.selected else None,
         "message": selection.message,
         "candidates": [_relative(c.row(), out_dir) for c in cands],
+        "screen": screen.as_dict() if screen is not None else None,
+        "skipped": [s.row() for s in skipped],
     }
     (out_dir / "candidates.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False), encoding="utf-8")
     base_tp = fp32.throughput if fp32 and fp32.throughput else None
@@ -217,7 +228,24 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
             f"{_f(base_size / c.size_bytes if base_size and c.size_bytes else None, 2)} | {'yes' if within else 'no'} |"
         )
     lines += ["", selection.message, ""]
+    if screen is not None:
+        lines += _screen_lines(screen, skipped)
     (out_dir / "candidates.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def _screen_lines(screen, skipped: Sequence) -> list[str]:
+    """candidates.md's speed-first section: every architecture's screened speed, and what was not built, and why."""
+    why = {s.name: s.reason for s in skipped}
+    lines = ["## Speed first", "",
+             "Every candidate's architecture (untrained; each engine's all-INT8 form) timed on this CPU before any was "
+             "built, in interleaved rounds; built fastest first, and a candidate that one built within the budget beat "
+             "in every round was not built (compress.screen: false builds all).", "",
+             "| candidate | screened sent/s | x FP32 | built |", "|---|---|---|---|"]
+    for name, row in screen.as_dict().items():
+        med, lo, hi = row["x_fp32"]
+        lines.append(f"| {name} | {row['sent_per_s']:.0f} | {med:.2f} [{lo:.2f}-{hi:.2f}] | "
+                     f"{'no: ' + why[name] if name in why else 'yes'} |")
+    return lines + [""]
 
 
 def selected_candidate(c: Candidate) -> "SelectedCandidate":
@@ -229,7 +257,7 @@ def selected_candidate(c: Candidate) -> "SelectedCandidate":
 
 
 def _relative(row: dict, root: Path) -> dict:
-    for key in ("infer_dir", "source_model_dir", "model_path"):
+    for key in ("infer_dir", "source_model_dir", "model_path", "source_onnx"):
         if row.get(key):
             try:
                 row[key] = str(Path(row[key]).relative_to(root))

@@ -41,7 +41,7 @@ import numpy as np
 from pipeline.batching import eval_batch_order, iter_batches
 from pipeline.ernie_models import narrow_attention, narrow_ffn, prune_config
 from pipeline.modeling import load_classifier
-from pipeline.training import make_optimizer, plan_steps, train_loop
+from pipeline.training import Plateau, make_optimizer, plan_steps, train_loop
 from pipeline.kinds.base import FeatureSet
 from pipeline.errors import ConfigError, ModelError
 from pipeline.modeling import LABELS_FILE, VOCAB_FILE, inspect_model
@@ -152,15 +152,19 @@ def distill(
     seed: int,
     log: Callable[[str], None] = print,
     desc: str = "dynabert",
+    plateau: Plateau | None = None,
 ) -> float:
-    """Train ``student`` to match ``teacher``; leaves the weights that score best on ``heldout`` in ``student``."""
+    """Train ``student`` to match ``teacher``; leaves the weights that score best on ``heldout`` in ``student``.
+    ``plateau``: checked on ``heldout`` every ``plateau.eval_steps`` steps, distillation stops when it stalls."""
     import paddle
     import paddle.nn.functional as F
 
     plan = plan_steps(len(train), batch_size, epochs, max_steps)
     opt, sched = make_optimizer(student, learning_rate, plan.total_steps)
     teacher.eval()
-    estimate = StepEstimate(f"{desc}: distillation", plan.total_steps, log)
+    cap = (f"it stops once {plateau.patience} held-out checks every {plateau.eval_steps} steps gain nothing"
+           if plateau is not None else "")
+    estimate = StepEstimate(f"{desc}: distillation", plan.total_steps, log, cap=cap)
 
     def step_loss(b):
         estimate.step()  # each training step computes its loss once, first
@@ -173,7 +177,7 @@ def distill(
 
     state = train_loop(student, train, heldout, step_loss, opt, sched, epochs=plan.epochs, total_steps=plan.total_steps,
                        batch_size=batch_size, seed=seed, eval_batch_size=EVAL_BATCH, desc=desc, loss_name="distill loss",
-                       eval_name="held-out", log=log)
+                       eval_name="held-out", plateau=plateau, log=log)
     return state.best_accuracy
 
 
@@ -192,6 +196,7 @@ def prune_width(
     seed: int,
     log: Callable[[str], None] = print,
     phase: Callable[[str], ContextManager] | None = None,
+    plateau: Plateau | None = None,
 ) -> Path:
     """Prune ``model_dir`` to ``width_mult`` of its heads/FFN neurons, distill, save to ``out_dir``; returns it.
     ``phase(name)``: charged with ``importance`` (with the reordering and narrowing) and ``distillation``."""
@@ -228,7 +233,7 @@ def prune_width(
         best = distill(
             student, teacher, train, heldout,
             epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, log=log,
-            desc=f"dynabert w={width_mult:.3g}",
+            desc=f"dynabert w={width_mult:.3g}", plateau=plateau,
         )
     log(f"dynabert width {width_mult:.4g}: best held-out {heldout.kind.metric_label} {best:.4f}")
     save_pruned(student, model_dir, out_dir)

@@ -4,10 +4,11 @@ Paddle PTQ/QAT programs are not what ships on CPU (paddle2onnx keeps their weigh
 runs 3x slower than FP32), and judging ORT INT8 by Paddle's oneDNN int8 picked the wrong candidates.  So
 each width's FP32 program becomes an FP32 ONNX, and with ``ptq`` in the strategy each engine of
 ``compress.engines`` gives its batch-independent INT8 form: ONNX Runtime's from the recipe search of
-``pipeline.backends.onnxruntime.int8``, OpenVINO's from NNCF (``pipeline.backends.openvino.quantize``).  Every form is a candidate,
-scored and timed in its own engine in the same interleaved rounds: the engine is chosen by measurement on
-this CPU.  Both searches are cached under ``runs/<task>/cache/int8`` and compress repeats them for the
-selected width (cache hits), so the shipped INT8 files are the measured ones.
+``pipeline.backends.onnxruntime.int8``, OpenVINO's from NNCF (``pipeline.backends.openvino.quantize``).  Every form is a
+candidate (``plan``), scored and timed in its own engine in the same interleaved rounds: the engine is chosen by
+measurement on this CPU.  Which of them are built at all, the speed-first screen decides (``pipeline.compress.screen``).
+Both searches are cached under ``runs/<task>/cache/int8`` and compress repeats them for the selected width (cache
+hits), so the shipped INT8 files are the measured ones.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Sequence
+from typing import Callable, ContextManager, Sequence
 
 from pipeline.backends.engine import CpuEngine
 from pipeline.compress.candidates import Candidate
 
 ONNX_FILE = "model.onnx"
+FP32_RUNTIME = "onnxruntime"  # where every width's FP32 ONNX is scored and timed (the ratios' base)
 
 
 @dataclass(frozen=True)
@@ -32,44 +34,88 @@ class EngineSearch:
     search: Callable  # (fp32 onnx, out path, unpruned fp32 | None) -> SearchResult
     settings: dict = field(default_factory=dict)  # what its candidates are timed with, kept in their settings
     embeddings_int8: bool = True  # whether its INT8 form quantizes the word-embedding table
+    # (fp32 onnx, out path): writes its fastest INT8 form of that architecture there, unscored: what the speed-first
+    # screen times (``CpuEngine.speed_form``, or the per-batch form); None: the engine is never screened out
+    speed: Callable[[Path, Path], object] | None = None
 
 
-def onnx_candidates(sources: Sequence, out_dir: Path, *, searches: Sequence[EngineSearch], quantize_unpruned: bool,
-                    opset: int = 13, log: Callable[[str], None] = print,
-                    phase: Callable[[str], ContextManager] | None = None) -> Iterator[Candidate]:
-    """For every source (``build.Source``: width, dygraph dir, static program): its FP32 ONNX candidate, then one
-    INT8 candidate per engine of ``searches``.  The first source is the unpruned baseline.  ``phase(name)``: charged
-    with the conversions (``conversion``) and the INT8 searches (``search``); never held across a ``yield``."""
-    from pipeline.backends.onnxruntime.convert import export_onnx
+@dataclass(frozen=True)
+class Planned:
+    """A candidate compress may build: a width's FP32 ONNX (``search`` None) or one engine's INT8 form of it."""
 
-    phase = phase or (lambda name: nullcontext())
+    name: str
+    width: float
+    search: EngineSearch | None = None
 
-    baseline_onnx = None
-    for src in sources:
+    @property
+    def runtime(self) -> str:
+        return self.search.engine.name if self.search is not None else FP32_RUNTIME
+
+    @property
+    def quantization(self) -> str:
+        return self.search.engine.quantization if self.search is not None else "none"
+
+
+def width_name(width: float) -> str:
+    """A width's FP32 candidate name ("fp32" unpruned, "w0.6667"); its INT8 names add "-<engine suffix>"."""
+    return "fp32" if width >= 1.0 else f"w{width:.4g}"
+
+
+def plan(widths: Sequence[float], searches: Sequence[EngineSearch], quantize_unpruned: bool) -> list[Planned]:
+    """Every candidate, widths in order (the first is the unpruned baseline): its FP32 ONNX, then one INT8 form per
+    engine of ``searches`` (none for the unpruned width without ``quantize_unpruned``)."""
+    out = []
+    for width in widths:
+        name = width_name(width)
+        out.append(Planned(name, width))
+        if width < 1.0 or quantize_unpruned:
+            prefix = "" if width >= 1.0 else name + "-"
+            out += [Planned(f"{prefix}{es.engine.int8_suffix}", width, es) for es in searches]
+    return out
+
+
+class OnnxBuilder:
+    """Builds planned candidates on demand: a width's FP32 ONNX once (from its static program, ``source(width)``,
+    which may distil the width first), each engine's INT8 form by its recipe search.  ``phase(name)``: charged with
+    the conversions (``conversion``) and the INT8 searches (``search``)."""
+
+    def __init__(self, source: Callable[[float], object], out_dir: Path, *, opset: int = 13,
+                 log: Callable[[str], None] = print, phase: Callable[[str], ContextManager] | None = None):
+        self.source, self.out_dir, self.opset, self.log = source, Path(out_dir), opset, log
+        self.phase = phase or (lambda name: nullcontext())
+        self._fp32: dict[float, Path] = {}
+
+    def fp32(self, width: float) -> Path:
+        """The width's FP32 ONNX (candidates/<width name>/model.onnx)."""
+        from pipeline.backends.onnxruntime.convert import export_onnx
+
+        if width not in self._fp32:
+            src = self.source(width)
+            with self.phase("conversion"):
+                self._fp32[width] = export_onnx(src.infer_dir, self.out_dir / "candidates" / width_name(width) / ONNX_FILE,
+                                                self.opset)
+        return self._fp32[width]
+
+    def build(self, p: Planned) -> Candidate:
+        src = self.source(p.width)  # distilled first for a pruned width: that time is the width's, not this candidate's
         t0 = time.monotonic()
-        name = src.prefix.rstrip("-") or "fp32"
-        with phase("conversion"):
-            fp32 = export_onnx(src.infer_dir, Path(out_dir) / "candidates" / name / ONNX_FILE, opset)
-        baseline_onnx = baseline_onnx or fp32
-        settings = {"width_mult": src.width}
-        yield _done(Candidate(name, src.width, "none", False, src.infer_dir, src.model_dir, dict(settings),
-                              runtime="onnxruntime", model_path=fp32), t0)
-        if src.width >= 1.0 and not quantize_unpruned:
-            continue
-        baseline = baseline_onnx if fp32 != baseline_onnx else None
-        for es in searches:
-            engine, t0 = es.engine, time.monotonic()
-            int8_name = f"{src.prefix}{engine.int8_suffix}"
-            log(f"[compress] {int8_name}: {engine.name} INT8 recipe search on {name}")
-            path = Path(out_dir) / "candidates" / int8_name / engine.candidate_file
-            with phase("search"):
-                result = es.search(fp32, path, baseline)
-            recipe = result.chosen.recipe
-            log(f"[compress] {int8_name}: recipe {recipe.name}")
-            yield _done(Candidate(int8_name, src.width, engine.quantization, es.embeddings_int8, src.infer_dir, src.model_dir,
-                                  {**settings, "int8_recipe": recipe.as_dict(), "heldout_drop_points": result.chosen.drop_points,
-                                   "recipe_within_budget": result.within_budget, **es.settings},
-                                  runtime=engine.name, model_path=path), t0)
+        fp32 = self.fp32(p.width)
+        settings = {"width_mult": p.width}
+        if p.search is None:
+            return _done(Candidate(p.name, p.width, "none", False, src.infer_dir, src.model_dir, settings,
+                                   runtime=FP32_RUNTIME, model_path=fp32, source_onnx=fp32), t0)
+        es, engine = p.search, p.search.engine
+        baseline = self.fp32(1.0) if p.width < 1.0 else None  # a pruned width's drops count from the unpruned FP32
+        self.log(f"[compress] {p.name}: {engine.name} INT8 recipe search on {width_name(p.width)}")
+        path = self.out_dir / "candidates" / p.name / engine.candidate_file
+        with self.phase("search"):
+            result = es.search(fp32, path, baseline)
+        recipe = result.chosen.recipe
+        self.log(f"[compress] {p.name}: recipe {recipe.name}")
+        return _done(Candidate(p.name, p.width, engine.quantization, es.embeddings_int8, src.infer_dir, src.model_dir,
+                               {**settings, "int8_recipe": recipe.as_dict(), "heldout_drop_points": result.chosen.drop_points,
+                                "recipe_within_budget": result.within_budget, **es.settings},
+                               runtime=engine.name, model_path=path, source_onnx=fp32), t0)
 
 
 def _done(c: Candidate, started: float) -> Candidate:

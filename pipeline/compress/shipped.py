@@ -6,8 +6,9 @@ Under ``compress/out/shipped/`` in the export contract's layout (``pipeline.cont
     onnx/int8.onnx          ONNX Runtime's INT8 of the selected width: the recipe search's pick (fixed scales), or
                             with ``quantization.batch_independent_int8: false`` the per-batch dynamic form
     onnx/int8_qdq.onnx      the TensorRT (QDQ) form of the same width, from that recipe
-    openvino/int8.{xml,bin} each compress engine's own form (``CpuEngine.form``: OpenVINO's INT8 IR from NNCF's
-                            search) of the same width, when it is one of compress.engines
+    openvino/int8.{xml,bin} an engine's own form (``CpuEngine.form``: OpenVINO's INT8 IR from NNCF's search) of the
+                            same width, when the selected candidate runs in it or package.runtime names it
+                            (``registry.shipped_own_form_engines``)
     int8_search.json        the CPU and every search's result (what meta.json reports)
 
 Each search is the one compress ran per width (``pipeline.run_cache``, ``runs/<task>/cache/int8``): for the selected width
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pipeline.backends.registry import CPU_ENGINES, own_form_engines
+from pipeline.backends.registry import CPU_ENGINES, shipped_own_form_engines
 from pipeline.contract import ExportLayout
 
 SHIPPED_DIR = "shipped"
@@ -96,8 +97,8 @@ def fp32_sources(cands, chosen, out_dir: Path, work_dir: Path, opset: int, log: 
     fp32 = cands[0]
     pruned = chosen.width_mult < 1.0
     width_fp32 = next((c for c in cands if c.quantization == "none" and c.width_mult == chosen.width_mult), None)
-    if fp32.model_path is not None and width_fp32 is not None and width_fp32.model_path is not None:
-        return ShippedInputs(fp32.model_path, width_fp32.model_path, pruned)
+    if fp32.model_path is not None and chosen.source_onnx is not None:  # the ONNX route: what it was made from
+        return ShippedInputs(fp32.model_path, chosen.source_onnx, pruned)
     log("[compress] Paddle static -> ONNX (FP32 baseline)")
     base = export_onnx(fp32.infer_dir, Path(work_dir) / "shipped_sources" / "fp32.onnx", opset)
     if not pruned:
@@ -107,8 +108,10 @@ def fp32_sources(cands, chosen, out_dir: Path, work_dir: Path, opset: int, log: 
     return ShippedInputs(base, source, True)
 
 
-def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path, log: Callable[[str], None]) -> ExportLayout:
-    """Write every shipped form of the selected width into ``out_dir/shipped`` (see the module docstring)."""
+def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path, log: Callable[[str], None],
+         selected_runtime: str) -> ExportLayout:
+    """Write every shipped form of the selected width into ``out_dir/shipped`` (see the module docstring);
+    ``selected_runtime``: the engine the selected candidate was measured in."""
     from pipeline.backends.onnxruntime import quantize as ort_quantize
     from pipeline.backends.onnxruntime.int8.search import search_qdq, search_recipe
     from pipeline.backends.onnxruntime.int8.stats import activation_ranges
@@ -137,7 +140,7 @@ def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path,
         own = FormSearch({"recipe": ort_quantize.DynamicRecipe().name, "batch_independent": False})
         qdq_search = FormSearch({"recipe": "static-minmax"})
     forms = {}  # each engine's own form (OpenVINO's IR): its search for this width, a cache hit of compress's
-    for engine in own_form_engines(cfg) if qcfg.batch_independent_int8 else ():
+    for engine in shipped_own_form_engines(cfg, selected_runtime) if qcfg.batch_independent_int8 else ():
         log(f"[compress] {engine.name} INT8 of the selected width: its recipe search from {which} FP32 ONNX (cached)")
         forms[engine.name] = FormSearch(engine.search(source, layout.path(engine.form), rows, cfg, cache_dir, baseline,
                                                       log).as_dict())

@@ -36,7 +36,7 @@ def params(cfg: TaskConfig) -> dict:
     own = own_form_engines(cfg)
     return {
         "compress": dataclasses.asdict(cfg.compress),
-        "int8_search": search_params(cfg) if cfg.compress.runtime == "onnxruntime" else None,
+        "int8_search": search_params(cfg) if cfg.compress.onnx_route else None,
         # what decides each engine's own form (None where it makes none here): "openvino"
         **{e.name: e.form_params(cfg) if e in own else None for e in CPU_ENGINES if e.form is not None},
         # compress builds every INT8 form of the selected candidate (pipeline.compress.shipped)
@@ -44,6 +44,8 @@ def params(cfg: TaskConfig) -> dict:
         "max_seq_len": cfg.max_seq_len,
         "labels": list(cfg.labels),
         "max_accuracy_drop": cfg.gates.max_accuracy_drop,
+        # an engine's own form ships when package.runtime names it (registry.shipped_own_form_engines)
+        **({"package_runtime": cfg.package.runtime} if cfg.package.runtime != "auto" else {}),
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
         **get_kind(cfg).feature_params(cfg),
     }
@@ -51,7 +53,7 @@ def params(cfg: TaskConfig) -> dict:
 
 def check(cfg: TaskConfig) -> None:
     """Before the first stage runs: every engine asked for can run here."""
-    if cfg.compress.runtime == "onnxruntime":
+    if cfg.compress.onnx_route:
         from pipeline.backends.registry import cpu_engines
 
         for engine in cpu_engines(cfg.compress.engines):
@@ -84,9 +86,10 @@ def run(ctx):
     baseline = ctx.handoff("finetune-check", Baseline)
     with ctx.phase("inputs"):
         inp, rows, vocab_dir = _inputs(ctx, baseline)
-    cands, timing = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log,
-                                       searches=_engine_searches(ctx, rows), opset=cfg.export.opset, phase=ctx.phase)
-    selection = select(cands, cfg.gates.max_accuracy_drop, timing)
+    built = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log, searches=_engine_searches(ctx, rows),
+                               opset=cfg.export.opset, phase=ctx.phase, max_accuracy_drop=cfg.gates.max_accuracy_drop)
+    cands = built.candidates
+    selection = select(cands, cfg.gates.max_accuracy_drop, built.timing)
     chosen = selection.selected
     ctx.log(f"[compress] {selection.message}")
     if chosen is not None:
@@ -94,11 +97,13 @@ def run(ctx):
         # what a Paddle-runtime pick's ONNX is converted from).
         with ctx.phase("shipped", "building every shipped form of the selected candidate (its searches are cache hits)"):
             sources = fp32_sources(cands, chosen, ctx.out_dir, ctx.work_dir, cfg.export.opset, ctx.log)
-            make_shipped(ctx.out_dir, sources, rows, cfg, detect_cpu(), RunCache(ctx.runs_dir).int8, ctx.log)
+            make_shipped(ctx.out_dir, sources, rows, cfg, detect_cpu(), RunCache(ctx.runs_dir).int8, ctx.log, chosen.runtime)
         _drop_unselected_programs(cands, chosen, ccfg.keep_all_candidates)
-    write_table(ctx.out_dir, cands, selection, baseline.value, cfg.gates.max_accuracy_drop, baseline.metric_label)
+    write_table(ctx.out_dir, cands, selection, baseline.value, cfg.gates.max_accuracy_drop, baseline.metric_label,
+                screen=built.screen, skipped=built.skipped)
     fp32 = cands[0]
-    metrics = {"candidates": len(cands), "fp32_accuracy": fp32.accuracy, "fp32_throughput": fp32.throughput}
+    metrics = {"candidates": len(cands), "skipped_by_screen": len(built.skipped), "fp32_accuracy": fp32.accuracy,
+               "fp32_throughput": fp32.throughput}
     if chosen is None:
         return StageResult(metrics=metrics, artifacts={"candidates": "candidates.json"}, gate_error=selection.message,
                            message=selection.message)
@@ -156,7 +161,7 @@ def _engine_searches(ctx, rows) -> list:
     from pipeline.run_cache import RunCache
 
     cfg, ccfg = ctx.cfg, ctx.cfg.compress
-    if ccfg.runtime != "onnxruntime":
+    if not ccfg.onnx_route:
         return []
     cache, per_batch = RunCache(ctx.runs_dir).int8, not cfg.quantization.batch_independent_int8
     engines = [e for e in cpu_engines(ccfg.engines) if e.per_batch_int8 is not None or not per_batch]
@@ -171,7 +176,14 @@ def _engine_searches(ctx, rows) -> list:
             return lambda fp32, out_path, unpruned: engine.per_batch_int8(fp32, out_path, cfg)
         return lambda fp32, out_path, unpruned: engine.search(fp32, out_path, rows, cfg, cache, unpruned, ctx.log)
 
-    return [EngineSearch(e, search_of(e), e.settings(cfg), e.int8_embeddings(cfg)) for e in engines]
+    def speed_of(engine):  # the form the screen times: the per-batch one itself, else the engine's fastest fixed-scale
+        if per_batch:
+            return lambda fp32, out_path: engine.per_batch_int8(fp32, out_path, cfg)
+        if engine.speed_form is None:
+            return None
+        return lambda fp32, out_path: engine.speed_form(fp32, out_path, rows, cfg)
+
+    return [EngineSearch(e, search_of(e), e.settings(cfg), e.int8_embeddings(cfg), speed_of(e)) for e in engines]
 
 
 def _hand_off(ctx, fp32, chosen, vocab_dir: Path) -> dict:
@@ -195,7 +207,7 @@ def _drop_unselected_programs(cands, chosen, keep_all: bool) -> None:
     if keep_all:
         return
     for c in cands:
-        if c.name != "fp32" and c is not chosen and c.runtime == "paddle":
+        if c.name != "fp32" and c is not chosen and c.is_program:
             shutil.rmtree(c.infer_dir, ignore_errors=True)
             if not any(c.infer_dir.parent.iterdir()):
                 c.infer_dir.parent.rmdir()
@@ -230,6 +242,7 @@ STAGE = Stage(
     check=check,
     # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.backends.onnxruntime.int8.fusion); 3: and with K^T folded into the
     # attention-score GEMM (fold_key_transpose); 4: OpenVINO INT8 candidates (compress.engines); 5: every shipped
-    # form of the selected candidate (shipped/), outputs.json for export
-    version="5",
+    # form of the selected candidate (shipped/), outputs.json for export; 6: speed-first screen, distillation stops
+    # on a held-out plateau
+    version="6",
 )

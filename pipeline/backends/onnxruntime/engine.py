@@ -16,6 +16,15 @@ def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: 
                          baseline=baseline, log=log)
 
 
+def _speed_form(source: Path, out_path: Path, rows, cfg):
+    from pipeline.backends.onnxruntime.int8.recipe import build
+    from pipeline.backends.onnxruntime.int8.stats import activation_ranges
+    from pipeline.quantization.recipe import Int8Recipe
+
+    ranges = activation_ranges(source, rows.feeds[:1], rows.pad_id)  # scales do not change speed: one batch
+    return build(source, out_path, ranges, Int8Recipe(), embeddings=cfg.quantization.int8_embeddings)
+
+
 def _per_batch(source: Path, out_path: Path, cfg):
     from pipeline.backends.onnxruntime.quantize import dynamic_int8
 
@@ -31,7 +40,7 @@ def _open(path: Path, precision: str, settings: dict):
 ENGINE = CpuEngine(
     name="onnxruntime", int8_suffix="int8", quantization="ort", candidate_file="model.onnx",
     where="ONNX Runtime on CPU (FP32 ONNX per width, INT8 from the recipe search)",
-    search=_search, open=_open, per_batch_int8=_per_batch,
+    search=_search, open=_open, per_batch_int8=_per_batch, speed_form=_speed_form,
     int8_embeddings=lambda cfg: cfg.quantization.int8_embeddings,
     served=ServedEngine(name="onnxruntime", served="pipeline.backends.onnxruntime.served", model_file="model.onnx",
                         distribution="onnxruntime", import_name="onnxruntime",

@@ -26,6 +26,14 @@ def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: 
                          baseline=baseline, log=log, properties=_own(cfg).cpu_properties())
 
 
+def _speed_form(source: Path, out_path: Path, rows, cfg):
+    from pipeline.backends.openvino.quantize import build, calibration_items
+    from pipeline.quantization.recipe import Int8Recipe
+
+    # scales do not change speed: one batch calibrates it
+    return build(source, out_path, calibration_items(rows.feeds[:1], rows.pad_id), Int8Recipe())
+
+
 def _open(path: Path, precision: str, settings: dict):
     from pipeline.backends.openvino.session import session
 
@@ -65,7 +73,7 @@ FORM = register_form(Form("openvino_int8", "openvino/int8.xml", Precision.INT8, 
 ENGINE = CpuEngine(
     name="openvino", int8_suffix="ov-int8", quantization="nncf", candidate_file="model.xml",  # model.bin beside it
     where="OpenVINO on CPU (INT8 from NNCF's recipe search)",
-    search=_search, open=_open, settings=_settings, check=_check, form=FORM, form_params=_form_params,
+    search=_search, open=_open, speed_form=_speed_form, settings=_settings, check=_check, form=FORM, form_params=_form_params,
     # served from its own IR, with the CPU properties validate ran it with; one instance has every core (its
     # threads share one request: MEASUREMENTS.md, served at the engine's speed)
     served=ServedEngine(name="openvino", served="pipeline.backends.openvino.served", model_file="model.xml",

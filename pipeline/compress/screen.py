@@ -1,0 +1,119 @@
+"""Speed first: before any distillation or recipe search, every planned candidate's architecture (width x engine x
+precision) is timed on this CPU, and only the candidates that can still win are built.
+
+Speed does not depend on trained weights.  A width's architecture is the FP32 model narrowed to that width without
+importance or distillation (``dynabert.narrow_model``), exported to ONNX; each engine's INT8 form of it is the
+engine's ``speed_form`` (every MatMul in INT8: the fastest its recipe search can pick, calibrated on one batch).
+They are timed in interleaved rounds on dev lengths, as compress times its candidates (``Screen.timing``).
+
+compress then builds candidates fastest first (``Screen.order``); a candidate is skipped when one already built and
+within the accuracy budget is faster in every screened round (``Screen.cannot_win``): the slower one could be
+selected only if the faster one had failed the budget, and it did not.  Candidates the rounds cannot tell apart are
+all built, and the selection rule decides among them as before.  ``compress.screen: false`` builds every one.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pipeline.compress.onnx_candidates import ONNX_FILE, Planned, width_name
+from pipeline.evaluation import Interleaved
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A planned candidate the screen showed cannot win: never built, listed in candidates.md with why."""
+
+    name: str
+    width_mult: float
+    runtime: str
+    quantization: str
+    reason: str
+
+    def row(self) -> dict:
+        return {"name": self.name, "width_mult": self.width_mult, "runtime": self.runtime,
+                "quantization": self.quantization, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Screen:
+    timing: Interleaved  # one entry per planned candidate, the unpruned FP32 first
+
+    def ratio(self, name: str) -> tuple[float, float, float]:
+        """(median, min, max) of its per-round speed ratios to the unpruned FP32."""
+        return self.timing.ratio(name)
+
+    def order(self, planned: Sequence[Planned]) -> list[Planned]:
+        """Fastest screened median first; the unpruned FP32 (the baseline every drop counts from) and any candidate
+        not screened first of all."""
+        rates = self.timing.rates
+        first = [p for p in planned if p.name == self.timing.base or p.name not in rates]  # unscreened: always built
+        rest = sorted((p for p in planned if p not in first), key=lambda p: -self.timing.median(p.name))
+        return first + rest
+
+    def cannot_win(self, name: str, qualifying: Sequence[str]) -> str | None:
+        """Why ``name`` cannot be selected, or None: a built candidate within budget is faster in every round (an
+        unscreened candidate can always win)."""
+        if name not in self.timing.rates:
+            return None
+        for q in qualifying:
+            if q in self.timing.rates and not self.timing.within_noise(name, q) and \
+                    self.timing.median(q) > self.timing.median(name):
+                med, lo, hi = self.timing.ratio(q, name)
+                return (f"{q} is within budget and {med:.2f}x its speed on this CPU's screen "
+                        f"[{lo:.2f}-{hi:.2f} over {len(self.timing.rates[name])} rounds]")
+        return None
+
+    def as_dict(self) -> dict:
+        return {name: {"sent_per_s": self.timing.median(name), "x_fp32": list(self.ratio(name))}
+                for name in self.timing.rates}
+
+
+def screen(planned: Sequence[Planned], architecture: Callable[[float], Path], dev, work_dir: Path, *, batch_size: int,
+           batches: int, rounds: int, log: Callable[[str], None] = print) -> Screen:
+    """Time every planned candidate's architecture in interleaved rounds.  ``architecture(width)``: that width's FP32
+    ONNX, untrained (``narrowed_onnx``); each INT8 entry is its engine's ``speed`` form of it."""
+    from pipeline.backends.registry import cpu_engine
+    from pipeline.compress.onnx_candidates import FP32_RUNTIME
+    from pipeline.evaluation import interleaved_throughput
+
+    work_dir = Path(work_dir)
+    sessions, onnx = {}, {}
+    for p in planned:
+        fp32 = onnx[p.width] = onnx.get(p.width) or architecture(p.width)
+        if p.search is None:
+            sessions[p.name] = cpu_engine(FP32_RUNTIME).open(fp32, "fp32", {})
+            continue
+        path = work_dir / p.name / p.search.engine.candidate_file
+        p.search.speed(fp32, path)
+        sessions[p.name] = p.search.engine.open(path, "int8", p.search.settings)
+    log(f"[compress] speed-first screen: {len(sessions)} architectures ({', '.join(sessions)}) in {rounds} interleaved "
+        f"rounds of {batches} batches of {batch_size}")
+    timing = interleaved_throughput(sessions, dev, batch_size, rounds=rounds, max_batches=batches)
+    out = Screen(timing)
+    for name in sessions:
+        med, lo, hi = out.ratio(name)
+        log(f"[compress] screen {name}: {timing.median(name):.0f} sent/s, {med:.2f}x FP32 [{lo:.2f}-{hi:.2f}]")
+    return out
+
+
+def narrowed_onnx(model_dir: Path, num_labels: int, width: float, work_dir: Path, input_dtype: str, opset: int,
+                  unpruned_onnx: Callable[[], Path]) -> Path:
+    """A width's architecture as FP32 ONNX: the model narrowed to ``width`` with no importance order and no
+    training (its answers are meaningless; its speed is the pruned model's).  The unpruned width is ``unpruned_onnx()``."""
+    from pipeline.backends.onnxruntime.convert import export_onnx
+    from pipeline.backends.paddle.convert import export_static
+    from pipeline.compress.dynabert import narrow_model, pruned_sizes
+    from pipeline.modeling import load_classifier
+
+    if width >= 1.0:
+        return unpruned_onnx()
+    out = Path(work_dir) / width_name(width)
+    shutil.rmtree(out, ignore_errors=True)
+    model = load_classifier(model_dir, num_labels)
+    heads, neurons = pruned_sizes(model.config.num_attention_heads, model.config.intermediate_size, width)
+    infer = export_static(narrow_model(model, heads, neurons), out / "infer", input_dtype)
+    return export_onnx(infer, out / ONNX_FILE, opset)
