@@ -425,6 +425,24 @@ def test_screen_skips_only_what_a_qualifying_candidate_beats_in_every_round():
     assert s.as_dict()["int8"] == {"sent_per_s": 240.0, "x_fp32": [2.4, 1.5, 2.6]}
 
 
+def test_an_engines_own_form_ships_only_for_its_selection_or_when_package_runtime_names_it():
+    """registry.shipped_own_form_engines: OpenVINO's IR is built for the selected width when the selected candidate runs
+    in OpenVINO or package.runtime asks for it; never for another engine's selection (minutes of NNCF for nothing)."""
+    from pipeline.backends.registry import shipped_own_form_engines
+    from pipeline.compress.arguments import CompressConfig
+    from serving.bundle.config import PackageConfig
+
+    def cfg(runtime="auto", engines=("onnxruntime", "openvino"), route="onnxruntime"):
+        return SimpleNamespace(compress=CompressConfig(engines=list(engines), runtime=route), package=PackageConfig(runtime=runtime))
+
+    names = lambda engines: [e.name for e in engines]  # noqa: E731
+    assert names(shipped_own_form_engines(cfg(), "openvino")) == ["openvino"]
+    assert names(shipped_own_form_engines(cfg(), "onnxruntime")) == []
+    assert names(shipped_own_form_engines(cfg("python-openvino"), "onnxruntime")) == ["openvino"]
+    assert names(shipped_own_form_engines(cfg("python-openvino", engines=["onnxruntime"]), "onnxruntime")) == []
+    assert names(shipped_own_form_engines(cfg(route="paddle", engines=["onnxruntime", "openvino"]), "openvino")) == []
+
+
 # -- serving/bundle/kinds/base.py ------------------------------------------------------------------------------------
 def _pc(**kw):
     from serving.bundle.config import PackageConfig

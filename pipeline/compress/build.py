@@ -88,7 +88,7 @@ def _pruned_dir(cfg: CompressConfig, inp: CompressInputs, width: float, default:
 
     key = {"source": inp.source_key, "width": width, "epochs": cfg.num_train_epochs, "learning_rate": cfg.learning_rate,
            "batch_size": cfg.per_device_train_batch_size, "max_steps": cfg.max_steps, "seed": cfg.seed,
-           "plateau": [cfg.distill_eval_steps, cfg.distill_patience] if cfg.distill_patience > 0 else None,
+           "plateau": [cfg.distill_eval_steps, cfg.distill_patience, cfg.distill_min_gain] if cfg.distill_patience > 0 else None,
            "max_seq_len": inp.max_seq_len, "train": len(inp.train), "heldout": len(inp.heldout)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return inp.pruned_cache / f"w{width:.4g}-{digest}"

@@ -162,7 +162,8 @@ def distill(
     plan = plan_steps(len(train), batch_size, epochs, max_steps)
     opt, sched = make_optimizer(student, learning_rate, plan.total_steps)
     teacher.eval()
-    cap = (f"it stops once {plateau.patience} held-out checks every {plateau.eval_steps} steps gain nothing"
+    cap = (f"it stops once {plateau.patience} held-out checks every {plateau.eval_steps} steps gain no more than "
+           f"{100 * plateau.min_delta:g} points"
            if plateau is not None else "")
     estimate = StepEstimate(f"{desc}: distillation", plan.total_steps, log, cap=cap)
 
