@@ -186,6 +186,14 @@ class ExportManifest:
     def int8_recipe(self) -> Any:
         return self.int8.get("chosen", self.int8) if self.int8 else None
 
+    def recipe_for(self, engine: str) -> Any:
+        """The INT8 recipe of the form ``engine`` runs: its own section's (meta.json ``openvino``: NNCF's) when the
+        engine ships a form of its own, else ONNX Runtime's (``int8``)."""
+        own = self.data.get(engine)
+        if isinstance(own, dict) and isinstance(own.get("chosen"), dict):
+            return own["chosen"]
+        return self.int8_recipe
+
     def to_json(self) -> str:
         return _dump(self.data)
 

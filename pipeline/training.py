@@ -38,7 +38,7 @@ class TrainState:
     best_epoch: int = -1
     history: list[dict] = field(default_factory=list)  # one entry per evaluation (each epoch's end, each plateau check)
     stale_evals: int = 0  # evaluations since the metric last improved by the plateau's min_delta (Plateau)
-    stopped_early: bool = False  # the plateau rule ended training before the step budget
+    plateau_end: int = 0  # the step the plateau rule moved the budget's end to (0: it has not)
 
 
 @dataclass(frozen=True)
@@ -98,9 +98,11 @@ def make_optimizer(model, learning_rate: float, total_steps: int, warmup_ratio: 
 
 @dataclass(frozen=True)
 class Plateau:
-    """Stop when training stops paying: evaluate every ``eval_steps`` steps, and stop after ``patience`` evaluations in
-    a row that do not beat the best by more than ``min_delta`` (a fraction of the metric: 0.001 is 0.1 points).
-    ``max_steps`` stays the cap; the best evaluation's weights are kept either way."""
+    """Stop when training stops paying: evaluate every ``eval_steps`` steps; after ``patience`` evaluations in a row that
+    do not beat the best by more than ``min_delta`` (a fraction of the metric: 0.001 is 0.1 points), the budget ends
+    ``eval_steps`` later, the learning rate decaying to 0 over them as it would have at the budget's end (the last
+    steps at a falling rate are where a linear-decay schedule settles), then one last evaluation.  ``max_steps``
+    stays the cap; the best evaluation's weights are kept either way."""
 
     eval_steps: int
     patience: int
@@ -115,6 +117,15 @@ class Plateau:
 
 # ------------------------------------------------------------------------------------------------
 # the one training loop (fine-tune, DynaBERT distillation, QAT)
+
+
+def _anneal(opt, sched, steps: int):
+    """A schedule from ``sched``'s current learning rate linearly down to 0 over ``steps``, set on ``opt``."""
+    import paddle
+
+    annealed = paddle.optimizer.lr.PolynomialDecay(sched.get_lr(), decay_steps=max(1, steps), end_lr=0.0)
+    opt.set_lr_scheduler(annealed)
+    return annealed
 
 
 def _train_step(step_loss: Callable, batch, opt, sched) -> float:
@@ -171,7 +182,9 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
     model.train()
     bar = progress(total=total_steps, initial=state.step, desc=desc, unit="step")
     try:
-        while state.epoch < epochs and state.step < total_steps and not state.stopped_early:
+        if state.plateau_end:  # resumed after the plateau rule moved the end
+            total_steps, sched = state.plateau_end, _anneal(opt, sched, state.plateau_end - state.step)
+        while state.epoch < epochs and state.step < total_steps:
             order = train_batch_order(train, batch_size, seed, state.epoch)
             running, n = 0.0, 0
             for idx in order[state.step_in_epoch :]:
@@ -187,17 +200,19 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
                 if checkpoint is not None and (state.step % max(checkpoint_steps, 1) == 0 or time.time() - last_ckpt > 300):
                     checkpoint.save(model, opt, sched, state)
                     last_ckpt = time.time()
-                if plateau is not None and plateau.due(state.step, total_steps) and state.step_in_epoch < len(order):
+                if plateau is not None and not state.plateau_end and plateau.due(state.step, total_steps) \
+                        and state.step_in_epoch < len(order):
                     evaluate(running / max(n, 1), f"step {state.step}/{total_steps}")
                     if plateau.stalled(state):
-                        state.stopped_early = True
                         log(f"{desc}: held-out {train.kind.metric_label} has not improved by more than "
                             f"{100 * plateau.min_delta:g} points in {plateau.patience} checks of {plateau.eval_steps} steps: "
-                            f"stopped at step {state.step} of {total_steps}, keeping the best")
-                        break
+                            f"the learning rate decays to 0 over the next {plateau.eval_steps} steps, then training stops "
+                            f"(step {state.step + plateau.eval_steps} of {total_steps}), keeping the best")
+                        state.plateau_end = total_steps = min(total_steps, state.step + plateau.eval_steps)
+                        sched = _anneal(opt, sched, total_steps - state.step)
+                        bar.total = total_steps
             epoch_done = state.step_in_epoch >= len(order)
-            if not state.stopped_early:
-                evaluate(running / max(n, 1), f"epoch {state.epoch + 1}/{epochs}")
+            evaluate(running / max(n, 1), f"epoch {state.epoch + 1}/{epochs}")
             if epoch_done:
                 state.epoch += 1
                 state.step_in_epoch = 0
@@ -205,7 +220,7 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
                 checkpoint.save(model, opt, sched, state)
                 last_ckpt = time.time()
             if not epoch_done:
-                break  # the step budget (or the plateau rule) ended it mid-epoch
+                break  # the step budget (or the plateau rule's end) ended it mid-epoch
     finally:
         bar.close()
     if "weights" in best:

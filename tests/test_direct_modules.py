@@ -423,6 +423,11 @@ def test_screen_skips_only_what_a_qualifying_candidate_beats_in_every_round():
     assert why == "w0.5-ov-int8 is within budget and 1.71x its speed on this CPU's screen [1.67-2.08 over 3 rounds]"
     assert s.cannot_win("w0.5-ov-int8", ["fp32", "ov-int8"]) is None and s.cannot_win("late", ["fp32"]) is None
     assert s.as_dict()["int8"] == {"sent_per_s": 240.0, "x_fp32": [2.4, 1.5, 2.6]}
+    # the speed gate said before any distillation: only when even the fastest's best round is short of it
+    assert s.short_of(5.0) is None and s.short_of(0) is None
+    assert s.short_of(5.5) == ("no candidate can reach gates.min_throughput_ratio 5.5x FP32 on this CPU: the fastest "
+                               "architecture, w0.5-ov-int8, screened 5.00x [4.80-5.20]; validate's throughput gate will "
+                               "fail unless narrower widths (compress.width_mult_list) are added or the gate is set for this CPU")
 
 
 def test_an_engines_own_form_ships_only_for_its_selection_or_when_package_runtime_names_it():

@@ -134,7 +134,8 @@ def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, spl
 
 def test_distillation_stops_when_held_out_stops_improving(tiny_model_copy, splits):
     """issue 60: distillation that stops when it stops paying.  A student that cannot learn (learning rate ~0) is
-    checked every 4 steps; after 2 checks without a gain it stops, far short of its 400-step budget, and says so."""
+    checked every 4 steps; after 2 checks without a gain its budget ends 4 steps later (the learning rate decaying to
+    0 over them), far short of its 400 steps, and it says so."""
     import paddle
 
     from pipeline.training import Plateau
@@ -149,7 +150,9 @@ def test_distillation_stops_when_held_out_stops_improving(tiny_model_copy, split
     checks = [line for line in lines if re.match(r"dynabert step \d+/400: step \d+, .*held-out accuracy", line)]
     assert [re.match(r"dynabert step (\d+)/400", line)[1] for line in checks] == ["4", "8", "12"], lines
     assert "(best so far, kept)" in checks[0] and "best so far" not in checks[1] + checks[2]
-    assert "stopped at step 12 of 400, keeping the best" in lines[-1], lines
+    stall = next(line for line in lines if "has not improved by more than 0.1 points in 2 checks of 4 steps" in line)
+    assert stall.endswith("then training stops (step 16 of 400), keeping the best"), stall
+    assert re.match(r"dynabert epoch 1/\d+: step 16, ", lines[-1]) and lines[-2] == stall, lines  # the one last check
     estimate = next(line for line in lines if line.startswith("dynabert: distillation: at most 400 steps x "))
     assert "it stops once 2 held-out checks every 4 steps gain no more than 0.1 points" in estimate
 

@@ -53,6 +53,10 @@ def test_selected_candidate_and_export_manifest(tmp_path):
     m = ExportManifest.from_dict(meta)
     assert m.int8_recipe == {"name": "static-sq0.85-rr"} and m.selected_candidate["name"] == "w0.667+int8"
     assert json.loads(m.to_json()) == meta  # written back whole
+    # gates.json's int8_recipe is the shipped engine's: an engine's own section (OpenVINO's NNCF search) when it has one
+    both = ExportManifest.from_dict({**meta, "openvino": {"chosen": {"name": "static-nosq"}, "file": "openvino/int8.xml"}})
+    assert both.recipe_for("openvino") == {"name": "static-nosq"} and both.recipe_for("onnxruntime") == {"name": "static-sq0.85-rr"}
+    assert m.recipe_for("openvino") == {"name": "static-sq0.85-rr"}  # no section of its own: ONNX Runtime's, as before
     with pytest.raises(ModelError, match="field 'max_seq_len' missing"):
         ExportManifest.from_dict({**meta, "max_seq_len": None})
 

@@ -120,6 +120,7 @@ def build_and_evaluate(
     opset: int = 13,
     phase: Callable[[str], ContextManager] | None = None,
     max_accuracy_drop: float | None = None,
+    min_throughput_ratio: float | None = None,
 ) -> Built:
     """Create every candidate under ``out_dir/candidates/<name>/``, evaluate each as it is made, then time
     them all in interleaved rounds.
@@ -128,7 +129,8 @@ def build_and_evaluate(
     ``searches``: each CPU engine's INT8 recipe search (``onnx_candidates.EngineSearch``), for ``compress.runtime:
     onnxruntime`` with ``ptq``.  ``phase(name)``: a context manager charged with the time of each phase
     (``StageContext.phase``: screen, conversion, importance, distillation, search, scoring, timing; Paddle's
-    quantization, qat).  ``max_accuracy_drop``: the budget the screen skips by (``compress.screen``; None: no skipping).
+    quantization, qat).  ``max_accuracy_drop``: the budget the screen skips by (``compress.screen``; None: no skipping);
+    ``min_throughput_ratio``: the speed gate the screen says, at once, that no candidate can meet.
     """
     parts = cfg.parts()
     grid = preflight(cfg, train_size=len(inp.train), static_model_dir=inp.static_model_dir)
@@ -136,7 +138,7 @@ def build_and_evaluate(
     b = _Candidates(cfg, inp, Path(out_dir), Path(work_dir), log, accuracy_fn, phase)
     sources = [b.baseline()]  # 1. the FP32 baseline
     if cfg.onnx_route:  # 2. and 3., speed first: widths distilled only where a candidate can win
-        return _onnx_route(b, sources[0], searches if "ptq" in parts else (), opset, max_accuracy_drop)
+        return _onnx_route(b, sources[0], searches if "ptq" in parts else (), opset, max_accuracy_drop, min_throughput_ratio)
     if "dynabert" in parts:  # 2. DynaBERT width pruning
         sources += [b.pruned_width(w) for w in cfg.widths() if w != 1.0]
     # 3. Paddle quantization: the PTQ grid, QAT, then int8 word embeddings on top of every candidate
@@ -151,7 +153,8 @@ def build_and_evaluate(
     return Built(*b.timed())
 
 
-def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: int, budget: float | None) -> Built:
+def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: int, budget: float | None,
+                min_ratio: float | None) -> Built:
     """Every width's FP32 ONNX and each engine's INT8 form of it, built fastest first where the screen ran; a
     candidate a built one within ``budget`` beats in every screened round is skipped (``screen.Screen.cannot_win``)."""
     from pipeline.compress import onnx_candidates as oc
@@ -172,6 +175,9 @@ def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: i
                 lambda w: narrowed_onnx(inp.model_dir, inp.num_labels, w, work, b.input_dtype, opset, lambda: builder.fp32(1.0)),
                 inp.dev, work, batch_size=cfg.throughput_batch_size, batches=cfg.throughput_batches,
                 rounds=cfg.timing_rounds, log=b.log)
+        short = screened.short_of(min_ratio) if min_ratio else None
+        if short:
+            b.log(f"[compress] WARNING: {short}")
     qualifying, skipped = [], []
     for p in screened.order(planned) if screened is not None else planned:
         reason = screened.cannot_win(p.name, qualifying) if screened is not None else None

@@ -67,6 +67,20 @@ class Screen:
                         f"[{lo:.2f}-{hi:.2f} over {len(self.timing.rates[name])} rounds]")
         return None
 
+    def short_of(self, min_ratio: float) -> str | None:
+        """Why no candidate can meet a ``min_ratio`` x FP32 speed gate on this CPU, or None: even the best round of the
+        fastest architecture is below it (said before any distillation, not after validate)."""
+        names = [n for n in self.timing.rates if n != self.timing.base]
+        if not names or min_ratio <= 0:
+            return None
+        fastest = max(names, key=self.timing.median)
+        med, lo, hi = self.ratio(fastest)
+        if hi >= min_ratio:
+            return None
+        return (f"no candidate can reach gates.min_throughput_ratio {min_ratio:g}x FP32 on this CPU: the fastest "
+                f"architecture, {fastest}, screened {med:.2f}x [{lo:.2f}-{hi:.2f}]; validate's throughput gate will fail "
+                "unless narrower widths (compress.width_mult_list) are added or the gate is set for this CPU")
+
     def as_dict(self) -> dict:
         return {name: {"sent_per_s": self.timing.median(name), "x_fp32": list(self.ratio(name))}
                 for name in self.timing.rates}

@@ -87,7 +87,8 @@ def run(ctx):
     with ctx.phase("inputs"):
         inp, rows, vocab_dir = _inputs(ctx, baseline)
     built = build_and_evaluate(ccfg, inp, ctx.out_dir, ctx.work_dir, log=ctx.log, searches=_engine_searches(ctx, rows),
-                               opset=cfg.export.opset, phase=ctx.phase, max_accuracy_drop=cfg.gates.max_accuracy_drop)
+                               opset=cfg.export.opset, phase=ctx.phase, max_accuracy_drop=cfg.gates.max_accuracy_drop,
+                               min_throughput_ratio=cfg.gates.min_throughput_ratio)
     cands = built.candidates
     selection = select(cands, cfg.gates.max_accuracy_drop, built.timing)
     chosen = selection.selected

@@ -368,7 +368,7 @@ def _summary(cfg, inp: _Inputs, crow, paired, anchor_score) -> dict:
                        "accuracy": anchor_score.value, "accuracy_drop_points": 100.0 * (fp32.value - anchor_score.value),
                        "throughput_ratio": paired.ratio(ANCHOR, "onnxruntime-cpu-fp32")[0]
                        if "onnxruntime-cpu-fp32" in paired.rates else None},
-            "engine": crow.runtime, "int8_recipe": inp.meta.int8_recipe}
+            "engine": crow.runtime, "int8_recipe": inp.meta.recipe_for(crow.runtime)}
 
 
 def _write_reports(ctx, inp: _Inputs, report, rows: list, benches: dict, skipped: dict, chosen_by: str,
