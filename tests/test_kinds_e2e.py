@@ -22,6 +22,15 @@ COMPANIES = ["华为公司", "腾讯集团", "阿里巴巴", "小米科技"]
 FILLER = "今天在北上看到了一个很好的消息说要去开会没有问题"
 
 
+def _planned(runs: Path) -> set[str]:
+    """Every candidate compress planned: those it built and those its speed-first screen showed cannot win."""
+    table = json.loads((runs / "compress" / "out" / "candidates.json").read_text())
+    built = {c["name"] for c in table["candidates"]}
+    skipped = {c["name"] for c in table["skipped"]}
+    assert "fp32" in built and not built & skipped, table
+    return built | skipped
+
+
 def _ner_row(rng: random.Random) -> dict:
     parts, label = [], {}
     for _ in range(rng.randint(1, 3)):
@@ -190,8 +199,8 @@ def test_ner_bundle_end_to_end(tmp_path, capsys):
     baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
     assert baseline["metric"] == "f1" and baseline["accuracy"] > 0.5, baseline  # the tiny model learned the entities
     assert baseline["labels"][:3] == ["O", "B-name", "I-name"]
-    cands = {c["name"]: c for c in json.loads((runs / "compress" / "out" / "candidates.json").read_text())["candidates"]}
-    assert set(cands) == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}  # DynaBERT on a token classifier, judged in ORT and OpenVINO
+    # DynaBERT on a token classifier, judged in ORT and OpenVINO (built, or shown by the speed-first screen unable to win)
+    assert _planned(runs) == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}
     _assert_batch_independent(runs, cfg)
     _assert_one_selection(runs)
     meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
@@ -278,8 +287,7 @@ def test_uie_bundle_end_to_end(tmp_path, capsys):
     baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
     assert baseline["metric"] == "f1" and {"precision", "recall"} <= set(baseline["metrics"]), baseline
     assert baseline["dev_examples"] == 2 * 60  # every dev text asked both prompts
-    cands = {c["name"] for c in json.loads((runs / "compress" / "out" / "candidates.json").read_text())["candidates"]}
-    assert cands == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}
+    assert _planned(runs) == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}
     _assert_batch_independent(runs, cfg)
     _assert_one_selection(runs)
     meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
@@ -347,8 +355,7 @@ def test_uie_with_a_paddleslim_act_config(tmp_path, capsys):
     act_yaml.write_text(yaml.safe_dump(act), encoding="utf-8")
     assert main(args) == 0
     runs = tmp_path / "runs" / "tinyuie"
-    table = json.loads((runs / "compress" / "out" / "candidates.json").read_text())
-    assert {c["name"] for c in table["candidates"]} == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}
+    assert _planned(runs) == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}
     record = json.loads((runs / "compress" / "record.json").read_text())
     c = record["params"]["compress"]
     assert (c["strategy"], c["width_mult_list"], c["max_steps"], c["per_device_train_batch_size"]) == ("dynabert+ptq", ["0.5"], 10, 16)
