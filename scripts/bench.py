@@ -13,7 +13,8 @@ Reads a finished export (``runs/<task>/export/out``) and measures, side by side:
                               with its own searched recipe); after a Paddle-runtime compress, each pruned model
                               compress kept, in FP32 and with the shipped recipe;
 * ``openvino-*``              OpenVINO: the FP32 ONNX (f32), its NNCF INT8 form unpruned, and each pruned width's
-                              (``openvino/int8.xml`` of the export and compress's OpenVINO candidates).
+                              (``openvino/int8.xml`` of the export and compress's OpenVINO candidates; a width compress
+                              screened out of OpenVINO is quantized here with NNCF's default recipe, "built here").
 
 Full-dev task metric for each; throughput at batch 32 on real dev lengths, timed in interleaved rounds
 (median and min-max of the per-round ratios); file size; the CPU's int8 flags.  Prints a table, writes
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -78,9 +80,13 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
 OPENVINO_FP32 = "openvino-fp32"
 
 
-def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, width: float) -> dict[str, Path]:
+def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, width: float, work: Path,
+                   calibration: list) -> dict[str, Path]:
     """OpenVINO's rows: the FP32 ONNX itself (run by OpenVINO, f32), the export's NNCF INT8 IR, and compress's
-    OpenVINO candidates of the other widths (unpruned included).  Empty when OpenVINO is not installed."""
+    OpenVINO candidates of the other widths (unpruned included); a width compress made no OpenVINO form of (its
+    speed-first screen left it out, or OpenVINO was not selected) gets one built here with NNCF's default recipe on
+    ``calibration`` (``quantize.calibration_items``), so every width has its row.  Empty when OpenVINO is not
+    installed."""
     from pipeline.backends.openvino import missing
     from pipeline.backends.openvino.engine import FORM  # imported, it is registered in the export contract
 
@@ -99,6 +105,17 @@ def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, width
             continue
         name, w = (r["settings"].get("int8_recipe") or {}).get("name", "?"), r["width_mult"]
         forms[f"openvino-int8 ({f'w{w:g}, ' if w < 1.0 else 'unpruned, '}{name})"] = path
+    covered = {r["width_mult"] for r in rows if r.get("runtime") == "openvino"} | ({width} if shipped.is_file() else set())
+    widths = {1.0: fp32, **{float(p.parent.name[1:]): p for p in compress_out.glob("candidates/w*/model.onnx")
+                            if re.fullmatch(r"w[0-9.]+", p.parent.name)}}  # each width's FP32 ONNX, not its INT8 forms
+    for w, source in sorted(widths.items()):
+        if w not in covered:
+            from pipeline.backends.openvino.quantize import build
+            from pipeline.quantization.recipe import Int8Recipe
+
+            recipe = Int8Recipe()
+            out = build(source, work / f"openvino-w{w:g}" / "int8.xml", calibration, recipe)
+            forms[f"openvino-int8 ({f'w{w:g}, ' if w < 1.0 else 'unpruned, '}{recipe.name}, built here)"] = out
     return forms
 
 
@@ -144,7 +161,12 @@ def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[
               f"onnxruntime-int8 ({f'w{width:g}' if width < 1.0 else 'unpruned'}, {shipped_name})": layout.path("onnx_int8")}
     models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind,
                                shipped=width))
-    models.update(openvino_forms(runs / "compress" / "out", layout.root, meta, fp32, width))
+    from pipeline.backends.openvino.quantize import calibration_items
+    from pipeline.quantization.select import search_rows
+
+    rows = search_rows(cfg, tok, data.train.examples, kind)  # compress's calibration rows
+    models.update(openvino_forms(runs / "compress" / "out", layout.root, meta, fp32, width, work,
+                                 calibration_items(rows.feeds, tok.pad_id)))
     return models
 
 

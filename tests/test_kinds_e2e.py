@@ -144,7 +144,9 @@ def _assert_batch_independent(runs: Path, cfg) -> None:
 
     # ONNX Runtime's kernels give the same floats whatever the padded width; OpenVINO's are chosen per width, so
     # a logit may move by float rounding (up to 7e-3 measured on TNEWS), never the decision.
-    forms = [(ort_session(out / "onnx" / "int8.onnx"), 1e-4), (openvino_session(out / "openvino" / "int8.xml", precision="int8"), 2e-2)]
+    forms = [(ort_session(out / "onnx" / "int8.onnx"), 1e-4)]
+    if (out / "openvino" / "int8.xml").is_file():  # OpenVINO's IR ships when compress selected it on this CPU
+        forms.append((openvino_session(out / "openvino" / "int8.xml", precision="int8"), 2e-2))
     n = min(len(fs), 12)
     together = [fs.batch(range(n)), fs.batch(range(n - 1, -1, -1))]  # two batches, two orders
     for sess, atol in forms:

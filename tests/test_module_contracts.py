@@ -91,13 +91,15 @@ def test_openvino_forms_only_when_openvino_is_a_compress_engine():
 
 # -- pipeline/compress/shipped.py -----------------------------------------------------------------------------------
 def test_shipped_forms_come_from_compress_own_onnx_when_it_has_them(tmp_path):
-    """The candidates' own FP32 ONNX (unpruned and the selected width's) are the sources: nothing converted again."""
+    """The candidates' own FP32 ONNX (unpruned and the selected width's) are the sources: nothing converted again,
+    also when the width's FP32 candidate was screened out (the INT8 candidate names the ONNX it was made from)."""
     from pipeline.compress.shipped import fp32_sources
 
     base, width = tmp_path / "fp32.onnx", tmp_path / "w0.667.onnx"
-    cands = [SimpleNamespace(quantization="none", width_mult=1.0, model_path=base, infer_dir=None),
-             SimpleNamespace(quantization="none", width_mult=2 / 3, model_path=width, infer_dir=None),
-             SimpleNamespace(quantization="ort", width_mult=2 / 3, model_path=tmp_path / "int8.onnx", infer_dir=None)]
+    cands = [SimpleNamespace(quantization="none", width_mult=1.0, model_path=base, infer_dir=None, source_onnx=base),
+             SimpleNamespace(quantization="none", width_mult=2 / 3, model_path=width, infer_dir=None, source_onnx=width),
+             SimpleNamespace(quantization="ort", width_mult=2 / 3, model_path=tmp_path / "int8.onnx", infer_dir=None,
+                             source_onnx=width)]
 
     def fail(message):
         raise AssertionError(f"converted again: {message}")
@@ -106,6 +108,8 @@ def test_shipped_forms_come_from_compress_own_onnx_when_it_has_them(tmp_path):
     assert (got.fp32_onnx, got.source_onnx, got.pruned) == (base, width, True)
     got = fp32_sources(cands, cands[0], tmp_path, tmp_path / "work", 13, fail)
     assert (got.fp32_onnx, got.source_onnx, got.pruned) == (base, base, False)
+    got = fp32_sources([cands[0], cands[2]], cands[2], tmp_path, tmp_path / "work", 13, fail)  # w0.667 not built
+    assert (got.fp32_onnx, got.source_onnx, got.pruned) == (base, width, True)
 
 
 def test_shipped_searches_round_trip_in_the_file_layout_meta_json_keeps(tmp_path):

@@ -78,9 +78,7 @@ def shipped_own_form_engines(cfg, selected_runtime: str) -> list[CpuEngine]:
     """The compress engines whose own form ships for a candidate selected in ``selected_runtime``: that engine's, and
     the one ``package.runtime`` names (a bundle asked to serve in it).  Another engine's form is never built: OpenVINO's
     search is minutes of NNCF on a CPU where it cannot win, for a file nothing serves."""
-    from serving.bundle.config import runtimes
-
-    wanted = {selected_runtime, runtimes().get(cfg.package.runtime, ("", ""))[1]}
+    wanted = {selected_runtime, cfg.package.engine}  # PackageConfig.engine: the engine package.runtime names, or "auto"
     return [e for e in own_form_engines(cfg) if e.name in wanted]
 
 

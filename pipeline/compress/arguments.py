@@ -228,14 +228,6 @@ class CompressConfig:
     def parts(self) -> tuple[str, ...]:
         return parse_strategy(self.strategy)
 
-    def plateau(self):
-        """The distillation's stopping rule (``pipeline.training.Plateau``), or None: the whole step budget."""
-        from pipeline.training import Plateau
-
-        if self.distill_patience == 0:
-            return None
-        return Plateau(self.distill_eval_steps, self.distill_patience, self.distill_min_gain / 100.0)
-
     def widths(self) -> list[float]:
         return [parse_width(w, f"compress.width_mult_list[{i}]") for i, w in enumerate(self.width_mult_list)]
 

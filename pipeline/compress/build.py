@@ -94,6 +94,15 @@ def _pruned_dir(cfg: CompressConfig, inp: CompressInputs, width: float, default:
     return inp.pruned_cache / f"w{width:.4g}-{digest}"
 
 
+def _plateau(cfg: CompressConfig):
+    """The distillation's stopping rule (``training.Plateau``) from compress.distill_*, or None: the whole budget."""
+    from pipeline.training import Plateau
+
+    if cfg.distill_patience == 0:
+        return None
+    return Plateau(cfg.distill_eval_steps, cfg.distill_patience, cfg.distill_min_gain / 100.0)
+
+
 def preflight(cfg: CompressConfig, *, train_size: int, static_model_dir: Path | None) -> list[PTQSettings]:
     """Every check that can fail on bad input, before any long work; returns the PTQ grid."""
     parts = cfg.parts()
@@ -254,7 +263,7 @@ class _Candidates:
             prune_width(inp.model_dir, width, inp.train, inp.heldout, max_seq_len=inp.max_seq_len, out_dir=tmp,
                         epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,
                         batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=self.log,
-                        phase=self.phase, plateau=cfg.plateau())
+                        phase=self.phase, plateau=_plateau(cfg))
             shutil.rmtree(pruned, ignore_errors=True)
             tmp.rename(pruned)
         else:
