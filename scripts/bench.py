@@ -101,8 +101,8 @@ def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, width
     rows = json.loads(table.read_text(encoding="utf-8"))["candidates"] if table.is_file() else []
     for r in rows:
         path = compress_out / r["model_path"] if r.get("model_path") else None
-        if r.get("runtime") != "openvino" or path is None or not path.is_file() or r["width_mult"] == width:
-            continue
+        if r.get("runtime") != "openvino" or path is None or not path.is_file() or (r["width_mult"] == width and shipped.is_file()):
+            continue  # the export's own IR is the selected width's row
         name, w = (r["settings"].get("int8_recipe") or {}).get("name", "?"), r["width_mult"]
         forms[f"openvino-int8 ({f'w{w:g}, ' if w < 1.0 else 'unpruned, '}{name})"] = path
     covered = {r["width_mult"] for r in rows if r.get("runtime") == "openvino"} | ({width} if shipped.is_file() else set())
