@@ -18,6 +18,7 @@ costs too much accuracy, the unpruned int8 model can still pass the budget.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from contextlib import nullcontext
@@ -88,7 +89,7 @@ def _pruned_dir(cfg: CompressConfig, inp: CompressInputs, width: float, default:
 
     key = {"source": inp.source_key, "width": width, "epochs": cfg.num_train_epochs, "learning_rate": cfg.learning_rate,
            "batch_size": cfg.per_device_train_batch_size, "max_steps": cfg.max_steps, "seed": cfg.seed,
-           "plateau": [cfg.distill_eval_steps, cfg.distill_patience, cfg.distill_min_gain] if cfg.distill_patience > 0 else None,
+           "plateau": dataclasses.astuple(plateau) if (plateau := _plateau(cfg)) else None,
            "max_seq_len": inp.max_seq_len, "train": len(inp.train), "heldout": len(inp.heldout)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return inp.pruned_cache / f"w{width:.4g}-{digest}"
@@ -196,7 +197,7 @@ def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: i
             continue
         c = builder.build(p)
         b.add(c, None)  # build_seconds set where it was built
-        if budget is not None and c.accuracy_drop_points is not None and c.accuracy_drop_points <= budget + 1e-9:
+        if budget is not None and c.within(budget):
             qualifying.append(c.name)
     b.cands.sort(key=lambda c: [x.name for x in planned].index(c.name))  # the table in plan order
     cands, timing = b.timed()

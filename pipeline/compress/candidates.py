@@ -42,6 +42,10 @@ class Candidate:
     build_seconds: float = 0.0
     kept: bool = True  # False: its infer dir was deleted after selection (keep_all_candidates: false)
 
+    def within(self, max_accuracy_drop: float) -> bool:
+        """Scored, and at most ``max_accuracy_drop`` points below the FP32 baseline: the selection's budget."""
+        return self.accuracy_drop_points is not None and self.accuracy_drop_points <= max_accuracy_drop + 1e-9
+
     @property
     def is_program(self) -> bool:
         """A Paddle static program (judged in Paddle Inference), not an ONNX-engine form."""
@@ -161,7 +165,7 @@ def select(cands: Sequence[Candidate], max_accuracy_drop: float, timing=None) ->
     if not evaluated:
         return Selection(None, None, 0, "no candidate was evaluated")
     best = max(evaluated, key=lambda c: (c.accuracy, c.throughput or 0.0))
-    ok = [c for c in evaluated if c.accuracy_drop_points <= max_accuracy_drop + 1e-9]
+    ok = [c for c in evaluated if c.within(max_accuracy_drop)]
     if not ok:
         return Selection(
             None, best, 0,
@@ -216,7 +220,7 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cands:
-        within = c.accuracy_drop_points is not None and c.accuracy_drop_points <= max_accuracy_drop + 1e-9
+        within = c.within(max_accuracy_drop)
         mark = " **selected**" if selection.selected is c else ""
         ratio = _f(c.throughput_ratio if c.throughput_ratio is not None else (c.throughput / base_tp if base_tp and c.throughput else None), 2)
         if c.throughput_ratio_range:
