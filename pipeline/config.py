@@ -143,7 +143,7 @@ class GateConfig:
     min_anchor_ratio: float = 1.0
     max_p99_latency_ms: float | None = None  # validate: batch-1 p99, optional
     max_bundle_mb: float | None = None  # package: the whole served bundle (every file), MiB; optional
-    max_int8_size_ratio: float = 0.35  # export: the INT8 ONNX at most this fraction of the FP32 file
+    max_int8_size_ratio: float = 0.35  # export: the shipped INT8 form at most this fraction of the FP32 ONNX
     # release gate (make gate BASELINE=...): against the previous bundle's report
     release_max_accuracy_drop: float = 0.2  # points
     release_max_throughput_drop: float = 0.15  # fraction of the previous speed-up over FP32

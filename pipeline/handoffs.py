@@ -109,10 +109,11 @@ class SelectedCandidate:
     size_bytes: int | None
     settings: dict[str, Any]
     runtime: str
+    depth_mult: float = 1.0  # the share of encoder layers kept
 
     @property
     def pruned(self) -> bool:
-        return self.width_mult < 1.0
+        return self.width_mult < 1.0 or self.depth_mult < 1.0
 
     @property
     def paddle_int8(self) -> bool:
@@ -120,7 +121,7 @@ class SelectedCandidate:
         return self.quantization in ("ptq", "qat")
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "width_mult": self.width_mult, "quantization": self.quantization,
+        return {"name": self.name, "width_mult": self.width_mult, "depth_mult": self.depth_mult, "quantization": self.quantization,
                 "embeddings_int8": self.embeddings_int8, "accuracy": self.value, "accuracy_drop_points": self.drop_points,
                 "throughput": self.throughput, "size_bytes": self.size_bytes, "settings": self.settings, "runtime": self.runtime}
 
@@ -133,7 +134,8 @@ class SelectedCandidate:
         d = _load(path, what)
         return cls(str(_field(d, "name", path, what, str)), float(d.get("width_mult", 1.0)), str(d.get("quantization", "none")),
                    bool(d.get("embeddings_int8", False)), d.get("accuracy"), d.get("accuracy_drop_points"), d.get("throughput"),
-                   d.get("size_bytes"), dict(d.get("settings") or {}), str(d.get("runtime", "")))
+                   d.get("size_bytes"), dict(d.get("settings") or {}), str(d.get("runtime", "")),
+                   float(d.get("depth_mult", 1.0)))
 
 
 @dataclass

@@ -8,12 +8,12 @@ Reads a finished export (``runs/<task>/export/out``) and measures, side by side:
 * ``anchor``                  ``quantize_dynamic(per_channel=True, QInt8)`` of that same FP32 ONNX, built
                               here: what any user gets with one line, per-batch activation scales;
 * ``anchor-reduce_range``     the same with 7-bit weights;
-* ``onnxruntime-int8``        ``onnx/int8.onnx`` (its width and recipe named), and ``int8-qdq`` (TensorRT form);
-* ``pruned-w*``               each DynaBERT-pruned candidate compress measured in ONNX Runtime (FP32, and INT8
+* ``onnxruntime-int8``        ``onnx/int8.onnx`` (its architecture and recipe named), and ``int8-qdq`` (TensorRT form);
+* ``pruned-*``                each DynaBERT-pruned candidate compress measured in ONNX Runtime (FP32, and INT8
                               with its own searched recipe); after a Paddle-runtime compress, each pruned model
                               compress kept, in FP32 and with the shipped recipe;
-* ``openvino-*``              OpenVINO: the FP32 ONNX (f32), its NNCF INT8 form unpruned, and each pruned width's
-                              (``openvino/int8.xml`` of the export and compress's OpenVINO candidates; a width compress
+* ``openvino-*``              OpenVINO: the FP32 ONNX (f32), its NNCF INT8 form unpruned, and each pruned
+                              architecture's (``openvino/int8.xml`` of the export and compress's OpenVINO candidates; one
                               screened out of OpenVINO is quantized here with NNCF's default recipe, "built here").
 
 Full-dev task metric for each; throughput at batch 32 on real dev lengths, timed in interleaved rounds
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -33,13 +32,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pipeline  # noqa: F401,E402  (before paddle)
+from pipeline.compress.architecture import Architecture  # noqa: E402
 from pipeline.contract import ExportLayout  # noqa: E402
 
 
 def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: Path, cfg, tok, data, kind,
-                 shipped: float | None = None) -> dict[str, Path]:
+                 shipped: Architecture | None = None) -> dict[str, Path]:
     """The shipped recipe on ``unpruned_fp32`` (when the shipped model is pruned), and compress's pruned ONNX Runtime
-    candidates (``shipped``: the export's width, whose INT8 form is already a row)."""
+    candidates (``shipped``: the export's architecture, whose ONNX Runtime INT8 form is already a row; None: it is not)."""
     from pipeline.backends.onnxruntime.convert import export_onnx
     from pipeline.backends.onnxruntime.int8.recipe import build
     from pipeline.backends.onnxruntime.int8.stats import activation_ranges
@@ -56,8 +56,8 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
                                                           embeddings=cfg.quantization.int8_embeddings)
     table = compress_out / "candidates.json"
     rows = json.loads(table.read_text(encoding="utf-8"))["candidates"] if table.is_file() else []
-    onnx_rows = [r for r in rows if r.get("model_path") and r["width_mult"] < 1.0 and r.get("runtime") == "onnxruntime"
-                 and not (r["width_mult"] == shipped and r["quantization"] != "none")]  # the export's own ORT INT8 is a row
+    onnx_rows = [r for r in rows if r.get("model_path") and _arch(r).pruned and r.get("runtime") == "onnxruntime"
+                 and not (_arch(r) == shipped and r["quantization"] != "none")]  # the export's own ORT INT8 is a row
     if onnx_rows:  # compress judged in ONNX Runtime: its pruned candidates, each with its own searched recipe
         for r in onnx_rows:
             recipe_name = (r["settings"].get("int8_recipe") or {}).get("name")
@@ -80,13 +80,22 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
 OPENVINO_FP32 = "openvino-fp32"
 
 
-def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, width: float, work: Path,
+def _arch(row: dict) -> Architecture:
+    """A candidates.json row's architecture."""
+    return Architecture(row.get("width_mult", 1.0), row.get("depth_mult", 1.0))
+
+
+def _label(arch: Architecture) -> str:
+    return arch.name if arch.pruned else "unpruned"
+
+
+def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, arch: Architecture, work: Path,
                    calibration: list) -> dict[str, Path]:
-    """OpenVINO's rows: the FP32 ONNX itself (run by OpenVINO, f32), the export's NNCF INT8 IR, and compress's
-    OpenVINO candidates of the other widths (unpruned included); a width compress made no OpenVINO form of (its
-    speed-first screen left it out, or OpenVINO was not selected) gets one built here with NNCF's default recipe on
-    ``calibration`` (``quantize.calibration_items``), so every width has its row.  Empty when OpenVINO is not
-    installed."""
+    """OpenVINO's rows: the FP32 ONNX itself (run by OpenVINO, f32), the export's NNCF INT8 IR (of ``arch``), and
+    compress's OpenVINO candidates of the other architectures (unpruned included); an architecture compress made no
+    OpenVINO form of (its speed-first screen left it out, or OpenVINO was not selected) gets one built here with NNCF's
+    default recipe on ``calibration`` (``quantize.calibration_items``), so every architecture has its row.  Empty when
+    OpenVINO is not installed."""
     from pipeline.backends.openvino import missing
     from pipeline.backends.openvino.engine import FORM  # imported, it is registered in the export contract
 
@@ -96,26 +105,26 @@ def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, width
     shipped = ExportLayout(export_dir).path(FORM)
     recipe = ((meta.data.get("openvino") or {}).get("chosen") or {}).get("name", "?")
     if shipped.is_file():
-        forms[f"openvino-int8 ({f'w{width:g}, ' if width < 1.0 else 'unpruned, '}{recipe})"] = shipped
+        forms[f"openvino-int8 ({_label(arch)}, {recipe})"] = shipped
     table = compress_out / "candidates.json"
     rows = json.loads(table.read_text(encoding="utf-8"))["candidates"] if table.is_file() else []
     for r in rows:
         path = compress_out / r["model_path"] if r.get("model_path") else None
-        if r.get("runtime") != "openvino" or path is None or not path.is_file() or (r["width_mult"] == width and shipped.is_file()):
-            continue  # the export's own IR is the selected width's row
-        name, w = (r["settings"].get("int8_recipe") or {}).get("name", "?"), r["width_mult"]
-        forms[f"openvino-int8 ({f'w{w:g}, ' if w < 1.0 else 'unpruned, '}{name})"] = path
-    covered = {r["width_mult"] for r in rows if r.get("runtime") == "openvino"} | ({width} if shipped.is_file() else set())
-    widths = {1.0: fp32, **{float(p.parent.name[1:]): p for p in compress_out.glob("candidates/w*/model.onnx")
-                            if re.fullmatch(r"w[0-9.]+", p.parent.name)}}  # each width's FP32 ONNX, not its INT8 forms
-    for w, source in sorted(widths.items()):
-        if w not in covered:
+        if r.get("runtime") != "openvino" or path is None or not path.is_file() or (_arch(r) == arch and shipped.is_file()):
+            continue  # the export's own IR is the selected architecture's row
+        name = (r["settings"].get("int8_recipe") or {}).get("name", "?")
+        forms[f"openvino-int8 ({_label(_arch(r))}, {name})"] = path
+    covered = {_arch(r) for r in rows if r.get("runtime") == "openvino"} | ({arch} if shipped.is_file() else set())
+    sources = {Architecture(): fp32, **{_arch(r): compress_out / r["model_path"] for r in rows  # each one's FP32 ONNX
+                                        if r.get("model_path") and r["quantization"] == "none" and _arch(r).pruned}}
+    for a, source in sources.items():
+        if a not in covered and source.is_file():
             from pipeline.backends.openvino.quantize import build
             from pipeline.quantization.recipe import Int8Recipe
 
             recipe = Int8Recipe()
-            out = build(source, work / f"openvino-w{w:g}" / "int8.xml", calibration, recipe)
-            forms[f"openvino-int8 ({f'w{w:g}, ' if w < 1.0 else 'unpruned, '}{recipe.name}, built here)"] = out
+            out = build(source, work / f"openvino-{a.name}" / "int8.xml", calibration, recipe)
+            forms[f"openvino-int8 ({_label(a)}, {recipe.name}, built here)"] = out
     return forms
 
 
@@ -145,7 +154,7 @@ def _session(name: str, path: Path):
 
 def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[str, Path]:
     """Every form to measure, by its row name: ORT FP32, the anchor (with and without reduce_range), the shipped
-    ONNX Runtime INT8 and QDQ forms, the recipe's other widths (``recipe_forms``) and OpenVINO's (``openvino_forms``)."""
+    ONNX Runtime INT8 and QDQ forms, the recipe's other architectures (``recipe_forms``) and OpenVINO's (``openvino_forms``)."""
     from pipeline.backends.onnxruntime.quantize import quantize_anchor
     from pipeline.quantization.recipe import Int8Recipe
 
@@ -154,18 +163,20 @@ def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[
     recipe = Int8Recipe(chosen.get("smooth_alpha"), bool(chosen.get("reduce_range", False)))
     shipped_name = chosen.get("name", meta.int8.get("recipe", "?"))
     qdq_name = (meta.int8_qdq.get("chosen") or {}).get("name")
-    width = meta.selected_candidate.get("width_mult", 1.0)
+    sel = meta.selected_candidate
+    arch = Architecture(sel.get("width_mult", 1.0), sel.get("depth_mult", 1.0))
     models = {"ort-fp32": fp32, "anchor": quantize_anchor(fp32, work / "anchor.onnx"),
-              "anchor-reduce_range": quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True),
-              f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": layout.path("onnx_int8_qdq"),
-              f"onnxruntime-int8 ({f'w{width:g}' if width < 1.0 else 'unpruned'}, {shipped_name})": layout.path("onnx_int8")}
-    models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if width < 1.0 else None, work, cfg, tok, data, kind,
-                               shipped=width))
+              "anchor-reduce_range": quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True)}
+    if layout.has("onnx_int8"):  # absent when OpenVINO's IR ships and nothing asked for them
+        models.update({f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": layout.path("onnx_int8_qdq"),
+                       f"onnxruntime-int8 ({_label(arch)}, {shipped_name})": layout.path("onnx_int8")})
+    models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if arch.pruned else None, work, cfg, tok, data, kind,
+                               shipped=arch if layout.has("onnx_int8") else None))
     from pipeline.backends.openvino.quantize import calibration_items
     from pipeline.quantization.select import search_rows
 
     rows = search_rows(cfg, tok, data.train.examples, kind)  # compress's calibration rows
-    models.update(openvino_forms(runs / "compress" / "out", layout.root, meta, fp32, width, work,
+    models.update(openvino_forms(runs / "compress" / "out", layout.root, meta, fp32, arch, work,
                                  calibration_items(rows.feeds, tok.pad_id)))
     return models
 

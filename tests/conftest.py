@@ -137,6 +137,32 @@ def tiny_model_copy(tiny_finetuned, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_deep_model(tiny_finetuned, tmp_path_factory) -> Path:
+    """The fixture classifier with 4 encoder layers: its own, then three perturbed copies (distinct functions), a
+    depth for DynaBERT's depth pruning to cut."""
+    import copy
+
+    import numpy as np
+    import paddle
+
+    from pipeline.compress.dynabert import save_pruned
+    from pipeline.modeling import load_classifier
+
+    model = load_classifier(tiny_finetuned["model_dir"], 3)
+    layers = [model.ernie.encoder.layers[0]]
+    for i in range(3):
+        layer = copy.deepcopy(layers[0])
+        for p in layer.parameters():
+            p.set_value(p.numpy() + np.random.default_rng(i).normal(0, 0.05, p.shape).astype("float32"))
+        layers.append(layer)
+    model.ernie.encoder.layers = paddle.nn.LayerList(layers)
+    model.config.num_hidden_layers = 4
+    out = tmp_path_factory.mktemp("deep") / "model"
+    save_pruned(model, tiny_finetuned["model_dir"], out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_splits(tiny_finetuned) -> tuple:
     """(train, dev) examples of the tiny task, read by the pipeline's own data loader."""
     from pipeline.config import load_task_config

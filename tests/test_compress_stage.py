@@ -51,7 +51,7 @@ def _check_contract(runs: Path, tiny_finetuned) -> dict:
     assert (out / outputs["selected_model_dir"] / "vocab.txt").is_file()
     table = json.loads((out / "candidates.json").read_text())
     selected = json.loads((out / "selected.json").read_text())
-    assert set(selected) == {"name", "width_mult", "quantization", "embeddings_int8", "accuracy", "accuracy_drop_points",
+    assert set(selected) == {"name", "width_mult", "depth_mult", "quantization", "embeddings_int8", "accuracy", "accuracy_drop_points",
                              "throughput", "size_bytes", "settings", "runtime"}
     assert selected["quantization"] in ("none", "ptq", "qat", "ort", "nncf") and table["selected"] == selected["name"]
     for role in ("selected_infer_dir", "fp32_infer_dir"):
@@ -165,7 +165,7 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=dynabert+ptq", "--set", "compress.width_mult_list=[3/4,1/2]",
                      *ALL, runtime=[]) == 0
     log = "".join(capsys.readouterr())
-    assert "dynabert w0.75: reusing" in log and "dynabert width 0.5:" in log and "dynabert width 0.75:" not in log
+    assert "dynabert w0.75: reusing" in log and "dynabert w0.5: 4 -> 2 heads" in log and "dynabert w0.75: 4 ->" not in log
     assert [r["name"] for r in json.loads((_out(runs) / "candidates.json").read_text())["candidates"]] == \
         ["fp32", "int8", "ov-int8", "w0.75", "w0.75-int8", "w0.75-ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"]
 
@@ -281,9 +281,14 @@ def test_speed_first_screen_never_builds_what_cannot_win(tiny_finetuned, runs, m
     record = json.loads((runs / "tiny" / "compress" / "record.json").read_text())
     assert [name for name, _ in record["phases"]][:3] == ["inputs", "conversion", "screen"]
     assert record["metrics"]["skipped_by_screen"] == len(skipped)
-    # OpenVINO's own form is built only when the selected candidate runs in it (package.runtime is auto here)
+    # OpenVINO's own form is built only when the selected candidate runs in it (package.runtime is auto here), and then
+    # ONNX Runtime's INT8 forms are not: nothing serves them
     selected = json.loads((_out(runs) / "selected.json").read_text())
-    assert (_out(runs) / "shipped" / "openvino" / "int8.xml").is_file() == (selected["runtime"] == "openvino")
+    ov = selected["runtime"] == "openvino"
+    assert (_out(runs) / "shipped" / "openvino" / "int8.xml").is_file() == ov
+    assert (_out(runs) / "shipped" / "onnx" / "int8.onnx").is_file() == (not ov)
+    assert (_out(runs) / "shipped" / "onnx" / "int8_qdq.onnx").is_file() == (not ov)
+    assert ("ONNX INT8 forms (int8.onnx, int8_qdq.onnx) not built" in log) == ov
 
     assert _compress(tiny_finetuned, runs, *sets, *ALL, runtime=[]) == 0
     assert "[ort-copy] per-batch INT8" in "".join(capsys.readouterr())

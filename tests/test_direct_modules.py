@@ -371,6 +371,7 @@ def test_compress_preflight_refuses_before_any_long_work(tmp_path):
 
 def test_onnx_candidates_are_each_widths_fp32_then_one_int8_per_engine(tmp_path, monkeypatch):
     from pipeline.backends.onnxruntime import convert
+    from pipeline.compress.architecture import UNPRUNED, Architecture
     from pipeline.compress.build import Source
     from pipeline.compress.onnx_candidates import EngineSearch, OnnxBuilder, plan
 
@@ -387,35 +388,40 @@ def test_onnx_candidates_are_each_widths_fp32_then_one_int8_per_engine(tmp_path,
         return EngineSearch(e, search, settings={name: {"x": 1}}, embeddings_int8=name == "ort")
 
     searches = [engine("ort", "int8"), engine("ov", "ov-int8")]
-    planned = plan([1.0, 0.5], searches, quantize_unpruned=False)
+    half = Architecture(0.5)
+    planned = plan([UNPRUNED, half], searches, quantize_unpruned=False)
     assert [(p.name, p.runtime, p.quantization) for p in planned] == [
         ("fp32", "onnxruntime", "none"), ("w0.5", "onnxruntime", "none"), ("w0.5-int8", "ort", "q-ort"),
         ("w0.5-ov-int8", "ov", "q-ov")]  # the unpruned width not quantized
-    assert [p.name for p in plan([1.0], searches, quantize_unpruned=True)] == ["fp32", "int8", "ov-int8"]
-    sources = {1.0: Source(1.0, tmp_path / "m", tmp_path / "s", ""), 0.5: Source(0.5, tmp_path / "w", tmp_path / "ws", "w0.5-")}
+    assert [p.name for p in plan([UNPRUNED], searches, quantize_unpruned=True)] == ["fp32", "int8", "ov-int8"]
+    assert [p.name for p in plan([UNPRUNED, Architecture(1.0, 0.5), Architecture(0.5, 0.5)], searches[1:], False)] == [
+        "fp32", "d0.5", "d0.5-ov-int8", "w0.5-d0.5", "w0.5-d0.5-ov-int8"]  # depth: every head, half the layers
+    sources = {UNPRUNED: Source(UNPRUNED, tmp_path / "m", tmp_path / "s", ""),
+               half: Source(half, tmp_path / "w", tmp_path / "ws", "w0.5-")}
     asked = []
     builder = OnnxBuilder(lambda w: asked.append(w) or sources[w], tmp_path, log=lambda s: None)
     int8 = builder.build(planned[3])  # built on demand, in any order: the width's FP32 ONNX first, once
     assert converted == ["w0.5", "fp32"] and searched == [("ov", "w0.5", "w0.5-ov-int8", "fp32")]  # drops vs the unpruned
     cands = [builder.build(p) for p in planned[:3]]
-    assert converted == ["w0.5", "fp32"] and [s[0] for s in searched] == ["ov", "ort"] and set(asked) == {0.5, 1.0}
+    assert converted == ["w0.5", "fp32"] and [s[0] for s in searched] == ["ov", "ort"] and set(asked) == {half, UNPRUNED}
     assert [c.name for c in cands] == ["fp32", "w0.5", "w0.5-int8"]
     assert int8.model_path == tmp_path / "candidates" / "w0.5-ov-int8" / "ov.bin" and not int8.embeddings_int8
     assert int8.source_onnx == tmp_path / "candidates" / "w0.5" / "model.onnx" == cands[1].model_path
-    assert int8.settings == {"width_mult": 0.5, "int8_recipe": {"name": "ov-r"}, "heldout_drop_points": 0.1,
+    assert int8.settings == {"width_mult": 0.5, "depth_mult": 1.0, "int8_recipe": {"name": "ov-r"}, "heldout_drop_points": 0.1,
                              "recipe_within_budget": True, "ov": {"x": 1}}
 
 
 def test_screen_skips_only_what_a_qualifying_candidate_beats_in_every_round():
     """pipeline/compress/screen.py: the order (baseline first, then fastest) and the rule (faster in every round, and
     within budget: skip; the rounds disagree: build)."""
+    from pipeline.compress.architecture import Architecture
     from pipeline.compress.onnx_candidates import Planned
     from pipeline.compress.screen import Screen
     from pipeline.evaluation import Interleaved
 
     rates = {"fp32": [100, 100, 100], "int8": [150, 260, 240], "ov-int8": [300, 250, 280], "w0.5-ov-int8": [500, 520, 480]}
     s = Screen(Interleaved(rates, "fp32"))
-    planned = [Planned(n, 0.5 if n.startswith("w") else 1.0) for n in ("fp32", "int8", "ov-int8", "w0.5-ov-int8", "late")]
+    planned = [Planned(n, Architecture(0.5 if n.startswith("w") else 1.0)) for n in ("fp32", "int8", "ov-int8", "w0.5-ov-int8", "late")]
     assert [p.name for p in s.order(planned)] == ["fp32", "late", "w0.5-ov-int8", "ov-int8", "int8"]  # "late": unscreened
     assert s.cannot_win("int8", ["fp32"]) is None  # slower candidates qualify only once built
     assert s.cannot_win("int8", ["ov-int8"]) is None  # 260 > 250 in one round: within noise, built
@@ -427,7 +433,8 @@ def test_screen_skips_only_what_a_qualifying_candidate_beats_in_every_round():
     assert s.short_of(5.0) is None and s.short_of(0) is None
     assert s.short_of(5.5) == ("no candidate can reach gates.min_throughput_ratio 5.5x FP32 on this CPU: the fastest "
                                "architecture, w0.5-ov-int8, screened 5.00x [4.80-5.20]; validate's throughput gate will "
-                               "fail unless narrower widths (compress.width_mult_list) are added or the gate is set for this CPU")
+                               "fail unless smaller architectures (compress.width_mult_list, depth_mult_list) are added or the gate "
+                               "is set for this CPU")
 
 
 def test_an_engines_own_form_ships_only_for_its_selection_or_when_package_runtime_names_it():
@@ -446,6 +453,27 @@ def test_an_engines_own_form_ships_only_for_its_selection_or_when_package_runtim
     assert names(shipped_own_form_engines(cfg("python-openvino"), "onnxruntime")) == ["openvino"]
     assert names(shipped_own_form_engines(cfg("python-openvino", engines=["onnxruntime"]), "onnxruntime")) == []
     assert names(shipped_own_form_engines(cfg(route="paddle", engines=["onnxruntime", "openvino"]), "openvino")) == []
+
+
+def test_the_onnx_int8_forms_are_not_built_for_an_openvino_selection_nothing_asks_them_for():
+    """registry.onnx_int8_forms_ship: int8.onnx and int8_qdq.onnx ship for every selection but one in an engine with a
+    form of its own, and for that one too when the package (runtime, GPU kind) or validate (other backends, a pinned
+    one) asks."""
+    from pipeline.backends.registry import onnx_int8_forms_ship
+    from pipeline.validation.config import ValidateConfig
+    from serving.bundle.config import PackageConfig
+
+    def cfg(runtime="auto", kind="CPU", backends="shipped", chosen="auto"):
+        return SimpleNamespace(package=PackageConfig(runtime=runtime, kind=kind),
+                               validate=ValidateConfig(backends=backends, chosen_backend=chosen))
+
+    assert not onnx_int8_forms_ship(cfg(), "openvino")
+    assert onnx_int8_forms_ship(cfg(), "onnxruntime") and onnx_int8_forms_ship(cfg(), "paddle")
+    assert onnx_int8_forms_ship(cfg("python-openvino"), "openvino") and onnx_int8_forms_ship(cfg("onnxruntime"), "openvino")
+    assert onnx_int8_forms_ship(cfg(kind="GPU"), "openvino")  # the QDQ form is TensorRT's
+    assert onnx_int8_forms_ship(cfg(backends="all"), "openvino")
+    assert onnx_int8_forms_ship(cfg(backends=["onnxruntime-cpu-int8"]), "openvino")
+    assert onnx_int8_forms_ship(cfg(chosen="onnxruntime-cpu-int8"), "openvino")  # validate pins another backend
 
 
 # -- serving/bundle/kinds/base.py ------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pipeline.compress import dynabert
+from pipeline.compress.architecture import Architecture
 from pipeline.ernie_models import HEAD_SIZE_KEY
 from pipeline.modeling import load_classifier
 from pipeline.errors import ConfigError, ModelError
@@ -49,6 +50,54 @@ def test_pruned_sizes_round_heads_down_and_neurons_to_nearest():
     for bad in (0.0, -0.5, 1.5):
         with pytest.raises(ConfigError, match="width_mult"):
             dynabert.pruned_sizes(4, 64, bad)
+
+
+def test_kept_layers_are_dynaberts_depth_rule():
+    assert dynabert.kept_layers(6, 2 / 3) == [0, 1, 3, 4]
+    assert dynabert.kept_layers(6, 0.5) == [0, 2, 4]
+    assert dynabert.kept_layers(12, 0.75) == [0, 1, 2, 4, 5, 6, 8, 9, 10]
+    assert dynabert.kept_layers(6, 1.0) == list(range(6)) and dynabert.kept_layers(1, 0.5) == [0]
+    with pytest.raises(ConfigError, match="depth_mult"):
+        dynabert.kept_layers(6, 0.0)
+
+
+def test_a_shallower_student_is_the_teachers_kept_layers(tiny_deep_model, splits):
+    """shrink at depth 1/2 keeps layers 0 and 2: its first layer's output is the teacher's, its second is the teacher's
+    layer 2 applied to layer 0's output (what distillation starts from, and matches to the teacher's layer 2)."""
+    import paddle
+
+    _, dev = splits
+    teacher = load_classifier(tiny_deep_model, 3)
+    student, keep = dynabert.shrink(teacher, Architecture(0.5, 0.5))
+    assert keep == [0, 2] and len(student.ernie.encoder.layers) == 2 and len(teacher.ernie.encoder.layers) == 4
+    assert student.config.num_hidden_layers == 2 and teacher.config.num_hidden_layers == 4
+    full_width, _ = dynabert.shrink(teacher, Architecture(1.0, 0.5))
+    ids = paddle.to_tensor(dev.batch(range(8)).input_ids)
+    teacher.eval(), full_width.eval()
+    t = teacher(ids, output_hidden_states=True, return_dict=True).hidden_states
+    s = full_width(ids, output_hidden_states=True, return_dict=True).hidden_states
+    assert len(s) == 3 and len(t) == 5
+    np.testing.assert_allclose(s[1].numpy(), t[1].numpy(), atol=1e-5)
+    pad = paddle.unsqueeze((ids == dev.pad_id).astype("float32") * -1e4, axis=[1, 2])  # ERNIE's attention mask
+    np.testing.assert_allclose(s[2].numpy(), teacher.ernie.encoder.layers[2](t[1], pad).numpy(), atol=1e-5)
+    assert not np.allclose(s[2].numpy(), t[2].numpy(), atol=1e-3)
+
+
+def test_prune_to_a_depth_saves_a_shallower_model_that_loads(tiny_deep_model, tmp_path, splits):
+    import paddle
+
+    train, dev = splits
+    logs = []
+    out = dynabert.prune(tiny_deep_model, Architecture(0.5, 0.5), train, dev, max_seq_len=MAX_SEQ_LEN,
+                         out_dir=tmp_path / "w05d05", epochs=1, learning_rate=3e-3, batch_size=16, max_steps=4, seed=0,
+                         log=logs.append)
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2 and config["num_attention_heads"] == 2
+    state = paddle.load(str(out / "model_state.pdparams"), return_numpy=True)
+    assert any(".layers.1." in k for k in state) and not any(".layers.2." in k for k in state)
+    assert "dynabert w0.5-d0.5: 4 -> 2 heads, intermediate 64 -> 32, 4 -> 2 layers (keeping 0, 2)" in logs
+    model = load_classifier(out, 3)
+    assert len(model.ernie.encoder.layers) == 2 and evaluate_dygraph(model, dev, 64).flat().shape[0] == len(dev)
 
 
 def test_reordering_by_importance_keeps_the_function_and_sorts_importance(tiny_model_copy, splits):
@@ -157,12 +206,12 @@ def test_distillation_stops_when_held_out_stops_improving(tiny_model_copy, split
     assert "it stops once 2 held-out checks every 4 steps gain no more than 0.1 points" in estimate
 
 
-def test_prune_width_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path, splits):
+def test_prune_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path, splits):
     import paddle
 
     train, dev = splits
-    out = dynabert.prune_width(
-        tiny_finetuned["model_dir"], 0.5, train, dev, max_seq_len=MAX_SEQ_LEN, out_dir=tmp_path / "w050",
+    out = dynabert.prune(
+        tiny_finetuned["model_dir"], Architecture(0.5), train, dev, max_seq_len=MAX_SEQ_LEN, out_dir=tmp_path / "w050",
         epochs=1, learning_rate=3e-3, batch_size=16, max_steps=15, seed=3, log=lambda _m: None,
     )
     assert out == tmp_path / "w050"
@@ -207,13 +256,13 @@ def test_prune_width_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path
     np.testing.assert_allclose(got, want, atol=1e-4)
 
 
-def test_prune_width_is_deterministic_for_a_seed(tiny_finetuned, tmp_path, splits):
+def test_prune_is_deterministic_for_a_seed(tiny_finetuned, tmp_path, splits):
     import paddle
 
     train, dev = splits
     kw = dict(max_seq_len=MAX_SEQ_LEN, epochs=1, learning_rate=3e-3, batch_size=16, max_steps=6, seed=5, log=lambda _m: None)
-    a = dynabert.prune_width(tiny_finetuned["model_dir"], 0.75, train, dev, out_dir=tmp_path / "a", **kw)
-    b = dynabert.prune_width(tiny_finetuned["model_dir"], 0.75, train, dev, out_dir=tmp_path / "b", **kw)
+    a = dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.75), train, dev, out_dir=tmp_path / "a", **kw)
+    b = dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.75), train, dev, out_dir=tmp_path / "b", **kw)
     sa = paddle.load(str(a / "model_state.pdparams"), return_numpy=True)
     sb = paddle.load(str(b / "model_state.pdparams"), return_numpy=True)
     assert sa.keys() == sb.keys()
@@ -221,23 +270,23 @@ def test_prune_width_is_deterministic_for_a_seed(tiny_finetuned, tmp_path, split
         np.testing.assert_allclose(sa[k], sb[k], atol=1e-6, err_msg=k)
 
 
-def test_prune_width_rejects_bad_input(tiny_finetuned, tmp_path, splits):
+def test_prune_rejects_bad_input(tiny_finetuned, tmp_path, splits):
     train, dev = splits
     kw = dict(max_seq_len=MAX_SEQ_LEN, epochs=1, learning_rate=1e-3, batch_size=16, max_steps=1, seed=0)
     with pytest.raises(ConfigError, match="width_mult"):
-        dynabert.prune_width(tiny_finetuned["model_dir"], 1.5, train, dev, out_dir=tmp_path / "x", **kw)
+        dynabert.prune(tiny_finetuned["model_dir"], Architecture(1.5), train, dev, out_dir=tmp_path / "x", **kw)
     with pytest.raises(ConfigError, match="no held-out training rows"):
-        dynabert.prune_width(tiny_finetuned["model_dir"], 0.5, train, dev.subset([]), out_dir=tmp_path / "x", **kw)
+        dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.5), train, dev.subset([]), out_dir=tmp_path / "x", **kw)
     with pytest.raises(ModelError, match="not found"):
-        dynabert.prune_width(tmp_path / "nope", 0.5, train, dev, out_dir=tmp_path / "x", **kw)
+        dynabert.prune(tmp_path / "nope", Architecture(0.5), train, dev, out_dir=tmp_path / "x", **kw)
     assert not (tmp_path / "x").exists()
 
 
 @pytest.fixture(scope="module")
 def pruned_dir(tiny_finetuned, splits, tmp_path_factory):
     train, dev = splits
-    return dynabert.prune_width(
-        tiny_finetuned["model_dir"], 0.75, train, dev, max_seq_len=MAX_SEQ_LEN, out_dir=tmp_path_factory.mktemp("p") / "w075",
+    return dynabert.prune(
+        tiny_finetuned["model_dir"], Architecture(0.75), train, dev, max_seq_len=MAX_SEQ_LEN, out_dir=tmp_path_factory.mktemp("p") / "w075",
         epochs=1, learning_rate=3e-3, batch_size=16, max_steps=4, seed=0, log=lambda _m: None,
     )
 

@@ -93,13 +93,15 @@ def test_openvino_forms_only_when_openvino_is_a_compress_engine():
 def test_shipped_forms_come_from_compress_own_onnx_when_it_has_them(tmp_path):
     """The candidates' own FP32 ONNX (unpruned and the selected width's) are the sources: nothing converted again,
     also when the width's FP32 candidate was screened out (the INT8 candidate names the ONNX it was made from)."""
+    from pipeline.compress.candidates import Candidate
     from pipeline.compress.shipped import fp32_sources
 
-    base, width = tmp_path / "fp32.onnx", tmp_path / "w0.667.onnx"
-    cands = [SimpleNamespace(quantization="none", width_mult=1.0, model_path=base, infer_dir=None, source_onnx=base),
-             SimpleNamespace(quantization="none", width_mult=2 / 3, model_path=width, infer_dir=None, source_onnx=width),
-             SimpleNamespace(quantization="ort", width_mult=2 / 3, model_path=tmp_path / "int8.onnx", infer_dir=None,
-                             source_onnx=width)]
+    base, width, depth = tmp_path / "fp32.onnx", tmp_path / "w0.667.onnx", tmp_path / "d0.5.onnx"
+    cands = [Candidate("fp32", 1.0, "none", False, None, None, model_path=base, source_onnx=base),
+             Candidate("w0.6667", 2 / 3, "none", False, None, None, model_path=width, source_onnx=width),
+             Candidate("w0.6667-int8", 2 / 3, "ort", False, None, None, model_path=tmp_path / "int8.onnx", source_onnx=width),
+             Candidate("d0.5-int8", 1.0, "ort", False, None, None, model_path=tmp_path / "d.onnx", source_onnx=depth,
+                       depth_mult=0.5)]
 
     def fail(message):
         raise AssertionError(f"converted again: {message}")
@@ -110,6 +112,8 @@ def test_shipped_forms_come_from_compress_own_onnx_when_it_has_them(tmp_path):
     assert (got.fp32_onnx, got.source_onnx, got.pruned) == (base, base, False)
     got = fp32_sources([cands[0], cands[2]], cands[2], tmp_path, tmp_path / "work", 13, fail)  # w0.667 not built
     assert (got.fp32_onnx, got.source_onnx, got.pruned) == (base, width, True)
+    got = fp32_sources(cands, cands[3], tmp_path, tmp_path / "work", 13, fail)  # every head, fewer layers: pruned
+    assert (got.fp32_onnx, got.source_onnx, got.pruned) == (base, depth, True)
 
 
 def test_shipped_searches_round_trip_in_the_file_layout_meta_json_keeps(tmp_path):

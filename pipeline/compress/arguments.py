@@ -46,7 +46,7 @@ def parse_width(value: str | float, key: str = "compress.width_mult_list") -> fl
     except (ValueError, ZeroDivisionError):
         raise ConfigError(f"{key}: {value!r} is not a number or fraction like 3/4") from None
     if not 0 < width <= 1:
-        raise ConfigError(f"{key}: width {value!r} = {width:g} is outside (0, 1]")
+        raise ConfigError(f"{key}: {value!r} = {width:g} is outside (0, 1]")
     return width
 
 
@@ -83,8 +83,10 @@ class CompressConfig:
     # build fastest first, and skip a candidate that one already built within the budget beats in every round
     # (pipeline.compress.screen).  false: build and score every candidate (the whole frontier, for a report).
     screen: bool = True
-    # DynaBERT width pruning
+    # DynaBERT pruning: every width (share of heads and FFN neurons kept) x every depth (share of encoder layers kept,
+    # DynaBERT's depth_mult: 2/3 of 6 layers keeps layers 0, 1, 3, 4) is one architecture, distilled from the FP32 model
     width_mult_list: list[str | float] = field(default_factory=lambda: ["3/4"])
+    depth_mult_list: list[str | float] = field(default_factory=lambda: [1])
     # With dynabert: also quantize the unpruned model (a fallback when pruning costs too much accuracy;
     # costs one more PTQ grid / QAT run).  Upstream quantizes only the pruned widths.
     quantize_unpruned: bool = True
@@ -141,6 +143,9 @@ class CompressConfig:
         if not isinstance(self.width_mult_list, list) or not self.width_mult_list:
             raise ConfigError("compress.width_mult_list: at least one width is needed, e.g. [3/4]")
         self.widths()
+        if not isinstance(self.depth_mult_list, list) or not self.depth_mult_list:
+            raise ConfigError("compress.depth_mult_list: at least one depth is needed, e.g. [1] (every layer)")
+        self.depths()
         if not self.algo_list:
             raise ConfigError(f"compress.algo_list: at least one algo is needed ({', '.join(PTQ_ALGOS)})")
         for algo in self.algo_list:
@@ -230,6 +235,15 @@ class CompressConfig:
 
     def widths(self) -> list[float]:
         return [parse_width(w, f"compress.width_mult_list[{i}]") for i, w in enumerate(self.width_mult_list)]
+
+    def depths(self) -> list[float]:
+        return [parse_width(d, f"compress.depth_mult_list[{i}]") for i, d in enumerate(self.depth_mult_list)]
+
+    def architectures(self) -> list:
+        """Every architecture compress plans (``architecture.architectures``): the unpruned one alone without dynabert."""
+        from pipeline.compress.architecture import UNPRUNED, architectures
+
+        return architectures(self.widths(), self.depths()) if "dynabert" in self.parts() else [UNPRUNED]
 
     def ptq_activation_type(self) -> str:
         return self.activation_quantize_type or "range_abs_max"

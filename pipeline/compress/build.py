@@ -3,13 +3,14 @@
 
 Order (pruning always before quantization):
   1. FP32 baseline as a static model (exported from the dygraph model, or the given static model);
-  2. ``dynabert``: one physically pruned model per width (width 1.0 is the baseline itself);
-  3. ``compress.runtime: onnxruntime`` (the CPU bundle's runtime): every width as FP32 ONNX and, with
+  2. ``dynabert``: one physically pruned model per architecture, width x depth (``architecture``; the unpruned
+     one is the baseline itself);
+  3. ``compress.runtime: onnxruntime`` (the CPU bundle's runtime): every architecture as FP32 ONNX and, with
      ``ptq``, each engine's INT8 form from its recipe search (``pipeline.compress.onnx_candidates``).  Speed
      first: every one's architecture is timed before any is built (``pipeline.compress.screen``), they are built
      fastest first, and those a faster candidate within the budget beats in every round are never built (nor their
-     width distilled, when none of its candidates can win).
-     ``paddle``: ``ptq``: every grid point for every width;  ``qat``: one QAT model per width;
+     architecture distilled, when none of its candidates can win).
+     ``paddle``: ``ptq``: every grid point for every architecture;  ``qat``: one QAT model per architecture;
      ``embeddings``: an int8-embedding variant of every candidate so far.
   4. Every candidate built timed in interleaved rounds (``candidates.time_candidates``).
 Unpruned models are quantized too when pruning is on (``quantize_unpruned``, default true): if pruning
@@ -30,6 +31,7 @@ from pipeline.backends.forms import MODEL_FILE, check_static_dir
 from pipeline.backends.paddle.convert import copy_static, export_static, program_input_dtype
 from pipeline.backends.paddle.quantize.embeddings import quantize_embeddings
 from pipeline.backends.paddle.quantize.ptq import PTQSettings, calibration_examples, check_calibration, ptq_grid, quantize_static
+from pipeline.compress.architecture import UNPRUNED, Architecture
 from pipeline.compress.arguments import CompressConfig
 from pipeline.compress.candidates import Candidate, evaluate, time_candidates
 from pipeline.errors import ConfigError
@@ -73,26 +75,31 @@ class Built:
 
 @dataclass(frozen=True)
 class Source:
-    width: float
+    arch: Architecture
     model_dir: Path | None  # dygraph FP32 dir (None for a static input)
     infer_dir: Path  # its FP32 static model
-    prefix: str  # "" for width 1.0, "w0.75-" for pruned
+    prefix: str  # "" unpruned, "w0.75-" for pruned
+
+    @property
+    def width(self) -> float:
+        return self.arch.width
 
 
-def _pruned_dir(cfg: CompressConfig, inp: CompressInputs, width: float, default: Path) -> Path:
+def _pruned_dir(cfg: CompressConfig, inp: CompressInputs, arch: Architecture, default: Path) -> Path:
     """A pruned model is the product of minutes of distillation: keyed by everything that decides it, so
-    adding a width, or changing a gate, retrains none of the widths already made."""
+    adding an architecture, or changing a gate, retrains none of those already made."""
     if inp.pruned_cache is None:
         return default
     import hashlib
     import json
 
-    key = {"source": inp.source_key, "width": width, "epochs": cfg.num_train_epochs, "learning_rate": cfg.learning_rate,
+    depth = {"depth": arch.depth} if arch.depth < 1.0 else {}  # a full-depth key is what it was before depths existed
+    key = {"source": inp.source_key, "width": arch.width, **depth, "epochs": cfg.num_train_epochs, "learning_rate": cfg.learning_rate,
            "batch_size": cfg.per_device_train_batch_size, "max_steps": cfg.max_steps, "seed": cfg.seed,
            "plateau": dataclasses.astuple(plateau) if (plateau := _plateau(cfg)) else None,
            "max_seq_len": inp.max_seq_len, "train": len(inp.train), "heldout": len(inp.heldout)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return inp.pruned_cache / f"w{width:.4g}-{digest}"
+    return inp.pruned_cache / f"{arch.name}-{digest}"
 
 
 def _plateau(cfg: CompressConfig):
@@ -107,7 +114,7 @@ def _plateau(cfg: CompressConfig):
 def preflight(cfg: CompressConfig, *, train_size: int, static_model_dir: Path | None) -> list[PTQSettings]:
     """Every check that can fail on bad input, before any long work; returns the PTQ grid."""
     parts = cfg.parts()
-    cfg.widths()
+    cfg.architectures()
     grid = ptq_grid(cfg) if "ptq" in parts else []
     if grid:
         check_calibration(train_size, grid, source="training split")
@@ -149,8 +156,8 @@ def build_and_evaluate(
     sources = [b.baseline()]  # 1. the FP32 baseline
     if cfg.onnx_route:  # 2. and 3., speed first: widths distilled only where a candidate can win
         return _onnx_route(b, sources[0], searches if "ptq" in parts else (), opset, max_accuracy_drop, min_throughput_ratio)
-    if "dynabert" in parts:  # 2. DynaBERT width pruning
-        sources += [b.pruned_width(w) for w in cfg.widths() if w != 1.0]
+    if "dynabert" in parts:  # 2. DynaBERT pruning
+        sources += [b.pruned(a) for a in cfg.architectures() if a.pruned]
     # 3. Paddle quantization: the PTQ grid, QAT, then int8 word embeddings on top of every candidate
     if "dynabert" in parts and not cfg.quantize_unpruned and len(sources) > 1:
         sources = sources[1:]
@@ -165,16 +172,16 @@ def build_and_evaluate(
 
 def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: int, budget: float | None,
                 min_ratio: float | None) -> Built:
-    """Every width's FP32 ONNX and each engine's INT8 form of it, built fastest first where the screen ran; a
+    """Every architecture's FP32 ONNX and each engine's INT8 form of it, built fastest first where the screen ran; a
     candidate a built one within ``budget`` beats in every screened round is skipped (``screen.Screen.cannot_win``)."""
     from pipeline.compress import onnx_candidates as oc
     from pipeline.compress.screen import Skipped, narrowed_onnx, screen
 
     cfg, inp = b.cfg, b.inp
-    widths = [1.0, *(w for w in cfg.widths() if w != 1.0)] if "dynabert" in cfg.parts() else [1.0]
-    planned = oc.plan(widths, searches, cfg.quantize_unpruned or len(widths) == 1)
-    sources = {1.0: baseline}
-    builder = oc.OnnxBuilder(lambda w: sources.get(w) or sources.setdefault(w, b.pruned_width(w)), b.out_dir,
+    archs = cfg.architectures()
+    planned = oc.plan(archs, searches, cfg.quantize_unpruned or len(archs) == 1)
+    sources = {UNPRUNED: baseline}
+    builder = oc.OnnxBuilder(lambda a: sources.get(a) or sources.setdefault(a, b.pruned(a)), b.out_dir,
                              opset=opset, log=b.log, phase=b.phase)
     screened = None
     if cfg.screen and budget is not None and any(p.search is not None and p.search.speed is not None for p in planned):
@@ -182,7 +189,8 @@ def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: i
             work = b.work_dir / "screen"
             screened = screen(
                 [p for p in planned if p.search is None or p.search.speed is not None],
-                lambda w: narrowed_onnx(inp.model_dir, inp.num_labels, w, work, b.input_dtype, opset, lambda: builder.fp32(1.0)),
+                lambda a: narrowed_onnx(inp.model_dir, inp.num_labels, a, work, b.input_dtype, opset,
+                                        lambda: builder.fp32(UNPRUNED)),
                 inp.dev, work, batch_size=cfg.throughput_batch_size, batches=cfg.throughput_batches,
                 rounds=cfg.timing_rounds, log=b.log)
         short = screened.short_of(min_ratio) if min_ratio else None
@@ -193,7 +201,7 @@ def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: i
         reason = screened.cannot_win(p.name, qualifying) if screened is not None else None
         if reason:
             b.log(f"[compress] {p.name}: not built: {reason}")
-            skipped.append(Skipped(p.name, p.width, p.runtime, p.quantization, reason))
+            skipped.append(Skipped(p.name, p.arch, p.runtime, p.quantization, reason))
             continue
         c = builder.build(p)
         b.add(c, None)  # build_seconds set where it was built
@@ -248,23 +256,23 @@ class _Candidates:
             else:
                 export_static(load_classifier(inp.model_dir, inp.num_labels), fp32_dir, self.cfg.input_dtype)
         self.add(Candidate("fp32", 1.0, "none", False, fp32_dir, inp.model_dir, {"input_dtype": self.input_dtype}), t0)
-        return Source(1.0, inp.model_dir, fp32_dir, "")
+        return Source(UNPRUNED, inp.model_dir, fp32_dir, "")
 
-    def pruned_width(self, width: float) -> Source:
-        """The physically pruned model of ``width`` (DynaBERT distillation; kept in the run cache by what made it)."""
-        from pipeline.compress.dynabert import prune_width
+    def pruned(self, arch: Architecture) -> Source:
+        """The physically pruned model of ``arch`` (DynaBERT distillation; kept in the run cache by what made it)."""
+        from pipeline.compress.dynabert import prune
 
         cfg, inp = self.cfg, self.inp
         t0 = time.monotonic()
-        name = f"w{width:.4g}"
-        pruned = _pruned_dir(cfg, inp, width, self.work_dir / "dynabert" / name)
+        name = arch.name
+        pruned = _pruned_dir(cfg, inp, arch, self.work_dir / "dynabert" / name)
         if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
             tmp = pruned.parent / f".{pruned.name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            prune_width(inp.model_dir, width, inp.train, inp.heldout, max_seq_len=inp.max_seq_len, out_dir=tmp,
-                        epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,
-                        batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=self.log,
-                        phase=self.phase, plateau=_plateau(cfg))
+            prune(inp.model_dir, arch, inp.train, inp.heldout, max_seq_len=inp.max_seq_len, out_dir=tmp,
+                  epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,
+                  batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=self.log,
+                  phase=self.phase, plateau=_plateau(cfg))
             shutil.rmtree(pruned, ignore_errors=True)
             tmp.rename(pruned)
         else:
@@ -274,8 +282,10 @@ class _Candidates:
             shutil.copytree(pruned, model_dir)
             infer = export_static(load_classifier(model_dir, inp.num_labels), self.out_dir / "candidates" / name / "infer",
                                   self.input_dtype)
-        self.add(Candidate(name, width, "none", False, infer, model_dir, {"width_mult": width, "input_dtype": self.input_dtype}), t0)
-        return Source(width, model_dir, infer, name + "-")
+        self.add(Candidate(name, arch.width, "none", False, infer, model_dir,
+                           {"width_mult": arch.width, "depth_mult": arch.depth, "input_dtype": self.input_dtype},
+                           depth_mult=arch.depth), t0)
+        return Source(arch, model_dir, infer, name + "-")
 
     def ptq(self, sources: list[Source], grid) -> None:
         """PaddleSlim post-training quantization: every grid point for every source."""
@@ -288,7 +298,8 @@ class _Candidates:
                     infer = quantize_static(src.infer_dir, self.out_dir / "candidates" / name / "infer", calib, s,
                                             input_dtype=self.input_dtype, log=self.log)
                 self.add(Candidate(name, src.width, "ptq", False, infer, src.model_dir,
-                                   {**s.to_dict(), "width_mult": src.width, "input_dtype": self.input_dtype}), t0)
+                                   {**s.to_dict(), "width_mult": src.width, "input_dtype": self.input_dtype},
+                                   depth_mult=src.arch.depth), t0)
 
     def qat(self, sources: list[Source]) -> None:
         """One quantization-aware-trained program per source (kept in work/: an interrupted run reuses it)."""
@@ -317,7 +328,8 @@ class _Candidates:
                 self.log(f"[compress] qat {name}: reusing {trained}")
             infer = copy_static(trained, self.out_dir / "candidates" / name / "infer")
             self.add(Candidate(name, src.width, "qat", False, infer, src.model_dir,
-                               {**settings, "width_mult": src.width, "input_dtype": self.input_dtype}), t0)
+                               {**settings, "width_mult": src.width, "input_dtype": self.input_dtype},
+                               depth_mult=src.arch.depth), t0)
 
     def int8_embeddings(self) -> None:
         """An int8-embedding variant of every candidate so far."""
@@ -329,4 +341,5 @@ class _Candidates:
                 info = quantize_embeddings(base.infer_dir, infer, log=self.log)
             settings = {**base.settings, "embeddings": {"table": info.table, "fp32_bytes": info.fp32_bytes,
                                                         "int8_bytes": info.int8_bytes, "max_abs_error": info.max_abs_error}}
-            self.add(Candidate(name, base.width_mult, base.quantization, True, infer, base.source_model_dir, settings), t0)
+            self.add(Candidate(name, base.width_mult, base.quantization, True, infer, base.source_model_dir, settings,
+                               depth_mult=base.depth_mult), t0)

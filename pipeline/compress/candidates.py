@@ -41,6 +41,13 @@ class Candidate:
     size_bytes: int | None = None
     build_seconds: float = 0.0
     kept: bool = True  # False: its infer dir was deleted after selection (keep_all_candidates: false)
+    depth_mult: float = 1.0  # the share of encoder layers it keeps
+
+    @property
+    def architecture(self):
+        from pipeline.compress.architecture import Architecture
+
+        return Architecture(self.width_mult, self.depth_mult)
 
     def within(self, max_accuracy_drop: float) -> bool:
         """Scored, and at most ``max_accuracy_drop`` points below the FP32 baseline: the selection's budget."""
@@ -216,8 +223,8 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
         f"at most {max_accuracy_drop:g} points below.  {'; '.join(_where(r) for r in runtimes)}.  Throughput: median "
         "of interleaved rounds, dev lengths; x FP32 gives the median and [min-max] of the per-round ratios.",
         "",
-        f"| candidate | runtime | width | quant | emb int8 | {metric} | drop (pts) | sent/s | x FP32 | size MiB | x smaller | within budget |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| candidate | runtime | width | depth | quant | emb int8 | {metric} | drop (pts) | sent/s | x FP32 | size MiB | x smaller | within budget |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cands:
         within = c.within(max_accuracy_drop)
@@ -226,7 +233,7 @@ def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection,
         if c.throughput_ratio_range:
             ratio += f" [{c.throughput_ratio_range[0]:.2f}-{c.throughput_ratio_range[1]:.2f}]"
         lines.append(
-            f"| {c.name}{mark} | {c.runtime} | {c.width_mult:.3g} | {c.quantization} | {'yes' if c.embeddings_int8 else 'no'} | "
+            f"| {c.name}{mark} | {c.runtime} | {c.width_mult:.3g} | {c.depth_mult:.3g} | {c.quantization} | {'yes' if c.embeddings_int8 else 'no'} | "
             f"{_f(c.accuracy, 4)} | {_f(c.accuracy_drop_points, 2)} | {_f(c.throughput, 0)} | {ratio} | "
             f"{_f(c.size_bytes / 2**20 if c.size_bytes else None, 1)} | "
             f"{_f(base_size / c.size_bytes if base_size and c.size_bytes else None, 2)} | {'yes' if within else 'no'} |"
@@ -257,7 +264,7 @@ def selected_candidate(c: Candidate) -> "SelectedCandidate":
     from pipeline.handoffs import SelectedCandidate
 
     return SelectedCandidate(c.name, c.width_mult, c.quantization, c.embeddings_int8, c.accuracy, c.accuracy_drop_points,
-                             c.throughput, c.size_bytes, c.settings, c.runtime)
+                             c.throughput, c.size_bytes, c.settings, c.runtime, c.depth_mult)
 
 
 def _relative(row: dict, root: Path) -> dict:

@@ -1,4 +1,4 @@
-"""DynaBERT width pruning that works on Paddle 2.6, exporting a physically smaller ERNIE.
+"""DynaBERT width and depth pruning that works on Paddle 2.6, exporting a physically smaller ERNIE.
 
 The steps are DynaBERT's (and PaddleNLP ``Trainer.compress()``'s):
 
@@ -18,7 +18,9 @@ The steps are DynaBERT's (and PaddleNLP ``Trainer.compress()``'s):
    first heads/neurons of every layer, and only that slice gets gradients; so for one width per call
    (the compress stage prunes each width of ``--width_mult_list`` separately) it is the same thing to
    slice first and train the physically smaller student directly.  That is what this module does:
-   no super-layers at all.
+   no super-layers at all.  Depth (DynaBERT's ``depth_mult``; PaddleNLP's compress has width only): the student
+   keeps layers ``floor(i / depth_mult)`` (``kept_layers``) and each kept layer's output is matched to the output of
+   the teacher layer it was copied from.
 4. Export: the student is already the smaller network; it is saved as a PaddleNLP ERNIE directory whose
    config says e.g. 9 heads and intermediate 1152 (see ``pipeline.ernie_models`` for why the
    config also carries ``attention_head_size``), with the tokenizer files and labels.json copied.
@@ -125,6 +127,39 @@ def reorder_by_importance(model, importance: Importance) -> None:
         reorder_neuron(layer.linear2, neuron_idx, dim=0)
 
 
+def kept_layers(num_layers: int, depth_mult: float) -> list[int]:
+    """The encoder layers DynaBERT keeps at ``depth_mult``: ``floor(i / depth_mult)`` for the first
+    ``round(depth_mult * num_layers)`` i (6 layers at 2/3 keep 0, 1, 3, 4; at 1/2 keep 0, 2, 4)."""
+    if not 0.0 < depth_mult <= 1.0:
+        raise ConfigError(f"depth_mult_list: {depth_mult} is outside (0, 1]")
+    depth = max(1, int(round(depth_mult * num_layers + 1e-6)))
+    return [min(num_layers - 1, math.floor(i / depth_mult + 1e-6)) for i in range(depth)]
+
+
+def drop_layers(model, keep: list[int]) -> None:
+    """Keep only the encoder layers ``keep`` of ``model`` (in place; the config says the new depth)."""
+    import paddle
+
+    encoder = model.ernie.encoder
+    encoder.layers = paddle.nn.LayerList([encoder.layers[i] for i in keep])
+    encoder.num_layers = len(keep)
+    model.config.num_hidden_layers = len(keep)
+    model.ernie.config = model.config
+
+
+def shrink(model, arch) -> tuple[object, list[int]]:
+    """A physically smaller copy of ``model`` of architecture ``arch`` (``architecture.Architecture``): the first
+    heads and neurons of every layer (``narrow_model``), then the layers DynaBERT keeps at its depth; and those
+    layers' indices in ``model`` (each student layer is distilled towards the teacher layer it came from)."""
+    cfg = model.config
+    heads, neurons = pruned_sizes(cfg.num_attention_heads, cfg.intermediate_size, arch.width)
+    student = narrow_model(model, heads, neurons)
+    keep = kept_layers(cfg.num_hidden_layers, arch.depth)
+    if len(keep) < cfg.num_hidden_layers:
+        drop_layers(student, keep)
+    return student, keep
+
+
 def narrow_model(model, num_heads: int, intermediate_size: int):
     """A physically smaller copy of ``model`` keeping the first heads/neurons of every layer."""
     student = copy.deepcopy(model)
@@ -153,9 +188,12 @@ def distill(
     log: Callable[[str], None] = print,
     desc: str = "dynabert",
     plateau: Plateau | None = None,
+    teacher_layers: list[int] | None = None,
 ) -> float:
     """Train ``student`` to match ``teacher``; leaves the weights that score best on ``heldout`` in ``student``.
-    ``plateau``: checked on ``heldout`` every ``plateau.eval_steps`` steps, distillation stops when it stalls."""
+    ``plateau``: checked on ``heldout`` every ``plateau.eval_steps`` steps, distillation stops when it stalls.
+    ``teacher_layers``: the teacher layer each student layer was taken from (a shallower student); its output is
+    matched to that layer's."""
     import paddle
     import paddle.nn.functional as F
 
@@ -173,7 +211,9 @@ def distill(
         with paddle.no_grad():
             t_out = teacher(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
         s_out = student(ids, token_type_ids=types, output_hidden_states=True, return_dict=True)
-        rep = sum(F.mse_loss(s, t) for s, t in zip(s_out.hidden_states, t_out.hidden_states))
+        t_states = t_out.hidden_states if teacher_layers is None else \
+            [t_out.hidden_states[0]] + [t_out.hidden_states[i + 1] for i in teacher_layers]
+        rep = sum(F.mse_loss(s, t) for s, t in zip(s_out.hidden_states, t_states))
         return train.kind.distill_loss(s_out.logits, t_out.logits, ids, train.pad_id) + LAMBDA_DISTILL * rep
 
     state = train_loop(student, train, heldout, step_loss, opt, sched, epochs=plan.epochs, total_steps=plan.total_steps,
@@ -182,9 +222,9 @@ def distill(
     return state.best_accuracy
 
 
-def prune_width(
+def prune(
     model_dir: Path,
-    width_mult: float,
+    arch,
     train: FeatureSet,
     heldout: FeatureSet,
     *,
@@ -199,12 +239,13 @@ def prune_width(
     phase: Callable[[str], ContextManager] | None = None,
     plateau: Plateau | None = None,
 ) -> Path:
-    """Prune ``model_dir`` to ``width_mult`` of its heads/FFN neurons, distill, save to ``out_dir``; returns it.
-    ``phase(name)``: charged with ``importance`` (with the reordering and narrowing) and ``distillation``."""
+    """Prune ``model_dir`` to architecture ``arch`` (``architecture.Architecture``: its width of the heads/FFN neurons,
+    its depth of the layers), distil, save to ``out_dir``; returns it.  ``phase(name)``: charged with ``importance``
+    (with the reordering and narrowing) and ``distillation``."""
     import paddle
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    check_width(width_mult)
+    check_width(arch.width)
     if not heldout:
         raise ConfigError("dynabert: no held-out training rows (head/neuron importance needs labelled data)")
     if not train:
@@ -216,10 +257,12 @@ def prune_width(
     np.random.seed(seed)
     teacher = load_classifier(model_dir, info.head_classes)
     cfg = teacher.config
-    heads, neurons = pruned_sizes(cfg.num_attention_heads, cfg.intermediate_size, width_mult)
+    heads, neurons = pruned_sizes(cfg.num_attention_heads, cfg.intermediate_size, arch.width)
+    keep = kept_layers(cfg.num_hidden_layers, arch.depth)
     log(
-        f"dynabert width {width_mult:.4g}: {cfg.num_attention_heads} -> {heads} heads, "
-        f"intermediate {cfg.intermediate_size} -> {neurons}, {cfg.num_hidden_layers} layers"
+        f"dynabert {arch.name}: {cfg.num_attention_heads} -> {heads} heads, intermediate {cfg.intermediate_size} -> "
+        f"{neurons}, {cfg.num_hidden_layers} -> {len(keep)} layers"
+        + (f" (keeping {', '.join(map(str, keep))})" if len(keep) < cfg.num_hidden_layers else "")
     )
 
     phase = phase or (lambda name: nullcontext())
@@ -227,16 +270,17 @@ def prune_width(
         model = load_classifier(model_dir, info.head_classes)
         importance = compute_importance(model, heldout, batch_size=EVAL_BATCH)
         reorder_by_importance(model, importance)
-        student = narrow_model(model, heads, neurons)
+        student, keep = shrink(model, arch)
         del model
     paddle.seed(seed)
     with phase("distillation"):
         best = distill(
             student, teacher, train, heldout,
             epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, log=log,
-            desc=f"dynabert w={width_mult:.3g}", plateau=plateau,
+            desc=f"dynabert {arch.name}", plateau=plateau,
+            teacher_layers=keep if len(keep) < cfg.num_hidden_layers else None,
         )
-    log(f"dynabert width {width_mult:.4g}: best held-out {heldout.kind.metric_label} {best:.4f}")
+    log(f"dynabert {arch.name}: best held-out {heldout.kind.metric_label} {best:.4f}")
     save_pruned(student, model_dir, out_dir)
     return out_dir
 
@@ -255,7 +299,10 @@ __all__ = [
     "compute_importance",
     "distill",
     "narrow_model",
-    "prune_width",
+    "drop_layers",
+    "kept_layers",
+    "prune",
+    "shrink",
     "pruned_sizes",
     "reorder_by_importance",
 ]

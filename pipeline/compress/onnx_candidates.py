@@ -2,12 +2,12 @@
 
 Paddle PTQ/QAT programs are not what ships on CPU (paddle2onnx keeps their weights float and the result
 runs 3x slower than FP32), and judging ORT INT8 by Paddle's oneDNN int8 picked the wrong candidates.  So
-each width's FP32 program becomes an FP32 ONNX, and with ``ptq`` in the strategy each engine of
+each architecture's (width x depth) FP32 program becomes an FP32 ONNX, and with ``ptq`` in the strategy each engine of
 ``compress.engines`` gives its batch-independent INT8 form: ONNX Runtime's from the recipe search of
 ``pipeline.backends.onnxruntime.int8``, OpenVINO's from NNCF (``pipeline.backends.openvino.quantize``).  Every form is a
 candidate (``plan``), scored and timed in its own engine in the same interleaved rounds: the engine is chosen by
 measurement on this CPU.  Which of them are built at all, the speed-first screen decides (``pipeline.compress.screen``).
-Both searches are cached under ``runs/<task>/cache/int8`` and compress repeats them for the selected width (cache
+Both searches are cached under ``runs/<task>/cache/int8`` and compress repeats them for the selected architecture (cache
 hits), so the shipped INT8 files are the measured ones.
 """
 
@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Callable, ContextManager, Sequence
 
 from pipeline.backends.engine import CpuEngine
+from pipeline.compress.architecture import UNPRUNED, Architecture
 from pipeline.compress.candidates import Candidate
 
 ONNX_FILE = "model.onnx"
-FP32_RUNTIME = "onnxruntime"  # where every width's FP32 ONNX is scored and timed (the ratios' base)
+FP32_RUNTIME = "onnxruntime"  # where every architecture's FP32 ONNX is scored and timed (the ratios' base)
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,10 @@ class EngineSearch:
 
 @dataclass(frozen=True)
 class Planned:
-    """A candidate compress may build: a width's FP32 ONNX (``search`` None) or one engine's INT8 form of it."""
+    """A candidate compress may build: an architecture's FP32 ONNX (``search`` None) or one engine's INT8 form of it."""
 
     name: str
-    width: float
+    arch: Architecture
     search: EngineSearch | None = None
 
     @property
@@ -56,66 +57,59 @@ class Planned:
         return self.search.engine.quantization if self.search is not None else "none"
 
 
-def width_name(width: float) -> str:
-    """A width's FP32 candidate name ("fp32" unpruned, "w0.6667"); its INT8 names add "-<engine suffix>"."""
-    return "fp32" if width >= 1.0 else f"w{width:.4g}"
-
-
-def plan(widths: Sequence[float], searches: Sequence[EngineSearch], quantize_unpruned: bool) -> list[Planned]:
-    """Every candidate, widths in order (the first is the unpruned baseline): its FP32 ONNX, then one INT8 form per
-    engine of ``searches`` (none for the unpruned width without ``quantize_unpruned``)."""
+def plan(archs: Sequence[Architecture], searches: Sequence[EngineSearch], quantize_unpruned: bool) -> list[Planned]:
+    """Every candidate, architectures in order (the first is the unpruned baseline): its FP32 ONNX, then one INT8 form
+    per engine of ``searches`` (none for the unpruned architecture without ``quantize_unpruned``)."""
     out = []
-    for width in widths:
-        name = width_name(width)
-        out.append(Planned(name, width))
-        if width < 1.0 or quantize_unpruned:
-            prefix = "" if width >= 1.0 else name + "-"
-            out += [Planned(f"{prefix}{es.engine.int8_suffix}", width, es) for es in searches]
+    for arch in archs:
+        out.append(Planned(arch.name, arch))
+        if arch.pruned or quantize_unpruned:
+            prefix = arch.name + "-" if arch.pruned else ""
+            out += [Planned(f"{prefix}{es.engine.int8_suffix}", arch, es) for es in searches]
     return out
 
 
 class OnnxBuilder:
-    """Builds planned candidates on demand: a width's FP32 ONNX once (from its static program, ``source(width)``,
-    which may distil the width first), each engine's INT8 form by its recipe search.  ``phase(name)``: charged with
+    """Builds planned candidates on demand: an architecture's FP32 ONNX once (from its static program, ``source(arch)``,
+    which may distil it first), each engine's INT8 form by its recipe search.  ``phase(name)``: charged with
     the conversions (``conversion``) and the INT8 searches (``search``)."""
 
     def __init__(self, source: Callable[[float], object], out_dir: Path, *, opset: int = 13,
                  log: Callable[[str], None] = print, phase: Callable[[str], ContextManager] | None = None):
         self.source, self.out_dir, self.opset, self.log = source, Path(out_dir), opset, log
         self.phase = phase or (lambda name: nullcontext())
-        self._fp32: dict[float, Path] = {}
+        self._fp32: dict[Architecture, Path] = {}
 
-    def fp32(self, width: float) -> Path:
-        """The width's FP32 ONNX (candidates/<width name>/model.onnx)."""
+    def fp32(self, arch: Architecture) -> Path:
+        """The architecture's FP32 ONNX (candidates/<its name>/model.onnx)."""
         from pipeline.backends.onnxruntime.convert import export_onnx
 
-        if width not in self._fp32:
-            src = self.source(width)
+        if arch not in self._fp32:
+            src = self.source(arch)
             with self.phase("conversion"):
-                self._fp32[width] = export_onnx(src.infer_dir, self.out_dir / "candidates" / width_name(width) / ONNX_FILE,
-                                                self.opset)
-        return self._fp32[width]
+                self._fp32[arch] = export_onnx(src.infer_dir, self.out_dir / "candidates" / arch.name / ONNX_FILE, self.opset)
+        return self._fp32[arch]
 
     def build(self, p: Planned) -> Candidate:
-        src = self.source(p.width)  # distilled first for a pruned width: that time is the width's, not this candidate's
+        src = self.source(p.arch)  # distilled first when pruned: that time is the architecture's, not this candidate's
         t0 = time.monotonic()
-        fp32 = self.fp32(p.width)
-        settings = {"width_mult": p.width}
+        fp32 = self.fp32(p.arch)
+        settings = {"width_mult": p.arch.width, "depth_mult": p.arch.depth}
         if p.search is None:
-            return _done(Candidate(p.name, p.width, "none", False, src.infer_dir, src.model_dir, settings,
-                                   runtime=FP32_RUNTIME, model_path=fp32, source_onnx=fp32), t0)
+            return _done(Candidate(p.name, p.arch.width, "none", False, src.infer_dir, src.model_dir, settings,
+                                   runtime=FP32_RUNTIME, model_path=fp32, source_onnx=fp32, depth_mult=p.arch.depth), t0)
         es, engine = p.search, p.search.engine
-        baseline = self.fp32(1.0) if p.width < 1.0 else None  # a pruned width's drops count from the unpruned FP32
-        self.log(f"[compress] {p.name}: {engine.name} INT8 recipe search on {width_name(p.width)}")
+        baseline = self.fp32(UNPRUNED) if p.arch.pruned else None  # a pruned one's drops count from the unpruned FP32
+        self.log(f"[compress] {p.name}: {engine.name} INT8 recipe search on {p.arch.name}")
         path = self.out_dir / "candidates" / p.name / engine.candidate_file
         with self.phase("search"):
             result = es.search(fp32, path, baseline)
         recipe = result.chosen.recipe
         self.log(f"[compress] {p.name}: recipe {recipe.name}")
-        return _done(Candidate(p.name, p.width, engine.quantization, es.embeddings_int8, src.infer_dir, src.model_dir,
+        return _done(Candidate(p.name, p.arch.width, engine.quantization, es.embeddings_int8, src.infer_dir, src.model_dir,
                                {**settings, "int8_recipe": recipe.as_dict(), "heldout_drop_points": result.chosen.drop_points,
                                 "recipe_within_budget": result.within_budget, **es.settings},
-                               runtime=engine.name, model_path=path, source_onnx=fp32), t0)
+                               runtime=engine.name, model_path=path, source_onnx=fp32, depth_mult=p.arch.depth), t0)
 
 
 def _done(c: Candidate, started: float) -> Candidate:

@@ -1,8 +1,8 @@
-"""Speed first: before any distillation or recipe search, every planned candidate's architecture (width x engine x
-precision) is timed on this CPU, and only the candidates that can still win are built.
+"""Speed first: before any distillation or recipe search, every planned candidate's architecture (width x depth x
+engine x precision) is timed on this CPU, and only the candidates that can still win are built.
 
-Speed does not depend on trained weights.  A width's architecture is the FP32 model narrowed to that width without
-importance or distillation (``dynabert.narrow_model``), exported to ONNX; each engine's INT8 form of it is the
+Speed does not depend on trained weights.  An architecture is the FP32 model narrowed to its width and cut to its
+depth without importance or distillation (``dynabert.narrow_model``, ``dynabert.drop_layers``), exported to ONNX; each engine's INT8 form of it is the
 engine's ``speed_form`` (every MatMul in INT8: the fastest its recipe search can pick, calibrated on one batch).
 They are timed in interleaved rounds on dev lengths, as compress times its candidates (``Screen.timing``).
 
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pipeline.compress.onnx_candidates import ONNX_FILE, Planned, width_name
+from pipeline.compress.architecture import Architecture
+from pipeline.compress.onnx_candidates import ONNX_FILE, Planned
 from pipeline.evaluation import Interleaved
 
 
@@ -28,13 +29,13 @@ class Skipped:
     """A planned candidate the screen showed cannot win: never built, listed in candidates.md with why."""
 
     name: str
-    width_mult: float
+    arch: Architecture
     runtime: str
     quantization: str
     reason: str
 
     def row(self) -> dict:
-        return {"name": self.name, "width_mult": self.width_mult, "runtime": self.runtime,
+        return {"name": self.name, "width_mult": self.arch.width, "depth_mult": self.arch.depth, "runtime": self.runtime,
                 "quantization": self.quantization, "reason": self.reason}
 
 
@@ -79,17 +80,18 @@ class Screen:
             return None
         return (f"no candidate can reach gates.min_throughput_ratio {min_ratio:g}x FP32 on this CPU: the fastest "
                 f"architecture, {fastest}, screened {med:.2f}x [{lo:.2f}-{hi:.2f}]; validate's throughput gate will fail "
-                "unless narrower widths (compress.width_mult_list) are added or the gate is set for this CPU")
+                "unless smaller architectures (compress.width_mult_list, depth_mult_list) are added or the gate is set "
+                "for this CPU")
 
     def as_dict(self) -> dict:
         return {name: {"sent_per_s": self.timing.median(name), "x_fp32": list(self.ratio(name))}
                 for name in self.timing.rates}
 
 
-def screen(planned: Sequence[Planned], architecture: Callable[[float], Path], dev, work_dir: Path, *, batch_size: int,
-           batches: int, rounds: int, log: Callable[[str], None] = print) -> Screen:
-    """Time every planned candidate's architecture in interleaved rounds.  ``architecture(width)``: that width's FP32
-    ONNX, untrained (``narrowed_onnx``); each INT8 entry is its engine's ``speed`` form of it."""
+def screen(planned: Sequence[Planned], architecture: Callable[[Architecture], Path], dev, work_dir: Path, *,
+           batch_size: int, batches: int, rounds: int, log: Callable[[str], None] = print) -> Screen:
+    """Time every planned candidate's architecture in interleaved rounds.  ``architecture(arch)``: its FP32 ONNX,
+    untrained (``narrowed_onnx``); each INT8 entry is its engine's ``speed`` form of it."""
     from pipeline.backends.registry import cpu_engine
     from pipeline.compress.onnx_candidates import FP32_RUNTIME
     from pipeline.evaluation import interleaved_throughput
@@ -97,7 +99,7 @@ def screen(planned: Sequence[Planned], architecture: Callable[[float], Path], de
     work_dir = Path(work_dir)
     sessions, onnx = {}, {}
     for p in planned:
-        fp32 = onnx[p.width] = onnx.get(p.width) or architecture(p.width)
+        fp32 = onnx[p.arch] = onnx.get(p.arch) or architecture(p.arch)
         if p.search is None:
             sessions[p.name] = cpu_engine(FP32_RUNTIME).open(fp32, "fp32", {})
             continue
@@ -114,20 +116,19 @@ def screen(planned: Sequence[Planned], architecture: Callable[[float], Path], de
     return out
 
 
-def narrowed_onnx(model_dir: Path, num_labels: int, width: float, work_dir: Path, input_dtype: str, opset: int,
+def narrowed_onnx(model_dir: Path, num_labels: int, arch: Architecture, work_dir: Path, input_dtype: str, opset: int,
                   unpruned_onnx: Callable[[], Path]) -> Path:
-    """A width's architecture as FP32 ONNX: the model narrowed to ``width`` with no importance order and no
-    training (its answers are meaningless; its speed is the pruned model's).  The unpruned width is ``unpruned_onnx()``."""
+    """An architecture as FP32 ONNX: the model narrowed to its width and cut to its depth with no importance order and
+    no training (its answers are meaningless; its speed is the pruned model's).  The unpruned one is ``unpruned_onnx()``."""
     from pipeline.backends.onnxruntime.convert import export_onnx
     from pipeline.backends.paddle.convert import export_static
-    from pipeline.compress.dynabert import narrow_model, pruned_sizes
+    from pipeline.compress.dynabert import shrink
     from pipeline.modeling import load_classifier
 
-    if width >= 1.0:
+    if not arch.pruned:
         return unpruned_onnx()
-    out = Path(work_dir) / width_name(width)
+    out = Path(work_dir) / arch.name
     shutil.rmtree(out, ignore_errors=True)
-    model = load_classifier(model_dir, num_labels)
-    heads, neurons = pruned_sizes(model.config.num_attention_heads, model.config.intermediate_size, width)
-    infer = export_static(narrow_model(model, heads, neurons), out / "infer", input_dtype)
+    student, _ = shrink(load_classifier(model_dir, num_labels), arch)
+    infer = export_static(student, out / "infer", input_dtype)
     return export_onnx(infer, out / ONNX_FILE, opset)

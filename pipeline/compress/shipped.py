@@ -3,17 +3,19 @@
 Under ``compress/out/shipped/`` in the export contract's layout (``pipeline.contract.ExportLayout``):
 
     onnx/fp32.onnx          the unpruned FP32 ONNX (every ratio's base; validate's anchor is built from it)
-    onnx/int8.onnx          ONNX Runtime's INT8 of the selected width: the recipe search's pick (fixed scales), or
+    onnx/int8.onnx          ONNX Runtime's INT8 of the selected architecture: the recipe search's pick (fixed scales), or
                             with ``quantization.batch_independent_int8: false`` the per-batch dynamic form
-    onnx/int8_qdq.onnx      the TensorRT (QDQ) form of the same width, from that recipe
+    onnx/int8_qdq.onnx      the TensorRT (QDQ) form of the same architecture, from that recipe
+                            (these two unless the selected candidate runs in an engine with a form of its own and
+                            nothing asks for them: ``registry.onnx_int8_forms_ship``)
     openvino/int8.{xml,bin} an engine's own form (``CpuEngine.form``: OpenVINO's INT8 IR from NNCF's search) of the
-                            same width, when the selected candidate runs in it or package.runtime names it
+                            same architecture, when the selected candidate runs in it or package.runtime names it
                             (``registry.shipped_own_form_engines``)
     int8_search.json        the CPU and every search's result (what meta.json reports)
 
-Each search is the one compress ran per width (``pipeline.run_cache``, ``runs/<task>/cache/int8``): for the selected width
-it is a cache hit, so the shipped file is the one compress measured.  With ``compress.runtime: paddle`` the widths
-were judged in Paddle, and their FP32 ONNX is converted here first.
+Each search is the one compress ran per architecture (``pipeline.run_cache``, ``runs/<task>/cache/int8``): for the
+selected one it is a cache hit, so the shipped file is the one compress measured.  With ``compress.runtime: paddle``
+the architectures were judged in Paddle, and their FP32 ONNX is converted here first.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pipeline.backends.registry import CPU_ENGINES, shipped_own_form_engines
+from pipeline.backends.registry import CPU_ENGINES, onnx_int8_forms_ship, shipped_own_form_engines
 from pipeline.contract import ExportLayout
 
 SHIPPED_DIR = "shipped"
@@ -62,7 +64,7 @@ class ShippedSearches:
     are)."""
 
     cpu: dict
-    onnxruntime: FormSearch
+    onnxruntime: FormSearch  # empty when the ONNX INT8 forms do not ship (registry.onnx_int8_forms_ship)
     qdq: FormSearch
     own: dict[str, FormSearch] = field(default_factory=dict)  # engine name -> its own form's search
 
@@ -85,7 +87,7 @@ class ShippedSearches:
 @dataclass(frozen=True)
 class ShippedInputs:
     fp32_onnx: Path  # the unpruned FP32 ONNX
-    source_onnx: Path  # the FP32 ONNX of the selected width (== fp32_onnx when unpruned)
+    source_onnx: Path  # the FP32 ONNX of the selected architecture (== fp32_onnx when unpruned)
     pruned: bool
 
 
@@ -95,8 +97,8 @@ def fp32_sources(cands, chosen, out_dir: Path, work_dir: Path, opset: int, log: 
     from pipeline.backends.onnxruntime.convert import export_onnx
 
     fp32 = cands[0]
-    pruned = chosen.width_mult < 1.0
-    width_fp32 = next((c for c in cands if c.quantization == "none" and c.width_mult == chosen.width_mult), None)
+    pruned = chosen.architecture.pruned
+    width_fp32 = next((c for c in cands if c.quantization == "none" and c.architecture == chosen.architecture), None)
     if fp32.model_path is not None and chosen.source_onnx is not None:  # the ONNX route: what it was made from
         return ShippedInputs(fp32.model_path, chosen.source_onnx, pruned)
     log("[compress] Paddle static -> ONNX (FP32 baseline)")
@@ -110,7 +112,7 @@ def fp32_sources(cands, chosen, out_dir: Path, work_dir: Path, opset: int, log: 
 
 def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path, log: Callable[[str], None],
          selected_runtime: str) -> ExportLayout:
-    """Write every shipped form of the selected width into ``out_dir/shipped`` (see the module docstring);
+    """Write every shipped form of the selected architecture into ``out_dir/shipped`` (see the module docstring);
     ``selected_runtime``: the engine the selected candidate was measured in."""
     from pipeline.backends.onnxruntime import quantize as ort_quantize
     from pipeline.backends.onnxruntime.int8.search import search_qdq, search_recipe
@@ -123,26 +125,31 @@ def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path,
     shutil.copyfile(sources.fp32_onnx, fp32)
     baseline = fp32 if sources.pruned else None
     which = "the pruned" if sources.pruned else "the"
-    if qcfg.batch_independent_int8:
-        log(f"[compress] INT8 ONNX of the selected width: the recipe search from {which} FP32 ONNX (cached)")
+    ort_search = qdq_search = FormSearch({})
+    if not onnx_int8_forms_ship(cfg, selected_runtime):
+        log(f"[compress] ONNX INT8 forms (int8.onnx, int8_qdq.onnx) not built: the selected candidate runs in "
+            f"{selected_runtime}'s own form and nothing asks for them (package.runtime auto, package.kind CPU, "
+            "validate.backends shipped)")
+    elif qcfg.batch_independent_int8:
+        log(f"[compress] INT8 ONNX of the selected architecture: the recipe search from {which} FP32 ONNX (cached)")
         ranges = activation_ranges(source, rows.feeds, rows.pad_id)  # measured once: both ORT forms use them
         int8 = search_recipe(source, layout.path("onnx_int8"), rows, qcfg, budget, cpu, cache_dir, baseline=baseline,
                              ranges=ranges, log=log)
         log(f"[compress] INT8 QDQ ONNX (TensorRT form) from recipe {int8.chosen.recipe.name}, scored on the same held-out rows")
         qdq = search_qdq(source, layout.path("onnx_int8_qdq"), rows, qcfg, int8, cache_dir, ranges, log=log)
-        own, qdq_search = FormSearch(int8.as_dict()), FormSearch(qdq.as_dict())
+        ort_search, qdq_search = FormSearch(int8.as_dict()), FormSearch(qdq.as_dict())
     else:
         log(f"[compress] INT8 ONNX (dynamic per-channel, per-batch scales) from {which} FP32 ONNX")
         ort_quantize.dynamic_int8(source, layout.path("onnx_int8"), qcfg)  # the form compress measured
         n_calib = sum(len(f["input_ids"]) for f in rows.feeds)
         log(f"[compress] INT8 QDQ ONNX (static per-channel, {n_calib} calibration sequences)")
         ort_quantize.quantize_int8_qdq(source, layout.path("onnx_int8_qdq"), rows.feeds, embeddings=qcfg.int8_embeddings)
-        own = FormSearch({"recipe": ort_quantize.DynamicRecipe().name, "batch_independent": False})
+        ort_search = FormSearch({"recipe": ort_quantize.DynamicRecipe().name, "batch_independent": False})
         qdq_search = FormSearch({"recipe": "static-minmax"})
-    forms = {}  # each engine's own form (OpenVINO's IR): its search for this width, a cache hit of compress's
+    forms = {}  # each engine's own form (OpenVINO's IR): its search for this architecture, a cache hit of compress's
     for engine in shipped_own_form_engines(cfg, selected_runtime) if qcfg.batch_independent_int8 else ():
-        log(f"[compress] {engine.name} INT8 of the selected width: its recipe search from {which} FP32 ONNX (cached)")
+        log(f"[compress] {engine.name} INT8 of the selected architecture: its recipe search from {which} FP32 ONNX (cached)")
         forms[engine.name] = FormSearch(engine.search(source, layout.path(engine.form), rows, cfg, cache_dir, baseline,
                                                       log).as_dict())
-    ShippedSearches(cpu.as_dict(), own, qdq_search, forms).write(layout.int8_search)
+    ShippedSearches(cpu.as_dict(), ort_search, qdq_search, forms).write(layout.int8_search)
     return layout

@@ -1,7 +1,7 @@
-"""Stage ``compress``: DynaBERT width pruning, then quantization; every candidate evaluated where it ships.
+"""Stage ``compress``: DynaBERT width (and depth) pruning, then quantization; every candidate evaluated where it ships.
 
-``compress.runtime: onnxruntime`` (default, the CPU bundle): every width as FP32 ONNX plus its INT8 form
-from the recipe search (``pipeline.compress.onnx_candidates``).  ``paddle``: Paddle Inference programs
+``compress.runtime: onnxruntime`` (default, the CPU bundle): every architecture as FP32 ONNX plus each engine's INT8
+form from its recipe search (``pipeline.compress.onnx_candidates``).  ``paddle``: Paddle Inference programs
 (PTQ grid, QAT, int8 embeddings).  Every candidate is scored on the full dev set and timed in interleaved
 rounds (see ``pipeline.compress.candidates``); the fastest median within ``gates.max_accuracy_drop``
 points of the finetune-check baseline is selected, the smallest when timing cannot tell candidates apart.
@@ -11,7 +11,7 @@ still written, so the numbers are there to look at).
 Outputs (consumed by export): candidates.json, candidates.md, selected.json,
 candidates/<name>/infer/model.pdmodel+.pdiparams (the FP32 baseline and the selected candidate are
 always kept), candidates/<name>/model.onnx (onnxruntime), the FP32 dygraph PaddleNLP dir the selected
-candidate was made from (selected_model/, or candidates/<width>/model for a pruned one).
+candidate was made from (selected_model/, or candidates/<architecture>/model for a pruned one).
 """
 
 from __future__ import annotations
@@ -44,8 +44,11 @@ def params(cfg: TaskConfig) -> dict:
         "max_seq_len": cfg.max_seq_len,
         "labels": list(cfg.labels),
         "max_accuracy_drop": cfg.gates.max_accuracy_drop,
-        # an engine's own form ships when package.runtime names it (registry.shipped_own_form_engines)
+        # an engine's own form ships when package.runtime names it (registry.shipped_own_form_engines); the ONNX INT8
+        # forms when the package or validate asks for them (registry.onnx_int8_forms_ship)
         **({"package_runtime": cfg.package.runtime} if cfg.package.runtime != "auto" else {}),
+        **({"package_kind": cfg.package.kind} if cfg.package.kind != "CPU" else {}),
+        **({"validate_backends": [cfg.validate.backends, cfg.validate.chosen_backend]} if not cfg.validate.only_shipped else {}),
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
         **get_kind(cfg).feature_params(cfg),
     }
@@ -235,7 +238,7 @@ def _selected_model_dir(chosen, out_dir: Path, vocab_dir: Path) -> str:
 
 STAGE = Stage(
     name="compress",
-    description="DynaBERT width pruning, then INT8 per engine; every candidate scored and timed; the selected one's forms built",
+    description="DynaBERT width and depth pruning, then INT8 per engine; every candidate scored and timed; the selected one's forms built",
     requires=("finetune", "finetune-check"),  # the model from finetune, the baseline from finetune-check
     params=params,
     inputs=inputs,
@@ -244,6 +247,6 @@ STAGE = Stage(
     # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.backends.onnxruntime.int8.fusion); 3: and with K^T folded into the
     # attention-score GEMM (fold_key_transpose); 4: OpenVINO INT8 candidates (compress.engines); 5: every shipped
     # form of the selected candidate (shipped/), outputs.json for export; 6: speed-first screen, distillation stops
-    # on a held-out plateau
-    version="6",
+    # on a held-out plateau; 7: DynaBERT depth (compress.depth_mult_list); the ONNX INT8 forms only where they ship
+    version="7",
 )

@@ -9,8 +9,10 @@ Output (the export contract, ``pipeline.contract.ExportLayout``; the package sta
     onnx/int8.onnx                                 fast CPU INT8 (MatMulIntegerToFloat, per-channel weights, calibrated
                                                    activation scales, int8 embeddings)
     onnx/int8_qdq.onnx                             static QDQ per-channel INT8 (TensorRT explicit quantization)
-    openvino/int8.{xml,bin}                        OpenVINO INT8 (NNCF, fixed scales), when openvino is one of
-                                                   compress.engines
+                                                   (these two unless OpenVINO's IR ships and nothing asks for them:
+                                                   ``registry.onnx_int8_forms_ship``)
+    openvino/int8.{xml,bin}                        OpenVINO INT8 (NNCF, fixed scales), when the selected candidate
+                                                   runs in OpenVINO or package.runtime names it
     tokenizer/{vocab.txt, tokenizer_config.json, special_tokens_map.json}
     labels.json, meta.json, int8_search.json
 
@@ -95,11 +97,13 @@ def run(ctx):
     ExportManifest.from_dict(meta).write(layout.meta)  # checked as written
     artifacts = {f.name: f.path for f in layout.present()}
     artifacts.update({"tokenizer_dir": TOKENIZER_DIR, "labels": LABELS_FILE, "meta": META_FILE})
-    ratio = stats["int8"].file_bytes / stats["fp32"].file_bytes
-    metrics = {"onnx_fp32_mb": stats["fp32"].file_bytes / 2**20, "onnx_int8_mb": stats["int8"].file_bytes / 2**20,
-               "onnx_int8_qdq_mb": stats["int8_qdq"].file_bytes / 2**20, "int8_size_ratio": ratio,
-               "int8_initializers": stats["int8"].int8_initializers, "selected": selected.name, "pruned": selected.pruned,
-               "int8_recipe": searches.onnxruntime.recipe}
+    sized = _shipped_int8_form(layout, selected)  # the INT8 form the size gate reads: the one that ships
+    ratio = layout.bytes(sized) / stats["fp32"].file_bytes
+    metrics = {"onnx_fp32_mb": stats["fp32"].file_bytes / 2**20, "int8_size_ratio": ratio, "int8_size_form": sized,
+               "selected": selected.name, "pruned": selected.pruned}
+    if "int8" in stats:
+        metrics.update(onnx_int8_mb=stats["int8"].file_bytes / 2**20, onnx_int8_qdq_mb=stats["int8_qdq"].file_bytes / 2**20,
+                       int8_initializers=stats["int8"].int8_initializers, int8_recipe=searches.onnxruntime.recipe)
     for name, search in searches.own.items():  # each engine's own form (OpenVINO's IR): openvino_recipe, ...
         metrics.update({f"{name}_recipe": search.recipe, f"{name}_heldout_drop_points": search.heldout_drop_points,
                         f"{name}_int8_mb": layout.bytes(cpu_engine(name).form) / 2**20})
@@ -110,13 +114,24 @@ def run(ctx):
     gate = None
     limit = cfg.gates.max_int8_size_ratio
     if ratio > limit:
-        gate = (f"{form('onnx_int8').path} is {100 * ratio:.1f}% of {form('onnx_fp32').path}, above gates.max_int8_size_ratio "
+        gate = (f"{form(sized).path} is {100 * ratio:.1f}% of {form('onnx_fp32').path}, above gates.max_int8_size_ratio "
                 f"{100 * limit:.0f}% by {100 * (ratio - limit):.1f} points")
-    ctx.log(f"[export] ONNX FP32 {metrics['onnx_fp32_mb']:.1f} MB, INT8 {metrics['onnx_int8_mb']:.1f} MB ({100 * ratio:.0f}%), "
-            f"QDQ {metrics['onnx_int8_qdq_mb']:.1f} MB" + "".join(f", {name} INT8 {metrics[f'{name}_int8_mb']:.1f} MB"
-                                                                  for name in searches.own))
+    sizes = ([f"INT8 {metrics['onnx_int8_mb']:.1f} MB", f"QDQ {metrics['onnx_int8_qdq_mb']:.1f} MB"] if "int8" in stats else
+             ["no ONNX INT8 forms (the selected engine's own form ships)"])
+    sizes += [f"{name} INT8 {metrics[f'{name}_int8_mb']:.1f} MB" for name in searches.own]
+    ctx.log(f"[export] ONNX FP32 {metrics['onnx_fp32_mb']:.1f} MB, {', '.join(sizes)}; {form(sized).path} is "
+            f"{100 * ratio:.0f}% of FP32")
     return StageResult(metrics=metrics, artifacts=artifacts, gate_error=gate,
-                       message=f"ONNX INT8 {metrics['onnx_int8_mb']:.1f} MB ({100 * ratio:.0f}% of FP32)")
+                       message=f"{form(sized).path} {layout.bytes(sized) / 2**20:.1f} MB ({100 * ratio:.0f}% of FP32)")
+
+
+def _shipped_int8_form(layout: ExportLayout, selected: SelectedCandidate) -> str:
+    """The INT8 form of the selected candidate's engine: its own form (OpenVINO's IR) when it has one, else
+    ONNX Runtime's int8.onnx (also for an FP32 or Paddle selection: the ONNX INT8 forms always ship then)."""
+    engine = cpu_engine(selected.runtime)
+    if engine is not None and engine.form is not None and layout.has(engine.form):
+        return engine.form
+    return "onnx_int8"
 
 
 def check_forms(layout: ExportLayout, kind, cfg, data) -> dict:
@@ -126,8 +141,9 @@ def check_forms(layout: ExportLayout, kind, cfg, data) -> dict:
     from pipeline.backends.registry import RUNTIMES, RunOptions, is_cpu_engine_form
     from pipeline.tokenizer import Tokenizer
 
-    stats = {name: ort_quantize.weight_stats(layout.path(f"onnx_{name}")) for name in ("fp32", "int8", "int8_qdq")}
-    for name in ("int8", "int8_qdq"):
+    names = ("fp32", "int8", "int8_qdq") if layout.has("onnx_int8") else ("fp32",)  # registry.onnx_int8_forms_ship
+    stats = {name: ort_quantize.weight_stats(layout.path(f"onnx_{name}")) for name in names}
+    for name in names[1:]:
         ort_convert.check_onnx(layout.path(f"onnx_{name}"))
         if stats[name].int8_initializers == 0:
             raise ModelError(f"{layout.path(f'onnx_{name}')}: no int8 weight initializers were written")

@@ -88,3 +88,8 @@ class ValidateConfig:
         _backends(self.backends)
         if not isinstance(self.chosen_backend, str) or not self.chosen_backend:
             raise ConfigError(f"validate.chosen_backend must be a backend name or 'auto', got {self.chosen_backend!r}")
+
+    @property
+    def only_shipped(self) -> bool:
+        """Whether validate measures only what ships (and its FP32 and the anchor): no other backend is asked for."""
+        return self.backends == BACKENDS_SHIPPED and self.chosen_backend == "auto"

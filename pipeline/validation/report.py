@@ -79,6 +79,7 @@ def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[di
         lines.append(f"| {g.name} | {g.kind} {g.threshold:.4g}{g.unit} | {_f(g.measured, '.4g')}{g.unit} | "
                      f"{'pass' if g.passed else 'FAIL'} |")
     lines += ["", f"Selected candidate: `{selected.get('name', '?')}` (width_mult {selected.get('width_mult', '?')}, "
+              + (f"depth_mult {selected['depth_mult']}, " if selected.get("depth_mult", 1.0) < 1.0 else "") +
               f"quantization {selected.get('quantization', '?')}).", ""]
     if checked:
         names = lambda xs: ", ".join(f"`{x}`" for x in xs)  # noqa: E731
