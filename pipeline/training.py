@@ -40,6 +40,14 @@ class TrainState:
     stale_evals: int = 0  # evaluations since the metric last improved by the plateau's min_delta (Plateau)
     plateau_end: int = 0  # the step the plateau rule moved the budget's end to (0: it has not)
 
+    def end_epoch(self, batches: int) -> bool:
+        """After an epoch's evaluation: moves to the next epoch when all ``batches`` were trained; False when the step
+        budget (or the plateau rule's end) ended it mid-epoch."""
+        if self.step_in_epoch < batches:
+            return False
+        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        return True
+
 
 @dataclass(frozen=True)
 class TrainResult:
@@ -114,6 +122,17 @@ class Plateau:
     def stalled(self, state: TrainState) -> bool:
         return state.stale_evals >= self.patience
 
+    def new_end(self, state: TrainState, total_steps: int, desc: str, metric_label: str,
+                log: Callable[[str], None]) -> int | None:
+        """After a check: the step training now ends at (``eval_steps`` from here) when it stalled, else None."""
+        if not self.stalled(state):
+            return None
+        end = min(total_steps, state.step + self.eval_steps)
+        log(f"{desc}: held-out {metric_label} has not improved by more than {100 * self.min_delta:g} points in "
+            f"{self.patience} checks of {self.eval_steps} steps: the learning rate decays to 0 over the next "
+            f"{self.eval_steps} steps, then training stops (step {end} of {total_steps}), keeping the best")
+        return end
+
 
 # ------------------------------------------------------------------------------------------------
 # the one training loop (fine-tune, DynaBERT distillation, QAT)
@@ -152,31 +171,42 @@ def _record_epoch(state: TrainState, ev: Evaluation, kind, train_loss: float, ev
     return True
 
 
+class _Checkpoints:
+    """Saves ``checkpoint`` every ``steps`` steps and every 5 minutes (``due``), and when asked (``save``)."""
+
+    def __init__(self, checkpoint: "CheckpointDir | None", steps: int):
+        self.checkpoint, self.steps, self.last = checkpoint, max(steps, 1), time.time()
+
+    def save(self, model, opt, sched, state: TrainState, only_if_due: bool = False) -> None:
+        if self.checkpoint is None or (only_if_due and state.step % self.steps and time.time() - self.last <= 300):
+            return
+        self.checkpoint.save(model, opt, sched, state)
+        self.last = time.time()
+
+
 def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Callable, opt, sched, *, epochs: int,
                total_steps: int, batch_size: int, seed: int, eval_batch_size: int, desc: str, loss_name: str = "train loss",
                eval_name: str = "dev", on_best: Callable[[object], None] | None = None, state: TrainState | None = None,
                checkpoint: "CheckpointDir | None" = None, checkpoint_steps: int = 0, plateau: Plateau | None = None,
                log: Callable[[str], None] = _log) -> TrainState:
     """Train ``model`` on ``train`` with ``step_loss(batch) -> loss``, evaluating on ``evaluate_on`` after each epoch
-    (and every ``plateau.eval_steps`` steps with a ``plateau``, stopping when it stalls).
-
-    Batch order is a pure function of (seed, epoch), so a run resumed from ``state`` skips exactly the batches it
-    trained on.  The best evaluation is kept: ``on_best(model)`` is called when the metric improves; without it the
-    best weights are kept in memory and put back at the end.  ``checkpoint``: saved every ``checkpoint_steps`` steps,
-    every 5 minutes and at each epoch end (resumable)."""
+    (and every ``plateau.eval_steps`` steps with a ``plateau``, stopping when it stalls).  Batch order is a pure
+    function of (seed, epoch), so a run resumed from ``state`` skips exactly the batches it trained on.  The best
+    evaluation is kept: ``on_best(model)`` is called when the metric improves; without it the best weights are kept in
+    memory and put back at the end.  ``checkpoint``: saved every ``checkpoint_steps`` steps, every 5 minutes and at
+    each epoch end (resumable)."""
     state = state or TrainState()
     best: dict = {}  # the best weights, when there is no on_best to keep them
-    last_ckpt = time.time()
+    keep = on_best or (lambda m: best.update(weights={k: v.numpy().copy() for k, v in m.state_dict().items()}))
+    saver = _Checkpoints(checkpoint, checkpoint_steps)
 
     def evaluate(train_loss: float, where: str) -> None:
         ev = evaluate_dygraph(model, evaluate_on, eval_batch_size, desc=f"{eval_name} eval ({desc} {where})")
         improved = _record_epoch(state, ev, train.kind, train_loss, eval_name, plateau.min_delta if plateau else 0.0)
         log(f"{desc} {where}: step {state.step}, {loss_name} {train_loss:.4f}, {eval_name} {train.kind.describe(ev.score)}"
             + ("  (best so far, kept)" if improved else ""))
-        if improved and on_best is not None:
-            on_best(model)
-        elif improved:
-            best["weights"] = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+        if improved:
+            keep(model)
         model.train()
 
     model.train()
@@ -191,34 +221,21 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
                 if state.step >= total_steps:
                     break
                 running += _train_step(step_loss, train.batch(idx), opt, sched)
-                state.step += 1
-                state.step_in_epoch += 1
-                n += 1
+                state.step, state.step_in_epoch, n = state.step + 1, state.step_in_epoch + 1, n + 1
                 bar.update(1)
                 if n % 20 == 0:
                     bar.set_postfix(loss=f"{running / n:.3f}", lr=f"{sched.get_lr():.2e}")
-                if checkpoint is not None and (state.step % max(checkpoint_steps, 1) == 0 or time.time() - last_ckpt > 300):
-                    checkpoint.save(model, opt, sched, state)
-                    last_ckpt = time.time()
+                saver.save(model, opt, sched, state, only_if_due=True)
                 if plateau is not None and not state.plateau_end and plateau.due(state.step, total_steps) \
                         and state.step_in_epoch < len(order):
                     evaluate(running / max(n, 1), f"step {state.step}/{total_steps}")
-                    if plateau.stalled(state):
-                        log(f"{desc}: held-out {train.kind.metric_label} has not improved by more than "
-                            f"{100 * plateau.min_delta:g} points in {plateau.patience} checks of {plateau.eval_steps} steps: "
-                            f"the learning rate decays to 0 over the next {plateau.eval_steps} steps, then training stops "
-                            f"(step {state.step + plateau.eval_steps} of {total_steps}), keeping the best")
-                        state.plateau_end = total_steps = min(total_steps, state.step + plateau.eval_steps)
+                    end = plateau.new_end(state, total_steps, desc, train.kind.metric_label, log)
+                    if end is not None:
+                        state.plateau_end = total_steps = bar.total = end
                         sched = _anneal(opt, sched, total_steps - state.step)
-                        bar.total = total_steps
-            epoch_done = state.step_in_epoch >= len(order)
             evaluate(running / max(n, 1), f"epoch {state.epoch + 1}/{epochs}")
-            if epoch_done:
-                state.epoch += 1
-                state.step_in_epoch = 0
-            if checkpoint is not None:
-                checkpoint.save(model, opt, sched, state)
-                last_ckpt = time.time()
+            epoch_done = state.end_epoch(len(order))
+            saver.save(model, opt, sched, state)
             if not epoch_done:
                 break  # the step budget (or the plateau rule's end) ended it mid-epoch
     finally:

@@ -675,3 +675,115 @@ def test_floor_echo_model_reads_every_request_and_answers_constants_of_the_decla
     assert [[(t.name, t.value.shape, t.value.dtype) for t in a] for a in answers] == [
         [("label", (2, 1), np.dtype(object)), ("probs", (2, 3), np.dtype(np.float32))],
         [("label", (1, 1), np.dtype(object)), ("probs", (1, 3), np.dtype(np.float32))]]
+
+
+# -- pipeline/progress.py --------------------------------------------------------------------------------------------
+class _Clock:
+    """A time.monotonic that moves only when told."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_duration_reads_minutes_from_a_minute_on():
+    from pipeline.progress import duration
+
+    assert duration(7.46) == "7.5s" and duration(59.4) == "59.4s" and duration(60) == "1m00s" and duration(2284) == "38m04s"
+
+
+def test_phase_clock_charges_every_second_to_one_phase(monkeypatch):
+    """A nested phase pauses the outer one; a phase entered again adds up; an open phase counts up to now."""
+    from pipeline import progress
+
+    clock = _Clock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    pc = progress.PhaseClock()
+    with pc.phase("compress"):
+        clock.now += 2
+        with pc.phase("scoring"):
+            clock.now += 3
+        clock.now += 1
+        with pc.phase("scoring"):
+            clock.now += 0.5
+    clock.now += 10  # outside every phase: charged to none
+    assert pc.seconds() == {"compress": 3.0, "scoring": 3.5}
+    with pc.phase("timing"):
+        clock.now += 4
+        assert pc.seconds()["timing"] == 4.0  # still open, as when a stage crashes inside it
+
+
+def test_step_estimate_says_once_how_long_after_the_warm_up_steps(monkeypatch):
+    from pipeline import progress
+
+    clock, lines = _Clock(), []
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    est = progress.StepEstimate("distillation", 900, lines.append, after=2, skip=1, cap="it may stop earlier")
+    for step_s in (30.0, 0.5, 0.5, 0.5, 0.5):  # the first step builds kernels: left out
+        est.step()
+        clock.now += step_s
+    assert est.per_step == 0.5 and len(lines) == 1
+    assert lines[0] == ("distillation: at most 900 steps x 0.50 s/step (measured over steps 2-3): at most 7m30s in all, "
+                        "7m28s left (it may stop earlier)")  # 897 steps left: the 4th has just started
+
+
+# -- pipeline/batching.py --------------------------------------------------------------------------------------------
+def _feature_set(lengths):
+    from pipeline.kinds.base import Feature, FeatureSet
+    from pipeline.kinds.classification import Classification
+
+    feats = [Feature(np.arange(n, dtype=np.int64), np.zeros(n, np.int64), np.array(i % 3), i) for i, n in enumerate(lengths)]
+    return FeatureSet(Classification(), feats, list(range(len(lengths))), 0)
+
+
+def test_train_batches_cover_every_row_once_in_an_order_fixed_by_seed_and_epoch():
+    from pipeline.batching import train_batch_order
+
+    lengths = np.random.default_rng(0).integers(2, 60, 203)
+    fs = _feature_set(lengths)
+    order = train_batch_order(fs, 8, seed=3, epoch=0)
+    assert sorted(np.concatenate(order).tolist()) == list(range(203)) and [len(b) for b in order].count(8) == 25
+    assert all(np.array_equal(a, b) for a, b in zip(order, train_batch_order(fs, 8, seed=3, epoch=0)))  # resumable
+    assert not all(np.array_equal(a, b) for a, b in zip(order, train_batch_order(fs, 8, seed=3, epoch=1)))
+    # length-bucketed: a batch pads far less than random batches would
+    spread = np.mean([np.ptp(lengths[b]) for b in order])
+    assert spread < 0.25 * np.ptp(lengths)
+
+
+# -- pipeline/backends/shapes.py ---------------------------------------------------------------------------------------
+def test_tensorrt_shape_range_comes_from_the_dev_lengths():
+    from pipeline.backends.shapes import ShapeRange
+
+    r = ShapeRange.from_lengths(np.arange(1, 101), max_seq_len=128)
+    assert (r.min_seq, r.opt_seq, r.max_seq, r.opt_batch, r.max_batch) == (1, 95, 128, 32, 64)
+    assert ShapeRange.from_lengths(np.array([300, 400]), max_seq_len=128).opt_seq == 128  # never past the max
+    assert ShapeRange.from_lengths(np.array([]), max_seq_len=64).opt_seq == 64
+    mins, maxs, opts = r.shapes()
+    assert mins["input_ids"] == [1, 1] and maxs["token_type_ids"] == [64, 128] and opts["input_ids"] == [32, 95]
+
+
+# -- pipeline/config_checks.py ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    ({"value": True}, "gates.x must be a number, got True"),
+    ({"value": float("nan")}, "gates.x must be a number"),
+    ({"value": 1.5, "integer": True}, "gates.x must be an integer, got 1.5"),
+    ({"value": -1, "minimum": 0.0}, "gates.x must be >= 0.0, got -1"),
+    ({"value": 0, "above": 0}, "gates.x must be > 0, got 0"),
+    ({"value": 2, "maximum": 1.0}, "gates.x must be <= 1.0, got 2"),
+])
+def test_config_numbers_are_refused_naming_the_key(kwargs, message):
+    from pipeline.config_checks import number
+
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        number("gates.x", **kwargs)
+
+
+def test_config_numbers_and_choices_in_range_pass_through():
+    from pipeline.config_checks import number, one_of
+
+    assert number("k", 3, minimum=0, integer=True) == 3 and number("k", 0.5, above=0, maximum=1) == 0.5
+    assert one_of("package.kind", "CPU", ("CPU", "GPU")) == "CPU"
+    with pytest.raises(ConfigError, match="package.kind: 'TPU' is not one of CPU, GPU"):
+        one_of("package.kind", "TPU", ("CPU", "GPU"))

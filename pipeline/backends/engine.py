@@ -27,11 +27,10 @@ class ServedEngine:
     model_file: str  # the name its form's main file gets in <task>_model/1/ (companions keep their suffixes)
     distribution: str  # the package the serving python installs for it, as pip names it ("openvino")
     import_name: str  # the module that must import there
-    # The export form it ships when it runs a form of its own (OpenVINO's IR); None: it runs the forms ``reads``
-    # names ("onnx": the ONNX forms, "paddle": the Paddle programs), chosen by precision and accelerator
-    # (serving.bundle.repository.choose_model)
+    # The export form it ships when it runs a form of its own (OpenVINO's IR); None: it runs the ONNX forms, or with
+    # ``reads_programs`` the Paddle programs, chosen by precision and accelerator (serving.bundle.repository.choose_model)
     form: str | None = None
-    reads: str = "onnx"
+    reads_programs: bool = False
     # Whether meta.json records the CPU properties its form was validated with (section ``<name>.properties``),
     # passed to the served engine as ``engine_properties``
     properties: bool = False

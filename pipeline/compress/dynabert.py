@@ -245,14 +245,7 @@ def prune(
     import paddle
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    check_width(arch.width)
-    if not heldout:
-        raise ConfigError("dynabert: no held-out training rows (head/neuron importance needs labelled data)")
-    if not train:
-        raise ConfigError("dynabert: the training set is empty")
-    info = inspect_model(model_dir)
-    if info.head_classes is None:
-        raise ModelError(f"model dir {model_dir}: has no classification head to prune")
+    info = _check_inputs(model_dir, arch, train, heldout)
     paddle.seed(seed)
     np.random.seed(seed)
     teacher = load_classifier(model_dir, info.head_classes)
@@ -283,6 +276,19 @@ def prune(
     log(f"dynabert {arch.name}: best held-out {heldout.kind.metric_label} {best:.4f}")
     save_pruned(student, model_dir, out_dir)
     return out_dir
+
+
+def _check_inputs(model_dir: Path, arch, train: FeatureSet, heldout: FeatureSet):
+    """What ``prune`` refuses before any work (one line naming the setting); the model's ``ModelInfo``."""
+    check_width(arch.width)
+    if not heldout:
+        raise ConfigError("dynabert: no held-out training rows (head/neuron importance needs labelled data)")
+    if not train:
+        raise ConfigError("dynabert: the training set is empty")
+    info = inspect_model(model_dir)
+    if info.head_classes is None:
+        raise ModelError(f"model dir {model_dir}: has no classification head to prune")
+    return info
 
 
 def save_pruned(model, source_dir: Path, out_dir: Path) -> None:

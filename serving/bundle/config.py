@@ -11,6 +11,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Callable
+
+# package.runtime (and its Triton backend) "onnxruntime": Triton's own ONNX Runtime backend, not the python backend
+# running a registered engine
+TRITON_ORT = "onnxruntime"
+
 
 def runtimes() -> dict[str, tuple[str, str]]:
     """``package.runtime`` -> (Triton backend, engine inside it).  ``python-<engine>``: the engine run in-process on
@@ -24,14 +30,42 @@ def runtimes() -> dict[str, tuple[str, str]]:
         # resolved by the package stage (PackageConfig.resolved)
         "auto": ("python", "auto"),
         **{f"python-{e.name}": ("python", e.name) for e in SERVED_ENGINES},
-        "onnxruntime": ("onnxruntime", "onnxruntime"),  # Triton's native ORT backend (optional TensorRT accelerator)
+        TRITON_ORT: (TRITON_ORT, "onnxruntime"),  # Triton's native ORT backend (optional TensorRT accelerator)
         "fastdeploy": ("fastdeploy", "fastdeploy"),  # FastDeploy serving image's backend
     }
 
 
 PRECISIONS = ("auto", "int8", "fp32")
 ACCELERATORS = ("none", "tensorrt-fp16", "tensorrt-int8")
-FASTDEPLOY_ENGINES = ("paddle", "onnxruntime", "tensorrt", "openvino")
+
+
+@dataclass(frozen=True)
+class FastDeployEngine:
+    """One of FastDeploy serving's runtime options (``package.fastdeploy_engine``): which export form it loads and
+    the accelerator parameters its config.pbtxt gives it.  FastDeploy's serving backend opens only
+    ``<version>/model.onnx`` or ``model.pdmodel`` + ``model.pdiparams`` (serving/src/fastdeploy_runtime.cc,
+    LoadModel): never an OpenVINO IR."""
+
+    form: str | None  # an ONNX form ("onnx_int8": int8.onnx on a CPU, the FP32 ONNX on a GPU); None: the Paddle program
+    parameters: Callable[["PackageConfig"], dict[str, str]]
+    gpu_only: bool = False
+
+
+FASTDEPLOY = {
+    # Paddle Inference with oneDNN
+    "paddle": FastDeployEngine(None, lambda pc: {"cpu_threads": str(pc.engine_threads), "use_mkldnn": "1"}),
+    "onnxruntime": FastDeployEngine("onnx_int8", lambda pc: {"cpu_threads": str(pc.engine_threads)}),
+    # a quantized (QDQ) model switches TensorRT to int8 by itself
+    "tensorrt": FastDeployEngine("onnx_int8_qdq", lambda pc: {"precision": "trt_fp16"}, gpu_only=True),
+    # FastDeploy's OpenVINO backend reads Paddle or ONNX (fastdeploy/runtime/backends/openvino/ov_backend.cc:
+    # InitFromPaddle / InitFromOnnx).  The QDQ ONNX carries the same kind of fixed-scale INT8 recipe, and OpenVINO
+    # runs Q/DQ pairs as INT8 (it reads them as FakeQuantize, as in an NNCF IR); int8.onnx's MatMulIntegerToFloat is
+    # an ONNX Runtime contrib op OpenVINO does not read.  cpu_threads is the total over all instances
+    # (serving/docs/EN/model_configuration-en.md), num_streams one per instance.
+    "openvino": FastDeployEngine("onnx_int8_qdq", lambda pc: {"cpu_threads": str(pc.engine_threads * pc.instances),
+                                                              "num_streams": str(pc.instances)}),
+}
+FASTDEPLOY_ENGINES = tuple(FASTDEPLOY)
 # package.kind: the device the bundle's models run on (Triton's instance_group kind), not a task kind: see
 # PackageConfig.kind.
 KINDS = ("CPU", "GPU")
@@ -110,14 +144,14 @@ class PackageConfig:
             raise _config_error(f"package.precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.accelerator not in ACCELERATORS:
             raise _config_error(f"package.accelerator: {self.accelerator!r} is not one of {', '.join(ACCELERATORS)}")
-        if self.accelerator != "none" and (self.runtime != "onnxruntime" or self.kind != "GPU"):
+        if self.accelerator != "none" and (self.runtime != TRITON_ORT or self.kind != "GPU"):
             raise _config_error("package.accelerator: TensorRT needs runtime: onnxruntime and kind: GPU")
         if self.fastdeploy_engine not in FASTDEPLOY_ENGINES:
             raise _config_error(
                 f"package.fastdeploy_engine: {self.fastdeploy_engine!r} is not one of {', '.join(FASTDEPLOY_ENGINES)}"
             )
-        if self.runtime == "fastdeploy" and self.fastdeploy_engine == "tensorrt" and self.kind != "GPU":
-            raise _config_error("package.fastdeploy_engine: tensorrt needs kind: GPU")
+        if self.runtime == "fastdeploy" and FASTDEPLOY[self.fastdeploy_engine].gpu_only and self.kind != "GPU":
+            raise _config_error(f"package.fastdeploy_engine: {self.fastdeploy_engine} needs kind: GPU")
         if self.api not in APIS:
             raise _config_error(f"package.api: {self.api!r} is not one of {', '.join(APIS)}")
         if self.kind not in KINDS:

@@ -25,7 +25,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.contract import TaskKind
-from serving.bundle.config import PackageConfig
+from serving.bundle.config import FASTDEPLOY, TRITON_ORT, PackageConfig
 
 TEXT = "text"
 TEXT_PAIR = "text_pair"  # a pair classifier's second text, one per text (OCNLI's hypothesis, AFQMC's second question)
@@ -165,8 +165,8 @@ def model_config(shape: BundleShape, pc: PackageConfig, per_token: bool = False)
         # each request is checked against these before it joins a batch (one bad request fails only itself)
         param(cfg, "max_seq_len", shape.max_seq_len)
         param(cfg, "vocab_size", shape.vocab_size)
-    elif pc.backend == "onnxruntime":
-        cfg.backend = "onnxruntime"
+    elif pc.backend == TRITON_ORT:
+        cfg.backend = TRITON_ORT
         cfg.platform = "onnxruntime_onnx"
         cfg.default_model_filename = shape.model_file
         param(cfg, "intra_op_thread_count", pc.engine_threads)
@@ -180,17 +180,7 @@ def model_config(shape: BundleShape, pc: PackageConfig, per_token: bool = False)
         accs = cfg.optimization.execution_accelerators
         target = accs.gpu_execution_accelerator if pc.kind == "GPU" else accs.cpu_execution_accelerator
         acc = target.add(name=pc.fastdeploy_engine)
-        if pc.fastdeploy_engine == "tensorrt":
-            acc.parameters["precision"] = "trt_fp16"  # a quantized (QDQ) model switches to int8 by itself
-        else:
-            acc.parameters["cpu_threads"] = str(pc.engine_threads)
-        if pc.fastdeploy_engine == "paddle":
-            acc.parameters["use_mkldnn"] = "1"
-        if pc.fastdeploy_engine == "openvino":
-            # FastDeploy's openvino takes cpu_threads as the total over all instances (serving/docs/EN/
-            # model_configuration-en.md), num_streams one per instance
-            acc.parameters["cpu_threads"] = str(pc.engine_threads * pc.instances)
-            acc.parameters["num_streams"] = str(pc.instances)
+        acc.parameters.update(FASTDEPLOY[pc.fastdeploy_engine].parameters(pc))
     else:  # pragma: no cover - PackageConfig validates runtime
         raise AssertionError(pc.runtime)
     return cfg

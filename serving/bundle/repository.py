@@ -46,7 +46,7 @@ from pipeline.backends.registry import SERVED_ENGINES, ServedEngine, own_forms, 
 from pipeline.contract import META_FILE, ExportLayout, TaskKind, form, read_meta
 from pipeline.errors import ModelError
 from serving.bundle import fastdeploy_api, model_io, requirements
-from serving.bundle.config import DeployConfig, PackageConfig
+from serving.bundle.config import FASTDEPLOY, TRITON_ORT, DeployConfig, PackageConfig
 from serving.bundle.kinds import BundleKind, all_configs, bundle_kind, check_api, fused_kinds
 from serving.bundle.model_config import VERSION, BundleShape, ModelNames, to_pbtxt
 from serving.triton import integrity, model_support, text_input
@@ -202,32 +202,22 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
         python = served_engine(pc.engine) if pc.backend == "python" else None
     if python is not None and python.form is not None:  # an engine that runs a form of its own (OpenVINO's IR)
         return _own_choice(exp, pc, want, python)
-    if python is not None and python.reads == "paddle":
+    if python is not None and python.reads_programs:
         return paddle()
-    if pc.runtime == "auto" or python is not None or (pc.runtime == "onnxruntime" and pc.kind == "CPU" and pc.accelerator == "none"):
+    if pc.runtime == "auto" or python is not None or (pc.runtime == TRITON_ORT and pc.kind == "CPU" and pc.accelerator == "none"):
         if qdq_chosen and exp.onnx_int8_qdq is not None:
             return onnx("onnx_int8_qdq")
         return onnx("onnx_int8")  # ONNX Runtime's INT8 (int8.onnx: fixed scales unless the task asks per-batch): the CPU form
-    if pc.runtime == "onnxruntime":
+    if pc.runtime == TRITON_ORT:
         if pc.accelerator == "tensorrt-int8":
             return onnx("onnx_int8_qdq")  # TensorRT builds int8 engines from explicit Q/DQ
         if pc.accelerator == "tensorrt-fp16" or pc.kind == "GPU":
             return onnx(None)  # int8.onnx's integer MatMuls are CPU kernels
         return onnx("onnx_int8")
-    # fastdeploy
-    if pc.fastdeploy_engine == "paddle":
+    fd = FASTDEPLOY[pc.fastdeploy_engine]  # its form (serving.bundle.config.FASTDEPLOY says why)
+    if fd.form is None:
         return paddle()
-    if pc.fastdeploy_engine == "openvino":
-        # FastDeploy's serving backend opens only <version>/model.onnx or model.pdmodel + model.pdiparams
-        # (serving/src/fastdeploy_runtime.cc, LoadModel), and its OpenVINO backend reads Paddle or ONNX
-        # (fastdeploy/runtime/backends/openvino/ov_backend.cc: InitFromPaddle / InitFromOnnx; ModelFormat has no IR):
-        # the export's OpenVINO IR (openvino/int8.xml + .bin) cannot be loaded there.  The QDQ ONNX carries the same
-        # kind of fixed-scale INT8 recipe, and OpenVINO runs Q/DQ pairs as INT8 (it reads them as FakeQuantize, as
-        # in an NNCF IR); int8.onnx's MatMulIntegerToFloat is an ONNX Runtime contrib op OpenVINO does not read.
-        return onnx("onnx_int8_qdq")
-    if pc.fastdeploy_engine == "tensorrt":
-        return onnx("onnx_int8_qdq")
-    return onnx("onnx_int8" if pc.kind == "CPU" else None)
+    return onnx(fd.form if fd.form != "onnx_int8" or pc.kind == "CPU" else None)  # int8.onnx's kernels are CPU ones
 
 
 def _engine_properties(meta: dict, choice: ModelChoice) -> str:

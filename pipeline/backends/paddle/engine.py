@@ -7,4 +7,4 @@ from pipeline.backends.engine import ServedEngine
 
 SERVED = ServedEngine(name="paddle", served="pipeline.backends.paddle.served", model_file="model.pdmodel",
                       distribution="paddlepaddle", import_name="paddle", gpu_distribution="paddlepaddle-gpu",
-                      undeclared=("setuptools==80.9.0",), reads="paddle")
+                      undeclared=("setuptools==80.9.0",), reads_programs=True)
