@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import ConfigError, DataError, ModelError
+from serving_fixtures import tiny_export  # noqa: F401  (fixture)
 
 
 # -- pipeline/labels_file.py -----------------------------------------------------------------------------------------
@@ -347,6 +348,29 @@ def test_openvino_engine_check_names_a_property_the_cpu_plugin_refuses():
     with pytest.raises(ConfigError, match="OpenVINO refuses NUM_STREAMS='lots'"):
         ENGINE.check(_ov_cfg(NUM_STREAMS="lots"))
     assert form(ENGINE.form).precision.value == "int8" and ENGINE.served.form == ENGINE.form
+
+
+# -- pipeline/backends/onnxruntime/engine.py --------------------------------------------------------------------------
+def test_onnxruntime_engine_makes_its_speed_and_per_batch_forms_all_int8_and_opens_them(tiny_export, tmp_path):
+    """The screen's form (every MatMul in fixed-scale INT8, one batch of scales) and the per-batch form, from the
+    export's real FP32 ONNX; both open in the engine's own sessions and answer in the model's shape."""
+    import onnx
+
+    from pipeline.backends.onnxruntime.engine import ENGINE
+    from pipeline.quantization.config import QuantizationConfig
+
+    fp32 = tiny_export / "onnx" / "fp32.onnx"
+    ids = np.array([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]], dtype=np.int64)
+    feeds = [{"input_ids": ids, "token_type_ids": np.zeros_like(ids)}]
+    cfg = SimpleNamespace(quantization=QuantizationConfig())
+    ENGINE.speed_form(fp32, tmp_path / "speed.onnx", SimpleNamespace(feeds=feeds, pad_id=0), cfg)
+    ENGINE.per_batch_int8(fp32, tmp_path / "batch.onnx", cfg)
+    for name in ("speed.onnx", "batch.onnx"):
+        ops = [n.op_type for n in onnx.load(str(tmp_path / name)).graph.node]
+        integer = sum(ops.count(op) for op in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulInteger"))
+        assert integer >= 6, (name, sorted(set(ops)))  # Q, K, V, output, both FFN projections of the one layer
+        logits = ENGINE.open(tmp_path / name, "int8", {}).run(ids, np.zeros_like(ids))
+        assert logits.shape == (2, 3), name
 
 
 # -- pipeline/compress/build.py and onnx_candidates.py ---------------------------------------------------------------
@@ -787,3 +811,19 @@ def test_config_numbers_and_choices_in_range_pass_through():
     assert one_of("package.kind", "CPU", ("CPU", "GPU")) == "CPU"
     with pytest.raises(ConfigError, match="package.kind: 'TPU' is not one of CPU, GPU"):
         one_of("package.kind", "TPU", ("CPU", "GPU"))
+
+
+# -- serving/kinds/uie/tools.py ----------------------------------------------------------------------------------------
+def test_uie_requests_group_a_texts_prompts_and_share_a_request_with_the_same_schema():
+    """Consecutive pairs of one text are one item (its schema in order); items asking the same prompts share a request
+    up to batch_size texts; the indices say which dev pair each (text, prompt) answers."""
+    from serving.kinds.uie.tools import uie_requests
+
+    pair = lambda content, prompt: SimpleNamespace(content=content, prompt=prompt)  # noqa: E731
+    dev = [pair("a", "人名"), pair("a", "地名"), pair("b", "人名"), pair("b", "地名"), pair("c", "人名"), pair("c", "地名"),
+           pair("d", "人名"), pair("d", "人名")]  # the same prompt twice: a new item
+    assert uie_requests(dev, batch_size=2) == [
+        (["a", "b"], ["人名", "地名"], [[0, 1], [2, 3]]),
+        (["c"], ["人名", "地名"], [[4, 5]]),
+        (["d", "d"], ["人名"], [[6], [7]]),
+    ]
