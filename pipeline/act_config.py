@@ -15,7 +15,7 @@ How sections become ``compress.strategy``:
   ``1 - pruned_ratio``.  ``Distillation`` and ``TrainConfig``'s training keys apply to that distillation.
 * ``QuantAware`` / ``Quantization`` / ``QuantPost`` / ``HyperParameterOptimization``: ``ptq``, not ``qat``.
   ACT's quant-aware training distills from the FP32 model, but ``pipeline.compress.qat`` trains on task labels
-  only (no teacher), needs ``compress.runtime: paddle`` (a Paddle int8 program), and only takes models with a
+  only (no teacher), needs ``compress.candidate_format: paddle`` (a Paddle int8 program), and only takes models with a
   ``classifier`` head.  And the CPU bundle's ``onnx/int8.onnx`` is built by export from FP32 weights with the
   INT8 recipe search either way, so QAT-trained weights would not reach it.  ``ptq`` in ONNX Runtime is that
   search, judged on held-out training rows within ``gates.max_accuracy_drop``: ACT's aim (an INT8 model within

@@ -328,6 +328,9 @@ def _set_dotted(raw: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+# Keys renamed because the old name said something else: a config using it is told the new key and its values.
+RENAMED = {"compress.runtime": "compress.candidate_format: onnx (was onnxruntime: every CPU engine of compress.engines, "
+                               "OpenVINO included) or paddle"}
 # Keys that moved between sections: a config using the old place is told the new one.
 MOVED = {"export.max_int8_size_ratio": "gates.max_int8_size_ratio",
          "validate.release_max_accuracy_drop": "gates.release_max_accuracy_drop",
@@ -354,6 +357,9 @@ def _build(cls: type, raw: Any, where: str, prefix: str = "", extra: dict[str, A
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("built_apart")}
     unknown = sorted(set(raw) - names)
+    renamed = next((prefix + k for k in unknown if prefix + k in RENAMED), None)
+    if renamed:
+        raise ConfigError(f"{where}: {renamed} is now {RENAMED[renamed]}")
     moved = [MOVED[prefix + k] for k in unknown if prefix + k in MOVED]
     if moved:
         old = next(prefix + k for k in unknown if prefix + k in MOVED)

@@ -60,7 +60,7 @@ def test_a_shallower_architecture_is_planned_screened_distilled_and_shipped_as_f
     import onnx
 
     train, dev = data
-    args, _ = parse_args(["--strategy", "dynabert+ptq", "--runtime", "onnxruntime", "--engines", "onnxruntime",
+    args, _ = parse_args(["--strategy", "dynabert+ptq", "--candidate_format", "onnx", "--engines", "onnxruntime",
                           "--width_mult_list", "1", "--depth_mult_list", "1/2", "--quantize_unpruned", "false",
                           "--max_steps", "3", "--throughput_batches", "1", "--timing_rounds", "2", "--max_accuracy_drop", "100",
                           "--max_seq_length", "32", "--output_dir", str(tmp_path / "out")])

@@ -14,18 +14,18 @@ UPSTREAM_STRATEGIES = ["dynabert+qat+embeddings", "dynabert+qat", "dynabert+embe
 
 @pytest.mark.parametrize("strategy", UPSTREAM_STRATEGIES + ["embeddings", "ptq+embeddings", "qat+embeddings"])
 def test_upstream_strategies_are_accepted(strategy):
-    assert CompressConfig(strategy=strategy, runtime="paddle").parts() == tuple(strategy.split("+"))
+    assert CompressConfig(strategy=strategy, candidate_format="paddle").parts() == tuple(strategy.split("+"))
 
 
 @pytest.mark.parametrize("strategy, ok", [("dynabert+ptq", True), ("ptq", True), ("dynabert", True),
                                           ("dynabert+qat", False), ("ptq+embeddings", False)])
 def test_onnxruntime_takes_pruning_and_its_own_ptq(strategy, ok):
     """The default runtime judges candidates in ONNX Runtime: QAT and Paddle int8 embeddings are Paddle programs."""
-    assert CompressConfig().runtime == "onnxruntime" and CompressionArguments().runtime == "paddle"
+    assert CompressConfig().candidate_format == "onnx" and CompressionArguments().candidate_format == "paddle"
     if ok:
         CompressConfig(strategy=strategy)
     else:
-        with pytest.raises(ConfigError, match="needs compress.runtime: paddle"):
+        with pytest.raises(ConfigError, match="needs compress.candidate_format: paddle"):
             CompressConfig(strategy=strategy)
 
 
@@ -69,7 +69,7 @@ def test_bad_algo_and_choices():
     with pytest.raises(ConfigError, match="batch_num_list"):
         CompressConfig(batch_num_list=[0])
     with pytest.raises(ConfigError, match="activation_quantize_type"):
-        CompressConfig(strategy="qat", activation_quantize_type="range_abs_max", runtime="paddle")
+        CompressConfig(strategy="qat", activation_quantize_type="range_abs_max", candidate_format="paddle")
     with pytest.raises(ConfigError, match="input_infer_model_path"):
         CompressConfig(strategy="dynabert+ptq", input_infer_model_path="/some/dir")
 
@@ -79,7 +79,7 @@ def test_overrides_through_the_task_config(tmp_path):
 
     task = write_tiny_task_yaml(tmp_path / "t.yaml", tmp_path / "data")
     cfg = load_task_config(str(task), {"compress.width_mult_list": ["2/3", 0.5], "compress.algo_list": ["avg", "hist"],
-                                       "compress.strategy": "dynabert+ptq+embeddings", "compress.runtime": "paddle"})
+                                       "compress.strategy": "dynabert+ptq+embeddings", "compress.candidate_format": "paddle"})
     assert cfg.compress.widths() == pytest.approx([2 / 3, 0.5])
     assert cfg.compress.parts() == ("dynabert", "ptq", "embeddings")
     with pytest.raises(ConfigError, match="compress.algo_list"):

@@ -17,7 +17,7 @@ from pipeline.compress.candidates import Candidate, select, write_table
 FAST = ["--set", "compress.throughput_batches=1", "--set", "compress.timing_rounds=2", "--set", "compress.max_steps=4",
         "--set", "compress.per_device_train_batch_size=16", "--set", "compress.learning_rate=0.001",
         "--set", "compress.algo_list=[mse]", "--set", "compress.batch_size_list=[4]"]
-PADDLE = ["--set", "compress.runtime=paddle"]
+PADDLE = ["--set", "compress.candidate_format=paddle"]
 ALL = ["--set", "compress.screen=false"]  # every candidate built: a test of the whole table, not of the screen
 # OpenVINO's own form ships when the selected candidate runs in it or package.runtime names it: named here, so a test
 # of both engines' shipped files does not depend on which one this CPU selects
@@ -300,14 +300,15 @@ def test_speed_first_screen_never_builds_what_cannot_win(tiny_finetuned, runs, m
 @pytest.mark.parametrize(
     "sets, message",
     [
-        (["compress.runtime=gpu"], "compress.runtime: 'gpu' is not one of onnxruntime, paddle"),
+        (["compress.candidate_format=gpu"], "compress.candidate_format: 'gpu' is not one of onnx, paddle"),
+        (["compress.runtime=onnxruntime"], "compress.runtime is now compress.candidate_format: onnx"),
         (["compress.batch_num_list=[1000]"], "batch_num 1000"),
         (["compress.batch_size_list=[480]", "compress.batch_num_list=[2]"], "only 480"),
         (["compress.algo_list=[mse,bogus]"], "unknown algo 'bogus'"),
         (["compress.strategy=ptq+prune"], "unknown part 'prune'"),
         (["compress.width_mult_list=[5/4]"], "outside (0, 1]"),
         (["compress.strategy=ptq", "compress.input_infer_model_path=/nonexistent/dir"], "not found"),
-        (["compress.strategy=dynabert+qat"], "qat needs compress.runtime: paddle"),
+        (["compress.strategy=dynabert+qat"], "qat needs compress.candidate_format: paddle"),
         (["compress.engines=[onnxruntime,tensorrt]"], "compress.engines[1]: unknown engine 'tensorrt'"),
         (["compress.engines=[]"], "compress.engines: a non-empty list"),
         (["compress.distill_patience=-1"], "compress.distill_patience must be >= 0"),

@@ -468,8 +468,8 @@ def test_an_engines_own_form_ships_only_for_its_selection_or_when_package_runtim
     from pipeline.compress.arguments import CompressConfig
     from serving.bundle.config import PackageConfig
 
-    def cfg(runtime="auto", engines=("onnxruntime", "openvino"), route="onnxruntime"):
-        return SimpleNamespace(compress=CompressConfig(engines=list(engines), runtime=route), package=PackageConfig(runtime=runtime))
+    def cfg(runtime="auto", engines=("onnxruntime", "openvino"), route="onnx"):
+        return SimpleNamespace(compress=CompressConfig(engines=list(engines), candidate_format=route), package=PackageConfig(runtime=runtime))
 
     names = lambda engines: [e.name for e in engines]  # noqa: E731
     assert names(shipped_own_form_engines(cfg(), "openvino")) == ["openvino"]

@@ -49,7 +49,7 @@ def exported(tiny_finetuned, tiny_export, tmp_path_factory) -> dict:
 def test_export_writes_the_contract(exported):
     out, result = exported["out"], exported["result"]
     assert result.gate_error is None
-    # compress.runtime onnxruntime (the default): no PaddleSlim INT8 program (that is compress.runtime paddle's)
+    # compress.candidate_format onnx (the default): no PaddleSlim INT8 program (that is compress.candidate_format paddle's)
     for rel in ("paddle_fp32/model.pdmodel", "paddle_fp32/model.pdiparams", "onnx/fp32.onnx", "onnx/int8.onnx", "onnx/int8_qdq.onnx", "tokenizer/vocab.txt",
                 "tokenizer/tokenizer_config.json", "tokenizer/special_tokens_map.json", "labels.json", "meta.json"):
         assert (out / rel).is_file(), rel

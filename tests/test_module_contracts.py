@@ -83,7 +83,7 @@ def test_openvino_forms_only_when_openvino_is_a_compress_engine():
 
     assert [e.name for e in own_form_engines(_tiny_cfg())] == ["openvino"]
     assert params(_tiny_cfg())["openvino"]["alphas"] == _tiny_cfg().quantization.openvino_smooth_alphas
-    for without in ({"compress.engines": ["onnxruntime"]}, {"compress.runtime": "paddle"}):
+    for without in ({"compress.engines": ["onnxruntime"]}, {"compress.candidate_format": "paddle"}):
         cfg = load_task_config("tnews", without)
         assert own_form_engines(cfg) == [] and params(cfg)["openvino"] is None
     assert search_params(_tiny_cfg())["budget_points"] == _tiny_cfg().gates.max_accuracy_drop

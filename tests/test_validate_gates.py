@@ -458,7 +458,7 @@ def test_a_selection_validate_could_not_measure_is_an_error(measured_rows):
 
 
 def test_paddle_judged_widths_and_explicit_choices(measured_rows):
-    """Widths judged in Paddle (compress.runtime: paddle) name no served engine: the fastest form within budget;
+    """Widths judged in Paddle (compress.candidate_format: paddle) name no served engine: the fastest form within budget;
     validate.chosen_backend still overrides, and must name a measured backend."""
     from pipeline.stages.validate import backend_to_verify
 

@@ -2,7 +2,7 @@
 
     onnxruntime/   ONNX Runtime (the CPU bundle's default engine; CUDA and TensorRT providers on a GPU)
     openvino/      OpenVINO (the second CPU engine, chosen by measurement)
-    paddle/        Paddle Inference (``compress.runtime: paddle``; its TensorRT subgraph engine on a GPU)
+    paddle/        Paddle Inference (``compress.candidate_format: paddle``; its TensorRT subgraph engine on a GPU)
     registry.py    the one table of runtimes the stages measure and ship (names, forms, openers, availability)
     forms.py       the files one engine writes and another reads (the Paddle inference program)
 

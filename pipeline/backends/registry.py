@@ -68,7 +68,7 @@ def cpu_engines(names) -> list[CpuEngine]:
 
 def own_form_engines(cfg) -> list[CpuEngine]:
     """The compress engines of ``cfg`` that ship a form of their own (OpenVINO's IR): none when widths are judged
-    in Paddle (``compress.runtime: paddle``)."""
+    in Paddle (``compress.candidate_format: paddle``)."""
     if not cfg.compress.onnx_route:
         return []
     return [e for e in cpu_engines(cfg.compress.engines) if e.form is not None]
@@ -237,7 +237,7 @@ def selected_form(selected: dict, device: str = "cpu") -> Runtime | None:
     """The runtime that runs compress's selected candidate (``SelectedCandidate.as_dict()``) as compress measured it:
     the engine it was measured in, INT8 when quantized (the engine's first INT8 form: the QDQ form is TensorRT's),
     else FP32.  None where compress measured no form that runs on ``device``: widths judged in Paddle
-    (``compress.runtime: paddle``, whose INT8 is served from ONNX), or a GPU bundle (compress measures on CPU)."""
+    (``compress.candidate_format: paddle``, whose INT8 is served from ONNX), or a GPU bundle (compress measures on CPU)."""
     engine, quantization = selected.get("runtime"), selected.get("quantization")
     if device != "cpu" or not isinstance(engine, str) or cpu_engine(engine) is None or not isinstance(quantization, str):
         return None

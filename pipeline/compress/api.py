@@ -38,7 +38,7 @@ from pipeline.tokenizer import Tokenizer
 @dataclass
 class CompressionArguments(CompressConfig):
     # Trainer.compress() makes Paddle models, and custom_evaluate receives a Paddle Inference session.
-    runtime: str = "paddle"
+    candidate_format: str = "paddle"
     output_dir: str = "compress_output"
     max_seq_length: int = 128
     max_accuracy_drop: float = 0.5  # points below the FP32 model that a candidate may lose

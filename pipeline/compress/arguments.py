@@ -53,33 +53,32 @@ def parse_width(value: str | float, key: str = "compress.width_mult_list") -> fl
 SKIP_ROLES = ("ffn2", "head")
 
 
-# compress.runtime's values: the candidate path, not one engine ("onnxruntime" is every CPU engine in
-# compress.engines, OpenVINO included): see CompressConfig.runtime.
-ONNX_ROUTE, PADDLE_ROUTE = "onnxruntime", "paddle"  # compress.runtime's values: the ONNX route, Paddle programs
-RUNTIMES = (ONNX_ROUTE, PADDLE_ROUTE)
+# compress.candidate_format's values: ONNX forms, each timed in every CPU engine of compress.engines (OpenVINO
+# included), or Paddle programs timed in Paddle Inference: see CompressConfig.candidate_format.
+ONNX_ROUTE, PADDLE_ROUTE = "onnx", "paddle"
+CANDIDATE_FORMATS = (ONNX_ROUTE, PADDLE_ROUTE)
 
 
 def engine_names() -> tuple[str, ...]:
-    """The CPU engines that run the ONNX candidates (compress.runtime onnxruntime): the registry's list."""
+    """The CPU engines that run the ONNX candidates (compress.candidate_format onnx): the registry's list."""
     return tuple(e.name for e in registry.CPU_ENGINES)
 
 
 @dataclass
 class CompressConfig:
     strategy: str = "dynabert+ptq"
-    # Which candidate path compress takes: what candidates are built as, and the engines they are scored and timed
-    # in (the one that ships serves the selected candidate).  onnxruntime means the ONNX path, not ONNX Runtime
-    # alone (the CPU bundle): FP32 ONNX per width and, with ptq, an INT8 form per engine in ``engines`` below
-    # (ONNX Runtime's recipe search of pipeline.quantization and, by default, OpenVINO's NNCF search), each timed in
-    # its own engine, so an OpenVINO form may ship (algo_list and the other PTQ-grid settings are Paddle's).
-    # paddle: Paddle Inference programs (PaddleSlim PTQ grid, QAT, int8 embeddings), for serving with Paddle
-    # Inference; no OpenVINO form is made.
-    runtime: str = "onnxruntime"
-    # With runtime onnxruntime: the CPU engines each width's INT8 form is made for and timed in (ONNX Runtime's
+    # What candidates are built as, and so the engines they are scored and timed in (the one that ships serves the
+    # selected candidate).  onnx (the CPU bundle): FP32 ONNX per architecture and, with ptq, an INT8 form per engine
+    # in ``engines`` below (ONNX Runtime's recipe search of pipeline.quantization and, by default, OpenVINO's NNCF
+    # search), each timed in its own engine, so an OpenVINO form may ship (algo_list and the other PTQ-grid settings
+    # are Paddle's).  paddle: Paddle Inference programs (PaddleSlim PTQ grid, QAT, int8 embeddings), for serving with
+    # Paddle Inference; no OpenVINO form is made.  (It was compress.runtime, whose "onnxruntime" meant OpenVINO too.)
+    candidate_format: str = ONNX_ROUTE
+    # With candidate_format onnx: the CPU engines each width's INT8 form is made for and timed in (ONNX Runtime's
     # recipe search, OpenVINO's NNCF search).  Which one is faster depends on the CPU: every form is measured
     # in the same interleaved rounds and the fastest within the budget ships.
     engines: list[str] = field(default_factory=lambda: list(engine_names()))
-    # With runtime onnxruntime: time every candidate's architecture first (speed does not depend on trained weights),
+    # With candidate_format onnx: time every candidate's architecture first (speed does not depend on trained weights),
     # build fastest first, and skip a candidate that one already built within the budget beats in every round
     # (pipeline.compress.screen).  false: build and score every candidate (the whole frontier, for a report).
     screen: bool = True
@@ -185,9 +184,10 @@ class CompressConfig:
             raise ConfigError(f"compress.weight_decay must be >= 0, got {self.weight_decay}")
 
     def _check_engines(self) -> None:
-        """The runtime candidates are judged in and its engines, and what each strategy part needs."""
-        if self.runtime not in RUNTIMES:
-            raise ConfigError(f"compress.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        """The format candidates are built as, its engines, and what each strategy part needs."""
+        if self.candidate_format not in CANDIDATE_FORMATS:
+            raise ConfigError(f"compress.candidate_format: {self.candidate_format!r} is not one of "
+                              f"{', '.join(CANDIDATE_FORMATS)}")
         names = engine_names()
         if not isinstance(self.engines, list) or not self.engines:
             raise ConfigError(f"compress.engines: a non-empty list of engines ({', '.join(names)}) is needed, "
@@ -202,8 +202,8 @@ class CompressConfig:
                            "stores int8 embeddings (quantization.int8_embeddings)"}
             for part in self.parts():
                 if part in paddle_only:
-                    raise ConfigError(f"compress.strategy {self.strategy!r}: {part} needs compress.runtime: paddle "
-                                      f"({paddle_only[part]}); with onnxruntime use dynabert and/or ptq")
+                    raise ConfigError(f"compress.strategy {self.strategy!r}: {part} needs compress.candidate_format: "
+                                      f"paddle ({paddle_only[part]}); with onnx use dynabert and/or ptq")
         for key in ("num_train_epochs", "per_device_train_batch_size", "throughput_batch_size", "throughput_batches",
                     "eval_batch_size", "timing_rounds", "distill_eval_steps"):
             if getattr(self, key) < 1:
@@ -226,9 +226,9 @@ class CompressConfig:
 
     @property
     def onnx_route(self) -> bool:
-        """Whether candidates are ONNX, timed in every engine of ``engines`` (``runtime: onnxruntime``, whatever its
-        name says), rather than Paddle programs timed in Paddle Inference."""
-        return self.runtime == ONNX_ROUTE
+        """Whether candidates are ONNX, timed in every engine of ``engines`` (``candidate_format: onnx``), rather than
+        Paddle programs timed in Paddle Inference."""
+        return self.candidate_format == ONNX_ROUTE
 
     def parts(self) -> tuple[str, ...]:
         return parse_strategy(self.strategy)

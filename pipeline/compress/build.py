@@ -5,7 +5,7 @@ Order (pruning always before quantization):
   1. FP32 baseline as a static model (exported from the dygraph model, or the given static model);
   2. ``dynabert``: one physically pruned model per architecture, width x depth (``architecture``; the unpruned
      one is the baseline itself);
-  3. ``compress.runtime: onnxruntime`` (the CPU bundle's runtime): every architecture as FP32 ONNX and, with
+  3. ``compress.candidate_format: onnx`` (the CPU bundle's runtime): every architecture as FP32 ONNX and, with
      ``ptq``, each engine's INT8 form from its recipe search (``pipeline.compress.onnx_candidates``).  Speed
      first: every one's architecture is timed before any is built (``pipeline.compress.screen``), they are built
      fastest first, and those a faster candidate within the budget beats in every round are never built (nor their
@@ -143,8 +143,8 @@ def build_and_evaluate(
     them all in interleaved rounds.
 
     ``work_dir`` keeps the expensive trained models (pruned, QAT) so an interrupted run reuses them.
-    ``searches``: each CPU engine's INT8 recipe search (``onnx_candidates.EngineSearch``), for ``compress.runtime:
-    onnxruntime`` with ``ptq``.  ``phase(name)``: a context manager charged with the time of each phase
+    ``searches``: each CPU engine's INT8 recipe search (``onnx_candidates.EngineSearch``), for ``compress.candidate_format:
+    onnx`` with ``ptq``.  ``phase(name)``: a context manager charged with the time of each phase
     (``StageContext.phase``: screen, conversion, importance, distillation, search, scoring, timing; Paddle's
     quantization, qat).  ``max_accuracy_drop``: the budget the screen skips by (``compress.screen``; None: no skipping);
     ``min_throughput_ratio``: the speed gate the screen says, at once, that no candidate can meet.

@@ -1,7 +1,7 @@
 """The candidates table: every compressed model evaluated the same way, and the selection rule.
 
-Each candidate runs in the runtime it would be served with: ONNX Runtime (``compress.runtime:
-onnxruntime``, the CPU bundle: FP32 ONNX per width and its searched INT8 form) or Paddle Inference
+Each candidate runs in the runtime it would be served with: a CPU engine (``compress.candidate_format: onnx``, the
+CPU bundle: FP32 ONNX per architecture and each engine's searched INT8 form) or Paddle Inference
 (``paddle``: static programs, oneDNN int8 kernels for PTQ/QAT).  Accuracy is on the *full* dev set;
 throughput comes from interleaved rounds over every candidate (dev lengths, dynamic padding), so machine
 noise hits all alike: the median and the min-max of the per-round ratios to FP32 are reported.

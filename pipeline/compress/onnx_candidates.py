@@ -1,4 +1,4 @@
-"""Candidates on the CPU engines that run ONNX (``compress.runtime: onnxruntime``): ONNX Runtime and OpenVINO.
+"""Candidates on the CPU engines that run ONNX (``compress.candidate_format: onnx``): ONNX Runtime and OpenVINO.
 
 Paddle PTQ/QAT programs are not what ships on CPU (paddle2onnx keeps their weights float and the result
 runs 3x slower than FP32), and judging ORT INT8 by Paddle's oneDNN int8 picked the wrong candidates.  So

@@ -14,7 +14,7 @@ Under ``compress/out/shipped/`` in the export contract's layout (``pipeline.cont
     int8_search.json        the CPU and every search's result (what meta.json reports)
 
 Each search is the one compress ran per architecture (``pipeline.run_cache``, ``runs/<task>/cache/int8``): for the
-selected one it is a cache hit, so the shipped file is the one compress measured.  With ``compress.runtime: paddle``
+selected one it is a cache hit, so the shipped file is the one compress measured.  With ``compress.candidate_format: paddle``
 the architectures were judged in Paddle, and their FP32 ONNX is converted here first.
 """
 

@@ -1,6 +1,6 @@
 """Stage ``compress``: DynaBERT width (and depth) pruning, then quantization; every candidate evaluated where it ships.
 
-``compress.runtime: onnxruntime`` (default, the CPU bundle): every architecture as FP32 ONNX plus each engine's INT8
+``compress.candidate_format: onnx`` (default, the CPU bundle): every architecture as FP32 ONNX plus each engine's INT8
 form from its recipe search (``pipeline.compress.onnx_candidates``).  ``paddle``: Paddle Inference programs
 (PTQ grid, QAT, int8 embeddings).  Every candidate is scored on the full dev set and timed in interleaved
 rounds (see ``pipeline.compress.candidates``); the fastest median within ``gates.max_accuracy_drop``
@@ -152,14 +152,14 @@ def _inputs(ctx, baseline):
         max_seq_len=cfg.max_seq_len,
         baseline_accuracy=baseline.value,
     )
-    ctx.log(f"[compress] strategy {ccfg.strategy} in {ccfg.runtime}: FP32 baseline {kind.metric_label} {inp.baseline_accuracy:.4f}, "
+    ctx.log(f"[compress] strategy {ccfg.strategy} as {ccfg.candidate_format}: FP32 baseline {kind.metric_label} {inp.baseline_accuracy:.4f}, "
             f"budget {cfg.gates.max_accuracy_drop:g} points, {len(data.dev.examples)} dev examples ({len(inp.dev)} model inputs)")
     return inp, rows, vocab_dir
 
 
 def _engine_searches(ctx, rows) -> list:
     """Each engine of ``compress.engines`` with its INT8 search as ``build_and_evaluate`` calls it per width
-    (``onnx_candidates.EngineSearch``), when the candidates are ONNX (``compress.runtime: onnxruntime``); else none."""
+    (``onnx_candidates.EngineSearch``), when the candidates are ONNX (``compress.candidate_format: onnx``); else none."""
     from pipeline.backends.registry import cpu_engines
     from pipeline.compress.onnx_candidates import EngineSearch
     from pipeline.run_cache import RunCache

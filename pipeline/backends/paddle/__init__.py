@@ -1,4 +1,4 @@
-"""Paddle Inference: the runtime of ``compress.runtime: paddle`` (Paddle serving and the Python API), and the
+"""Paddle Inference: the runtime of ``compress.candidate_format: paddle`` (Paddle serving and the Python API), and the
 program every ONNX form is converted from.
 
 One folder, one module per concern (as ``pipeline.backends.openvino``):

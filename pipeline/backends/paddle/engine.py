@@ -1,5 +1,5 @@
 """Paddle Inference as a bundle serves it (``package.runtime: python-paddle``): its program run by ``served.py``.
-Not a compress engine: compress judges widths in Paddle through ``compress.runtime: paddle``'s own path."""
+Not a compress engine: compress judges widths in Paddle through ``compress.candidate_format: paddle``'s own path."""
 
 from __future__ import annotations
 
