@@ -330,7 +330,8 @@ def _set_dotted(raw: dict, key: str, value: Any) -> None:
 
 # Keys renamed because the old name said something else: a config using it is told the new key and its values.
 RENAMED = {"compress.runtime": "compress.candidate_format: onnx (was onnxruntime: every CPU engine of compress.engines, "
-                               "OpenVINO included) or paddle"}
+                               "OpenVINO included) or paddle",
+           "package.kind": "package.device: CPU or GPU (the device the model runs on; a task's kind is its type)"}
 # Keys that moved between sections: a config using the old place is told the new one.
 MOVED = {"export.max_int8_size_ratio": "gates.max_int8_size_ratio",
          "validate.release_max_accuracy_drop": "gates.release_max_accuracy_drop",

@@ -37,6 +37,8 @@ def test_overrides_are_typed():
         ("gates.release_max_throughput_drop=nan", r"gates.release_max_throughput_drop must be a number"),
         ("export.max_int8_size_ratio=0.5", r"export.max_int8_size_ratio moved to gates.max_int8_size_ratio"),
         ("validate.release_max_accuracy_drop=0.3", r"validate.release_max_accuracy_drop moved to gates.release_max_accuracy_drop"),
+        ("package.kind=GPU", r"package.kind is now package.device: CPU or GPU"),
+        ("compress.runtime=paddle", r"compress.runtime is now compress.candidate_format: onnx \(was onnxruntime"),
         ("finetune.warmup_ratio=1.5", r"finetune.warmup_ratio must be < 1"),
         ("reading.doc_stride=0", r"unknown key reading \(valid: "),  # a classification task has no reading: section
         ("finetune.epocs=3", "unknown key finetune.epocs"),

@@ -487,14 +487,14 @@ def test_the_onnx_int8_forms_are_not_built_for_an_openvino_selection_nothing_ask
     from pipeline.validation.config import ValidateConfig
     from serving.bundle.config import PackageConfig
 
-    def cfg(runtime="auto", kind="CPU", backends="shipped", chosen="auto"):
-        return SimpleNamespace(package=PackageConfig(runtime=runtime, kind=kind),
+    def cfg(runtime="auto", device="CPU", backends="shipped", chosen="auto"):
+        return SimpleNamespace(package=PackageConfig(runtime=runtime, device=device),
                                validate=ValidateConfig(backends=backends, chosen_backend=chosen))
 
     assert not onnx_int8_forms_ship(cfg(), "openvino")
     assert onnx_int8_forms_ship(cfg(), "onnxruntime") and onnx_int8_forms_ship(cfg(), "paddle")
     assert onnx_int8_forms_ship(cfg("python-openvino"), "openvino") and onnx_int8_forms_ship(cfg("onnxruntime"), "openvino")
-    assert onnx_int8_forms_ship(cfg(kind="GPU"), "openvino")  # the QDQ form is TensorRT's
+    assert onnx_int8_forms_ship(cfg(device="GPU"), "openvino")  # the QDQ form is TensorRT's
     assert onnx_int8_forms_ship(cfg(backends="all"), "openvino")
     assert onnx_int8_forms_ship(cfg(backends=["onnxruntime-cpu-int8"]), "openvino")
     assert onnx_int8_forms_ship(cfg(chosen="onnxruntime-cpu-int8"), "openvino")  # validate pins another backend
@@ -808,9 +808,9 @@ def test_config_numbers_and_choices_in_range_pass_through():
     from pipeline.config_checks import number, one_of
 
     assert number("k", 3, minimum=0, integer=True) == 3 and number("k", 0.5, above=0, maximum=1) == 0.5
-    assert one_of("package.kind", "CPU", ("CPU", "GPU")) == "CPU"
-    with pytest.raises(ConfigError, match="package.kind: 'TPU' is not one of CPU, GPU"):
-        one_of("package.kind", "TPU", ("CPU", "GPU"))
+    assert one_of("package.device", "CPU", ("CPU", "GPU")) == "CPU"
+    with pytest.raises(ConfigError, match="package.device: 'TPU' is not one of CPU, GPU"):
+        one_of("package.device", "TPU", ("CPU", "GPU"))
 
 
 # -- serving/kinds/uie/tools.py ----------------------------------------------------------------------------------------

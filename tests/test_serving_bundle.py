@@ -25,16 +25,16 @@ SHAPE = BundleShape(task="tnews", num_labels=15, max_seq_len=64, model_file="mod
 
 def _variants():  # the ensemble layout; the fused one below
     yield PackageConfig(runtime="python-onnxruntime", layout="ensemble")
-    yield PackageConfig(runtime="python-paddle", layout="ensemble", kind="GPU", instance_count=2, version_policy="all")
+    yield PackageConfig(runtime="python-paddle", layout="ensemble", device="GPU", instance_count=2, version_policy="all")
     yield PackageConfig(runtime="onnxruntime", threads=2)
     for acc in ACCELERATORS[1:]:
-        yield PackageConfig(runtime="onnxruntime", kind="GPU", accelerator=acc)
+        yield PackageConfig(runtime="onnxruntime", device="GPU", accelerator=acc)
     for eng in FASTDEPLOY_ENGINES:
-        yield PackageConfig(runtime="fastdeploy", fastdeploy_engine=eng, kind="GPU" if eng == "tensorrt" else "CPU")
+        yield PackageConfig(runtime="fastdeploy", fastdeploy_engine=eng, device="GPU" if eng == "tensorrt" else "CPU")
     yield PackageConfig(runtime="python-onnxruntime", layout="ensemble", max_batch_size=0)
 
 
-@pytest.mark.parametrize("pc", list(_variants()), ids=lambda pc: f"{pc.runtime}-{pc.accelerator}-{pc.fastdeploy_engine}-{pc.kind}-mbs{pc.max_batch_size}")
+@pytest.mark.parametrize("pc", list(_variants()), ids=lambda pc: f"{pc.runtime}-{pc.accelerator}-{pc.fastdeploy_engine}-{pc.device}-mbs{pc.max_batch_size}")
 def test_every_config_round_trips_through_text_format(pc):
     configs = all_configs(SHAPE, pc)
     assert set(configs) == {"tnews", "tnews_tokenizer", "tnews_model", "tnews_postprocess"}
@@ -82,7 +82,7 @@ def test_instances_and_threads_default_to_the_cores(monkeypatch):
     assert (auto.instances, auto.engine_threads) == (4, 1)
     assert (PackageConfig(instance_count=1).instances, PackageConfig(instance_count=1).engine_threads) == (1, 4)
     assert PackageConfig(instance_count=3, threads=2).engine_threads == 2
-    assert PackageConfig(kind="GPU").instances == 1
+    assert PackageConfig(device="GPU").instances == 1
     model = all_configs(SHAPE, PackageConfig(layout="ensemble"))["tnews_model"]
     assert model.instance_group[0].count == 4 and model.parameters["threads"].string_value == "1"
     with pytest.raises(ConfigError, match="package.instance_count must be >= 0"):
@@ -90,7 +90,7 @@ def test_instances_and_threads_default_to_the_cores(monkeypatch):
 
 
 def test_backend_specific_fields():
-    trt = all_configs(SHAPE, PackageConfig(runtime="onnxruntime", kind="GPU", accelerator="tensorrt-int8"))["tnews_model"]
+    trt = all_configs(SHAPE, PackageConfig(runtime="onnxruntime", device="GPU", accelerator="tensorrt-int8"))["tnews_model"]
     assert trt.platform == "onnxruntime_onnx"
     acc = trt.optimization.execution_accelerators.gpu_execution_accelerator[0]
     assert acc.name == "tensorrt" and acc.parameters["precision_mode"] == "INT8"
@@ -104,7 +104,7 @@ def test_backend_specific_fields():
     assert not all_configs(SHAPE, PackageConfig(runtime="onnxruntime"))["tnews_model"].input[0].allow_ragged_batch
 
 
-@pytest.mark.parametrize("field,value", [("runtime", "tensorflow"), ("kind", "TPU"), ("max_batch_size", -1),
+@pytest.mark.parametrize("field,value", [("runtime", "tensorflow"), ("device", "TPU"), ("max_batch_size", -1),
                                          ("preferred_batch_size", 100), ("accelerator", "tensorrt-int8"), ("top_k", 0)])
 def test_bad_package_config_is_a_config_error(field, value):
     with pytest.raises(ConfigError, match=f"package.{field}"):
@@ -264,7 +264,7 @@ def test_failed_package_leaves_previous_bundle_untouched(tiny_export, tmp_path):
     before = json.loads((first.path / "bundle.json").read_text())
     # int8 asked for explicitly, but this export has no QDQ model for TensorRT: must fail before the swap.
     with pytest.raises(PackageError, match="no int8_qdq"):
-        write_repository(repo, "tiny", exp, PackageConfig(runtime="onnxruntime", kind="GPU", accelerator="tensorrt-int8", precision="int8"))
+        write_repository(repo, "tiny", exp, PackageConfig(runtime="onnxruntime", device="GPU", accelerator="tensorrt-int8", precision="int8"))
     with pytest.raises(BundleTooLarge):
         write_repository(repo, "tiny", exp, PackageConfig(runtime="python-onnxruntime", top_k=1), max_mb=0.01)
     assert json.loads((first.path / "bundle.json").read_text()) == before
@@ -281,11 +281,11 @@ def test_model_choice_per_runtime(tiny_export, tmp_path):
     assert choose_model(exp, PackageConfig()).form == "onnx_int8"
     assert choose_model(exp, PackageConfig(), preferred="fp32").form == "onnx_fp32"
     assert choose_model(exp, PackageConfig(), preferred="int8_qdq").form == "onnx_int8"  # no QDQ exported: INT8
-    assert choose_model(exp, PackageConfig(runtime="onnxruntime", kind="GPU")).form == "onnx_fp32"
+    assert choose_model(exp, PackageConfig(runtime="onnxruntime", device="GPU")).form == "onnx_fp32"
     assert choose_model(exp, PackageConfig(runtime="python-paddle")).form == "paddle_fp32"
     assert choose_model(exp, PackageConfig(runtime="fastdeploy", fastdeploy_engine="paddle")).model_file == "model.pdmodel"
     # auto falls back to fp32 when the int8 form the runtime needs was not exported
-    assert choose_model(exp, PackageConfig(runtime="onnxruntime", kind="GPU", accelerator="tensorrt-int8")).form == "onnx_fp32"
+    assert choose_model(exp, PackageConfig(runtime="onnxruntime", device="GPU", accelerator="tensorrt-int8")).form == "onnx_fp32"
 
 
 @pytest.mark.parametrize("runtime", ["onnxruntime", "fastdeploy", "python-paddle"])

@@ -30,7 +30,7 @@ SHAPE = BundleShape(task="cluener", num_labels=21, max_seq_len=64, model_file="m
 
 
 @pytest.mark.parametrize("pc", [PackageConfig(layout="ensemble"), PackageConfig(runtime="onnxruntime"),
-                                PackageConfig(runtime="python-paddle", kind="GPU", layout="ensemble"),
+                                PackageConfig(runtime="python-paddle", device="GPU", layout="ensemble"),
                                 PackageConfig(max_batch_size=0, layout="ensemble")],
                          ids=["python-ort", "native-ort", "python-paddle-gpu", "mbs0"])
 def test_ner_configs_round_trip(pc):

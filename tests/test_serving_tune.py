@@ -110,5 +110,5 @@ def test_a_windowed_kind_serves_two_instances_of_every_core_where_no_record_appl
         assert (built.instances, built.engine_threads) == (1, 1) and settings["chosen_by"] == "make tune"
     assert bundle_kind("classification").serving_defaults(ov) == (ov, None)  # batched: 1 x all cores
     for pc in (dataclasses.replace(ov, instance_count=1), dataclasses.replace(ov, threads=1),
-               PackageConfig(runtime="python-onnxruntime"), dataclasses.replace(ov, kind="GPU")):
+               PackageConfig(runtime="python-onnxruntime"), dataclasses.replace(ov, device="GPU")):
         assert bundle_kind("uie").serving_defaults(pc) == (pc, None)

@@ -38,7 +38,7 @@ class ServedEngine:
     # every core), or one single-thread instance per core
     one_instance: bool = False
 
-    # The package a GPU bundle (package.kind GPU) installs instead, at the same versions ("onnxruntime-gpu")
+    # The package a GPU bundle (package.device GPU) installs instead, at the same versions ("onnxruntime-gpu")
     gpu_distribution: str | None = None
     # What its engine imports without declaring it, as pip reads it, installed beside it: paddlepaddle 2.6.2 imports
     # setuptools when it loads, which a new Python 3.12 environment lacks (and the venv's own 65.5.0 cannot import

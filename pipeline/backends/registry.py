@@ -91,7 +91,7 @@ def onnx_int8_forms_ship(cfg, selected_runtime: str) -> bool:
     engine = cpu_engine(selected_runtime)
     if engine is None or engine.form is None:
         return True
-    return not (cfg.package.runtime == "auto" and cfg.package.kind == "CPU" and cfg.validate.only_shipped)
+    return not (cfg.package.runtime == "auto" and cfg.package.device == "CPU" and cfg.validate.only_shipped)
 
 
 def is_cpu_engine_form(rt: "Runtime") -> bool:

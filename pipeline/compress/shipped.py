@@ -128,7 +128,7 @@ def make(out_dir: Path, sources: ShippedInputs, rows, cfg, cpu, cache_dir: Path,
     ort_search = qdq_search = FormSearch({})
     if not onnx_int8_forms_ship(cfg, selected_runtime):
         log(f"[compress] ONNX INT8 forms (int8.onnx, int8_qdq.onnx) not built: the selected candidate runs in "
-            f"{selected_runtime}'s own form and nothing asks for them (package.runtime auto, package.kind CPU, "
+            f"{selected_runtime}'s own form and nothing asks for them (package.runtime auto, package.device CPU, "
             "validate.backends shipped)")
     elif qcfg.batch_independent_int8:
         log(f"[compress] INT8 ONNX of the selected architecture: the recipe search from {which} FP32 ONNX (cached)")

@@ -47,7 +47,7 @@ def params(cfg: TaskConfig) -> dict:
         # an engine's own form ships when package.runtime names it (registry.shipped_own_form_engines); the ONNX INT8
         # forms when the package or validate asks for them (registry.onnx_int8_forms_ship)
         **({"package_runtime": cfg.package.runtime} if cfg.package.runtime != "auto" else {}),
-        **({"package_kind": cfg.package.kind} if cfg.package.kind != "CPU" else {}),
+        **({"package_device": cfg.package.device} if cfg.package.device != "CPU" else {}),
         **({"validate_backends": [cfg.validate.backends, cfg.validate.chosen_backend]} if not cfg.validate.only_shipped else {}),
         "text_fields": [cfg.data.text_a, cfg.data.text_b, cfg.data.join],
         **get_kind(cfg).feature_params(cfg),

@@ -30,7 +30,7 @@ def params(cfg: TaskConfig) -> dict:
                       "max_p99_latency_ms": g.max_p99_latency_ms, "min_anchor_ratio": g.min_anchor_ratio},
             "max_seq_len": cfg.max_seq_len,
             # the backend is chosen among those on the bundle's device (named only for GPU: CPU keys stay as they were)
-            **({"package_kind": cfg.package.kind} if cfg.package.kind != "CPU" else {})}
+            **({"package_device": cfg.package.device} if cfg.package.device != "CPU" else {})}
 
 
 def inputs(cfg: TaskConfig) -> dict[str, str]:
@@ -117,7 +117,7 @@ def checked_backends(cfg: TaskConfig, runtimes: list, skipped: dict[str, str], s
 
     vcfg, pcfg = cfg.validate, cfg.package
     setting, names = vcfg.backends, [rt.name for rt in runtimes]
-    device = "gpu" if pcfg.kind == "GPU" else "cpu"
+    device = "gpu" if pcfg.device == "GPU" else "cpu"
     form = None if vcfg.chosen_backend != "auto" else selected_form(selected or {}, device)
     shipped = vcfg.chosen_backend if vcfg.chosen_backend != "auto" else (form.name if form is not None else None)
     if shipped is not None and shipped not in names:
@@ -189,7 +189,7 @@ def run(ctx):
     rows, benches = list(rows), dict(zip((r.backend for r in rows), benches))
     with ctx.phase("gates"):
         _fill_ratios(rows, benches, paired)
-        device = "gpu" if cfg.package.kind == "GPU" else "cpu"  # chosen among what the bundle will run on
+        device = "gpu" if cfg.package.device == "GPU" else "cpu"  # chosen among what the bundle will run on
         chosen, why = backend_to_verify([r for r in rows if r.device == device] or rows, cfg.validate.chosen_backend,
                                      cfg.gates.max_accuracy_drop, inp.meta.selected_candidate)
         ctx.log(f"[validate] verifying {chosen}: {why}")

@@ -66,9 +66,8 @@ FASTDEPLOY = {
                                                               "num_streams": str(pc.instances)}),
 }
 FASTDEPLOY_ENGINES = tuple(FASTDEPLOY)
-# package.kind: the device the bundle's models run on (Triton's instance_group kind), not a task kind: see
-# PackageConfig.kind.
-KINDS = ("CPU", "GPU")
+# package.device: the device the bundle's models run on (Triton's instance_group kind): see PackageConfig.device.
+DEVICES = ("CPU", "GPU")
 # ensemble: tokenizer -> model -> postprocess, three Triton models; fused: one python model doing all three
 # in one process (every task kind on a python runtime: two fewer IPC hops per request, and no other stub competing
 # with the engine's threads for the cores); auto: fused where it applies, else ensemble (the task kind decides:
@@ -118,13 +117,13 @@ class PackageConfig:
     # Reading comprehension and UIE (whole requests, nothing batched) get 2 x every core on OpenVINO instead
     # (``BundleKind.serving_defaults``); a make tune record measured for the bundle here overrides either.
     instance_count: int = 0
-    # The device the bundle's model runs on: CPU or GPU (the name is Triton's instance_group ``kind``, KIND_CPU /
-    # KIND_GPU, of the model that runs the engine; tokenization and post-processing stay on CPU; not a task kind,
-    # which is the config's ``type``).  It also decides the device validate verifies the shipped backend on (GPU:
+    # The device the bundle's model runs on: CPU or GPU (Triton's instance_group ``kind``, KIND_CPU / KIND_GPU, of
+    # the model that runs the engine; tokenization and post-processing stay on CPU; it was package.kind, a name
+    # that read as a task kind, which is the config's ``type``).  It also decides the device validate verifies the shipped backend on (GPU:
     # the GPU runtimes of pipeline.backends.registry, so FP32 or QDQ ONNX or Paddle's forms; int8.onnx's integer
     # MatMuls are CPU kernels), the packages the bundle's requirements install (onnxruntime-gpu, paddlepaddle-gpu)
     # and 1 instance per model by default.
-    kind: str = "CPU"
+    device: str = "CPU"
     threads: int = 0  # intra-op threads of each in-process engine instance; 0: cores / instances (see above)
     version_policy: str = "latest"
     top_k: int = 3
@@ -144,18 +143,18 @@ class PackageConfig:
             raise _config_error(f"package.precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.accelerator not in ACCELERATORS:
             raise _config_error(f"package.accelerator: {self.accelerator!r} is not one of {', '.join(ACCELERATORS)}")
-        if self.accelerator != "none" and (self.runtime != TRITON_ORT or self.kind != "GPU"):
-            raise _config_error("package.accelerator: TensorRT needs runtime: onnxruntime and kind: GPU")
+        if self.accelerator != "none" and (self.runtime != TRITON_ORT or self.device != "GPU"):
+            raise _config_error("package.accelerator: TensorRT needs runtime: onnxruntime and device: GPU")
         if self.fastdeploy_engine not in FASTDEPLOY_ENGINES:
             raise _config_error(
                 f"package.fastdeploy_engine: {self.fastdeploy_engine!r} is not one of {', '.join(FASTDEPLOY_ENGINES)}"
             )
-        if self.runtime == "fastdeploy" and FASTDEPLOY[self.fastdeploy_engine].gpu_only and self.kind != "GPU":
-            raise _config_error(f"package.fastdeploy_engine: {self.fastdeploy_engine} needs kind: GPU")
+        if self.runtime == "fastdeploy" and FASTDEPLOY[self.fastdeploy_engine].gpu_only and self.device != "GPU":
+            raise _config_error(f"package.fastdeploy_engine: {self.fastdeploy_engine} needs device: GPU")
         if self.api not in APIS:
             raise _config_error(f"package.api: {self.api!r} is not one of {', '.join(APIS)}")
-        if self.kind not in KINDS:
-            raise _config_error(f"package.kind: {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.device not in DEVICES:
+            raise _config_error(f"package.device: {self.device!r} is not one of {', '.join(DEVICES)}")
         if self.version_policy not in VERSION_POLICIES:
             raise _config_error(f"package.version_policy: {self.version_policy!r} is not one of {', '.join(VERSION_POLICIES)}")
         if not self.repository:
@@ -177,7 +176,7 @@ class PackageConfig:
         whose one request uses them all (OpenVINO), else one per core here (see ``instance_count``)."""
         if self.instance_count:
             return self.instance_count
-        return 1 if self.kind == "GPU" or self.engine_takes_every_core else _cores()
+        return 1 if self.device == "GPU" or self.engine_takes_every_core else _cores()
 
     @property
     def engine_takes_every_core(self) -> bool:

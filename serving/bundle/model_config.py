@@ -112,7 +112,7 @@ def schedule(cfg: mc.ModelConfig, pc: PackageConfig, *, scheduled: bool = True) 
         cfg.dynamic_batching.max_queue_delay_microseconds = pc.max_queue_delay_microseconds
     group = cfg.instance_group.add()
     group.count = pc.instances
-    group.kind = mc.ModelInstanceGroup.KIND_GPU if pc.kind == "GPU" else mc.ModelInstanceGroup.KIND_CPU
+    group.kind = mc.ModelInstanceGroup.KIND_GPU if pc.device == "GPU" else mc.ModelInstanceGroup.KIND_CPU
 
 
 def param(cfg: mc.ModelConfig, key: str, value) -> None:
@@ -178,7 +178,7 @@ def model_config(shape: BundleShape, pc: PackageConfig, per_token: bool = False)
     elif pc.backend == "fastdeploy":
         cfg.backend = "fastdeploy"
         accs = cfg.optimization.execution_accelerators
-        target = accs.gpu_execution_accelerator if pc.kind == "GPU" else accs.cpu_execution_accelerator
+        target = accs.gpu_execution_accelerator if pc.device == "GPU" else accs.cpu_execution_accelerator
         acc = target.add(name=pc.fastdeploy_engine)
         acc.parameters.update(FASTDEPLOY[pc.fastdeploy_engine].parameters(pc))
     else:  # pragma: no cover - PackageConfig validates runtime

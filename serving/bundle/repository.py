@@ -204,20 +204,20 @@ def choose_model(exp: ExportArtifacts, pc: PackageConfig, preferred: str | None 
         return _own_choice(exp, pc, want, python)
     if python is not None and python.reads_programs:
         return paddle()
-    if pc.runtime == "auto" or python is not None or (pc.runtime == TRITON_ORT and pc.kind == "CPU" and pc.accelerator == "none"):
+    if pc.runtime == "auto" or python is not None or (pc.runtime == TRITON_ORT and pc.device == "CPU" and pc.accelerator == "none"):
         if qdq_chosen and exp.onnx_int8_qdq is not None:
             return onnx("onnx_int8_qdq")
         return onnx("onnx_int8")  # ONNX Runtime's INT8 (int8.onnx: fixed scales unless the task asks per-batch): the CPU form
     if pc.runtime == TRITON_ORT:
         if pc.accelerator == "tensorrt-int8":
             return onnx("onnx_int8_qdq")  # TensorRT builds int8 engines from explicit Q/DQ
-        if pc.accelerator == "tensorrt-fp16" or pc.kind == "GPU":
+        if pc.accelerator == "tensorrt-fp16" or pc.device == "GPU":
             return onnx(None)  # int8.onnx's integer MatMuls are CPU kernels
         return onnx("onnx_int8")
     fd = FASTDEPLOY[pc.fastdeploy_engine]  # its form (serving.bundle.config.FASTDEPLOY says why)
     if fd.form is None:
         return paddle()
-    return onnx(fd.form if fd.form != "onnx_int8" or pc.kind == "CPU" else None)  # int8.onnx's kernels are CPU ones
+    return onnx(fd.form if fd.form != "onnx_int8" or pc.device == "CPU" else None)  # int8.onnx's kernels are CPU ones
 
 
 def _engine_properties(meta: dict, choice: ModelChoice) -> str:
@@ -240,7 +240,7 @@ def _served(pc: PackageConfig) -> ServedEngine:
 
 
 def _engine_needs(engine: ServedEngine, pc: PackageConfig) -> dict:
-    gpu = pc.kind == "GPU"
+    gpu = pc.device == "GPU"
     return {"module": engine.import_name, "install": engine.requirement(gpu),
             "distribution": (engine.gpu_distribution if gpu else None) or engine.distribution,
             "validated_version": engine.validated_version(), "requirements": requirements.FILE}
@@ -342,7 +342,7 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     shutil.copyfile(exp.meta, tmp / META_FILE)
     # What the python models import, at the validated versions: the Dockerfile installs it
     (tmp / requirements.FILE).write_text(requirements.requirements_text(_served(pc) if pc.backend == "python" else None,
-                                                                        gpu=pc.kind == "GPU"), encoding="utf-8")
+                                                                        gpu=pc.device == "GPU"), encoding="utf-8")
     return shape
 
 
@@ -462,8 +462,8 @@ def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) 
     model_line = (f"- `{names.model}` ({pc.backend} backend, runtime `{pc.runtime}`): {choice.precision} model from `{choice.form}`"
                   + (f", TensorRT {pc.accelerator}" if pc.accelerator != "none" else "") + ".")
     batching = (f"- Batching: max_batch_size {pc.max_batch_size}, preferred {pc.preferred_batch_size}, queue delay "
-                f"{pc.max_queue_delay_microseconds} µs; {pc.instances} {pc.kind} instance(s) per model"
-                + (f", {pc.engine_threads} engine thread(s) each." if pc.kind == "CPU" else "."))
+                f"{pc.max_queue_delay_microseconds} µs; {pc.instances} {pc.device} instance(s) per model"
+                + (f", {pc.engine_threads} engine thread(s) each." if pc.device == "CPU" else "."))
     return kind.card_lines(names, pc, meta, model_line, batching, choice)
 
 

@@ -5,7 +5,7 @@ bundle was validated with, and nothing keeps a second list by hand.  It is gener
 
 - the packages every python model imports (``SERVED_PACKAGES``: numpy, tokenizers) and, on the python backend, the
   engine its model runs in (``pipeline.backends.registry``'s ``ServedEngine``: ``onnxruntime``, ``openvino``,
-  ``paddlepaddle``; the GPU package for a ``package.kind: GPU`` bundle), with what the engine imports without
+  ``paddlepaddle``; the GPU package for a ``package.device: GPU`` bundle), with what the engine imports without
   declaring it (``ServedEngine.undeclared``: setuptools for Paddle);
 - each pinned to the version installed here: the one ``requirements.lock`` installs, which validated the bundle.
 

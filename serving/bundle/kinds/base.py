@@ -162,7 +162,7 @@ class BundleKind:
         return [f"- `{names.ensemble}` ({kind}; FastDeploy's ERNIE 3.0 serving interface): {self.fastdeploy_io}.",
                 f"- Models: `{names.tokenizer}` (WordPiece, max_seq_len {meta['max_seq_len']}), `{names.model}` ({engine}), "
                 f"`{names.postprocess}`." if not names.fused else f"- Inside: WordPiece, {engine}, {self.post_steps}.",
-                f"- Batching: max_batch_size {pc.max_batch_size}; {pc.instances} {pc.kind} instance(s) per model."]
+                f"- Batching: max_batch_size {pc.max_batch_size}; {pc.instances} {pc.device} instance(s) per model."]
 
 
 class WindowedKind(BundleKind):
@@ -242,7 +242,7 @@ class WindowedKind(BundleKind):
     def batching_line(self, pc: PackageConfig, items: str, fused: bool) -> str:
         """The model card's batching line: nothing batched by Triton; ``items`` per request, instances."""
         return (f"- Batching: none by Triton (max_batch_size 0: windows per request vary); up to "
-                f"{pc.max_batch_size or 'any number of'} {items} per request, {pc.instances} {pc.kind} instance(s)"
+                f"{pc.max_batch_size or 'any number of'} {items} per request, {pc.instances} {pc.device} instance(s)"
                 f"{'' if fused else ' per model'}.")
 
     def serving_defaults(self, pc: PackageConfig) -> tuple[PackageConfig, str | None]:
@@ -251,7 +251,7 @@ class WindowedKind(BundleKind):
         hand-offs) runs while the engine waits; a second instance runs its engine meanwhile.  Every make tune of a
         windowed bundle chose this (CMRC2018 on Intel: 1.29x at c16, level at c1; UIE fused and ensemble on AMD:
         1.11x and 1.09x at c16, level at c1; MEASUREMENTS.md), and two instances x one thread lost c1 by 0.6x."""
-        if pc.instance_count or pc.threads or pc.kind != "CPU" or not pc.engine_takes_every_core:
+        if pc.instance_count or pc.threads or pc.device != "CPU" or not pc.engine_takes_every_core:
             return pc, None
         cores = pc.engine_threads  # one instance's: every core
         return (dataclasses.replace(pc, instance_count=2, threads=cores),

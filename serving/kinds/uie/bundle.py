@@ -108,7 +108,7 @@ class UniversalExtraction(WindowedKind):
             "'end', 'probability', 'text'[, 'relation']}]}, as FastDeploy's grpc_client.py reads it (ast.literal_eval).",
             f"- Inside: WordPiece windows (max_seq_len {meta['max_seq_len']}, doc_stride {u['doc_stride']}, prompts of at "
             f"most {u['max_prompt_len']} tokens), {engine} in-process, spans.decode_spans (>= {u['position_prob']}).",
-            f"- {pc.instances} {pc.kind} instance(s), {pc.engine_threads} engine thread(s) each; the schema sent last is "
+            f"- {pc.instances} {pc.device} instance(s), {pc.engine_threads} engine thread(s) each; the schema sent last is "
             "remembered per instance, as FastDeploy's UIEModel.set_schema.",
         ]
 
