@@ -115,8 +115,9 @@ def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, arch:
         name = (r["settings"].get("int8_recipe") or {}).get("name", "?")
         forms[f"openvino-int8 ({_label(_arch(r))}, {name})"] = path
     covered = {_arch(r) for r in rows if r.get("runtime") == "openvino"} | ({arch} if shipped.is_file() else set())
-    sources = {Architecture(): fp32, **{_arch(r): compress_out / r["model_path"] for r in rows  # each one's FP32 ONNX
-                                        if r.get("model_path") and r["quantization"] == "none" and _arch(r).pruned}}
+    # each architecture's FP32 ONNX: what its candidates were made from (there also when its FP32 one was screened out)
+    sources = {Architecture(): fp32, **{_arch(r): compress_out / r["source_onnx"] for r in rows
+                                        if r.get("source_onnx") and _arch(r).pruned}}
     for a, source in sources.items():
         if a not in covered and source.is_file():
             from pipeline.backends.openvino.quantize import build

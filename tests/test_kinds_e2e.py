@@ -381,7 +381,7 @@ def test_other_strategies_on_span_kinds(kind, strategy, expected, tmp_path):
                 "data": {"dir": str(write_tiny_cmrc(tmp_path / "data")), "format": "squad", "train_file": "trial.json",
                          "dev_file": "dev.json", "labels_file": None},
                 "reading": {"doc_stride": 12, "max_query_len": 12, "max_answer_len": 8}}
-    task["compress"] = {"strategy": strategy, "width_mult_list": ["1/2"], "num_train_epochs": 1, "runtime": "paddle"}
+    task["compress"] = {"strategy": strategy, "width_mult_list": ["1/2"], "num_train_epochs": 1, "candidate_format": "paddle"}
     task_yaml = tmp_path / "task.yaml"
     task_yaml.write_text(yaml.safe_dump(task, allow_unicode=True), encoding="utf-8")
     overrides = {**TINY_MODEL_OVERRIDES, **FAST_STAGES, "finetune.epochs": 2, "gates.min_accuracy": 0.0, "max_seq_len": task["max_seq_len"]}
