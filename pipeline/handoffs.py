@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.compress.architecture import Architecture
 from pipeline.contract import META_FILE
 from pipeline.errors import ModelError
 
@@ -113,7 +114,7 @@ class SelectedCandidate:
 
     @property
     def pruned(self) -> bool:
-        return self.width_mult < 1.0 or self.depth_mult < 1.0
+        return Architecture(self.width_mult, self.depth_mult).pruned
 
     @property
     def paddle_int8(self) -> bool:

@@ -5,8 +5,9 @@
 
 Speed: every (width, layers) architecture's FP32 ONNX, untrained, and each engine's ``speed_form`` INT8 of it, timed
 in compress's interleaved rounds against the unpruned FP32 (the screen's method).  Accuracy: the architecture
-distilled as compress distils a width (importance order, narrowing, then the layers DynaBERT keeps, each student
-layer matched to the teacher layer it came from), with compress's plateau rule, scored in Paddle FP32 on all of dev.
+distilled as compress distils it (``dynabert.prune`` itself: importance order, narrowing, the layers DynaBERT keeps,
+each student layer matched to the teacher layer it came from, compress's plateau rule), scored in ONNX Runtime FP32
+on all of dev.
 Prints ratios and writes JSON (``--out``).  Not part of the product: a one-off measurement kept for its method.
 """
 
@@ -23,23 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pipeline  # noqa: E402,F401  (before paddle)
 
 
-def _architecture(model_dir: Path, num_labels: int, width: float, layers: int, out: Path, student=None) -> Path:
-    from pipeline.backends.onnxruntime.convert import export_onnx
-    from pipeline.backends.paddle.convert import export_static
-    from pipeline.compress.dynabert import drop_layers, kept_layers, narrow_model, pruned_sizes
-    from pipeline.modeling import load_classifier
-
-    if student is None:
-        model = load_classifier(model_dir, num_labels)
-        heads, neurons = pruned_sizes(model.config.num_attention_heads, model.config.intermediate_size, width)
-        student = narrow_model(model, heads, neurons)
-        n = student.config.num_hidden_layers
-        if layers < n:
-            drop_layers(student, kept_layers(n, layers / n))
-    infer = export_static(student, out / "infer", "int64")
-    return export_onnx(infer, out / "model.onnx", 13)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="tnews")
@@ -52,16 +36,24 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("runs/depth_probe/depth_probe.json"))
     args = ap.parse_args(argv)
 
+    from pipeline.backends.onnxruntime.convert import export_onnx
+    from pipeline.backends.paddle.convert import export_static
     from pipeline.backends.registry import cpu_engine
+    from pipeline.compress.architecture import Architecture
     from pipeline.compress.build import _plateau
-    from pipeline.compress.dynabert import (EVAL_BATCH, compute_importance, distill, drop_layers, kept_layers,
-                                            narrow_model, pruned_sizes, reorder_by_importance)
+    from pipeline.compress.dynabert import prune
+    from pipeline.compress.screen import narrowed_onnx
     from pipeline.config import load_task_config
-    from pipeline.evaluation import interleaved_throughput
+    from pipeline.evaluation import evaluate_session, interleaved_throughput
     from pipeline.kinds import get_kind, load_task_data
     from pipeline.modeling import load_classifier
     from pipeline.quantization.select import search_rows
     from pipeline.tokenizer import Tokenizer
+
+    def arch_of(text: str) -> tuple[Architecture, int]:
+        """"0.6667:4" -> (width 2/3 at 4 of the model's layers, 4)."""
+        layers = int(text.split(":")[1])
+        return Architecture(float(text.split(":")[0]), layers / total_layers), layers
 
     cfg = load_task_config(args.task)
     kind, data = get_kind(cfg), load_task_data(cfg)
@@ -69,19 +61,23 @@ def main(argv=None) -> int:
     dev = kind.featurize(tok, data.dev.examples, cfg)
     rows = search_rows(cfg, tok, data.train.examples, kind)
     n_labels = len(data.labels)
+    total_layers = load_classifier(args.model_dir, n_labels).config.num_hidden_layers
+    unpruned = args.work_dir / "unpruned"
     result = json.loads(args.out.read_text()) if args.out.is_file() else {}
     args.work_dir.mkdir(parents=True, exist_ok=True)
 
     if args.speed:
         sessions = {}
+        fp32_onnx = lambda: export_onnx(export_static(load_classifier(args.model_dir, n_labels), unpruned / "infer"),  # noqa: E731
+                                        unpruned / "model.onnx")
         for arch in args.archs:
-            w, n = float(arch.split(":")[0]), int(arch.split(":")[1])
-            fp32 = _architecture(args.model_dir, n_labels, w, n, args.work_dir / f"w{w:g}-l{n}")
+            a, _ = arch_of(arch)
+            fp32 = narrowed_onnx(args.model_dir, n_labels, a, args.work_dir, "int64", 13, fp32_onnx)
             if arch == args.archs[0]:
                 sessions[f"{arch} fp32"] = cpu_engine("onnxruntime").open(fp32, "fp32", {})
             for e in args.engines:
                 engine = cpu_engine(e)
-                path = args.work_dir / f"w{w:g}-l{n}" / e / engine.candidate_file
+                path = args.work_dir / a.name / e / engine.candidate_file
                 path.parent.mkdir(parents=True, exist_ok=True)
                 engine.speed_form(fp32, path, rows, cfg)
                 sessions[f"{arch} {e}-int8"] = engine.open(path, "int8", engine.settings(cfg))
@@ -93,28 +89,20 @@ def main(argv=None) -> int:
             print(f"{name:24s} {med:5.2f}x FP32 [{lo:.2f}-{hi:.2f}]")
 
     for arch in args.train:
-        w, n = float(arch.split(":")[0]), int(arch.split(":")[1])
+        a, n = arch_of(arch)
         t0 = time.monotonic()
-        teacher = load_classifier(args.model_dir, n_labels)
-        model = load_classifier(args.model_dir, n_labels)
-        reorder_by_importance(model, compute_importance(model, rows.held, batch_size=EVAL_BATCH))
-        heads, neurons = pruned_sizes(model.config.num_attention_heads, model.config.intermediate_size, w)
-        student = narrow_model(model, heads, neurons)
-        total = student.config.num_hidden_layers
-        keep = kept_layers(total, n / total) if n < total else list(range(total))
-        drop_layers(student, keep)
         c = cfg.compress
-        best = distill(student, teacher, kind.for_training(kind.featurize(tok, data.train.examples, cfg), c.seed),
-                       rows.held, epochs=c.num_train_epochs, learning_rate=c.learning_rate,
-                       batch_size=c.per_device_train_batch_size, max_steps=c.max_steps, seed=c.seed,
-                       desc=f"w{w:g} l{n}", plateau=_plateau(c), teacher_layers=keep)
-        fp32 = _architecture(args.model_dir, n_labels, w, n, args.work_dir / f"trained-w{w:g}-l{n}", student=student)
-        session = cpu_engine("onnxruntime").open(fp32, "fp32", {})
-        from pipeline.evaluation import evaluate_session
-        acc = evaluate_session(session, dev, 64).metric
-        result.setdefault("trained", {})[arch] = {"kept": keep, "heldout": best, "dev": acc,
+        logs = []
+        out = prune(args.model_dir, a, kind.for_training(kind.featurize(tok, data.train.examples, cfg), c.seed), rows.held,
+                    max_seq_len=cfg.max_seq_len, out_dir=args.work_dir / f"trained-{a.name}", epochs=c.num_train_epochs,
+                    learning_rate=c.learning_rate, batch_size=c.per_device_train_batch_size, max_steps=c.max_steps,
+                    seed=c.seed, plateau=_plateau(c), log=lambda m: (logs.append(m), print(m)))
+        best = float(logs[-1].rsplit(" ", 1)[1])  # prune's last line: "dynabert <arch>: best held-out accuracy 0.5230"
+        fp32 = export_onnx(export_static(load_classifier(out, n_labels), out / "infer"), out / "model.onnx")
+        acc = evaluate_session(cpu_engine("onnxruntime").open(fp32, "fp32", {}), dev, 64).metric
+        result.setdefault("trained", {})[arch] = {"architecture": a.name, "layers": n, "heldout": best, "dev": acc,
                                                  "seconds": time.monotonic() - t0}
-        print(f"w{w:g} l{n} (layers {keep}): held-out {best:.4f}, dev {acc:.4f}, {time.monotonic() - t0:.0f} s")
+        print(f"{a.name} ({n} layers): held-out {best:.4f}, dev {acc:.4f}, {time.monotonic() - t0:.0f} s")
         args.out.write_text(json.dumps(result, indent=1))
     args.out.write_text(json.dumps(result, indent=1))
     return 0

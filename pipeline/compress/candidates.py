@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from pipeline.compress.architecture import Architecture
 from pipeline.kinds.base import FeatureSet
 
 
@@ -44,9 +45,7 @@ class Candidate:
     depth_mult: float = 1.0  # the share of encoder layers it keeps
 
     @property
-    def architecture(self):
-        from pipeline.compress.architecture import Architecture
-
+    def architecture(self) -> Architecture:
         return Architecture(self.width_mult, self.depth_mult)
 
     def within(self, max_accuracy_drop: float) -> bool:

@@ -270,8 +270,7 @@ def prune(
         best = distill(
             student, teacher, train, heldout,
             epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, log=log,
-            desc=f"dynabert {arch.name}", plateau=plateau,
-            teacher_layers=keep if len(keep) < cfg.num_hidden_layers else None,
+            desc=f"dynabert {arch.name}", plateau=plateau, teacher_layers=keep,
         )
     log(f"dynabert {arch.name}: best held-out {heldout.kind.metric_label} {best:.4f}")
     save_pruned(student, model_dir, out_dir)
