@@ -19,8 +19,10 @@ import pytest
 from pipeline.contract import ExportLayout
 
 
+# No size gate: a tiny model is mostly its unquantized embeddings, and its OpenVINO IR (when this CPU selects it)
+# mostly XML, larger than its whole FP32 ONNX.
 QUICK_EXPORT = {"compress.strategy": "ptq", "compress.throughput_batches": 1, "compress.timing_rounds": 2,
-                "compress.algo_list": "[mse]", "compress.batch_size_list": "[4]", "gates.max_int8_size_ratio": 1,
+                "compress.algo_list": "[mse]", "compress.batch_size_list": "[4]", "gates.max_int8_size_ratio": "null",
                 "gates.max_accuracy_drop": 100}
 
 

@@ -88,7 +88,8 @@ FAST_STAGES = {
     "validate.dev_benchmark_limit": 32, "gates.min_throughput_ratio": 0.0, "gates.min_anchor_ratio": 0.0,
     "gates.max_accuracy_drop": 100.0,
     "package.threads": 1, "package.max_batch_size": 8, "package.preferred_batch_size": 4,
-    "gates.max_int8_size_ratio": 1.0,  # tiny models are mostly (unquantized) position embeddings
+    # no size gate: a tiny model is mostly (unquantized) position embeddings, and its OpenVINO IR mostly XML
+    "gates.max_int8_size_ratio": None,
 }
 
 
@@ -102,7 +103,7 @@ def _run_bundle(tmp_path: Path, task: dict, extra: dict):
     overrides = {**TINY_MODEL_OVERRIDES, **FAST_STAGES, "package.repository": str(tmp_path / "repo"), **extra}
     args = ["run", "--task", str(task_yaml), "--runs-dir", str(runs)]
     for k, v in overrides.items():
-        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) else v}"]
+        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) or v is None else v}"]
     assert main(args) == 0
     # Right after a run every stage is current, the package stage included (its bundle is checked in place).
     from pipeline.config import load_task_config
@@ -348,7 +349,7 @@ def test_uie_with_a_paddleslim_act_config(tmp_path, capsys):
     args = ["run", "--task", str(task_yaml), "--runs-dir", str(tmp_path / "runs"), "--act-config", str(act_yaml),
             "--until", "compress"]
     for k, v in overrides.items():
-        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) else v}"]
+        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) or v is None else v}"]
     capsys.readouterr()
     assert main(args) != 0
     captured = capsys.readouterr()
@@ -387,7 +388,7 @@ def test_other_strategies_on_span_kinds(kind, strategy, expected, tmp_path):
     overrides = {**TINY_MODEL_OVERRIDES, **FAST_STAGES, "finetune.epochs": 2, "gates.min_accuracy": 0.0, "max_seq_len": task["max_seq_len"]}
     args = ["run", "--task", str(task_yaml), "--runs-dir", str(tmp_path / "runs"), "--until", "compress"]
     for k, v in overrides.items():
-        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) else v}"]
+        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) or v is None else v}"]
     assert main(args) == 0
     table = json.loads((tmp_path / "runs" / task["task"] / "compress" / "out" / "candidates.json").read_text())
     cands = {c["name"]: c for c in table["candidates"]}

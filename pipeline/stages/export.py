@@ -113,7 +113,7 @@ def run(ctx):
                        qdq_heldout_drop_points=searches.qdq.heldout_drop_points)
     gate = None
     limit = cfg.gates.max_int8_size_ratio
-    if ratio > limit:
+    if limit is not None and ratio > limit:
         gate = (f"{form(sized).path} is {100 * ratio:.1f}% of {form('onnx_fp32').path}, above gates.max_int8_size_ratio "
                 f"{100 * limit:.0f}% by {100 * (ratio - limit):.1f} points")
     sizes = ([f"INT8 {metrics['onnx_int8_mb']:.1f} MB", f"QDQ {metrics['onnx_int8_qdq_mb']:.1f} MB"] if "int8" in stats else
