@@ -114,6 +114,11 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.jso
 INT8_SEARCH_FILE = "int8_search.json"
 
 
+def _under_root(name: str) -> property:
+    """An ``ExportLayout`` path that is not a form's: ``root / name``."""
+    return property(lambda self: Path(self.root) / name, doc=f"root / {name!r}")
+
+
 @dataclass(frozen=True)
 class ExportLayout:
     """The export stage's output directory: every path in it is named here."""
@@ -132,21 +137,10 @@ class ExportLayout:
     def present(self) -> Iterator[Form]:
         return (f for f in FORMS.values() if self.has(f.name))
 
-    @property
-    def tokenizer_dir(self) -> Path:
-        return Path(self.root) / TOKENIZER_DIR
-
-    @property
-    def labels(self) -> Path:
-        return Path(self.root) / LABELS_FILE
-
-    @property
-    def meta(self) -> Path:
-        return Path(self.root) / META_FILE
-
-    @property
-    def int8_search(self) -> Path:
-        return Path(self.root) / INT8_SEARCH_FILE
+    tokenizer_dir = _under_root(TOKENIZER_DIR)
+    labels = _under_root(LABELS_FILE)
+    meta = _under_root(META_FILE)
+    int8_search = _under_root(INT8_SEARCH_FILE)
 
     def bytes(self, form_name: str) -> int:
         """What the form weighs on disk (an IR with its weights; a program directory whole)."""

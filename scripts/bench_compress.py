@@ -119,11 +119,11 @@ def _ptq_grid(bench: Bench, fp32: Path, grid, calib, work: Path) -> tuple[float,
 def _pruned(a, cfg, train, dev, work: Path) -> Path | None:
     if a.prune_width and not a.pruned_model_dir:
         from pipeline.compress.architecture import Architecture
-        from pipeline.compress.dynabert import prune
+        from pipeline.compress.dynabert import Schedule, prune
 
-        return prune(a.model_dir, Architecture(parse_width(a.prune_width)), train, dev, max_seq_len=cfg.max_seq_len,
-                     out_dir=work / "pruned", epochs=1, learning_rate=2e-5, batch_size=32, max_steps=a.prune_steps,
-                     seed=42)
+        return prune(a.model_dir, Architecture(parse_width(a.prune_width)), train, dev,
+                     Schedule(epochs=1, learning_rate=2e-5, batch_size=32, max_steps=a.prune_steps, seed=42),
+                     out_dir=work / "pruned")
     return a.pruned_model_dir
 
 

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     from pipeline.backends.paddle.convert import export_static
     from pipeline.backends.registry import cpu_engine
     from pipeline.compress.architecture import Architecture
-    from pipeline.compress.build import _plateau
+    from pipeline.compress.build import distillation_schedule
     from pipeline.compress.dynabert import prune
     from pipeline.compress.screen import narrowed_onnx
     from pipeline.config import load_task_config
@@ -94,9 +94,8 @@ def main(argv=None) -> int:
         c = cfg.compress
         logs = []
         out = prune(args.model_dir, a, kind.for_training(kind.featurize(tok, data.train.examples, cfg), c.seed), rows.held,
-                    max_seq_len=cfg.max_seq_len, out_dir=args.work_dir / f"trained-{a.name}", epochs=c.num_train_epochs,
-                    learning_rate=c.learning_rate, batch_size=c.per_device_train_batch_size, max_steps=c.max_steps,
-                    seed=c.seed, plateau=_plateau(c), log=lambda m: (logs.append(m), print(m)))
+                    distillation_schedule(c), out_dir=args.work_dir / f"trained-{a.name}",
+                    log=lambda m: (logs.append(m), print(m)))
         best = float(logs[-1].rsplit(" ", 1)[1])  # prune's last line: "dynabert <arch>: best held-out accuracy 0.5230"
         fp32 = export_onnx(export_static(load_classifier(out, n_labels), out / "infer"), out / "model.onnx")
         acc = evaluate_session(cpu_engine("onnxruntime").open(fp32, "fp32", {}), dev, 64).metric

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.contract import cpu_flags, missing_int8_flags
+from serving import procfs
 from serving.triton.integrity import BundleIntegrityError, clear_bytecode, verify_bundle
 
 # The image's entrypoint (the Dockerfile's, the Kubernetes and KServe commands): its engine check is this launcher's.
@@ -321,26 +322,13 @@ class TritonServer:
 def process_start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid, its identity
     (a pid is reused; a pid and its start time are not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return None if fields[0] == "Z" else int(fields[19])  # a zombie has exited: only its parent's wait is missing
+    proc = procfs.read_stat(pid)
+    return None if proc is None or proc.exited else proc.start_time
 
 
 def group_members(pgid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":  # a zombie has exited: nothing left to end
-                out.append(int(entry.name))
-    return out
+    """The live processes of group ``pgid`` (a zombie has exited: nothing left to end)."""
+    return [s.pid for s in procfs.processes() if s.pgrp == pgid and not s.exited]
 
 
 # What a server of ours runs: a recorded group is only ever reaped of these (a state file can be forged or stale,

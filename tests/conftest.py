@@ -42,6 +42,22 @@ TINY_MODEL_OVERRIDES = {
 }
 
 
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """``ernie-bundle <argv>`` in this process: its exit code, stdout and stderr."""
+    from pipeline.cli import main
+
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def refusal_line(err: str) -> str:
+    """The single line of a refusal (exit 2): everything on stderr, no traceback."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
 def make_sentence(rng: random.Random, label: int) -> str:
     n = rng.randint(6, 20)
     chars = [rng.choice(CLASS_CHARS[label]) if rng.random() < 0.4 else rng.choice(FILLER) for _ in range(n)]

@@ -147,12 +147,16 @@ def write_squad_dev(path: Path, n_contexts: int = 10, seed: int = 0) -> Path:
     return path
 
 
+def _dev_data(root: Path, write, train_file: str) -> Path:
+    """A data dir whose dev set (written by ``write``) is also its training file: the task loader reads both."""
+    write(root / "dev.json")
+    shutil.copyfile(root / "dev.json", root / train_file)
+    return root
+
+
 @pytest.fixture(scope="session")
 def ner_data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("cluener_data")
-    write_cluener_dev(root / "dev.json")
-    shutil.copyfile(root / "dev.json", root / "train.json")  # the task loader reads both splits
-    return root
+    return _dev_data(tmp_path_factory.mktemp("cluener_data"), write_cluener_dev, "train.json")
 
 
 def run_until_export(root: Path, task: dict, epochs: int = 12) -> Path:
@@ -196,10 +200,7 @@ def ner_bundle(ner_export, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def mrc_data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("cmrc_data")
-    write_squad_dev(root / "dev.json")
-    shutil.copyfile(root / "dev.json", root / "trial.json")  # the task loader reads both files
-    return root
+    return _dev_data(tmp_path_factory.mktemp("cmrc_data"), write_squad_dev, "trial.json")
 
 
 @pytest.fixture(scope="session")
@@ -221,6 +222,77 @@ def mrc_bundle(mrc_export, tmp_path_factory) -> Path:
 
     pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, max_text_bytes=4096)
     return write_repository(tmp_path_factory.mktemp("mrc_repo"), "cmrc2018", ExportArtifacts.from_dir(mrc_export), pc).path
+
+
+@pytest.fixture(scope="session")
+def tiny_dev(tiny_finetuned) -> tuple[list[str], list[str]]:
+    """The tiny dev set's texts and labels, as its dev.json holds them."""
+    rows = [json.loads(line) for line in (tiny_finetuned["data_dir"] / "dev.json").read_text(encoding="utf-8").splitlines()]
+    return [r["sentence"] for r in rows], [r["label"] for r in rows]
+
+
+def dev_examples(task: str, data_fixture: str, kind: str):
+    """A module fixture: the dev examples validate scored for ``task`` on ``data_fixture``'s data (read as the smoke
+    test reads them)."""
+    @pytest.fixture(scope="module")
+    def dev(request):
+        from serving.tools.smoke import _dev_examples
+
+        return _dev_examples(task, request.getfixturevalue(data_fixture), kind)
+    return dev
+
+
+def opened_bundle(bundle_fixture: str):
+    """A module fixture: ``bundle_fixture``'s bundle opened offline (``serving.tools.offline.BundleModel``)."""
+    @pytest.fixture(scope="module")
+    def bundle(request):
+        from serving.tools.offline import BundleModel
+
+        return BundleModel.open(request.getfixturevalue(bundle_fixture))
+    return bundle
+
+
+def served(bundle_fixture: str):
+    """A module fixture: a tritonserver serving ``bundle_fixture``'s bundle.  Stopped, it must exit 0 and leave nothing
+    in the bundle but the bytecode Triton's stubs cache (their interpreters ignore PYTHONDONTWRITEBYTECODE), which
+    the launcher clears before the next start."""
+    @pytest.fixture(scope="module")
+    def server(request, tmp_path_factory):
+        from serving.server import start_server
+        from serving.triton.integrity import clear_bytecode, verify_bundle
+
+        bundle = request.getfixturevalue(bundle_fixture)
+        srv = start_server(bundle, log_path=tmp_path_factory.mktemp(f"triton_{bundle_fixture}") / "server.log", timeout=120)
+        yield srv
+        assert srv.stop() == 0, srv.log_tail()
+        verify_bundle(bundle, allow_bytecode=True)
+        clear_bytecode(bundle)
+        verify_bundle(bundle)
+    return server
+
+
+def concurrently(items: list, open_client, ask, clients: int = 6) -> list:
+    """``ask(client, item)`` for every item, from ``clients`` threads at once, each with its own ``open_client()``
+    (thread k asks items k, k + clients, ...); the answers in the items' order.  Fails on any thread's error."""
+    import threading
+
+    got, errors = [None] * len(items), []
+
+    def worker(k):
+        try:
+            with open_client() as client:
+                for i in range(k, len(items), clients):
+                    got[i] = ask(client, items[i])
+        except Exception as exc:  # noqa: BLE001  (raised below, in the test's thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return got
 
 
 def tool_or_skip(find, error: type, require_env: str):

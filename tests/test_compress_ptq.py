@@ -3,6 +3,8 @@ failures ``pipeline.backends.paddle.quantize.ptq`` works around."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -95,28 +97,32 @@ def test_calibration_checks():
     check_calibration(12, grid)
 
 
-def test_upstream_avg_crashes_on_ernie_0d_activations(tiny):
-    """Pin: stock PostTrainingQuantization(algo="avg") raises IndexError on ERNIE's 0-d activations.
-
-    ``pipeline.backends.paddle.quantize.ptq._PostTrainingQuantization`` fixes it; when this test fails, upstream fixed it.
-    """
+@contextlib.contextmanager
+def _stock_ptq(tiny, algo: str):
+    """Paddle's own PostTrainingQuantization of the tiny static model (2 calibration rows), in static mode."""
     import paddle
     from paddle.static.quantization import PostTrainingQuantization
 
     paddle.enable_static()
     try:
-        exe = paddle.static.Executor(paddle.CPUPlace())
         scope = paddle.static.Scope()
         with paddle.static.scope_guard(scope):
-            ptq = PostTrainingQuantization(
-                executor=exe, scope=scope, model_dir=str(tiny["static"]), model_filename="model.pdmodel",
-                params_filename="model.pdiparams", data_loader=calibration_loader(tiny["train"].subset(range(4)), 2),
-                batch_size=2, batch_nums=1, algo="avg", quantizable_op_type=["matmul_v2"],
-            )
-            with pytest.raises(IndexError):
-                ptq.quantize()
+            yield PostTrainingQuantization(
+                executor=paddle.static.Executor(paddle.CPUPlace()), scope=scope, model_dir=str(tiny["static"]),
+                model_filename="model.pdmodel", params_filename="model.pdiparams",
+                data_loader=calibration_loader(tiny["train"].subset(range(4)), 2), batch_size=2, batch_nums=1, algo=algo,
+                quantizable_op_type=["matmul_v2"])
     finally:
         paddle.disable_static()
+
+
+def test_upstream_avg_crashes_on_ernie_0d_activations(tiny):
+    """Pin: stock PostTrainingQuantization(algo="avg") raises IndexError on ERNIE's 0-d activations.
+
+    ``pipeline.backends.paddle.quantize.ptq._PostTrainingQuantization`` fixes it; when this test fails, upstream fixed it.
+    """
+    with _stock_ptq(tiny, "avg") as ptq, pytest.raises(IndexError):
+        ptq.quantize()
 
 
 def test_upstream_min_max_inserts_no_quantization(tiny, tmp_path):
@@ -124,23 +130,9 @@ def test_upstream_min_max_inserts_no_quantization(tiny, tmp_path):
 
     Our subclass turns its ranges into fake-quant ops (test_every_algo_quantizes_and_runs_int8[min_max]).
     """
-    import paddle
-    from paddle.static.quantization import PostTrainingQuantization
-
-    paddle.enable_static()
-    try:
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            ptq = PostTrainingQuantization(
-                executor=exe, scope=scope, model_dir=str(tiny["static"]), model_filename="model.pdmodel",
-                params_filename="model.pdiparams", data_loader=calibration_loader(tiny["train"].subset(range(4)), 2),
-                batch_size=2, batch_nums=1, algo="min_max", quantizable_op_type=["matmul_v2"],
-            )
-            ptq.quantize()
-            ptq.save_quantized_model(str(tmp_path / "mm"), model_filename="model.pdmodel", params_filename="model.pdiparams")
-    finally:
-        paddle.disable_static()
+    with _stock_ptq(tiny, "min_max") as ptq:
+        ptq.quantize()
+        ptq.save_quantized_model(str(tmp_path / "mm"), model_filename="model.pdmodel", params_filename="model.pdiparams")
     assert not any(t.startswith("fake_") for t in _op_types(tmp_path / "mm"))
 
 

@@ -43,17 +43,15 @@ def test_missing_split(tmp_path):
         load_task_data(_cfg(tmp_path, d))
 
 
-def test_malformed_json_line_names_file_and_line(tmp_path):
+@pytest.mark.parametrize("split_file, lineno, line, message", [
+    ("train.json", 7, '{"label": "100", "sentence": ', r"train.json:7: malformed JSON"),
+    ("dev.json", 4, json.dumps({"label": "999", "sentence": "x"}), r"dev.json:4: field 'label': label '999' is not one of"),
+    ("train.json", 3, json.dumps({"label": "100", "title": "x"}), r"train.json:3: field 'sentence' missing"),
+])
+def test_a_bad_line_is_named_by_file_and_line(tmp_path, split_file, lineno, line, message):
     d = write_tiny_data(tmp_path / "d", 30, 9)
-    _corrupt(d / "train.json", 7, '{"label": "100", "sentence": ')
-    with pytest.raises(DataError, match=r"train.json:7: malformed JSON"):
-        load_task_data(_cfg(tmp_path, d))
-
-
-def test_label_not_in_labels_json(tmp_path):
-    d = write_tiny_data(tmp_path / "d", 30, 9)
-    _corrupt(d / "dev.json", 4, json.dumps({"label": "999", "sentence": "x"}))
-    with pytest.raises(DataError, match=r"dev.json:4: field 'label': label '999' is not one of"):
+    _corrupt(d / split_file, lineno, line)
+    with pytest.raises(DataError, match=message):
         load_task_data(_cfg(tmp_path, d))
 
 
@@ -61,13 +59,6 @@ def test_empty_split(tmp_path):
     d = write_tiny_data(tmp_path / "d", 30, 9)
     (d / "dev.json").write_text("\n\n")
     with pytest.raises(DataError, match=r"dev.json: split 'dev' is empty"):
-        load_task_data(_cfg(tmp_path, d))
-
-
-def test_text_field_missing(tmp_path):
-    d = write_tiny_data(tmp_path / "d", 30, 9)
-    _corrupt(d / "train.json", 3, json.dumps({"label": "100", "title": "x"}))
-    with pytest.raises(DataError, match=r"train.json:3: field 'sentence' missing"):
         load_task_data(_cfg(tmp_path, d))
 
 

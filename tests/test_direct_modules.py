@@ -511,7 +511,7 @@ def test_bundle_kind_layout_and_label_rows():
     from serving.bundle.kinds.base import BundleKind
 
     class Plain(BundleKind):
-        fusable = True
+        fused_source = "plain.py"  # fusable: it has one python model for the three steps
 
     kind = Plain()
     assert kind.layout(_pc(runtime="python-onnxruntime")) == "fused"  # auto: fused where the steps fit one python model
@@ -612,13 +612,18 @@ def test_fastdeploy_api_gives_its_one_model_one_instance_unless_told():
     assert fd.resolved(_pc(runtime="python-onnxruntime"), one).instance_count == 0  # our API: no schema kept
 
 
-# -- serving/tools/process_cpu.py ------------------------------------------------------------------------------------
-def test_process_cpu_reads_stat_fields_past_a_command_name_with_spaces_and_parentheses():
-    from serving.tools.process_cpu import cpu_seconds, stat_fields
+# -- serving/procfs.py, serving/tools/process_cpu.py -----------------------------------------------------------------
+def test_proc_stat_is_read_past_a_command_name_with_spaces_and_parentheses():
+    from serving.procfs import ProcStat, parse_stat, processes, read_stat
+    from serving.tools.process_cpu import cpu_seconds
 
     line = "123 (a) b (c) R 1 77 77 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 999 0 0"
-    fields = stat_fields(line)
-    assert fields[:3] == ["R", "1", "77"] and (fields[11], fields[12]) == ("250", "50")
+    assert parse_stat(line) == ProcStat(pid=123, name="a) b (c", state="R", ppid=1, pgrp=77, cpu_ticks=300,
+                                        start_time=999)
+    assert parse_stat(line.replace(" R ", " Z ")).exited
+    me = read_stat(os.getpid())
+    assert me.pid == os.getpid() and me.ppid == os.getppid() and me.pgrp == os.getpgrp() and not me.exited
+    assert os.getpid() in {p.pid for p in processes()}
     busy = time.process_time()
     while time.process_time() - busy < 0.05:
         pass

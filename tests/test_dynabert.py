@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.compress import dynabert
 from pipeline.compress.architecture import Architecture
+from pipeline.compress.dynabert import Schedule
 from pipeline.ernie_models import HEAD_SIZE_KEY
 from pipeline.modeling import load_classifier
 from pipeline.errors import ConfigError, ModelError
@@ -88,9 +89,8 @@ def test_prune_to_a_depth_saves_a_shallower_model_that_loads(tiny_deep_model, tm
 
     train, dev = splits
     logs = []
-    out = dynabert.prune(tiny_deep_model, Architecture(0.5, 0.5), train, dev, max_seq_len=MAX_SEQ_LEN,
-                         out_dir=tmp_path / "w05d05", epochs=1, learning_rate=3e-3, batch_size=16, max_steps=4, seed=0,
-                         log=logs.append)
+    out = dynabert.prune(tiny_deep_model, Architecture(0.5, 0.5), train, dev, Schedule(1, 3e-3, 16, 4, 0),
+                         out_dir=tmp_path / "w05d05", log=logs.append)
     config = json.loads((out / "config.json").read_text())
     assert config["num_hidden_layers"] == 2 and config["num_attention_heads"] == 2
     state = paddle.load(str(out / "model_state.pdparams"), return_numpy=True)
@@ -167,8 +167,8 @@ def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, spl
     student = dynabert.narrow_model(teacher, 1, 16)
     kl_before = _kl_to_teacher(t_logits, _logits(student, dev))
     lines = []
-    acc = dynabert.distill(student, teacher, train, dev, epochs=2, learning_rate=3e-3, batch_size=16,
-                           max_steps=40, seed=0, log=lines.append)
+    acc = dynabert.distill(student, teacher, train, dev, Schedule(epochs=2, learning_rate=3e-3, batch_size=16,
+                                                                  max_steps=40, seed=0), log=lines.append)
     kl_after = _kl_to_teacher(t_logits, _logits(student, dev))
     assert kl_after < 0.7 * kl_before, (kl_before, kl_after)
     assert acc >= 0.9
@@ -194,8 +194,8 @@ def test_distillation_stops_when_held_out_stops_improving(tiny_model_copy, split
     paddle.seed(0)
     student = dynabert.narrow_model(teacher, 1, 16)
     lines = []
-    dynabert.distill(student, teacher, train, dev, epochs=1, learning_rate=1e-12, batch_size=16, max_steps=400, seed=0,
-                     log=lines.append, plateau=Plateau(eval_steps=4, patience=2))
+    dynabert.distill(student, teacher, train, dev, Schedule(1, 1e-12, 16, 400, 0, Plateau(eval_steps=4, patience=2)),
+                     log=lines.append)
     checks = [line for line in lines if re.match(r"dynabert step \d+/400: step \d+, .*held-out accuracy", line)]
     assert [re.match(r"dynabert step (\d+)/400", line)[1] for line in checks] == ["4", "8", "12"], lines
     assert "(best so far, kept)" in checks[0] and "best so far" not in checks[1] + checks[2]
@@ -210,10 +210,8 @@ def test_prune_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path, spli
     import paddle
 
     train, dev = splits
-    out = dynabert.prune(
-        tiny_finetuned["model_dir"], Architecture(0.5), train, dev, max_seq_len=MAX_SEQ_LEN, out_dir=tmp_path / "w050",
-        epochs=1, learning_rate=3e-3, batch_size=16, max_steps=15, seed=3, log=lambda _m: None,
-    )
+    out = dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.5), train, dev, Schedule(1, 3e-3, 16, 15, 3),
+                         out_dir=tmp_path / "w050", log=lambda _m: None)
     assert out == tmp_path / "w050"
     for name in ("config.json", "model_state.pdparams", "vocab.txt", "tokenizer_config.json", "labels.json"):
         assert (out / name).is_file(), name
@@ -260,9 +258,11 @@ def test_prune_is_deterministic_for_a_seed(tiny_finetuned, tmp_path, splits):
     import paddle
 
     train, dev = splits
-    kw = dict(max_seq_len=MAX_SEQ_LEN, epochs=1, learning_rate=3e-3, batch_size=16, max_steps=6, seed=5, log=lambda _m: None)
-    a = dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.75), train, dev, out_dir=tmp_path / "a", **kw)
-    b = dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.75), train, dev, out_dir=tmp_path / "b", **kw)
+    schedule = Schedule(epochs=1, learning_rate=3e-3, batch_size=16, max_steps=6, seed=5)
+    a = dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.75), train, dev, schedule, out_dir=tmp_path / "a",
+                       log=lambda _m: None)
+    b = dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.75), train, dev, schedule, out_dir=tmp_path / "b",
+                       log=lambda _m: None)
     sa = paddle.load(str(a / "model_state.pdparams"), return_numpy=True)
     sb = paddle.load(str(b / "model_state.pdparams"), return_numpy=True)
     assert sa.keys() == sb.keys()
@@ -272,23 +272,21 @@ def test_prune_is_deterministic_for_a_seed(tiny_finetuned, tmp_path, splits):
 
 def test_prune_rejects_bad_input(tiny_finetuned, tmp_path, splits):
     train, dev = splits
-    kw = dict(max_seq_len=MAX_SEQ_LEN, epochs=1, learning_rate=1e-3, batch_size=16, max_steps=1, seed=0)
+    s = Schedule(epochs=1, learning_rate=1e-3, batch_size=16, max_steps=1, seed=0)
     with pytest.raises(ConfigError, match="width_mult"):
-        dynabert.prune(tiny_finetuned["model_dir"], Architecture(1.5), train, dev, out_dir=tmp_path / "x", **kw)
+        dynabert.prune(tiny_finetuned["model_dir"], Architecture(1.5), train, dev, s, out_dir=tmp_path / "x")
     with pytest.raises(ConfigError, match="no held-out training rows"):
-        dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.5), train, dev.subset([]), out_dir=tmp_path / "x", **kw)
+        dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.5), train, dev.subset([]), s, out_dir=tmp_path / "x")
     with pytest.raises(ModelError, match="not found"):
-        dynabert.prune(tmp_path / "nope", Architecture(0.5), train, dev, out_dir=tmp_path / "x", **kw)
+        dynabert.prune(tmp_path / "nope", Architecture(0.5), train, dev, s, out_dir=tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 
 @pytest.fixture(scope="module")
 def pruned_dir(tiny_finetuned, splits, tmp_path_factory):
     train, dev = splits
-    return dynabert.prune(
-        tiny_finetuned["model_dir"], Architecture(0.75), train, dev, max_seq_len=MAX_SEQ_LEN, out_dir=tmp_path_factory.mktemp("p") / "w075",
-        epochs=1, learning_rate=3e-3, batch_size=16, max_steps=4, seed=0, log=lambda _m: None,
-    )
+    return dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.75), train, dev, Schedule(1, 3e-3, 16, 4, 0),
+                          out_dir=tmp_path_factory.mktemp("p") / "w075", log=lambda _m: None)
 
 
 def test_stock_paddlenlp_ernie_cannot_load_a_head_pruned_dir(pruned_dir):

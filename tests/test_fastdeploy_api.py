@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from serving_fixtures import (NER_TYPES, SPAN_FILLER, export_without, ner_data, ner_export, run_until_export,  # noqa: F401
-                              tiny_export)
+                              tiny_dev, tiny_export)
 
 from pipeline.errors import ConfigError
 from serving.bundle.config import PackageConfig
@@ -138,12 +138,6 @@ def _ours(server, model: str):
     from serving.tools.client import BundleClient
 
     return BundleClient(server.grpc_url, "grpc", model, retries=0)
-
-
-@pytest.fixture(scope="module")
-def tiny_dev(tiny_finetuned):
-    rows = [json.loads(line) for line in (tiny_finetuned["data_dir"] / "dev.json").read_text(encoding="utf-8").splitlines()]
-    return [r["sentence"] for r in rows], [r["label"] for r in rows]
 
 
 @pytest.fixture(scope="module")

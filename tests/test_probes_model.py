@@ -13,21 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.cli import main
-from tests.conftest import tiny_cli_args
-
-
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def _refusal(err: str) -> str:
-    """The single line of a refusal (exit 2): everything on stderr."""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
+from tests.conftest import refusal_line, run_cli, tiny_cli_args
 
 
 class _Payload:
@@ -87,10 +73,10 @@ REFUSED = "refused: the file asks to call {}, which no Paddle weights file needs
 def test_run_refuses_weights_that_would_run_code(tiny_finetuned, tiny_model_copy, tmp_path, capsys, how, refusal):
     marker = tmp_path / "pwned"
     _evil_weights(tiny_model_copy, marker, how)
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_finetuned["task_yaml"], tmp_path / "runs"),
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_finetuned["task_yaml"], tmp_path / "runs"),
                       "--model", str(tiny_model_copy), "--until", "finetune-check")
     assert rc == 2
-    assert _refusal(err).startswith(f"error: {tiny_model_copy / 'model_state.pdparams'}: {refusal}")
+    assert refusal_line(err).startswith(f"error: {tiny_model_copy / 'model_state.pdparams'}: {refusal}")
     assert not marker.exists()
 
 
@@ -99,19 +85,19 @@ def test_status_reads_no_weights_and_run_refuses_them(tiny_finetuned, tiny_model
     it unpickles nothing (the finetune row says its model input changed); ``run`` refuses the file in one line."""
     runs = tmp_path / "runs"
     args = [*tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--model", str(tiny_model_copy)]
-    rc, _, _ = _cli(capsys, "run", *args, "--until", "finetune-check")
+    rc, _, _ = run_cli(capsys, "run", *args, "--until", "finetune-check")
     assert rc == 0
     marker = tmp_path / "pwned"
     _evil_weights(tiny_model_copy, marker, "os.system")
 
-    rc, out, err = _cli(capsys, "status", *args)
+    rc, out, err = run_cli(capsys, "status", *args)
     assert rc == 0 and not marker.exists(), err
     finetune_row = next(line for line in out.splitlines() if line.startswith("finetune "))
     assert "STALE" in finetune_row and "inputs changed: model" in finetune_row
 
-    rc, _, err = _cli(capsys, "run", *args, "--until", "finetune-check")
+    rc, _, err = run_cli(capsys, "run", *args, "--until", "finetune-check")
     assert rc == 2 and not marker.exists()
-    assert _refusal(err).startswith(f"error: {tiny_model_copy / 'model_state.pdparams'}: "
+    assert refusal_line(err).startswith(f"error: {tiny_model_copy / 'model_state.pdparams'}: "
                                     + REFUSED.format("posix.system"))
 
 
@@ -230,16 +216,16 @@ PROBES = [
 def test_run_refuses_a_broken_model_dir_in_one_line(tiny_finetuned, tiny_model_copy, tmp_path, capsys, name, change,
                                                     refusal):
     change(tiny_model_copy)
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_finetuned["task_yaml"], tmp_path / "runs"),
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_finetuned["task_yaml"], tmp_path / "runs"),
                       "--model", str(tiny_model_copy), "--until", "finetune-check")
     assert rc == 2
-    assert _refusal(err).startswith(f"error: {tiny_model_copy}/{refusal}")
+    assert refusal_line(err).startswith(f"error: {tiny_model_copy}/{refusal}")
     assert not (tmp_path / "runs" / "tiny" / "finetune" / "work").exists()  # nothing trained
 
 
 def test_the_untouched_model_dir_runs(tiny_finetuned, tiny_model_copy, tmp_path, capsys):
     """The probes' baseline: the same command on the unchanged copy succeeds (the head is already there)."""
-    rc, out, err = _cli(capsys, "run", *tiny_cli_args(tiny_finetuned["task_yaml"], tmp_path / "runs"),
+    rc, out, err = run_cli(capsys, "run", *tiny_cli_args(tiny_finetuned["task_yaml"], tmp_path / "runs"),
                         "--model", str(tiny_model_copy), "--until", "finetune-check")
     assert rc == 0, err
     assert "skipped training" in out

@@ -14,26 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import main
 from pipeline.records import StageRecord, StageStatus, read_record
 from pipeline.run_lock import LOCK_NAME, lock_holder, run_lock
-from tests.conftest import tiny_cli_args
+from tests.conftest import refusal_line, run_cli, tiny_cli_args
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = ROOT / ".venv" / "bin" / "ernie-bundle"
-
-
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def _refusal(err: str) -> str:
-    """The single line of a refusal (exit 2): everything on stderr."""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 def _victim(tmp_path: Path) -> Path:
@@ -62,9 +48,9 @@ def test_clean_refuses_a_path_for_task(tmp_path, capsys, task):
     runs = tmp_path / "runs"
     runs.mkdir()
     task = str(victim) if task == "VICTIM_ABS" else task
-    rc, _, err = _cli(capsys, "clean", "--task", task, "--runs-dir", str(runs))
+    rc, _, err = run_cli(capsys, "clean", "--task", task, "--runs-dir", str(runs))
     assert rc == 2
-    assert _refusal(err).startswith(f"error: --task: {task!r} is not a plain task name")
+    assert refusal_line(err).startswith(f"error: --task: {task!r} is not a plain task name")
     assert (victim / "thesis.tex").read_text() == "years of work" and runs.is_dir()
 
 
@@ -73,26 +59,26 @@ def test_clean_never_follows_a_link_out_of_the_runs_dir(tmp_path, capsys):
     runs = tmp_path / "runs"
     runs.mkdir()
     (runs / "tiny").symlink_to(victim)
-    rc, _, err = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
-    assert rc == 2 and _refusal(err) == f"error: {runs / 'tiny'} is a symbolic link: clean neither follows nor removes it"
+    rc, _, err = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
+    assert rc == 2 and refusal_line(err) == f"error: {runs / 'tiny'} is a symbolic link: clean neither follows nor removes it"
     # a stage directory that is a link: the same
     (runs / "tiny").unlink()
     (runs / "tiny").mkdir()
     (runs / "tiny" / "finetune").symlink_to(victim)
-    rc, _, err = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs), "--stage", "finetune")
-    assert rc == 2 and "finetune is a symbolic link" in _refusal(err)
+    rc, _, err = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs), "--stage", "finetune")
+    assert rc == 2 and "finetune is a symbolic link" in refusal_line(err)
     assert (victim / "thesis.tex").exists() and (runs / "tiny" / "finetune").is_symlink()
 
 
 def test_clean_refuses_a_folder_that_is_not_a_runs_dir(tmp_path, capsys):
     """A mistyped --runs-dir (`--runs-dir . --task pipeline`) must not delete a project's folder."""
     victim = _victim(tmp_path)
-    rc, _, err = _cli(capsys, "clean", "--task", "victim", "--runs-dir", str(tmp_path))
-    assert rc == 2 and "is not a runs directory made by ernie-bundle" in _refusal(err)
+    rc, _, err = run_cli(capsys, "clean", "--task", "victim", "--runs-dir", str(tmp_path))
+    assert rc == 2 and "is not a runs directory made by ernie-bundle" in refusal_line(err)
     assert (victim / "thesis.tex").exists()
     (tmp_path / "afile").write_text("x")
-    rc, _, err = _cli(capsys, "clean", "--task", "afile", "--runs-dir", str(tmp_path))
-    assert rc == 2 and "is not a directory" in _refusal(err) and (tmp_path / "afile").exists()
+    rc, _, err = run_cli(capsys, "clean", "--task", "afile", "--runs-dir", str(tmp_path))
+    assert rc == 2 and "is not a directory" in refusal_line(err) and (tmp_path / "afile").exists()
 
 
 def test_clean_takes_a_task_yaml_like_run_and_status(tiny_task, tmp_path, capsys):
@@ -101,15 +87,15 @@ def test_clean_takes_a_task_yaml_like_run_and_status(tiny_task, tmp_path, capsys
     runs = tmp_path / "runs"
     _fake_record(runs, "finetune")
     _fake_record(runs, "finetune-check")
-    rc, out, _ = _cli(capsys, "clean", "--task", str(tiny_task), "--runs-dir", str(runs), "--stage", "finetune-check")
+    rc, out, _ = run_cli(capsys, "clean", "--task", str(tiny_task), "--runs-dir", str(runs), "--stage", "finetune-check")
     assert rc == 0 and out.strip() == f"removed {runs / 'tiny' / 'finetune-check'}"
     assert (runs / "tiny" / "finetune").is_dir()
-    rc, out, _ = _cli(capsys, "clean", "--task", str(tiny_task), "--runs-dir", str(runs))
+    rc, out, _ = run_cli(capsys, "clean", "--task", str(tiny_task), "--runs-dir", str(runs))
     assert rc == 0 and not (runs / "tiny").exists() and tiny_task.is_file()
-    rc, out, _ = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
+    rc, out, _ = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
     assert rc == 0 and out.strip() == f"nothing to remove at {runs / 'tiny'}"
-    rc, _, err = _cli(capsys, "clean", "--task", str(tmp_path / "missing.yaml"), "--runs-dir", str(runs))
-    assert rc == 2 and "task config not found" in _refusal(err)
+    rc, _, err = run_cli(capsys, "clean", "--task", str(tmp_path / "missing.yaml"), "--runs-dir", str(runs))
+    assert rc == 2 and "task config not found" in refusal_line(err)
 
 
 def test_make_clean_refuses_a_path(tmp_path):
@@ -128,14 +114,14 @@ def test_a_task_name_that_is_a_path_is_refused_before_anything_is_written(tiny_t
     from tests.conftest import write_tiny_task_yaml
 
     runs = tmp_path / "a" / "runs"
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--set", "task=../../escaped",
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--set", "task=../../escaped",
                       "--set", f"package.repository={tmp_path / 'repo'}")
-    assert rc == 2 and _refusal(err).startswith("error: task: '../../escaped' is not a plain task name")
+    assert rc == 2 and refusal_line(err).startswith("error: task: '../../escaped' is not a plain task name")
     assert not (tmp_path / "escaped").exists() and not runs.exists() and not (tmp_path / "repo").exists()
     bad = write_tiny_task_yaml(tmp_path / "bad.yaml", tiny_data, task="../escaped")
     for command in ("run", "status"):
-        rc, _, err = _cli(capsys, command, *tiny_cli_args(bad, runs))
-        assert rc == 2 and _refusal(err).startswith("error: task: '../escaped' is not a plain task name")
+        rc, _, err = run_cli(capsys, command, *tiny_cli_args(bad, runs))
+        assert rc == 2 and refusal_line(err).startswith("error: task: '../escaped' is not a plain task name")
     assert not (tmp_path / "a" / "escaped").exists()
 
 
@@ -163,15 +149,15 @@ def test_package_refuses_a_user_folder_at_the_bundle_path_before_any_stage(tiny_
     user.mkdir(parents=True)
     (user / "notes.txt").write_text("mine")
     runs = tmp_path / "runs"
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--set", f"package.repository={repo}")
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--set", f"package.repository={repo}")
     assert rc == 2
-    assert _refusal(err).startswith(f"error: {user} exists and is not an ernie-bundle bundle")
+    assert refusal_line(err).startswith(f"error: {user} exists and is not an ernie-bundle bundle")
     assert read_record(runs / "tiny" / "finetune") is None  # refused before 20 minutes of work, not after
     assert (user / "notes.txt").read_text() == "mine"
     # a bundle.json that is not ours does not make it one
     (user / "bundle.json").write_text(json.dumps({"files": {}}))
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--set", f"package.repository={repo}")
-    assert rc == 2 and "is not an ernie-bundle bundle" in _refusal(err)
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--set", f"package.repository={repo}")
+    assert rc == 2 and "is not an ernie-bundle bundle" in refusal_line(err)
 
 
 def test_package_refuses_a_link_at_the_bundle_path(tiny_task, tmp_path, capsys):
@@ -179,8 +165,8 @@ def test_package_refuses_a_link_at_the_bundle_path(tiny_task, tmp_path, capsys):
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "tiny").symlink_to(victim)
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--set", f"package.repository={repo}")
-    assert rc == 2 and _refusal(err).startswith(f"error: {repo / 'tiny'} is a symbolic link")
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--set", f"package.repository={repo}")
+    assert rc == 2 and refusal_line(err).startswith(f"error: {repo / 'tiny'} is a symbolic link")
     assert (victim / "thesis.tex").exists() and (repo / "tiny").is_symlink()
 
 
@@ -213,18 +199,18 @@ def test_a_second_run_clean_is_refused_while_the_lock_is_held_and_status_does_no
     runs = tmp_path / "runs"
     (runs / "tiny").mkdir(parents=True)
     with run_lock(runs / "tiny"):
-        rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--until", "finetune")
+        rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--until", "finetune")
         assert rc == 2
-        assert _refusal(err) == (f"error: cannot run: another ernie-bundle run (pid {os.getpid()}) is using "
+        assert refusal_line(err) == (f"error: cannot run: another ernie-bundle run (pid {os.getpid()}) is using "
                                  f"{runs / 'tiny'}; not waiting for it: try again when it has finished")
         assert read_record(runs / "tiny" / "finetune") is None and not (runs / "tiny" / "finetune").exists()
-        rc, _, err = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
-        assert rc == 2 and f"another ernie-bundle run (pid {os.getpid()})" in _refusal(err)
+        rc, _, err = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
+        assert rc == 2 and f"another ernie-bundle run (pid {os.getpid()})" in refusal_line(err)
         assert (runs / "tiny").is_dir()
-        rc, out, _ = _cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
+        rc, out, _ = run_cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
         assert rc == 0 and f"a run is in progress (pid {os.getpid()})" in out
     assert lock_holder(runs / "tiny") is None
-    rc, out, _ = _cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
+    rc, out, _ = run_cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
     assert rc == 0 and "in progress" not in out
 
 
@@ -242,8 +228,8 @@ def test_a_real_run_holds_the_lock_and_kill_9_leaves_none(tiny_task, tmp_path, c
             if time.time() > deadline:
                 pytest.fail("the run never took the lock")
             time.sleep(0.05)
-        rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--until", "finetune")
-        assert rc == 2 and f"another ernie-bundle run (pid {proc.pid}) is using {runs / 'tiny'}" in _refusal(err)
+        rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--until", "finetune")
+        assert rc == 2 and f"another ernie-bundle run (pid {proc.pid}) is using {runs / 'tiny'}" in refusal_line(err)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         if proc.poll() is None:
@@ -251,15 +237,15 @@ def test_a_real_run_holds_the_lock_and_kill_9_leaves_none(tiny_task, tmp_path, c
         proc.wait()
     assert lock_holder(runs / "tiny") is None
     # The lock is free: this run gets past it and stops on what it lacks (no training in this test).
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--only", "finetune-check")
-    assert rc == 2 and "needs finetune, which has not completed" in _refusal(err)
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--only", "finetune-check")
+    assert rc == 2 and "needs finetune, which has not completed" in refusal_line(err)
 
 
 def test_the_lock_file_names_its_holder_until_released(tiny_task, tmp_path, capsys):
     """clean (holding the lock) removes the lock file with the directory; a later lock writes its pid and clears it."""
     runs = tmp_path / "runs"
     _fake_record(runs, "finetune")
-    rc, _, _ = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
+    rc, _, _ = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
     assert rc == 0 and not (runs / "tiny").exists()
     (runs / "tiny").mkdir()
     with run_lock(runs / "tiny"):
@@ -273,8 +259,8 @@ def test_a_lock_file_that_is_a_link_is_refused(tiny_task, tmp_path, capsys):
     runs = tmp_path / "runs"
     (runs / "tiny").mkdir(parents=True)
     (runs / "tiny" / LOCK_NAME).symlink_to(victim / "thesis.tex")
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--until", "finetune")
-    assert rc == 2 and "the run lock" in _refusal(err) and "symbolic link" in err
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--until", "finetune")
+    assert rc == 2 and "the run lock" in refusal_line(err) and "symbolic link" in err
     assert (victim / "thesis.tex").read_text() == "years of work"
 
 
@@ -284,7 +270,7 @@ def test_status_does_not_show_ok_below_a_missing_upstream_and_from_agrees(tiny_t
     runs = tmp_path / "runs"
     for stage in ("finetune-check", "compress"):
         _fake_record(runs, stage)  # finetune has no record (cleaned, or never ran here)
-    rc, out, _ = _cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
+    rc, out, _ = run_cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
     assert rc == 0
     rows = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert rows["finetune"].split()[1] == "-"
@@ -292,8 +278,8 @@ def test_status_does_not_show_ok_below_a_missing_upstream_and_from_agrees(tiny_t
     assert "why: upstream finetune has no OK record (it runs first)" in rows["finetune-check"]
     assert rows["compress"].split()[1] == "STALE" and "why: upstream finetune-check will run again" in rows["compress"]
     # run agrees: those records do not count as complete
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--from", "export", "--until", "export")
-    assert rc == 2 and "stage 'export' needs compress, finetune-check, which has not completed" in _refusal(err)
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--from", "export", "--until", "export")
+    assert rc == 2 and "stage 'export' needs compress, finetune-check, which has not completed" in refusal_line(err)
 
 
 def test_status_below_a_failed_upstream(tiny_task, tmp_path, capsys):
@@ -303,7 +289,7 @@ def test_status_below_a_failed_upstream(tiny_task, tmp_path, capsys):
     rec.status = StageStatus.FAIL
     (fdir / "record.json").write_text(rec.to_json())
     _fake_record(runs, "finetune-check")
-    rc, out, _ = _cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
+    rc, out, _ = run_cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
     rows = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert rc == 0 and "STALE" in rows["finetune-check"] and "upstream finetune has no OK record" in rows["finetune-check"]
 
@@ -320,7 +306,7 @@ def test_a_hand_edited_record_reads_as_not_run(tiny_task, tmp_path, capsys, text
     sdir = runs / "tiny" / "finetune"
     sdir.mkdir(parents=True)
     (sdir / "record.json").write_text(text)
-    rc, out, err = _cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
+    rc, out, err = run_cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
     assert rc == 0 and err == ""
     assert out.splitlines()[2].split()[:2] == ["finetune", "-"]
 
@@ -333,7 +319,7 @@ def test_tasks_names_a_broken_task_file_and_lists_the_others(tmp_path, capsys, m
     shutil.copy(config.TASKS_DIR / "tnews.yaml", tmp_path / "tnews.yaml")
     (tmp_path / "broken.yaml").write_text("task: ../broken\ntype: classification\n")
     monkeypatch.setattr(config, "TASKS_DIR", tmp_path)
-    rc, out, _ = _cli(capsys, "tasks")
+    rc, out, _ = run_cli(capsys, "tasks")
     assert rc == 2
     lines = out.splitlines()
     assert lines[0].startswith("broken        error: pipeline/tasks/broken.yaml: task: '../broken' is not a plain task name")
@@ -345,7 +331,7 @@ def test_a_file_where_a_stage_directory_belongs_is_refused_before_any_stage(tiny
     runs = tmp_path / "runs"
     (runs / "tiny").mkdir(parents=True)
     (runs / "tiny" / "finetune-check").write_text("not a directory")
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--set", f"package.repository={tmp_path / 'repo'}")
-    assert rc == 2 and _refusal(err) == (f"error: {runs / 'tiny' / 'finetune-check'} is a file, not a stage directory: "
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--set", f"package.repository={tmp_path / 'repo'}")
+    assert rc == 2 and refusal_line(err) == (f"error: {runs / 'tiny' / 'finetune-check'} is a file, not a stage directory: "
                                          "move it away and run again")
     assert not (runs / "tiny" / "finetune").exists()

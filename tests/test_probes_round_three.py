@@ -20,7 +20,7 @@ from pipeline.run_lock import LOCK_NAME, run_lock
 from tests.conftest import LABELS, tiny_cli_args, write_tiny_data, write_tiny_task_yaml
 
 
-from tests.test_probes_round_two import _cli, _one_line  # noqa: E402  (the probes' CLI runner and one-line check)
+from tests.conftest import refusal_line, run_cli  # noqa: E402  (the probes' CLI runner and one-line check)
 
 
 # -- 1. clean removes only what runs made ----------------------------------------------------------------------------
@@ -42,13 +42,13 @@ def test_a_run_refuses_a_user_folder_and_clean_then_keeps_it(tmp_path, capsys):
     `clean` then removed proj/tnews, data, notes and all."""
     proj = tmp_path / "proj"
     folder, task_yaml = _user_folder(proj)
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(task_yaml, proj), "--only", "finetune-check")
-    assert rc == 2 and _one_line(err) == (
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(task_yaml, proj), "--only", "finetune-check")
+    assert rc == 2 and refusal_line(err) == (
         f"error: {folder} exists and is not a runs directory made by ernie-bundle (it holds dev.json, which no run "
         "writes): not writing into it; choose another --runs-dir (or move what is there away)")
     assert sorted(p.name for p in folder.iterdir()) == ["dev.json", "labels.json", "notes", "train.json"]  # no lock
-    rc, _, err = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(proj))
-    assert rc == 2 and f"{folder} is not a runs directory made by ernie-bundle" in _one_line(err)
+    rc, _, err = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(proj))
+    assert rc == 2 and f"{folder} is not a runs directory made by ernie-bundle" in refusal_line(err)
     assert _intact(folder)
 
 
@@ -60,27 +60,27 @@ def test_a_forged_or_old_mark_beside_a_users_files_keeps_them(tmp_path, capsys, 
         (folder / runs_mark.MARKER_NAME).write_text(runs_mark.MARKER_HEAD + "\n")
     else:
         (folder / LOCK_NAME).write_text("" if mark == "empty lock" else "4242\n")
-    rc, _, err = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(proj))
-    assert rc == 2 and _one_line(err) == (f"error: {folder} holds dev.json, which no ernie-bundle run writes: not "
+    rc, _, err = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(proj))
+    assert rc == 2 and refusal_line(err) == (f"error: {folder} holds dev.json, which no ernie-bundle run writes: not "
                                           f"removing {folder}; move it away first (or check --runs-dir and --task)")
     assert _intact(folder)
     (folder / "finetune").mkdir()
     (folder / "finetune" / "model.bin").write_text("the user's")  # a stage-named folder with a user's file in it
-    rc, _, err = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(proj), "--stage", "finetune")
-    assert rc == 2 and "holds finetune/model.bin, which no ernie-bundle run writes" in _one_line(err)
+    rc, _, err = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(proj), "--stage", "finetune")
+    assert rc == 2 and "holds finetune/model.bin, which no ernie-bundle run writes" in refusal_line(err)
     assert (folder / "finetune" / "model.bin").is_file() and _intact(folder)
 
 
 def test_a_run_marks_the_folder_it_makes_and_clean_removes_only_that(tiny_task, tmp_path, capsys):
     runs = tmp_path / "runs"
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--only", "finetune-check")
-    assert rc == 2 and "needs finetune" in _one_line(err)
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--only", "finetune-check")
+    assert rc == 2 and "needs finetune" in refusal_line(err)
     assert (runs / "tiny" / runs_mark.MARKER_NAME).read_text().splitlines()[0] == runs_mark.MARKER_HEAD
     (runs / "tiny" / "thesis.tex").write_text("dropped in later")  # a real mark does not make a user's file ours
-    rc, _, err = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
-    assert rc == 2 and "holds thesis.tex, which no ernie-bundle run writes" in _one_line(err)
+    rc, _, err = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
+    assert rc == 2 and "holds thesis.tex, which no ernie-bundle run writes" in refusal_line(err)
     (runs / "tiny" / "thesis.tex").unlink()
-    rc, _, _ = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
+    rc, _, _ = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
     assert rc == 0 and not (runs / "tiny").exists()
 
 
@@ -96,16 +96,16 @@ def test_a_runs_folder_of_the_previous_version_still_runs_and_cleans(tiny_task, 
     with run_lock(task_dir):  # what the previous version's runs left: an empty lock file
         pass
     assert not (task_dir / runs_mark.MARKER_NAME).exists()
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--only", "finetune-check")
-    assert rc == 2 and "needs finetune" in _one_line(err)  # accepted (and marked): it got as far as the stages
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--only", "finetune-check")
+    assert rc == 2 and "needs finetune" in refusal_line(err)  # accepted (and marked): it got as far as the stages
     assert (task_dir / runs_mark.MARKER_NAME).is_file()
-    rc, _, _ = _cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
+    rc, _, _ = run_cli(capsys, "clean", "--task", "tiny", "--runs-dir", str(runs))
     assert rc == 0 and not task_dir.exists()
     # a folder make perf wrote before any run is a run's too
     (task_dir / "deploy").mkdir(parents=True)
     (task_dir / "perf.json").write_text("{}")
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--only", "finetune-check")
-    assert rc == 2 and "needs finetune" in _one_line(err) and (task_dir / runs_mark.MARKER_NAME).is_file()
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--only", "finetune-check")
+    assert rc == 2 and "needs finetune" in refusal_line(err) and (task_dir / runs_mark.MARKER_NAME).is_file()
 
 
 # -- 4. 100,000 labels -------------------------------------------------------------------------------------------------
@@ -125,8 +125,8 @@ def test_a_hundred_thousand_labels_are_read_at_once(tmp_path, capsys):
     data = write_tiny_data(tmp_path / "data", n_train=30, n_dev=9)
     (data / "labels.json").write_text("".join(json.dumps({"label": x}) + "\n" for x in many))
     task_yaml = write_tiny_task_yaml(tmp_path / "tiny.yaml", data)
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(task_yaml, tmp_path / "runs"), "--until", "finetune")
-    assert rc == 2 and "labels.json: label set does not match task 'tiny' config (100000 vs 3 labels" in _one_line(err)
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(task_yaml, tmp_path / "runs"), "--until", "finetune")
+    assert rc == 2 and "labels.json: label set does not match task 'tiny' config (100000 vs 3 labels" in refusal_line(err)
 
 
 @pytest.mark.timeout(30)
@@ -187,7 +187,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
 ])
 def test_hostile_numbers_and_nesting_in_gates_json_are_bad_input_in_one_line(tiny_task, tmp_path, capsys, gates, says):
     rc, _, err = _gate(tmp_path, capsys, tiny_task, gates)
-    line = _one_line(err)
+    line = refusal_line(err)
     assert rc == 2 and line.startswith(f"error: {tmp_path / 'gates.json'}: ") and says in line, line
 
 
@@ -199,7 +199,7 @@ def test_hostile_numbers_and_nesting_in_gates_json_are_bad_input_in_one_line(tin
 ])
 def test_hostile_numbers_and_nesting_in_perf_json_are_bad_input_in_one_line(tiny_task, tmp_path, capsys, perf, says):
     rc, _, err = _gate(tmp_path, capsys, tiny_task, _gates_text(), perf)
-    line = _one_line(err)
+    line = refusal_line(err)
     assert rc == 2 and line.startswith(f"error: {tmp_path / 'perf.json'}: ") and says in line, line
 
 
@@ -210,11 +210,11 @@ def test_another_tasks_reports_do_not_pass_the_gate(tiny_task, tmp_path, capsys)
     rc, out, _ = _gate(tmp_path, capsys, tiny_task, _gates_text(), _perf_text())
     assert rc == 0 and "release gate passed" in out
     rc, _, err = _gate(tmp_path, capsys, tiny_task, _gates_text(task='"ocnli"'))
-    assert rc == 2 and _one_line(err) == (
+    assert rc == 2 and refusal_line(err) == (
         f"error: {tmp_path / 'gates.json'}: the current report is for task 'ocnli', but --task is 'tiny': pass the "
         "reports of task tiny (the same task)")
     rc, _, err = _gate(tmp_path, capsys, tiny_task, _gates_text(), _perf_text(model="ocnli"))
-    assert rc == 2 and _one_line(err) == (
+    assert rc == 2 and refusal_line(err) == (
         f"error: {tmp_path / 'perf.json'}: the current perf report is for task 'ocnli', but --task is 'tiny': pass the "
         "reports of task tiny (the same task)")
     # a FastDeploy-API bundle's perf report names FastDeploy's model, not the task: its gates.json still must be ours

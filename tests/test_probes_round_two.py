@@ -16,21 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import main
 from pipeline.run_lock import LOCK_NAME, lock_holder, run_lock
-from tests.conftest import tiny_cli_args
-
-
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def _one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
+from tests.conftest import refusal_line, run_cli, tiny_cli_args
 
 
 # -- 1. clean deletes only a folder a run of ours made -------------------------------------------------------------
@@ -42,13 +29,13 @@ def test_clean_leaves_a_project_folder_with_a_stage_named_child(tmp_path, capsys
     (project / child).mkdir(parents=True)
     (project / "src").mkdir()
     (project / "src" / "main.py").write_text("years of work")
-    rc, _, err = _cli(capsys, "clean", "--runs-dir", str(tmp_path), "--task", "myproj")
-    assert rc == 2 and f"{project} is not a runs directory made by ernie-bundle" in _one_line(err)
+    rc, _, err = run_cli(capsys, "clean", "--runs-dir", str(tmp_path), "--task", "myproj")
+    assert rc == 2 and f"{project} is not a runs directory made by ernie-bundle" in refusal_line(err)
     assert (project / "src" / "main.py").read_text() == "years of work"
     # a plain file with a stage's name is no marker either
     shutil.rmtree(project / child)
     (project / child).write_text("notes")
-    rc, _, err = _cli(capsys, "clean", "--runs-dir", str(tmp_path), "--task", "myproj")
+    rc, _, err = run_cli(capsys, "clean", "--runs-dir", str(tmp_path), "--task", "myproj")
     assert rc == 2 and (project / "src" / "main.py").exists()
 
 
@@ -59,8 +46,8 @@ def test_clean_runs_dir_slash_task_var_is_refused(tmp_path, capsys):
     for sub in ("cache/apt", "lib/dpkg", "log"):
         (root / "var" / sub).mkdir(parents=True)
     (root / "var" / "lib" / "dpkg" / "status").write_text("Package: base-files\n")
-    rc, _, err = _cli(capsys, "clean", "--runs-dir", str(root), "--task", "var")
-    assert rc == 2 and f"{root / 'var'} is not a runs directory made by ernie-bundle" in _one_line(err)
+    rc, _, err = run_cli(capsys, "clean", "--runs-dir", str(root), "--task", "var")
+    assert rc == 2 and f"{root / 'var'} is not a runs directory made by ernie-bundle" in refusal_line(err)
     assert (root / "var" / "lib" / "dpkg" / "status").is_file() and (root / "var" / "cache" / "apt").is_dir()
 
 
@@ -69,21 +56,21 @@ def test_clean_removes_what_a_run_made_and_an_empty_folder(tiny_task, tmp_path, 
     (runs / "tiny" / "finetune" / "out").mkdir(parents=True)
     with run_lock(runs / "tiny"):  # what every run does first: the marker
         pass
-    rc, out, _ = _cli(capsys, "clean", "--runs-dir", str(runs), "--task", "tiny", "--stage", "finetune")
+    rc, out, _ = run_cli(capsys, "clean", "--runs-dir", str(runs), "--task", "tiny", "--stage", "finetune")
     assert rc == 0 and not (runs / "tiny" / "finetune").exists() and (runs / "tiny" / LOCK_NAME).is_file()
-    rc, out, _ = _cli(capsys, "clean", "--runs-dir", str(runs), "--task", "tiny")
+    rc, out, _ = run_cli(capsys, "clean", "--runs-dir", str(runs), "--task", "tiny")
     assert rc == 0 and not (runs / "tiny").exists()
     (runs / "empty").mkdir()
-    rc, out, _ = _cli(capsys, "clean", "--runs-dir", str(runs), "--task", "empty")
+    rc, out, _ = run_cli(capsys, "clean", "--runs-dir", str(runs), "--task", "empty")
     assert rc == 0 and not (runs / "empty").exists()
 
 
 def test_a_real_run_leaves_the_marker_clean_needs(tiny_task, tmp_path, capsys):
     runs = tmp_path / "runs"
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--only", "finetune-check")
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--only", "finetune-check")
     assert rc == 2 and "needs finetune" in err  # refused after taking the lock: the folder is ours now
     assert (runs / "tiny" / LOCK_NAME).is_file()
-    rc, _, _ = _cli(capsys, "clean", "--runs-dir", str(runs), "--task", "tiny")
+    rc, _, _ = run_cli(capsys, "clean", "--runs-dir", str(runs), "--task", "tiny")
     assert rc == 0 and not (runs / "tiny").exists()
 
 
@@ -92,7 +79,7 @@ def test_a_lock_name_that_is_not_a_regular_file_marks_nothing(tmp_path, capsys):
     project.mkdir()
     (project / "keep").write_text("x")
     (project / LOCK_NAME).mkdir()
-    rc, _, err = _cli(capsys, "clean", "--runs-dir", str(tmp_path), "--task", "myproj")
+    rc, _, err = run_cli(capsys, "clean", "--runs-dir", str(tmp_path), "--task", "myproj")
     assert rc == 2 and (project / "keep").exists()
 
 
@@ -118,9 +105,9 @@ def test_run_refuses_a_pickle_billion_laughs_in_one_line(tiny_finetuned, tiny_mo
     weights.write_bytes(pickle.dumps(_laughs(container, levels), protocol=2))
     assert weights.stat().st_size < 1000
     t0 = time.monotonic()
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_finetuned["task_yaml"], tmp_path / "runs"),
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_finetuned["task_yaml"], tmp_path / "runs"),
                       "--model", str(tiny_model_copy), "--until", "finetune-check")
-    assert rc == 2 and _one_line(err).startswith(f"error: {weights}: {says}")
+    assert rc == 2 and refusal_line(err).startswith(f"error: {weights}: {says}")
     assert time.monotonic() - t0 < 30
 
 
@@ -167,35 +154,35 @@ def test_a_task_yaml_alias_bomb_is_refused_even_by_status(tiny_task, tmp_path, c
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(tiny_task.read_text() + _alias_bomb() + "description: *a8\n")
     assert bomb.stat().st_size < 3000
-    rc, _, err = _cli(capsys, command, "--task", str(bomb), "--runs-dir", str(tmp_path / "runs"))
-    assert rc == 2 and "its YAML aliases expand to more than 100,000 values" in _one_line(err)
+    rc, _, err = run_cli(capsys, command, "--task", str(bomb), "--runs-dir", str(tmp_path / "runs"))
+    assert rc == 2 and "its YAML aliases expand to more than 100,000 values" in refusal_line(err)
     assert len(err) < 400
 
 
 @pytest.mark.timeout(60)
 def test_a_set_value_alias_bomb_is_refused(tiny_task, tmp_path, capsys):
     flow = "{" + _alias_bomb().strip().replace("\n", ", ") + "}"
-    rc, _, err = _cli(capsys, "status", "--task", str(tiny_task), "--runs-dir", str(tmp_path), "--set", f"description={flow}")
-    assert rc == 2 and _one_line(err).startswith("error: --set description: its YAML aliases expand")
+    rc, _, err = run_cli(capsys, "status", "--task", str(tiny_task), "--runs-dir", str(tmp_path), "--set", f"description={flow}")
+    assert rc == 2 and refusal_line(err).startswith("error: --set description: its YAML aliases expand")
 
 
 @pytest.mark.timeout(60)
 def test_an_act_yaml_alias_bomb_is_refused(tiny_task, tmp_path, capsys):
     act = tmp_path / "act.yaml"
     act.write_text(_alias_bomb() + "Global: {model_dir: *a8}\n")
-    rc, _, err = _cli(capsys, "status", "--task", str(tiny_task), "--runs-dir", str(tmp_path), "--act-config", str(act))
-    assert rc == 2 and "act.yaml: its YAML aliases expand" in _one_line(err)
+    rc, _, err = run_cli(capsys, "status", "--task", str(tiny_task), "--runs-dir", str(tmp_path), "--act-config", str(act))
+    assert rc == 2 and "act.yaml: its YAML aliases expand" in refusal_line(err)
 
 
 def test_a_self_referencing_yaml_and_a_wrong_value_message_stay_short(tiny_task, tmp_path, capsys):
     cyclic = tmp_path / "cyclic.yaml"
     cyclic.write_text(tiny_task.read_text() + "description: &d [1, *d]\n")
-    rc, _, err = _cli(capsys, "status", "--task", str(cyclic), "--runs-dir", str(tmp_path))
-    assert rc == 2 and "a YAML alias refers to a value that contains it" in _one_line(err)
+    rc, _, err = run_cli(capsys, "status", "--task", str(cyclic), "--runs-dir", str(tmp_path))
+    assert rc == 2 and "a YAML alias refers to a value that contains it" in refusal_line(err)
     # a big value where a number belongs: named, never printed whole
     big = "[" + ", ".join(["x"] * 50_000) + "]"
-    rc, _, err = _cli(capsys, "status", "--task", str(tiny_task), "--runs-dir", str(tmp_path), "--set", f"finetune.epochs={big}")
-    assert rc == 2 and "finetune.epochs must be an integer" in _one_line(err) and len(err) < 300
+    rc, _, err = run_cli(capsys, "status", "--task", str(tiny_task), "--runs-dir", str(tmp_path), "--set", f"finetune.epochs={big}")
+    assert rc == 2 and "finetune.epochs must be an integer" in refusal_line(err) and len(err) < 300
 
 
 @pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
@@ -203,8 +190,8 @@ def test_a_task_yaml_that_is_not_utf8_is_one_line(tiny_task, tmp_path, capsys, e
     path = tmp_path / "latin.yaml"
     path.write_bytes((tiny_task.read_text() + "description: café crème\n").encode(encoding))
     for command in ("status", "run"):
-        rc, _, err = _cli(capsys, command, "--task", str(path), "--runs-dir", str(tmp_path / "runs"))
-        assert rc == 2 and f"{path}: not UTF-8 text" in _one_line(err)
+        rc, _, err = run_cli(capsys, command, "--task", str(path), "--runs-dir", str(tmp_path / "runs"))
+        assert rc == 2 and f"{path}: not UTF-8 text" in refusal_line(err)
 
 
 # -- 7. a FIFO at the lock's place ------------------------------------------------------------------------------------
@@ -219,11 +206,11 @@ def test_a_fifo_at_the_lock_path_neither_hangs_status_nor_crashes_run(tiny_task,
     t.start()
     t.join(10)
     assert done == [None], "lock_holder blocked on a FIFO"
-    rc, out, _ = _cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
+    rc, out, _ = run_cli(capsys, "status", *tiny_cli_args(tiny_task, runs))
     assert rc == 0 and "in progress" not in out
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--until", "finetune")
-    assert rc == 2 and "the run lock" in _one_line(err) and "not a regular file" in err
-    rc, _, err = _cli(capsys, "clean", "--runs-dir", str(runs), "--task", "tiny")
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, runs), "--until", "finetune")
+    assert rc == 2 and "the run lock" in refusal_line(err) and "not a regular file" in err
+    rc, _, err = run_cli(capsys, "clean", "--runs-dir", str(runs), "--task", "tiny")
     assert rc == 2 and (runs / "tiny").is_dir()
 
 
@@ -252,8 +239,8 @@ def test_no_space_in_a_stage_is_one_line_even_when_its_log_cannot_be_written(tin
         real(path, text)
 
     monkeypatch.setattr(runner, "atomic_write_text", full)
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--until", "finetune")
-    assert rc == 1 and _one_line(err).startswith(f"error: stage finetune: no space left on {tmp_path / 'runs' / 'tiny'}")
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--until", "finetune")
+    assert rc == 1 and refusal_line(err).startswith(f"error: stage finetune: no space left on {tmp_path / 'runs' / 'tiny'}")
 
 
 def test_a_library_error_on_a_full_disk_says_no_space(tiny_task, tmp_path, capsys, monkeypatch):
@@ -261,11 +248,11 @@ def test_a_library_error_on_a_full_disk_says_no_space(tiny_task, tmp_path, capsy
     _stage_raising(monkeypatch, "finetune", RuntimeError("[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model failed"))
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 10**12 - 2**20, 2**20))
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--until", "finetune")
-    assert rc == 1 and "no space left on" in _one_line(err) and "1.0 MiB free" in err
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--until", "finetune")
+    assert rc == 1 and "no space left on" in refusal_line(err) and "1.0 MiB free" in err
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 10**12))  # room: the crash is a crash
-    rc, _, err = _cli(capsys, "run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--until", "finetune")
-    assert rc == 1 and "crashed: RuntimeError" in _one_line(err) and "INVALID_PROTOBUF" in err
+    rc, _, err = run_cli(capsys, "run", *tiny_cli_args(tiny_task, tmp_path / "runs"), "--until", "finetune")
+    assert rc == 1 and "crashed: RuntimeError" in refusal_line(err) and "INVALID_PROTOBUF" in err
 
 
 def test_a_failed_checkpoint_leaves_no_partial_folder_and_stale_ones_go(tmp_path, monkeypatch):

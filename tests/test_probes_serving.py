@@ -284,16 +284,9 @@ def test_serve_flags_are_checked_before_anything_starts(tiny_bundle, tmp_path, c
 
 def _children(pid: int) -> dict[int, str]:
     """pid -> executable name of every child of ``pid``."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                out[int(entry.name)] = stat[stat.index("(") + 1 : stat.rindex(")")]
-    return out
+    from serving.procfs import processes
+
+    return {p.pid: p.name for p in processes() if p.ppid == pid}
 
 
 def _group(pgid: int) -> list[int]:
@@ -349,11 +342,10 @@ def _kill_and_check(proc: subprocess.Popen, wanted: dict[str, int], timeout: flo
 
 
 def _state(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "gone"
-    return stat[stat.rindex(")") + 2 :].split()[0]
+    from serving.procfs import read_stat
+
+    proc = read_stat(pid)
+    return "gone" if proc is None else proc.state
 
 
 def test_kill_9_of_make_perf_leaves_no_server_stubs_shm_or_perf_analyzer(tiny_bundle, tiny_finetuned, tmp_path):

@@ -13,16 +13,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from serving_fixtures import mrc_bundle, mrc_data, mrc_export  # noqa: F401  (fixtures)
+from serving_fixtures import dev_examples, mrc_bundle, mrc_data, mrc_export, opened_bundle, served  # noqa: F401  (fixtures)
 
 from serving.tools.client import BundleClient, RequestRejected
 from serving.tools.kinds import kind_of_outputs
+from serving.tools.kinds.base import Validated, validated
 from serving.bundle.config import PackageConfig
 from serving.triton.integrity import BundleIntegrityError, verify_bundle
 from serving.bundle.kinds import all_configs
 from serving.bundle.model_config import BundleShape, parse_pbtxt, to_pbtxt
 from serving.bundle.repository import ExportArtifacts, PackageError, write_repository
-from serving.server import TritonServer, start_server
+
 
 PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
 MODELS = Path(__file__).resolve().parent.parent / "serving" / "kinds" / "reading_comprehension" / "models"
@@ -129,35 +130,15 @@ def mrc_ensemble_bundle(mrc_export, tmp_path_factory) -> Path:
     return write_repository(tmp_path_factory.mktemp("mrc_ens_repo"), "cmrc2018", ExportArtifacts.from_dir(mrc_export), pc).path
 
 
-@pytest.fixture(scope="module")
-def server(mrc_bundle, tmp_path_factory) -> TritonServer:
-    srv = start_server(mrc_bundle, log_path=tmp_path_factory.mktemp("triton_mrc") / "server.log", timeout=120)
-    yield srv
-    assert srv.stop() == 0, srv.log_tail()
-
-
-@pytest.fixture(scope="module")
-def ensemble_server(mrc_ensemble_bundle, tmp_path_factory) -> TritonServer:
-    srv = start_server(mrc_ensemble_bundle, log_path=tmp_path_factory.mktemp("triton_mrc_ens") / "server.log", timeout=120)
-    yield srv
-    assert srv.stop() == 0, srv.log_tail()
+server = served("mrc_bundle")
+ensemble_server = served("mrc_ensemble_bundle")
 
 
 LAYOUTS = pytest.mark.parametrize("layout", ["server", "ensemble_server"])  # layout fused (auto), and the ensemble
 
 
-@pytest.fixture(scope="module")
-def dev(mrc_data):
-    from serving.tools.smoke import _dev_examples
-
-    return _dev_examples("cmrc2018", mrc_data, "reading_comprehension")
-
-
-@pytest.fixture(scope="module")
-def bundle(mrc_bundle):
-    from serving.tools.offline import BundleModel
-
-    return BundleModel.open(mrc_bundle)
+dev = dev_examples("cmrc2018", "mrc_data", "reading_comprehension")
+bundle = opened_bundle("mrc_bundle")
 
 
 @LAYOUTS
@@ -219,7 +200,7 @@ def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_pat
     assert result.ok and result.mismatches == 0 and result.examples == len(dev)
     assert (result.served_em, result.served_f1) == (result.offline_em, result.offline_f1)
     assert result.max_score_diff < 1e-5
-    assert not dataclasses.replace(result, validated_metric="f1", validated_value=result.served_f1 + 0.01).ok
+    assert not dataclasses.replace(result, validated=Validated("f1", result.served_f1 + 0.01)).ok
 
     from serving.tools import smoke
 
@@ -279,15 +260,14 @@ def test_offline_yardstick_counts_questions(bundle, dev, monkeypatch):
 
 
 def test_smoke_holds_served_scores_to_validate_only_on_the_same_dev_set():
-    from serving.tools.kinds.base import other_dev_set, validated
-
     manifest = {"validated": {"metric": "f1", "value": 0.5693, "pairs": 6000}}
-    assert validated(manifest, 6000, "pairs") == ("f1", 0.5693) and other_dev_set(manifest, 6000, "pairs") == ""
+    assert validated(manifest, 6000, "pairs") == Validated("f1", 0.5693)
     # smoke --set uie.max_eval_texts=1343: 13,430 pairs scored against validate's 6,000 is not a served/offline
     # difference (it printed FAIL); the numbers are not compared, and the run says why
-    assert validated(manifest, 13430, "pairs") == (None, None)
-    assert other_dev_set(manifest, 13430, "pairs") == (
-        "  validated f1 0.5693 was on 6000 pairs, this run scored 13430: another dev set, not compared")
+    assert validated(manifest, 13430, "pairs") == Validated(None, None, (
+        "  validated f1 0.5693 was on 6000 pairs, this run scored 13430: another dev set, not compared"))
+    assert validated(manifest, 13430, "pairs").agrees(0.1)
+    assert not Validated("f1", 0.5693).agrees(0.5703) and Validated("f1", 0.5693).agrees(0.5693)
     # validate recorded no count (classification): compared as before
-    assert validated({"validated": {"accuracy": 0.52}}, 10, "pairs") == ("accuracy", 0.52)
-    assert validated({"validated": {"metric": "f1", "value": 0.1, "questions": 800}}, 800, "questions") == ("f1", 0.1)
+    assert validated({"validated": {"accuracy": 0.52}}, 10, "pairs") == Validated("accuracy", 0.52)
+    assert validated({"validated": {"metric": "f1", "value": 0.1, "questions": 800}}, 800, "questions") == Validated("f1", 0.1)

@@ -9,20 +9,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
-from serving_fixtures import mrc_data, mrc_export, ner_bundle, ner_data, ner_export  # noqa: F401  (fixtures)
+from serving_fixtures import (concurrently, dev_examples, mrc_data, mrc_export, ner_bundle, ner_data,  # noqa: F401
+                              ner_export, opened_bundle, served)  # (fixtures)
 
 from serving.tools.client import BundleClient, RequestRejected
 from serving.tools.kinds import kind_of_outputs
+from serving.tools.kinds.base import Validated
 from serving.bundle.config import PackageConfig
 from serving.triton.integrity import BundleIntegrityError, verify_bundle
 from serving.bundle.kinds import all_configs
 from serving.bundle.model_config import BundleShape, parse_pbtxt, to_pbtxt
 from serving.bundle.repository import ExportArtifacts, PackageError, write_repository
-from serving.server import ServerError, TritonServer, start_server
+from serving.server import ServerError, start_server
 from tritonclient.grpc import model_config_pb2 as mc
 
 PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
@@ -100,11 +101,7 @@ def test_ner_labels_must_be_bio_with_o_first(ner_export, tmp_path):
         write_repository(tmp_path / "repo", "cluener", ExportArtifacts.from_dir(exp), PackageConfig())
 
 
-@pytest.fixture(scope="module")
-def server(ner_bundle, tmp_path_factory) -> TritonServer:
-    srv = start_server(ner_bundle, log_path=tmp_path_factory.mktemp("triton_ner") / "server.log", timeout=120)
-    yield srv
-    assert srv.stop() == 0, srv.log_tail()
+server = served("ner_bundle")
 
 
 @pytest.fixture(scope="module")
@@ -114,28 +111,14 @@ def fused_bundle(ner_export, tmp_path_factory) -> Path:
     return write_repository(tmp_path_factory.mktemp("ner_fused_repo"), "cluener", ExportArtifacts.from_dir(ner_export), pc).path
 
 
-@pytest.fixture(scope="module")
-def fused_server(fused_bundle, tmp_path_factory) -> TritonServer:
-    srv = start_server(fused_bundle, log_path=tmp_path_factory.mktemp("triton_ner_fused") / "server.log", timeout=120)
-    yield srv
-    assert srv.stop() == 0, srv.log_tail()
+fused_server = served("fused_bundle")
 
 
 LAYOUTS = pytest.mark.parametrize("layout", ["server", "fused_server"])  # ensemble, and layout fused (auto)
 
 
-@pytest.fixture(scope="module")
-def dev(ner_data):
-    from serving.tools.smoke import _dev_examples
-
-    return _dev_examples("cluener", ner_data, "token_classification")
-
-
-@pytest.fixture(scope="module")
-def bundle(ner_bundle):
-    from serving.tools.offline import BundleModel
-
-    return BundleModel.open(ner_bundle)
+dev = dev_examples("cluener", "ner_data", "token_classification")
+bundle = opened_bundle("ner_bundle")
 
 
 def _key(entities):
@@ -188,22 +171,9 @@ def test_concurrent_requests_of_different_lengths_are_merged_and_answered_correc
     texts = [e.text for e in dev][:24]
     with BundleClient(server.grpc_url, "grpc", "cluener", retries=0) as c:
         expected = [_key(c.extract_entities_batch([t])[0]) for t in texts]
-    got, errors = [None] * len(texts), []
-
-    def worker(k):
-        with BundleClient(server.grpc_url, "grpc", "cluener", retries=0) as c:
-            try:
-                for i in range(k, len(texts), 6):
-                    got[i] = _key(c.extract_entities_batch([texts[i]])[0])
-            except Exception as exc:  # noqa: BLE001
-                errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors and got == expected
+    got = concurrently(texts, lambda: BundleClient(server.grpc_url, "grpc", "cluener", retries=0),
+                       lambda c, text: _key(c.extract_entities_batch([text])[0]))
+    assert got == expected
 
 
 def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_path, capsys, monkeypatch):
@@ -218,7 +188,7 @@ def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_pat
     expected_f1 = chunk_f1([e.entities for e in dev], offline_entities(bundle, [e.text for e in dev], 8)).f1
     assert result.served_f1 == result.offline_f1 == expected_f1
     # bundle.json "validated" is held to: a different number fails the smoke test
-    assert not dataclasses.replace(result, validated_metric="entity_f1", validated_value=result.served_f1 + 0.01).ok
+    assert not dataclasses.replace(result, validated=Validated("entity_f1", result.served_f1 + 0.01)).ok
 
     from serving.tools import smoke
 

@@ -17,46 +17,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from serving_fixtures import tiny_bundle, tiny_export, tiny_fused_bundle, tool_or_skip  # noqa: F401  (fixtures)
+from serving_fixtures import (concurrently, served, tiny_bundle, tiny_dev, tiny_export,  # noqa: F401  (fixtures)
+                              tiny_fused_bundle, tool_or_skip)
 
 from serving.tools.client import BundleClient, RequestRejected
-from serving.server import ServerError, TritonServer, start_server
+from serving.server import ServerError, start_server
 
 SERVING = Path(__file__).resolve().parent.parent / "serving"
 ROOT = SERVING.parent
 
 
-def _serve(bundle, folder):
-    srv = start_server(bundle, log_path=folder / "server.log", timeout=120)
-    yield srv
-    rc = srv.stop()
-    assert rc == 0, srv.log_tail()
-    # Serving left nothing in the bundle but the bytecode Triton's stubs cache (their interpreters ignore
-    # PYTHONDONTWRITEBYTECODE); the launcher clears exactly that before the next start.
-    from serving.triton.integrity import clear_bytecode, verify_bundle
-
-    verify_bundle(bundle, allow_bytecode=True)
-    clear_bytecode(bundle)
-    verify_bundle(bundle)
-
-
-@pytest.fixture(scope="module")
-def server(tiny_bundle, tmp_path_factory) -> TritonServer:
-    yield from _serve(tiny_bundle, tmp_path_factory.mktemp("triton"))
-
-
-@pytest.fixture(scope="module")
-def fused_server(tiny_fused_bundle, tmp_path_factory) -> TritonServer:
-    yield from _serve(tiny_fused_bundle, tmp_path_factory.mktemp("triton_fused"))
+server = served("tiny_bundle")
+fused_server = served("tiny_fused_bundle")
 
 
 LAYOUTS = pytest.mark.parametrize("layout", ["server", "fused_server"])  # ensemble, and package.layout fused
 
 
-@pytest.fixture(scope="module")
-def dev(tiny_finetuned):
-    rows = [json.loads(line) for line in (tiny_finetuned["data_dir"] / "dev.json").read_text(encoding="utf-8").splitlines()]
-    return [r["sentence"] for r in rows], [r["label"] for r in rows]
+dev = tiny_dev  # (texts, labels)
 
 
 @pytest.fixture(scope="module")
@@ -145,23 +123,9 @@ def test_concurrent_requests_are_batched_and_answered_correctly(layout, request,
     server = request.getfixturevalue(layout)
     texts, _ = dev
     expected = [p.label for p in _clients(server)["grpc"].classify(texts[:24], batch_size=1)]
-    got = [None] * 24
-    errors = []
-
-    def worker(k):
-        c = BundleClient(server.grpc_url, "grpc", "tiny", retries=0)
-        try:
-            for i in range(k, 24, 6):
-                got[i] = c.classify_batch([texts[i]])[0].label
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors and got == expected
+    got = concurrently(texts[:24], lambda: BundleClient(server.grpc_url, "grpc", "tiny", retries=0),
+                       lambda c, text: c.classify_batch([text])[0].label)
+    assert got == expected
 
 
 def test_client_cli_and_smoke_and_loadtest(server, dev, offline, tmp_path, capsys):

@@ -94,21 +94,25 @@ def _pruned_dir(cfg: CompressConfig, inp: CompressInputs, arch: Architecture, de
     import json
 
     depth = {"depth": arch.depth} if arch.depth < 1.0 else {}  # a full-depth key is what it was before depths existed
-    key = {"source": inp.source_key, "width": arch.width, **depth, "epochs": cfg.num_train_epochs, "learning_rate": cfg.learning_rate,
-           "batch_size": cfg.per_device_train_batch_size, "max_steps": cfg.max_steps, "seed": cfg.seed,
-           "plateau": dataclasses.astuple(plateau) if (plateau := _plateau(cfg)) else None,
+    s = distillation_schedule(cfg)
+    key = {"source": inp.source_key, "width": arch.width, **depth, "epochs": s.epochs, "learning_rate": s.learning_rate,
+           "batch_size": s.batch_size, "max_steps": s.max_steps, "seed": s.seed,
+           "plateau": dataclasses.astuple(s.plateau) if s.plateau else None,
            "max_seq_len": inp.max_seq_len, "train": len(inp.train), "heldout": len(inp.heldout)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return inp.pruned_cache / f"{arch.name}-{digest}"
 
 
-def _plateau(cfg: CompressConfig):
-    """The distillation's stopping rule (``training.Plateau``) from compress.distill_*, or None: the whole budget."""
+def distillation_schedule(cfg: CompressConfig):
+    """DynaBERT's distillation schedule (``dynabert.Schedule``) from compress's training settings; its stopping rule
+    (``training.Plateau``) from compress.distill_*, none (the whole budget) when distill_patience is 0."""
+    from pipeline.compress.dynabert import Schedule
     from pipeline.training import Plateau
 
-    if cfg.distill_patience == 0:
-        return None
-    return Plateau(cfg.distill_eval_steps, cfg.distill_patience, cfg.distill_min_gain / 100.0)
+    plateau = (Plateau(cfg.distill_eval_steps, cfg.distill_patience, cfg.distill_min_gain / 100.0)
+               if cfg.distill_patience else None)
+    return Schedule(cfg.num_train_epochs, cfg.learning_rate, cfg.per_device_train_batch_size, cfg.max_steps, cfg.seed,
+                    plateau)
 
 
 def preflight(cfg: CompressConfig, *, train_size: int, static_model_dir: Path | None) -> list[PTQSettings]:
@@ -269,10 +273,8 @@ class _Candidates:
         if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
             tmp = pruned.parent / f".{pruned.name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            prune(inp.model_dir, arch, inp.train, inp.heldout, max_seq_len=inp.max_seq_len, out_dir=tmp,
-                  epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate,
-                  batch_size=cfg.per_device_train_batch_size, max_steps=cfg.max_steps, seed=cfg.seed, log=self.log,
-                  phase=self.phase, plateau=_plateau(cfg))
+            prune(inp.model_dir, arch, inp.train, inp.heldout, distillation_schedule(cfg), out_dir=tmp, log=self.log,
+                  phase=self.phase)
             shutil.rmtree(pruned, ignore_errors=True)
             tmp.rename(pruned)
         else:

@@ -174,31 +174,40 @@ def narrow_model(model, num_heads: int, intermediate_size: int):
     return student
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """How long and how fast a distillation trains (compress.num_train_epochs, learning_rate,
+    per_device_train_batch_size, max_steps, seed; ``plateau``: the held-out stopping rule, None for the whole budget)."""
+
+    epochs: int
+    learning_rate: float
+    batch_size: int
+    max_steps: int
+    seed: int
+    plateau: Plateau | None = None
+
+
 def distill(
     student,
     teacher,
     train: FeatureSet,
     heldout: FeatureSet,
+    schedule: Schedule,
     *,
-    epochs: int,
-    learning_rate: float,
-    batch_size: int,
-    max_steps: int,
-    seed: int,
     log: Callable[[str], None] = print,
     desc: str = "dynabert",
-    plateau: Plateau | None = None,
     teacher_layers: list[int] | None = None,
 ) -> float:
     """Train ``student`` to match ``teacher``; leaves the weights that score best on ``heldout`` in ``student``.
-    ``plateau``: checked on ``heldout`` every ``plateau.eval_steps`` steps, distillation stops when it stalls.
+    ``schedule.plateau``: checked on ``heldout`` every ``plateau.eval_steps`` steps, distillation stops when it stalls.
     ``teacher_layers``: the teacher layer each student layer was taken from (a shallower student); its output is
     matched to that layer's."""
     import paddle
     import paddle.nn.functional as F
 
-    plan = plan_steps(len(train), batch_size, epochs, max_steps)
-    opt, sched = make_optimizer(student, learning_rate, plan.total_steps)
+    plateau = schedule.plateau
+    plan = plan_steps(len(train), schedule.batch_size, schedule.epochs, schedule.max_steps)
+    opt, sched = make_optimizer(student, schedule.learning_rate, plan.total_steps)
     teacher.eval()
     cap = (f"it stops once {plateau.patience} held-out checks every {plateau.eval_steps} steps gain no more than "
            f"{100 * plateau.min_delta:g} points"
@@ -217,7 +226,7 @@ def distill(
         return train.kind.distill_loss(s_out.logits, t_out.logits, ids, train.pad_id) + LAMBDA_DISTILL * rep
 
     state = train_loop(student, train, heldout, step_loss, opt, sched, epochs=plan.epochs, total_steps=plan.total_steps,
-                       batch_size=batch_size, seed=seed, eval_batch_size=EVAL_BATCH, desc=desc, loss_name="distill loss",
+                       batch_size=schedule.batch_size, seed=schedule.seed, eval_batch_size=EVAL_BATCH, desc=desc, loss_name="distill loss",
                        eval_name="held-out", plateau=plateau, log=log)
     return state.best_accuracy
 
@@ -227,17 +236,11 @@ def prune(
     arch,
     train: FeatureSet,
     heldout: FeatureSet,
+    schedule: Schedule,
     *,
-    max_seq_len: int,
     out_dir: Path,
-    epochs: int,
-    learning_rate: float,
-    batch_size: int,
-    max_steps: int,
-    seed: int,
     log: Callable[[str], None] = print,
     phase: Callable[[str], ContextManager] | None = None,
-    plateau: Plateau | None = None,
 ) -> Path:
     """Prune ``model_dir`` to architecture ``arch`` (``architecture.Architecture``: its width of the heads/FFN neurons,
     its depth of the layers), distil, save to ``out_dir``; returns it.  ``phase(name)``: charged with ``importance``
@@ -246,8 +249,8 @@ def prune(
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     info = _check_inputs(model_dir, arch, train, heldout)
-    paddle.seed(seed)
-    np.random.seed(seed)
+    paddle.seed(schedule.seed)
+    np.random.seed(schedule.seed)
     teacher = load_classifier(model_dir, info.head_classes)
     cfg = teacher.config
     heads, neurons = pruned_sizes(cfg.num_attention_heads, cfg.intermediate_size, arch.width)
@@ -265,13 +268,10 @@ def prune(
         reorder_by_importance(model, importance)
         student, keep = shrink(model, arch)
         del model
-    paddle.seed(seed)
+    paddle.seed(schedule.seed)
     with phase("distillation"):
-        best = distill(
-            student, teacher, train, heldout,
-            epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, log=log,
-            desc=f"dynabert {arch.name}", plateau=plateau, teacher_layers=keep,
-        )
+        best = distill(student, teacher, train, heldout, schedule, log=log, desc=f"dynabert {arch.name}",
+                       teacher_layers=keep)
     log(f"dynabert {arch.name}: best held-out {heldout.kind.metric_label} {best:.4f}")
     save_pruned(student, model_dir, out_dir)
     return out_dir
@@ -301,6 +301,7 @@ def save_pruned(model, source_dir: Path, out_dir: Path) -> None:
 
 __all__ = [
     "Importance",
+    "Schedule",
     "compute_importance",
     "distill",
     "narrow_model",

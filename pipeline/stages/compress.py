@@ -244,9 +244,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    # 2: INT8 candidates with fused MatMulIntegerToFloat (pipeline.backends.onnxruntime.int8.fusion); 3: and with K^T folded into the
-    # attention-score GEMM (fold_key_transpose); 4: OpenVINO INT8 candidates (compress.engines); 5: every shipped
-    # form of the selected candidate (shipped/), outputs.json for export; 6: speed-first screen, distillation stops
-    # on a held-out plateau; 7: DynaBERT depth (compress.depth_mult_list); the ONNX INT8 forms only where they ship
-    version="7",
+    version="7",  # the last bump: DynaBERT depth; the ONNX INT8 forms only where they ship (earlier: git log)
 )

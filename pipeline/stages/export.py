@@ -200,8 +200,5 @@ STAGE = Stage(
     params=params,
     inputs=inputs,
     run=run,
-    # 2: calibrated activation scales in onnx/int8.onnx; 3: fused MatMulIntegerToFloat; 4: QDQ on MatMul
-    # inputs only; 5: QDQ activation scales from real tokens; 6: K^T folded into the score GEMM (int8.onnx);
-    # 7: openvino/int8.xml (NNCF); 8: assembles compress's shipped forms (no search of its own)
-    version="8",
+    version="8",  # the last bump: it assembles compress's shipped forms, no search of its own (earlier: git log)
 )

@@ -192,5 +192,5 @@ STAGE = Stage(
     run=run,
     check=check,
     external_intact=external_intact,
-    version="4",  # 2: kubernetes.yaml and kserve.yaml in the bundle; 3: bundle.json lists directories; 4: serving_settings
+    version="4",  # the last bump: serving_settings in bundle.json (earlier: git log)
 )

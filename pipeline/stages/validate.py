@@ -403,9 +403,5 @@ STAGE = Stage(
     params=params,
     inputs=inputs,
     run=run,
-    # 2: 2048 timed dev examples; ONNX Runtime measured before Paddle. 3: ORT CPU dev-length timing once (interleaved);
-    # 4: OpenVINO and the anchor in the interleaved rounds, gates.min_anchor_ratio
-    # 5: the backend is compress's selected candidate (verified and gated), no longer re-picked
-    # 6: only the shipped form, its FP32 and the anchor are measured by default (validate.backends)
-    version="6",
+    version="6",  # the last bump: only the shipped form, its FP32 and the anchor by default (earlier: git log)
 )

@@ -12,40 +12,32 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from serving import procfs
+
 TICKS = os.sysconf("SC_CLK_TCK")
 STUB = "triton_python_backend_stub"
 
 
-def stat_fields(text: str) -> list[str]:
-    """The fields of a ``/proc/<pid>/stat`` line after the command name (which may hold spaces and parentheses):
-    ``[0]`` state, ``[1]`` ppid, ``[2]`` process group, ``[11]`` utime, ``[12]`` stime (clock ticks)."""
-    return text[text.rindex(")") + 2 :].split()
-
-
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of ``pid`` (all its threads) in seconds; None when it is gone."""
-    try:
-        fields = stat_fields(Path(f"/proc/{pid}/stat").read_text())
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    stat = procfs.read_stat(pid)
+    return None if stat is None else stat.cpu_ticks / TICKS
 
 
 def stub_processes(server_pid: int) -> dict[str, int]:
     """Model instance name (``tnews_0_0``) -> pid of each python backend stub the server started: the stubs in the
     process group ``server_pid`` leads (the launcher starts tritonserver in a group of its own)."""
     out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for stat in procfs.processes():
+        if stat.pgrp != server_pid:
             continue
         try:
-            fields = stat_fields((entry / "stat").read_text())
-            args = (entry / "cmdline").read_bytes().split(b"\0")
+            args = (procfs.PROC / str(stat.pid) / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         # the stub's arguments: model.py, shm region, sizes, parent pid, backend dir, ..., instance name, kind
-        if int(fields[2]) == server_pid and args and Path(args[0].decode(errors="replace")).name == STUB and len(args) > 8:
-            out[args[8].decode(errors="replace")] = int(entry.name)
+        if args and Path(args[0].decode(errors="replace")).name == STUB and len(args) > 8:
+            out[args[8].decode(errors="replace")] = stat.pid
     return out
 
 

@@ -56,7 +56,6 @@ class BundleKind:
     meta_section: str | None = None  # meta.json's section of this kind's windowing / decoding settings
     fastdeploy: fd.Example | None = None  # FastDeploy's serving example for this kind (None: it has none)
     token_level: bool = True  # the model's logits are per token ([T, C]), not per text ([C])
-    fusable: bool = False  # layout auto: fused on a python runtime (the three steps fit one python model)
     # model card
     describes: str = ""
     unit: str = "logits per token"
@@ -82,6 +81,11 @@ class BundleKind:
     def one_model(self, pc: PackageConfig) -> bool:
         """package.api fastdeploy with a kind FastDeploy serves as one python model (its uie)."""
         return pc.api == fd.API and self.fastdeploy is not None and self.fastdeploy.one_model
+
+    @property
+    def fusable(self) -> bool:
+        """Layout auto is fused on a python runtime: the kind has one python model for its three steps."""
+        return self.fused_source is not None
 
     def layout(self, pc: PackageConfig) -> str:
         """``package.layout``, or with auto fused where the kind's three steps fit one python model
@@ -165,6 +169,17 @@ class BundleKind:
                 f"- Batching: max_batch_size {pc.max_batch_size}; {pc.instances} {pc.device} instance(s) per model."]
 
 
+@dataclasses.dataclass(frozen=True)
+class WindowedCard:
+    """A windowed kind's model card, in its own words (``WindowedKind.card_lines`` lays them out)."""
+
+    io: str  # the ensemble's inputs -> outputs
+    items: str  # what a request carries N of: "questions", "texts"
+    windowing: str  # what the pre-processing does, with its settings
+    post_step: str  # the post-processing in a few words: "answer picking"
+    decoding: str  # what the post-processing does, with its settings
+
+
 class WindowedKind(BundleKind):
     """Reading comprehension and UIE: an item becomes a varying number of windows (max_batch_size 0 everywhere,
     model_config.windowed_package), and the model answers start/end logits per token."""
@@ -238,6 +253,24 @@ class WindowedKind(BundleKind):
         if values[keys[1]] + 3 >= meta["max_seq_len"]:
             return f"{section}.{keys[1]} {values[keys[1]]} leaves no room for context in max_seq_len {meta['max_seq_len']}"
         return None
+
+    def card_lines(self, names: ModelNames, pc: PackageConfig, meta: dict, model_line: str, batching: str,
+                   choice) -> list[str]:
+        """Fused: one python model windows, runs the model on all of a request's windows at once and decodes; else the
+        ensemble's windowing tokenizer, model and post-processing.  The kind's words come from ``card``."""
+        c = self.card(meta)
+        if self.layout(pc) == "fused":
+            return [f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: windowing, model and "
+                    f"{c.post_step} in one process): {c.io}",
+                    f"- Inside: {c.windowing}, the {choice.precision} model from `{choice.form}` on all of a request's "
+                    f"windows in one call, {c.decoding}.",
+                    self.batching_line(pc, c.items, fused=True)]
+        return [f"- Ensemble `{names.ensemble}`: {c.io}", f"- `{names.tokenizer}` (python): {c.windowing}.", model_line,
+                f"- `{names.postprocess}` (python): {c.decoding}.", self.batching_line(pc, c.items, fused=False)]
+
+    def card(self, meta: dict) -> "WindowedCard":
+        """What the model card says of this kind's interface and steps, from meta.json's settings."""
+        raise NotImplementedError
 
     def batching_line(self, pc: PackageConfig, items: str, fused: bool) -> str:
         """The model card's batching line: nothing batched by Triton; ``items`` per request, instances."""

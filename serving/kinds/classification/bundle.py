@@ -22,7 +22,6 @@ class Classification(BundleKind):
     kind = TaskKind.CLASSIFICATION
     tokenizer_source, postprocess_source, fused_source = "tokenizer.py", "postprocess.py", "classifier.py"
     token_level = False
-    fusable = True
     describes = "text classifier"
     post_steps = "softmax"
     unit = "labels"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from pipeline.contract import TaskKind
-from serving.tools.kinds.base import ToolKind, print_validated, text_row
+from serving.tools.kinds.base import ToolKind, Validated, text_row, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import BundleClient
@@ -28,12 +28,12 @@ class SmokeResult:
     offline_accuracy: float
     mismatches: int  # examples whose served label differs from the offline one
     max_prob_diff: float  # largest |served prob - offline softmax| over all examples and classes
-    validated_accuracy: float | None  # bundle.json "validated": validate's accuracy for the packaged model file
+    validated: Validated  # bundle.json "validated": validate's accuracy for the packaged model file
 
     @property
     def ok(self) -> bool:
-        same_as_validated = self.validated_accuracy is None or abs(self.served_accuracy - self.validated_accuracy) < 1e-9
-        return self.mismatches == 0 and self.served_accuracy == self.offline_accuracy and same_as_validated
+        return (self.mismatches == 0 and self.served_accuracy == self.offline_accuracy
+                and self.validated.agrees(self.served_accuracy))
 
 
 def run_smoke(bundle: "BundleModel", client: "BundleClient", texts: Sequence, gold: Sequence[int], batch_size: int = 32) -> SmokeResult:
@@ -54,14 +54,13 @@ def run_smoke(bundle: "BundleModel", client: "BundleClient", texts: Sequence, go
     z = np.exp(logits - logits.max(-1, keepdims=True))
     probs = z / z.sum(-1, keepdims=True)
     gold_arr = np.asarray(gold)
-    validated = bundle.manifest.get("validated", {}).get("accuracy")  # validate's number for this very model file
     return SmokeResult(
         examples=len(texts),
         served_accuracy=float((served == gold_arr).mean()),
         offline_accuracy=float((offline == gold_arr).mean()),
         mismatches=int((served != offline).sum()),
         max_prob_diff=float(np.abs(served_probs - probs).max()) if len(texts) else 0.0,
-        validated_accuracy=float(validated) if isinstance(validated, (int, float)) else None,
+        validated=validated(bundle.manifest),
     )
 
 
@@ -101,12 +100,10 @@ class Classification(ToolKind):
     def smoke(self, bundle, client, examples: Sequence, batch_size: int) -> SmokeResult:
         return run_smoke(bundle, client, self.items(examples), [e.label for e in examples], batch_size)
 
-    def print_smoke(self, task: str, protocol: str, r: SmokeResult, backend: str | None) -> None:
-        print(f"smoke {task}: {r.examples} dev examples via {protocol}")
-        print(f"  served accuracy   {r.served_accuracy:.4f}")
-        print(f"  offline accuracy  {r.offline_accuracy:.4f}  (same model file, pipeline tokenizer)")
-        print_validated("accuracy", r.validated_accuracy, backend)
-        print(f"  predictions differing: {r.mismatches}; max |prob diff| {r.max_prob_diff:.2e}")
+    def smoke_report(self, r: SmokeResult) -> tuple[str, str, str, str]:
+        return (f"{r.examples} dev examples", f"accuracy   {r.served_accuracy:.4f}",
+                f"accuracy  {r.offline_accuracy:.4f}  (same model file, pipeline tokenizer)",
+                f"predictions differing: {r.mismatches}; max |prob diff| {r.max_prob_diff:.2e}")
 
     def perf_input(self, item) -> dict:
         if isinstance(item, tuple):  # a pair: both inputs, one item each

@@ -9,7 +9,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.contract import TaskKind
 from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig
-from serving.bundle.kinds.base import WindowedKind
+from serving.bundle.kinds.base import WindowedCard, WindowedKind
 from serving.bundle.model_config import BundleShape
 
 QUESTION, CONTEXT = "question", "context"
@@ -22,7 +22,6 @@ class ReadingComprehension(WindowedKind):
     tokenizer_source, postprocess_source, fused_source = "mrc_tokenizer.py", "mrc_postprocess.py", "reader.py"
     tokenizer_pure = ("wordpiece.py", "reading/windows.py")
     postprocess_pure = ("reading/spans.py",)
-    fusable = True
     meta_section = "reading"
     meta_keys = ("doc_stride", "max_query_len", "max_answer_len")
     inputs, to_post = (QUESTION, CONTEXT), (CONTEXT,)
@@ -37,28 +36,15 @@ class ReadingComprehension(WindowedKind):
     def decode_params(self, shape: BundleShape) -> dict[str, Any]:
         return {"max_answer_len": shape.settings["max_answer_len"], "n_best": N_BEST}
 
-    def card_lines(self, names, pc, meta, model_line, batching, choice) -> list[str]:
+    def card(self, meta: dict) -> WindowedCard:
         r = meta[self.meta_section]
-        io = ("inputs `question`, `context` (TYPE_STRING, [N] each) -> outputs `answer` (TYPE_STRING), `start`, `end` "
-              "(INT64 char offsets into the context, end exclusive), `score` (FP32), [N] each.")
-        if self.layout(pc) == "fused":
-            return [
-                f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: windowing, model and answer "
-                f"picking in one process): {io}",
-                f"- Inside: windows.make_windows (max_seq_len {meta['max_seq_len']}, doc_stride {r['doc_stride']}, "
-                f"max_query_len {r['max_query_len']}), the {choice.precision} model from `{choice.form}` on all of a "
-                f"request's windows in one call, spans.best_spans over each question's windows (max_answer_len "
-                f"{r['max_answer_len']}).",
-                self.batching_line(pc, "questions", fused=True),
-            ]
-        return [
-            f"- Ensemble `{names.ensemble}`: {io}",
-            f"- `{names.tokenizer}` (python): windows.make_windows, max_seq_len {meta['max_seq_len']}, doc_stride "
-            f"{r['doc_stride']}, max_query_len {r['max_query_len']}; one question becomes one or more windows.",
-            model_line,
-            f"- `{names.postprocess}` (python): spans.best_spans over all windows of a question, max_answer_len {r['max_answer_len']}.",
-            self.batching_line(pc, "questions", fused=False),
-        ]
+        return WindowedCard(
+            io=("inputs `question`, `context` (TYPE_STRING, [N] each) -> outputs `answer` (TYPE_STRING), `start`, `end` "
+                "(INT64 char offsets into the context, end exclusive), `score` (FP32), [N] each."),
+            items="questions", post_step="answer picking",
+            windowing=(f"windows.make_windows (max_seq_len {meta['max_seq_len']}, doc_stride {r['doc_stride']}, "
+                       f"max_query_len {r['max_query_len']}; a question becomes one or more windows)"),
+            decoding=f"spans.best_spans over each question's windows (max_answer_len {r['max_answer_len']})")
 
 
 KIND = ReadingComprehension()  # what serving.bundle.kinds finds in the kind folder's bundle.py

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from pipeline.contract import TaskKind
-from serving.tools.kinds.base import ToolKind, other_dev_set, print_validated, same, validated
+from serving.tools.kinds.base import ToolKind, Validated, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import BundleClient
@@ -26,15 +26,13 @@ class SmokeResult:
     offline_f1: float
     mismatches: int  # questions whose served answer (text, start, end) differs from the offline one
     max_score_diff: float  # largest |served score - offline score| over questions with an answer
-    validated_metric: str | None
-    validated_value: float | None
-    validated_note: str = ""  # validate scored another dev set (other_dev_set): said, not compared
+    validated: Validated
 
     @property
     def ok(self) -> bool:
-        served = self.served_em if self.validated_metric == "em" else self.served_f1
+        served = self.served_em if self.validated.metric == "em" else self.served_f1
         return (self.mismatches == 0 and (self.served_em, self.served_f1) == (self.offline_em, self.offline_f1)
-                and same(served, self.validated_value))
+                and self.validated.agrees(served))
 
 
 def offline_answers(bundle: "BundleModel", questions: Sequence[str], contexts: Sequence[str], batch_size: int = 32,
@@ -85,16 +83,16 @@ def run_smoke(bundle: "BundleModel", client: "BundleClient", examples: Sequence,
             mismatches += 1
         elif sp is not None:
             diff = max(diff, abs(a.score - sp.score))
-    metric, value = validated(bundle.manifest, len(examples), "questions")
     return SmokeResult(examples=len(examples), served_em=s.em, served_f1=s.f1, offline_em=o.em, offline_f1=o.f1,
-                       mismatches=mismatches, max_score_diff=diff, validated_metric=metric, validated_value=value,
-                       validated_note=other_dev_set(bundle.manifest, len(examples), "questions"))
+                       mismatches=mismatches, max_score_diff=diff,
+                       validated=validated(bundle.manifest, len(examples), "questions"))
 
 
 class ReadingComprehension(ToolKind):
     kind = TaskKind.READING_COMPREHENSION
     command = "answer"
     output = "answer"
+    smoke = staticmethod(run_smoke)  # (bundle, client, dev examples, batch size): this module's smoke test
     windowed = True
     question_pairs = True
     # requests take 0.2-2 s: 5 s windows did not give perf_analyzer a stable measurement at concurrency 4 on CMRC2018
@@ -116,15 +114,10 @@ class ReadingComprehension(ToolKind):
         qs, cs = [q for q, _ in items], [c for _, c in items]
         return [(o.text, o.start, o.end) if o else ("", -1, -1) for o in offline_answers(bundle, qs, cs, batch_size=1)]
 
-    def smoke(self, bundle, client, examples: Sequence, batch_size: int) -> SmokeResult:
-        return run_smoke(bundle, client, examples, batch_size)
-
-    def print_smoke(self, task: str, protocol: str, r: SmokeResult, backend: str | None) -> None:
-        print(f"smoke {task}: {r.examples} dev questions via {protocol}")
-        print(f"  served EM {r.served_em:.4f}  F1 {r.served_f1:.4f}")
-        print(f"  offline EM {r.offline_em:.4f}  F1 {r.offline_f1:.4f}  (same model file, pipeline windows.py + spans.py)")
-        print_validated(r.validated_metric, r.validated_value, backend, r.validated_note)
-        print(f"  answers differing: {r.mismatches}; max |score diff| {r.max_score_diff:.2e}")
+    def smoke_report(self, r: SmokeResult) -> tuple[str, str, str, str]:
+        return (f"{r.examples} dev questions", f"EM {r.served_em:.4f}  F1 {r.served_f1:.4f}",
+                f"EM {r.offline_em:.4f}  F1 {r.offline_f1:.4f}  (same model file, pipeline windows.py + spans.py)",
+                f"answers differing: {r.mismatches}; max |score diff| {r.max_score_diff:.2e}")
 
     def perf_input(self, item) -> dict:
         q, c = item

@@ -21,7 +21,6 @@ class TokenClassification(BundleKind):
     tokenizer_source, postprocess_source, fused_source = "ner_tokenizer.py", "ner_postprocess.py", "tagger.py"
     tokenizer_pure = ("wordpiece.py", "labeling/bio.py")
     postprocess_pure = ("labeling/bio.py",)
-    fusable = True
     describes = "named entity recognizer"
     post_steps = "argmax over the BIO tags, bio.decode_tags"
     unit = "tags"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from pipeline.contract import TaskKind
-from serving.tools.kinds.base import ToolKind, print_validated, same, text_row, validated
+from serving.tools.kinds.base import ToolKind, Validated, text_row, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import BundleClient
@@ -25,12 +25,11 @@ class SmokeResult:
     served_recall: float
     offline_f1: float
     mismatches: int  # texts whose served entities (type, start, end, text) differ from the offline ones
-    validated_metric: str | None
-    validated_value: float | None
+    validated: Validated
 
     @property
     def ok(self) -> bool:
-        return self.mismatches == 0 and self.served_f1 == self.offline_f1 and same(self.served_f1, self.validated_value)
+        return self.mismatches == 0 and self.served_f1 == self.offline_f1 and self.validated.agrees(self.served_f1)
 
 
 def offline_entities(bundle: "BundleModel", texts: Sequence[str], batch_size: int = 32, threads: int = 0) -> list[list]:
@@ -65,10 +64,9 @@ def run_smoke(bundle: "BundleModel", client: "BundleClient", examples: Sequence,
     key = lambda ents: sorted((e.type, e.start, e.end, e.text) for e in ents)  # noqa: E731
     gold = [e.entities for e in examples]
     s, o = chunk_f1(gold, served), chunk_f1(gold, offline)
-    metric, value = validated(bundle.manifest)
     return SmokeResult(
         examples=len(texts), served_f1=s.f1, served_precision=s.precision, served_recall=s.recall, offline_f1=o.f1,
-        mismatches=sum(key(a) != key(b) for a, b in zip(served, offline)), validated_metric=metric, validated_value=value,
+        mismatches=sum(key(a) != key(b) for a, b in zip(served, offline)), validated=validated(bundle.manifest),
     )
 
 
@@ -80,6 +78,7 @@ class TokenClassification(ToolKind):
     kind = TaskKind.TOKEN_CLASSIFICATION
     command = "extract"
     output = "entities"
+    smoke = staticmethod(run_smoke)  # (bundle, client, dev examples, batch size): this module's smoke test
 
     def items(self, examples: Sequence) -> list:
         return [e.text for e in examples]
@@ -96,15 +95,10 @@ class TokenClassification(ToolKind):
     def offline_keys(self, bundle: "BundleModel", items: Sequence) -> list[tuple]:
         return [_entities_key(o) for o in offline_entities(bundle, list(items), batch_size=1)]
 
-    def smoke(self, bundle, client, examples: Sequence, batch_size: int) -> SmokeResult:
-        return run_smoke(bundle, client, examples, batch_size)
-
-    def print_smoke(self, task: str, protocol: str, r: SmokeResult, backend: str | None) -> None:
-        print(f"smoke {task}: {r.examples} dev texts via {protocol}")
-        print(f"  served entity F1   {r.served_f1:.4f}  (P {r.served_precision:.4f}, R {r.served_recall:.4f})")
-        print(f"  offline entity F1  {r.offline_f1:.4f}  (same model file, pipeline bio.py)")
-        print_validated(r.validated_metric, r.validated_value, backend)
-        print(f"  texts whose entities differ: {r.mismatches}")
+    def smoke_report(self, r: SmokeResult) -> tuple[str, str, str, str]:
+        return (f"{r.examples} dev texts", f"entity F1   {r.served_f1:.4f}  (P {r.served_precision:.4f}, R {r.served_recall:.4f})",
+                f"entity F1  {r.offline_f1:.4f}  (same model file, pipeline bio.py)",
+                f"texts whose entities differ: {r.mismatches}")
 
     def perf_input(self, item) -> dict:
         return text_row(item)

@@ -12,7 +12,7 @@ from pipeline.contract import TaskKind
 from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig
-from serving.bundle.kinds.base import WindowedKind
+from serving.bundle.kinds.base import WindowedCard, WindowedKind
 from serving.bundle.model_config import BundleShape
 
 SCHEMA, RESULTS = "schema", "results"
@@ -23,7 +23,6 @@ class UniversalExtraction(WindowedKind):
     tokenizer_source, postprocess_source, fused_source = "uie_tokenizer.py", "uie_postprocess.py", "extractor.py"
     tokenizer_pure = ("wordpiece.py", "reading/windows.py")
     postprocess_pure = ("extraction/spans.py",)
-    fusable = True
     meta_section = "uie"
     describes = "schema-prompted information extractor (UIE)"
     client_example = "ie --model {task} --schema 姓名 --schema 公司 '浙商银行企业信贷部叶老桂博士'"
@@ -74,30 +73,17 @@ class UniversalExtraction(WindowedKind):
         mcfg.param(cfg, "schema", json.dumps(list(shape.settings["schema"]), ensure_ascii=False))
         return cfg
 
-    def card_lines(self, names, pc, meta, model_line, batching, choice) -> list[str]:
+    def card(self, meta: dict) -> WindowedCard:
         u = meta[self.meta_section]
-        io = (f"inputs `text` [N] and `schema` [P] (TYPE_STRING: texts, and prompts such as "
-              f"{'、'.join(u.get('schema', [])[:3]) or '姓名'}) -> output `results` [N, P] (TYPE_STRING: per text and prompt a JSON "
-              "list of {\"text\", \"start\", \"end\", \"probability\"}, char offsets, end exclusive).")
-        if self.layout(pc) == "fused":
-            return [
-                f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: windowing, model and decoding "
-                f"in one process): {io}",
-                f"- Inside: every text x every prompt, windows.make_windows (max_seq_len {meta['max_seq_len']}, doc_stride "
-                f"{u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens), the {choice.precision} model from "
-                f"`{choice.form}` on all of a request's windows in one call, spans.decode_spans (start/end sigmoid >= "
-                f"{u['position_prob']}, spans of at most {u['max_span_len']} tokens).",
-                self.batching_line(pc, "texts", fused=True),
-            ]
-        return [
-            f"- Ensemble `{names.ensemble}`: {io}",
-            f"- `{names.tokenizer}` (python): every text x every prompt, windows.make_windows, max_seq_len {meta['max_seq_len']}, "
-            f"doc_stride {u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens.",
-            model_line,
-            f"- `{names.postprocess}` (python): spans.decode_spans (start/end sigmoid >= {u['position_prob']}, UIE's pairing, "
-            f"spans of at most {u['max_span_len']} tokens) over all windows of a pair.",
-            self.batching_line(pc, "texts", fused=False),
-        ]
+        return WindowedCard(
+            io=(f"inputs `text` [N] and `schema` [P] (TYPE_STRING: texts, and prompts such as "
+                f"{'、'.join(u.get('schema', [])[:3]) or '姓名'}) -> output `results` [N, P] (TYPE_STRING: per text and prompt "
+                "a JSON list of {\"text\", \"start\", \"end\", \"probability\"}, char offsets, end exclusive)."),
+            items="texts", post_step="decoding",
+            windowing=(f"every text x every prompt, windows.make_windows (max_seq_len {meta['max_seq_len']}, doc_stride "
+                       f"{u['doc_stride']}, prompts of at most {u['max_prompt_len']} tokens)"),
+            decoding=(f"spans.decode_spans over all windows of a (text, prompt) pair (start/end sigmoid >= "
+                      f"{u['position_prob']}, UIE's pairing, spans of at most {u['max_span_len']} tokens)"))
 
     def fastdeploy_card_lines(self, names, pc, meta, engine) -> list[str]:
         u = meta[self.meta_section]

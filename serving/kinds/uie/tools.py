@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from pipeline.contract import TaskKind
-from serving.tools.kinds.base import ToolKind, other_dev_set, print_validated, same, validated
+from serving.tools.kinds.base import ToolKind, Validated, validated
 
 if TYPE_CHECKING:
     from serving.tools.client import BundleClient
@@ -29,13 +29,11 @@ class SmokeResult:
     offline_f1: float
     mismatches: int  # pairs whose served spans (start, end, text) differ from the offline ones
     max_prob_diff: float  # largest |served - offline probability| over spans found by both
-    validated_metric: str | None
-    validated_value: float | None
-    validated_note: str = ""  # validate scored another dev set (other_dev_set): said, not compared
+    validated: Validated
 
     @property
     def ok(self) -> bool:
-        return self.mismatches == 0 and self.served_f1 == self.offline_f1 and same(self.served_f1, self.validated_value)
+        return self.mismatches == 0 and self.served_f1 == self.offline_f1 and self.validated.agrees(self.served_f1)
 
 
 def uie_requests(examples: Sequence, batch_size: int) -> list[tuple[list[str], list[str], list[list[int]]]]:
@@ -118,17 +116,16 @@ def run_smoke(bundle: "BundleModel", client: "BundleClient", examples: Sequence,
             mismatches += 1
         else:
             diff = max([diff, *(abs(x[3] - y[3]) for x, y in zip(a, b))])
-    metric, value = validated(bundle.manifest, len(examples), "pairs")
     return SmokeResult(examples=len(examples), texts=sum(len(t) for t, _, _ in requests), requests=len(requests),
                        served_f1=s.f1, served_precision=s.precision, served_recall=s.recall, offline_f1=o.f1,
-                       mismatches=mismatches, max_prob_diff=diff, validated_metric=metric, validated_value=value,
-                       validated_note=other_dev_set(bundle.manifest, len(examples), "pairs"))
+                       mismatches=mismatches, max_prob_diff=diff, validated=validated(bundle.manifest, len(examples), "pairs"))
 
 
 class UniversalExtraction(ToolKind):
     kind = TaskKind.UIE
     command = "ie"
     output = "results"
+    smoke = staticmethod(run_smoke)  # (bundle, client, dev examples, batch size): this module's smoke test
     windowed = True
 
     def items(self, examples: Sequence) -> list:
@@ -150,15 +147,11 @@ class UniversalExtraction(ToolKind):
         return [tuple((p, s.start, s.end, s.text) for p, spans in zip(schema, f[0]) for s in spans)
                 for (_, schema), f in zip(items, found)]
 
-    def smoke(self, bundle, client, examples: Sequence, batch_size: int) -> SmokeResult:
-        return run_smoke(bundle, client, examples, batch_size)
-
-    def print_smoke(self, task: str, protocol: str, r: SmokeResult, backend: str | None) -> None:
-        print(f"smoke {task}: {r.examples} dev (text, prompt) pairs ({r.texts} texts, {r.requests} requests) via {protocol}")
-        print(f"  served span F1   {r.served_f1:.4f}  (P {r.served_precision:.4f}, R {r.served_recall:.4f})")
-        print(f"  offline span F1  {r.offline_f1:.4f}  (same model file, pipeline windows.py + extraction/spans.py)")
-        print_validated(r.validated_metric, r.validated_value, backend, r.validated_note)
-        print(f"  pairs whose spans differ: {r.mismatches}; max |probability diff| {r.max_prob_diff:.2e}")
+    def smoke_report(self, r: SmokeResult) -> tuple[str, str, str, str]:
+        return (f"{r.examples} dev (text, prompt) pairs ({r.texts} texts, {r.requests} requests)",
+                f"span F1   {r.served_f1:.4f}  (P {r.served_precision:.4f}, R {r.served_recall:.4f})",
+                f"span F1  {r.offline_f1:.4f}  (same model file, pipeline windows.py + extraction/spans.py)",
+                f"pairs whose spans differ: {r.mismatches}; max |probability diff| {r.max_prob_diff:.2e}")
 
     def perf_input(self, item) -> dict:
         text, schema = item

@@ -6,6 +6,7 @@ One object per ``pipeline.contract.TaskKind`` (``serving.tools.kinds.tool_kind``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from pipeline.contract import TaskKind
@@ -72,6 +73,16 @@ class ToolKind:
         raise NotImplementedError
 
     def print_smoke(self, task: str, protocol: str, result, backend: str | None) -> None:
+        """The smoke result in five lines: what was asked, the served and offline scores, validate's, what differs."""
+        asked, served, offline, differ = self.smoke_report(result)
+        print(f"smoke {task}: {asked} via {protocol}")
+        print(f"  served {served}")
+        print(f"  offline {offline}")
+        result.validated.print(backend)
+        print(f"  {differ}")
+
+    def smoke_report(self, result) -> tuple[str, str, str, str]:
+        """The kind's words for ``print_smoke``: what was asked, the served and the offline scores, what differs."""
         raise NotImplementedError
 
     # -- perf ------------------------------------------------------------------------------------------------------
@@ -107,14 +118,33 @@ class ToolKind:
         raise NotImplementedError
 
 
-def validated(manifest: dict, scored: int | None = None, count_key: str = "") -> tuple[str | None, float | None]:
-    """bundle.json "validated" -> (metric name, value); (None, None) when validation left no number, or when it
-    scored another dev set than this run (``other_dev_set``): then the two numbers are not comparable."""
+@dataclass(frozen=True)
+class Validated:
+    """What the smoke test compares its served score with: validate's number from bundle.json, when it scored the
+    same dev set (``metric``/``value`` None otherwise: ``note`` says so, or validation left no number)."""
+
+    metric: str | None
+    value: float | None
+    note: str = ""  # validate scored another dev set (other_dev_set): said, not compared
+
+    def agrees(self, served: float) -> bool:
+        return self.value is None or abs(served - self.value) < 1e-9
+
+    def print(self, backend: str | None) -> None:
+        """The smoke printout's line for validate's number (and, when validate scored another dev set, why not)."""
+        if self.value is not None:
+            print(f"  validated {self.metric} {self.value:.4f}  (validate stage, {backend})")
+        if self.note:
+            print(self.note)
+
+
+def validated(manifest: dict, scored: int | None = None, count_key: str = "") -> Validated:
+    """bundle.json "validated", against this run's ``scored`` dev items (validate's count under ``count_key``)."""
     v = manifest.get("validated") or {}
-    value = v.get("value", v.get("accuracy"))
-    if not isinstance(value, (int, float)) or other_dev_set(manifest, scored, count_key):
-        return None, None
-    return str(v.get("metric", "accuracy")), float(value)
+    value, note = v.get("value", v.get("accuracy")), other_dev_set(manifest, scored, count_key)
+    if not isinstance(value, (int, float)) or note:
+        return Validated(None, None, note)
+    return Validated(str(v.get("metric", "accuracy")), float(value))
 
 
 def other_dev_set(manifest: dict, scored: int | None, count_key: str) -> str:
@@ -128,17 +158,6 @@ def other_dev_set(manifest: dict, scored: int | None, count_key: str) -> str:
     return (f"  validated {v.get('metric', 'accuracy')} {shown}was on {count} {count_key}, this run scored {scored}: "
             "another dev set, not compared")
 
-
-def print_validated(metric: str | None, value: float | None, backend: str | None, note: str = "") -> None:
-    """The smoke printout's line for validate's number (and, when validate scored another dev set, why it is not)."""
-    if value is not None:
-        print(f"  validated {metric} {value:.4f}  (validate stage, {backend})")
-    if note:
-        print(note)
-
-
-def same(a: float, b: float | None) -> bool:
-    return b is None or abs(a - b) < 1e-9
 
 
 def text_row(item) -> dict:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -97,31 +97,16 @@ def quant_aware_train(
     train: FeatureSet,
     dev: FeatureSet,
     *,
-    max_seq_len: int,
     out_dir: Path,
-    use_pact: bool,
-    moving_rate: float,
-    weight_quantize_type: str,
-    activation_quantize_type: str,
-    epochs: int,
-    learning_rate: float,
-    batch_size: int,
-    max_steps: int,
-    seed: int,
-    warmup_ratio: float,
-    weight_decay: float,
     input_dtype: str = "int64",
     log: Callable[[str], None] = print,
+    **settings: Any,
 ) -> Path:
-    """QAT-train the classifier in ``model_dir``; save ``out_dir/model.pdmodel``+``.pdiparams``; return ``out_dir``."""
+    """QAT-train the classifier in ``model_dir`` (``settings``: train_quant_aware's keywords); save
+    ``out_dir/model.pdmodel``+``.pdiparams``; return ``out_dir``."""
     if input_dtype not in convert.INPUT_DTYPES:
         raise ConfigError(f"input_dtype: {input_dtype!r} is not one of {', '.join(convert.INPUT_DTYPES)}")
-    run = train_quant_aware(
-        model_dir, train, dev, max_seq_len=max_seq_len, use_pact=use_pact, moving_rate=moving_rate,
-        weight_quantize_type=weight_quantize_type, activation_quantize_type=activation_quantize_type, epochs=epochs,
-        learning_rate=learning_rate, batch_size=batch_size, max_steps=max_steps, seed=seed, warmup_ratio=warmup_ratio,
-        weight_decay=weight_decay, log=log,
-    )
+    run = train_quant_aware(model_dir, train, dev, log=log, **settings)
     save_quantized(run, Path(out_dir), input_dtype)
     log(f"qat: best dev accuracy {run.best_accuracy:.4f} (FP32 {run.fp32_accuracy:.4f}); saved {Path(out_dir) / MODEL_PREFIX}.pdmodel")
     return Path(out_dir)
