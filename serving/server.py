@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.contract import cpu_flags, missing_int8_flags
-from serving import procfs
+from serving.procfs import processes, read_stat
 from serving.triton.integrity import BundleIntegrityError, clear_bytecode, verify_bundle
 
 # The image's entrypoint (the Dockerfile's, the Kubernetes and KServe commands): its engine check is this launcher's.
@@ -322,13 +322,13 @@ class TritonServer:
 def process_start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid, its identity
     (a pid is reused; a pid and its start time are not)."""
-    proc = procfs.read_stat(pid)
+    proc = read_stat(pid)
     return None if proc is None or proc.exited else proc.start_time
 
 
 def group_members(pgid: int) -> list[int]:
     """The live processes of group ``pgid`` (a zombie has exited: nothing left to end)."""
-    return [s.pid for s in procfs.processes() if s.pgrp == pgid and not s.exited]
+    return [s.pid for s in processes() if s.pgrp == pgid and not s.exited]
 
 
 # What a server of ours runs: a recorded group is only ever reaped of these (a state file can be forged or stale,

@@ -1,4 +1,5 @@
-"""A served engine defined outside the pipeline, for tests/test_serving_server.py's registration test: ONNX Runtime
+"""A served engine defined outside the pipeline, for the registration tests (tests/test_engine_registration.py,
+tests/test_serving_server.py): ONNX Runtime
 on one thread answering the *negated* logits, so that a label it serves can only have come from this engine (the
 registered engines would serve the argmax).  Copied into the bundle as engine.py like every served engine: numpy and
 onnxruntime only."""

@@ -219,8 +219,8 @@ def _copy_engine():
 def test_an_engine_registered_once_is_checked_searched_and_measured(tiny_finetuned, runs, monkeypatch, capsys):
     """issue 40: compress reads its engines from the registry's one list.  An engine defined in this module and added
     there is accepted by compress.engines, searched per width, evaluated and timed in its own sessions beside the
-    others, and reported, with no name of it anywhere in pipeline/.  (Shipping it is not yet one registration:
-    compress/shipped.py, export and the bundle still name their forms.)"""
+    others, and reported, with no name of it anywhere in pipeline/.  (Shipped, validated and served:
+    tests/test_engine_registration.py.)"""
     from pipeline.backends import registry
 
     engine = _copy_engine()

@@ -148,10 +148,10 @@ def test_every_engine_folder_has_the_same_concern_modules():
     ("no quantize: ..."); and every runtime of the registry's table is one folder, so a new engine is one folder."""
     import ast
 
-    from pipeline.backends.registry import RUNTIMES
+    from pipeline.backends.registry import runtimes
 
     folders = _engine_folders()
-    assert {f.name for f in folders} == {r.runtime for r in RUNTIMES}
+    assert {f.name for f in folders} == {r.runtime for r in runtimes()}
     for folder in folders:
         doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))) or ""
         assert doc, f"{folder.name}/__init__.py: no docstring saying what the folder holds"
@@ -201,9 +201,10 @@ SERVING_LAYERS = {
     "serving": set(),
     "serving.kinds": set(),  # the kinds' folders' package files (their modules: KIND_FOLDER_PARTS)
     "serving.triton": set(),  # copied into bundles: see test_triton_code_imports_only_what_triton_has
+    "serving.procfs": set(),  # /proc/<pid>/stat, for the launcher and the tools
     "serving.bundle": {"serving.triton"},  # builds bundles: locates and hashes what it copies, checks integrity
-    "serving.server": {"serving.triton"},  # the launcher: the bundle check
-    "serving.tools": {"serving.triton", "serving.bundle", "serving.server"},
+    "serving.server": {"serving.triton", "serving.procfs"},  # the launcher: the bundle check, its process group
+    "serving.tools": {"serving.triton", "serving.bundle", "serving.server", "serving.procfs"},
     "serving.client": {"serving.tools"},  # `python -m serving.client`, the command bundles' model cards print
 }
 # The only parts of serving that may import pipeline: they run where the pipeline is installed (packaging, dev tools).
@@ -300,10 +301,10 @@ def _triton_problems(source: str, where: str) -> list[str]:
 def test_triton_code_imports_only_what_triton_has():
     """serving/triton, the kinds' models/ and the engines' served modules are copied into bundles and run by Triton's python backend,
     where neither pipeline nor serving is installed: checked from the source, so a model that would fail only when Triton loads it fails here."""
-    from pipeline.backends.registry import SERVED_ENGINES
+    from pipeline.backends.registry import served_engines
 
     # and every served engine's module, copied beside runner.py as engine.py
-    engines = [e.source for e in SERVED_ENGINES]
+    engines = [e.source for e in served_engines()]
     assert {f.parent.name for f in engines} >= {"onnxruntime", "openvino", "paddle"}
     files = sorted((ROOT / "serving" / "triton").rglob("*.py")) + sorted((ROOT / "serving" / "kinds").glob("*/models/*.py"))
     files += engines

@@ -199,7 +199,8 @@ def test_an_engine_registered_once_is_packaged_served_and_is_the_offline_referen
 
     copy = ServedEngine(name="negated", served="registered_engine", model_file="model.onnx", distribution="onnxruntime",
                         import_name="onnxruntime")
-    monkeypatch.setattr(registry, "SERVED_ENGINES", (*registry.SERVED_ENGINES, copy))
+    every = registry.served_engines()
+    monkeypatch.setattr(registry, "served_engines", lambda: (*every, copy))
     assert runtimes()["python-negated"] == ("python", "negated")
     texts, _ = dev
     info = write_repository(tmp_path / "repo", "tiny", ExportArtifacts.from_dir(tiny_export),

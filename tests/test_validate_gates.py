@@ -347,7 +347,8 @@ def test_a_gpu_runtime_that_can_run_is_measured_not_skipped(exported, tmp_path, 
 
     real = registry.by_name("ort-tensorrt")
     fake = dataclasses.replace(real, open=open_fake, available=lambda: None)
-    monkeypatch.setattr(registry, "RUNTIMES", tuple(fake if r.name == "ort-tensorrt" else r for r in registry.RUNTIMES))
+    every = registry.runtimes()
+    monkeypatch.setattr(registry, "runtimes", lambda: tuple(fake if r.name == "ort-tensorrt" else r for r in every))
     out = tmp_path / "out"
     result = run_validate(exported, out, **{"validate.backends": "all"})  # a CPU bundle ships no GPU form
     metrics = json.loads((out / "metrics.json").read_text())
@@ -374,8 +375,9 @@ def test_registry_plan_says_why_a_runtime_is_not_measured(tmp_path, monkeypatch)
     (tmp_path / "onnx").mkdir()
     (tmp_path / "onnx" / "fp32.onnx").write_bytes(b"x")
     (tmp_path / "paddle_fp32").mkdir()
-    runtimes = tuple(dataclasses.replace(r, available=lambda: None) if r.name == "paddle-trt-int8" else r for r in registry.RUNTIMES)
-    monkeypatch.setattr(registry, "RUNTIMES", runtimes)
+    runtimes = tuple(dataclasses.replace(r, available=lambda: None) if r.name == "paddle-trt-int8" else r
+                     for r in registry.runtimes())
+    monkeypatch.setattr(registry, "runtimes", lambda: runtimes)
     run, skipped = registry.plan(tmp_path)
     assert [r.name for r in run] == ["onnxruntime-cpu-fp32", "paddle-cpu-fp32"]  # what was exported and can run
     assert skipped["paddle-trt-int8"] == "the export has no paddle_int8 model"

@@ -34,11 +34,11 @@ def test_every_path_test_and_name_the_walkthrough_names_exists():
     for q in paths:  # relative to the root, or to pipeline/
         assert (ROOT / q).exists() or (ROOT / "pipeline" / q).exists(), q
     tests = [q.split("::") for q in quoted if "::" in q]
-    assert len(tests) == 2
+    assert len(tests) == 3
     for file, name in tests:
         assert f"def {name}(" in (ROOT / file).read_text(encoding="utf-8"), (file, name)
-    for table in ("CPU_ENGINES", "RUNTIMES", "SERVED_ENGINES"):
-        if table in quoted or table == "SERVED_ENGINES":
+    for table in ("CPU_ENGINES", "runtimes", "served_engines"):
+        if table in quoted or table == "served_engines":
             assert hasattr(registry, table), table
     fields = {f.name for f in dataclasses.fields(CpuEngine)} | {f.name for f in dataclasses.fields(ServedEngine)}
     assert {"form", "form_params", "served"} <= fields and {"form", "form_params"} <= quoted
@@ -53,13 +53,13 @@ def test_every_path_test_and_name_the_walkthrough_names_exists():
 
 
 def test_every_registered_engine_folder_has_what_the_walkthrough_lists():
-    from pipeline.backends.registry import CPU_ENGINES, SERVED_ENGINES
+    from pipeline.backends.registry import CPU_ENGINES, served_engines
 
     for engine in CPU_ENGINES:
         folder = ROOT / "pipeline" / "backends" / engine.name
         assert (folder / "engine.py").is_file() and engine.served is not None, engine.name
         assert engine.served.source == folder / "served.py", engine.name
-    for served in SERVED_ENGINES:
+    for served in served_engines():
         assert hasattr(importlib.import_module(served.served), "Engine"), served.name
 
 

@@ -12,9 +12,63 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping, Protocol
+
+import numpy as np
+
+
+class Session(Protocol):
+    """What every runtime's session offers: a name, and logits for a padded batch."""
+
+    name: str
+
+    def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    threads: int | None = None  # CPU threads (None: the runtime's default)
+    seq_lens: np.ndarray | None = None  # dev token lengths: TensorRT's dynamic-shape profile
+    max_seq_len: int = 512
+    # the task config's engine sections by key (cfg.engine_settings): OpenVINO's (openvino:) gives its sessions' CPU
+    # properties
+    engine_settings: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One exported form as validate measures it (and export probes it): an engine's session over that form's file,
+    on a device, at a precision.  Each engine declares its own (``CpuEngine.runtimes``; Paddle Inference's in its
+    folder); ``pipeline.backends.registry.runtimes`` lists them all."""
+
+    name: str  # validate's backend name (report rows, bundle.json)
+    runtime: str  # the engine (onnxruntime | openvino | paddle | a registered one): ratios are to the FP32 of the same
+    # runtime (and device, when measured), or to ``ratio_base``
+    device: str  # cpu | gpu
+    precision: str  # fp32 | fp16 | int8: how it computes
+    form: str  # the exported model it runs (a pipeline.contract.FORMS name)
+    open: Callable[[Path, RunOptions], Session]
+    available: Callable[[], str | None] = lambda: None  # None: can run here; otherwise why not
+    # The backend its throughput ratio is taken to (None: the FP32 of its own runtime).  OpenVINO's INT8 is
+    # compared with the FP32 ONNX in ONNX Runtime, the same base as ONNX Runtime's INT8: one yardstick per CPU.
+    ratio_base: str | None = None
+
+    @property
+    def quantized(self) -> bool:
+        return self.precision == "int8"
+
+    def artifact(self, export_dir: Path) -> Path:
+        from pipeline.contract import ExportLayout
+
+        return ExportLayout(Path(export_dir)).path(self.form)
+
+
+def named(session, name: str):
+    """``session`` answering to validate's backend ``name``."""
+    session.name = name
+    return session
 
 
 @dataclass(frozen=True)
@@ -104,3 +158,6 @@ class CpuEngine:
     # its own section of the task config: (YAML key, dataclass), built and checked like every section and held as
     # ``cfg.engine_settings[key]``; None: the engine has no settings of its own
     section: tuple[str, type] | None = None
+    # every form it runs as validate measures it and export probes it: its INT8 (own form, or an ONNX one), FP32 and
+    # GPU forms where it has them
+    runtimes: tuple[Runtime, ...] = ()

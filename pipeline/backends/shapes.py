@@ -32,3 +32,8 @@ class ShapeRange:
         opts = {n: [self.opt_batch, self.opt_seq] for n in ("input_ids", "token_type_ids")}
         maxs = {n: [self.max_batch, self.max_seq] for n in ("input_ids", "token_type_ids")}
         return mins, maxs, opts
+
+
+def of_options(opts) -> ShapeRange:
+    """The dynamic-shape profile of a GPU session opened with ``opts`` (``engine.RunOptions``): from its dev lengths."""
+    return ShapeRange.from_lengths(opts.seq_lens if opts.seq_lens is not None else np.array([]), opts.max_seq_len)

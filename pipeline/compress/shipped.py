@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pipeline.backends.registry import CPU_ENGINES, onnx_int8_forms_ship, shipped_own_form_engines
+from pipeline.backends import registry
+from pipeline.backends.registry import onnx_int8_forms_ship, shipped_own_form_engines
 from pipeline.contract import ExportLayout
 
 SHIPPED_DIR = "shipped"
@@ -78,7 +79,7 @@ class ShippedSearches:
     @classmethod
     def read(cls, path: Path) -> "ShippedSearches":
         d = json.loads(Path(path).read_text(encoding="utf-8"))
-        engines = [e.name for e in CPU_ENGINES if e.form is not None]
+        engines = [e.name for e in registry.CPU_ENGINES if e.form is not None]
         top = {k: v for k, v in d.items() if k not in ("cpu", "qdq", *engines)}
         return cls(dict(d.get("cpu") or {}), FormSearch(top), FormSearch(dict(d.get("qdq") or {})),
                    {name: FormSearch(d[name]) for name in engines if isinstance(d.get(name), dict)})

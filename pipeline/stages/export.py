@@ -138,7 +138,7 @@ def check_forms(layout: ExportLayout, kind, cfg, data) -> dict:
     """Every ONNX and OpenVINO form loads, has int8 weights where it should, and answers a few dev examples in the
     contract's shape, before anything is packaged; returns the ONNX forms' weight statistics."""
     from pipeline.backends.onnxruntime import convert as ort_convert, quantize as ort_quantize
-    from pipeline.backends.registry import RUNTIMES, RunOptions, is_cpu_engine_form
+    from pipeline.backends.registry import RunOptions, is_cpu_engine_form, runtimes
     from pipeline.tokenizer import Tokenizer
 
     names = ("fp32", "int8", "int8_qdq") if layout.has("onnx_int8") else ("fp32",)  # registry.onnx_int8_forms_ship
@@ -152,7 +152,7 @@ def check_forms(layout: ExportLayout, kind, cfg, data) -> dict:
     probe = probe_fs.batch(range(min(4, len(probe_fs))))
     n, width = probe.input_ids.shape
     expected = (n, width, len(data.labels)) if kind.token_level_outputs else (n, len(data.labels))
-    forms = [rt for rt in RUNTIMES if is_cpu_engine_form(rt) and layout.has(rt.form)]
+    forms = [rt for rt in runtimes() if is_cpu_engine_form(rt) and layout.has(rt.form)]
     for rt in forms:  # every form a CPU engine runs, opened as validate opens it
         logits = rt.open(layout.path(rt.form), RunOptions(threads=1, engine_settings=cfg.engine_settings)).run(probe.input_ids,
                                                                                                   probe.token_type_ids)

@@ -45,9 +45,9 @@ def _backends(value) -> None:
     if not isinstance(value, list) or not value:
         raise ConfigError(f"validate.backends must be {BACKENDS_SHIPPED}, {BACKENDS_ALL} or a non-empty list of backend "
                           f"names, got {short(value)}")
-    from pipeline.backends.registry import RUNTIMES
+    from pipeline.backends.registry import runtimes
 
-    names = [r.name for r in RUNTIMES]
+    names = [r.name for r in runtimes()]
     for i, name in enumerate(value):
         if name not in names:
             raise ConfigError(f"validate.backends[{i}]: {short(name)} is not one of {', '.join(names)}")

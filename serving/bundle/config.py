@@ -21,15 +21,15 @@ TRITON_ORT = "onnxruntime"
 def runtimes() -> dict[str, tuple[str, str]]:
     """``package.runtime`` -> (Triton backend, engine inside it).  ``python-<engine>``: the engine run in-process on
     the python backend (it runs on any Triton, the one here too), one for each engine a bundle can serve: the
-    registry's list, read when asked (``pipeline.backends.registry.SERVED_ENGINES``: ONNX Runtime, OpenVINO, Paddle
+    registry's list, read when asked (``pipeline.backends.registry.served_engines``: ONNX Runtime, OpenVINO, Paddle
     Inference)."""
-    from pipeline.backends.registry import SERVED_ENGINES
+    from pipeline.backends.registry import served_engines
 
     return {
         # python backend, the engine of the form compress selected and validate verified (on the packaging CPU),
         # resolved by the package stage (PackageConfig.resolved)
         "auto": ("python", "auto"),
-        **{f"python-{e.name}": ("python", e.name) for e in SERVED_ENGINES},
+        **{f"python-{e.name}": ("python", e.name) for e in served_engines()},
         TRITON_ORT: (TRITON_ORT, "onnxruntime"),  # Triton's native ORT backend (optional TensorRT accelerator)
         "fastdeploy": ("fastdeploy", "fastdeploy"),  # FastDeploy serving image's backend
     }

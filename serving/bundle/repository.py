@@ -42,7 +42,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline.backends.registry import SERVED_ENGINES, ServedEngine, own_forms, served_engine, served_engine_of_form
+from pipeline.backends.registry import ServedEngine, own_forms, served_engine, served_engine_of_form, served_engines
 from pipeline.contract import META_FILE, ExportLayout, TaskKind, form, read_meta
 from pipeline.errors import ModelError
 from serving.bundle import fastdeploy_api, model_io, requirements
@@ -57,7 +57,7 @@ from serving.triton import integrity, model_support, text_input
 RUNNER = Path(model_support.__file__).resolve().parent / "models" / "runner.py"
 PIPELINE_DIR = Path(__file__).resolve().parents[2] / "pipeline"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-SERVING_PACKAGES = ("numpy", *(e.distribution for e in SERVED_ENGINES), "tokenizers", "tritonclient", "nvidia-pytriton",
+SERVING_PACKAGES = ("numpy", *(e.distribution for e in served_engines()), "tokenizers", "tritonclient", "nvidia-pytriton",
                     "protobuf")
 PYTRITON_TRITONSERVER = {"0.7.0": "2.51.0"}  # nvidia-pytriton release -> the tritonserver it ships
 

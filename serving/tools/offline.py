@@ -77,17 +77,17 @@ class BundleModel:
     def session(self, threads: int = 0):
         """A callable ``(input_ids, token_type_ids) -> logits`` over the bundle's model file, run by the served engine
         bundle.json names (a native backend's file by the first registered engine whose model file it is:
-        ``pipeline.backends.registry.SERVED_ENGINES``), in this process and unwarmed, with the CPU properties the
+        ``pipeline.backends.registry.served_engines``), in this process and unwarmed, with the CPU properties the
         bundle serves with (bundle.json)."""
         import pipeline  # noqa: F401  (numpy before paddle)
-        from pipeline.backends.registry import SERVED_ENGINES, served_engine
+        from pipeline.backends.registry import served_engine, served_engines
 
         served = served_engine(str(self.manifest.get("engine")))
         if served is None or not (self.model_dir / served.model_file).is_file():  # a native backend's file
-            served = next((e for e in SERVED_ENGINES if (self.model_dir / e.model_file).is_file()), None)
+            served = next((e for e in served_engines() if (self.model_dir / e.model_file).is_file()), None)
         if served is None:
             raise FileNotFoundError(f"{self.model_dir}: no model file any registered engine runs "
-                                    f"({', '.join(e.model_file for e in SERVED_ENGINES)})")
+                                    f"({', '.join(e.model_file for e in served_engines())})")
         params = {"engine_properties": json.dumps(self.manifest.get("engine_properties") or {})}
         engine = served.engine(self.model_dir / served.model_file, threads, False, params)
         return lambda ids, types: np.asarray(engine({"input_ids": ids, "token_type_ids": types}))

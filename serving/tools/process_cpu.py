@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving import procfs
+from serving.procfs import PROC, processes, read_stat
 
 TICKS = os.sysconf("SC_CLK_TCK")
 STUB = "triton_python_backend_stub"
@@ -20,7 +20,7 @@ STUB = "triton_python_backend_stub"
 
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of ``pid`` (all its threads) in seconds; None when it is gone."""
-    stat = procfs.read_stat(pid)
+    stat = read_stat(pid)
     return None if stat is None else stat.cpu_ticks / TICKS
 
 
@@ -28,11 +28,11 @@ def stub_processes(server_pid: int) -> dict[str, int]:
     """Model instance name (``tnews_0_0``) -> pid of each python backend stub the server started: the stubs in the
     process group ``server_pid`` leads (the launcher starts tritonserver in a group of its own)."""
     out = {}
-    for stat in procfs.processes():
+    for stat in processes():
         if stat.pgrp != server_pid:
             continue
         try:
-            args = (procfs.PROC / str(stat.pid) / "cmdline").read_bytes().split(b"\0")
+            args = (PROC / str(stat.pid) / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         # the stub's arguments: model.py, shm region, sizes, parent pid, backend dir, ..., instance name, kind

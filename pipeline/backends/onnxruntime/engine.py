@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.backends.engine import CpuEngine, ServedEngine
+from pipeline.backends.engine import CpuEngine, Runtime, RunOptions, ServedEngine, named
 
 
 def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: Path | None, log):
@@ -37,6 +37,40 @@ def _open(path: Path, precision: str, settings: dict):
     return session(path, precision=precision)
 
 
+def _cpu(precision: str, name: str):
+    def open_(path: Path, opts: RunOptions):
+        from pipeline.backends.onnxruntime.session import session
+
+        return named(session(path, precision=precision, threads=opts.threads), name)
+    return open_
+
+
+def _gpu(provider: str, int8: bool):
+    def open_(path: Path, opts: RunOptions):
+        from pipeline.backends.onnxruntime.session import gpu_session
+        from pipeline.backends.shapes import of_options
+
+        return gpu_session(path, provider, of_options(opts), fp16=provider == "tensorrt", int8=int8)
+    return open_
+
+
+def _gpu_reason(provider: str):
+    def reason():
+        from pipeline.backends.onnxruntime.session import provider_missing
+
+        return provider_missing(provider)
+    return reason
+
+
+# Its CPU forms, and its CUDA and TensorRT execution providers on GPU (TensorRT runs the QDQ form)
+RUNTIMES = (
+    Runtime("onnxruntime-cpu-fp32", "onnxruntime", "cpu", "fp32", "onnx_fp32", _cpu("fp32", "onnxruntime-cpu-fp32")),
+    Runtime("onnxruntime-cpu-int8", "onnxruntime", "cpu", "int8", "onnx_int8", _cpu("int8", "onnxruntime-cpu-int8")),
+    Runtime("onnxruntime-cpu-int8-qdq", "onnxruntime", "cpu", "int8", "onnx_int8_qdq", _cpu("int8", "onnxruntime-cpu-int8-qdq")),
+    Runtime("ort-cuda", "onnxruntime", "gpu", "fp32", "onnx_fp32", _gpu("cuda", False), _gpu_reason("cuda")),
+    Runtime("ort-tensorrt", "onnxruntime", "gpu", "int8", "onnx_int8_qdq", _gpu("tensorrt", True), _gpu_reason("tensorrt")),
+)
+
 ENGINE = CpuEngine(
     name="onnxruntime", int8_suffix="int8", quantization="ort", candidate_file="model.onnx",
     where="ONNX Runtime on CPU (FP32 ONNX per width, INT8 from the recipe search)",
@@ -44,4 +78,5 @@ ENGINE = CpuEngine(
     int8_embeddings=lambda cfg: cfg.quantization.int8_embeddings,
     served=ServedEngine(name="onnxruntime", served="pipeline.backends.onnxruntime.served", model_file="model.onnx",
                         distribution="onnxruntime", import_name="onnxruntime",
-                        gpu_distribution="onnxruntime-gpu"))
+                        gpu_distribution="onnxruntime-gpu"),
+    runtimes=RUNTIMES)

@@ -110,6 +110,10 @@ class DynamicForm:
     def chosen(self) -> "DynamicForm":
         return self
 
+    def as_dict(self) -> dict:
+        """As a shipped form's search record (``int8_search.json``): the recipe, nothing searched."""
+        return {"recipe": self.recipe.name, "batch_independent": False}
+
 
 def dynamic_int8(fp32_path: Path, out_path: Path, qcfg) -> DynamicForm:
     """The per-batch form as compress measures it and export ships it (one call, the same settings, so the shipped

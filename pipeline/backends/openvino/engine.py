@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pipeline.backends.engine import CpuEngine, ServedEngine
+from pipeline.backends.engine import CpuEngine, Runtime, RunOptions, ServedEngine, named
 from pipeline.backends.openvino.config import OpenVINOConfig
 from pipeline.contract import Form, Precision, register_form
 
@@ -58,10 +58,9 @@ def _form_params(cfg) -> dict:
 
 
 def _check(cfg) -> None:
-    from pipeline.backends.openvino import missing
     from pipeline.errors import ConfigError
 
-    why = missing()
+    why = _missing()
     if why:
         raise ConfigError(f"compress.engines: openvino cannot run here: {why} (or --set 'compress.engines=[onnxruntime]')")
     _own(cfg).check()  # a property the CPU plugin refuses: named now, not after DynaBERT
@@ -69,6 +68,21 @@ def _check(cfg) -> None:
 
 # Its own shipped form, beside the export's ONNX forms: compress builds it for the selected width, bundles serve it.
 FORM = register_form(Form("openvino_int8", "openvino/int8.xml", Precision.INT8, companions=(".bin",))).name
+
+def _validate_open(path: Path, opts: RunOptions):
+    """As validate opens it: the task's openvino: properties, with validate's threads."""
+    from pipeline.backends.openvino.session import session
+
+    own = opts.engine_settings.get(SECTION)
+    props = own.cpu_properties(opts.threads or 0) if own is not None else None
+    return named(session(path, precision="int8", threads=opts.threads, properties=props), "openvino-cpu-int8")
+
+
+def _missing() -> str | None:
+    from pipeline.backends.openvino import missing
+
+    return missing()
+
 
 ENGINE = CpuEngine(
     name="openvino", int8_suffix="ov-int8", quantization="nncf", candidate_file="model.xml",  # model.bin beside it
@@ -79,4 +93,7 @@ ENGINE = CpuEngine(
     served=ServedEngine(name="openvino", served="pipeline.backends.openvino.served", model_file="model.xml",
                         distribution="openvino", import_name="openvino", form=FORM,
                         properties=True, one_instance=True),
-    section=(SECTION, OpenVINOConfig))
+    section=(SECTION, OpenVINOConfig),
+    # its INT8 IR, its ratio taken to ONNX Runtime's FP32 (the same base as ONNX Runtime's INT8: one yardstick per CPU)
+    runtimes=(Runtime("openvino-cpu-int8", "openvino", "cpu", "int8", FORM, _validate_open, _missing,
+                      ratio_base="onnxruntime-cpu-fp32"),))
