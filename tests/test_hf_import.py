@@ -368,7 +368,7 @@ def test_a_hugging_face_model_is_bundled_and_served_with_its_own_tokenizer(tmp_p
     (validate's default widths include 128, past this model's 64 positions: not timed, said), then a real
     tritonserver whose answers must equal the offline ones on texts where HF's and PaddleNLP's rules tokenize
     differently (``广州｜D2 7×9 17.4℃``): the served tokenizer reads the bundle's rules."""
-    from test_kinds_e2e import FAST_STAGES, _serve_and_smoke
+    from test_kinds_e2e import FAST_STAGES, _serve_and_smoke, set_args
 
     from pipeline.cli import main
 
@@ -378,8 +378,7 @@ def test_a_hugging_face_model_is_bundled_and_served_with_its_own_tokenizer(tmp_p
     sets = {k: v for k, v in FAST_STAGES.items() if not k.startswith("validate.seq_lens")}
     args = ["run", "--task", str(task), "--runs-dir", str(runs), "--model", str(GOLDEN / "bert-sequence"),
             "--set", "compress.strategy=ptq", "--set", f"package.repository={repo}", "--set", "gates.min_accuracy=0"]
-    for k, v in sets.items():
-        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) else v}"]
+    args += set_args(sets)
     assert main(args) == 0, capsys.readouterr().err[-2000:]
     assert "widths [128] of validate.seq_lens not timed: the model embeds 64 positions" in capsys.readouterr().out
     bundle = repo / "tiny"

@@ -93,6 +93,11 @@ FAST_STAGES = {
 }
 
 
+def set_args(overrides: dict) -> list[str]:
+    """``--set key=value`` for each override, the value as JSON (a list, null and a quoted string read back as YAML)."""
+    return [a for k, v in overrides.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+
+
 def _run_bundle(tmp_path: Path, task: dict, extra: dict):
     """Runs every stage; returns (task yaml, runs/<task>, the loaded config)."""
     from pipeline.cli import main
@@ -102,8 +107,7 @@ def _run_bundle(tmp_path: Path, task: dict, extra: dict):
     runs = tmp_path / "runs"
     overrides = {**TINY_MODEL_OVERRIDES, **FAST_STAGES, "package.repository": str(tmp_path / "repo"), **extra}
     args = ["run", "--task", str(task_yaml), "--runs-dir", str(runs)]
-    for k, v in overrides.items():
-        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) or v is None else v}"]
+    args += set_args(overrides)
     assert main(args) == 0
     # Right after a run every stage is current, the package stage included (its bundle is checked in place).
     from pipeline.config import load_task_config
@@ -348,8 +352,7 @@ def test_uie_with_a_paddleslim_act_config(tmp_path, capsys):
     overrides.pop("compress.max_steps")  # the ACT file's train_iter sets it
     args = ["run", "--task", str(task_yaml), "--runs-dir", str(tmp_path / "runs"), "--act-config", str(act_yaml),
             "--until", "compress"]
-    for k, v in overrides.items():
-        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) or v is None else v}"]
+    args += set_args(overrides)
     capsys.readouterr()
     assert main(args) != 0
     captured = capsys.readouterr()
@@ -387,8 +390,7 @@ def test_other_strategies_on_span_kinds(kind, strategy, expected, tmp_path):
     task_yaml.write_text(yaml.safe_dump(task, allow_unicode=True), encoding="utf-8")
     overrides = {**TINY_MODEL_OVERRIDES, **FAST_STAGES, "finetune.epochs": 2, "gates.min_accuracy": 0.0, "max_seq_len": task["max_seq_len"]}
     args = ["run", "--task", str(task_yaml), "--runs-dir", str(tmp_path / "runs"), "--until", "compress"]
-    for k, v in overrides.items():
-        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) or v is None else v}"]
+    args += set_args(overrides)
     assert main(args) == 0
     table = json.loads((tmp_path / "runs" / task["task"] / "compress" / "out" / "candidates.json").read_text())
     cands = {c["name"]: c for c in table["candidates"]}
