@@ -95,6 +95,13 @@ def _served(pair_bundle, tmp_path, layout: str = "fused"):
     return start_server(bundle, log_path=tmp_path / "server.log", timeout=120)
 
 
+@pytest.fixture(scope="module")
+def pair_server(pair_bundle, tmp_path_factory):
+    """The pair bundle served (layout fused), once for the tests that only send it requests."""
+    with _served(pair_bundle, tmp_path_factory.mktemp("pair_server")) as server:
+        yield server
+
+
 @pytest.mark.parametrize("arrays, says", [
     ({"text": [["他去了"]]}, "text_pair: missing: this model classifies text pairs"),
     ({"text": [["他去了"]], "text_pair": [["   "]]}, "text_pair[0]: empty text_pair"),
@@ -104,11 +111,12 @@ def _served(pair_bundle, tmp_path, layout: str = "fused"):
     ({"text": [["他去了"], ["他来了"]], "text_pair": [["北京"]]}, "batch size does not match other inputs"),
     ({"text": [[""]], "text_pair": [["北京"]]}, "text[0]: empty text"),
 ])
-def test_a_malformed_pair_request_is_refused_alone_naming_its_field(pair_bundle, tmp_path, arrays, says):
+def test_a_malformed_pair_request_is_refused_alone_naming_its_field(pair_bundle, pair_server, arrays, says):
+    """Amid good requests: only the bad one is refused, and the (shared) server keeps serving after each."""
     from serving.tools.client import BundleClient, RequestRejected
 
-    dev = _dev(pair_bundle)
-    with _served(pair_bundle, tmp_path) as server, BundleClient(server.grpc_url, "grpc", "tinynli", retries=0) as client:
+    dev, server = _dev(pair_bundle), pair_server
+    with BundleClient(server.grpc_url, "grpc", "tinynli", retries=0) as client:
         answers, refused = {}, []
 
         def good(k):
@@ -156,26 +164,26 @@ def test_the_served_tokenizer_gives_paddlenlps_pair_ids_on_every_dev_pair(pair_b
                 assert (out["input_ids"][row, n:] == 0).all()
 
 
-def test_the_client_sends_pairs_from_flags_and_a_two_column_file(pair_bundle, tmp_path, capsys):
+def test_the_client_sends_pairs_from_flags_and_a_two_column_file(pair_bundle, pair_server, tmp_path, capsys):
     from serving.tools import client_cli as cli
     from serving.tools.client import BundleClient
 
     dev = _dev(pair_bundle)[:4]
     pairs_file = tmp_path / "pairs.tsv"
     pairs_file.write_text("".join(f"{a}\t{b}\n" for a, b in dev), encoding="utf-8")
-    with _served(pair_bundle, tmp_path) as server:
-        expected = [p.label for p in BundleClient(server.grpc_url, "grpc", "tinynli").classify(dev)]
-        base = ["classify", "--model", "tinynli", "--protocol", "grpc", "--url", server.grpc_url, "--json"]
-        assert cli.main(base + [dev[0][0], "--text-pair", dev[0][1]]) == 0
-        row = json.loads(capsys.readouterr().out.strip())
-        assert (row["text"], row["text_pair"], row["label"]) == (dev[0][0], dev[0][1], expected[0])
-        assert cli.main(base + ["--file", str(pairs_file)]) == 0
-        assert [json.loads(line)["label"] for line in capsys.readouterr().out.strip().splitlines()] == expected
-        assert cli.main(base + ["a", "b", "--text-pair", "c"]) == 2
-        assert "1 --text-pair for 2 text(s)" in capsys.readouterr().err
-        pairs_file.write_text("only one column\tx\tthird\n", encoding="utf-8")
-        assert cli.main(base + ["--file", str(pairs_file)]) == 2
-        assert "line 1: expected two tab-separated columns" in capsys.readouterr().err
+    server = pair_server
+    expected = [p.label for p in BundleClient(server.grpc_url, "grpc", "tinynli").classify(dev)]
+    base = ["classify", "--model", "tinynli", "--protocol", "grpc", "--url", server.grpc_url, "--json"]
+    assert cli.main(base + [dev[0][0], "--text-pair", dev[0][1]]) == 0
+    row = json.loads(capsys.readouterr().out.strip())
+    assert (row["text"], row["text_pair"], row["label"]) == (dev[0][0], dev[0][1], expected[0])
+    assert cli.main(base + ["--file", str(pairs_file)]) == 0
+    assert [json.loads(line)["label"] for line in capsys.readouterr().out.strip().splitlines()] == expected
+    assert cli.main(base + ["a", "b", "--text-pair", "c"]) == 2
+    assert "1 --text-pair for 2 text(s)" in capsys.readouterr().err
+    pairs_file.write_text("only one column\tx\tthird\n", encoding="utf-8")
+    assert cli.main(base + ["--file", str(pairs_file)]) == 2
+    assert "line 1: expected two tab-separated columns" in capsys.readouterr().err
 
 
 def test_perf_input_carries_both_texts():
