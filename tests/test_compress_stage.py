@@ -16,7 +16,9 @@ from pipeline.compress.candidates import Candidate, select, write_table
 
 FAST = ["--set", "compress.throughput_batches=1", "--set", "compress.timing_rounds=2", "--set", "compress.max_steps=4",
         "--set", "compress.per_device_train_batch_size=16", "--set", "compress.learning_rate=0.001",
-        "--set", "compress.algo_list=[mse]", "--set", "compress.batch_size_list=[4]"]
+        "--set", "compress.algo_list=[mse]", "--set", "compress.batch_size_list=[4]",
+        # one SmoothQuant strength per engine: the recipe grids are tests of their own (test_int8.py, test_openvino.py)
+        "--set", "quantization.int8_smooth_alphas=[0.5]", "--set", "quantization.openvino_smooth_alphas=[0.5]"]
 PADDLE = ["--set", "compress.candidate_format=paddle"]
 ALL = ["--set", "compress.screen=false"]  # every candidate built: a test of the whole table, not of the screen
 # OpenVINO's own form ships when the selected candidate runs in it or package.runtime names it: named here, so a test
