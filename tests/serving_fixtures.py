@@ -23,7 +23,9 @@ from pipeline.contract import ExportLayout
 # mostly XML, larger than its whole FP32 ONNX.
 QUICK_EXPORT = {"compress.strategy": "ptq", "compress.throughput_batches": 1, "compress.timing_rounds": 2,
                 "compress.algo_list": "[mse]", "compress.batch_size_list": "[4]", "gates.max_int8_size_ratio": "null",
-                "gates.max_accuracy_drop": 100}
+                "gates.max_accuracy_drop": 100,
+                # one SmoothQuant strength per engine: the recipe grids have tests of their own (test_int8.py, test_openvino.py)
+                "quantization.int8_smooth_alphas": "[0.5]", "quantization.openvino_smooth_alphas": "[0.5]"}
 
 
 @pytest.fixture(scope="session")

@@ -94,7 +94,7 @@ def test_an_engine_registered_once_is_built_selected_validated_packaged_and_serv
             "gates.min_anchor_ratio": 0, "gates.max_int8_size_ratio": "null", "validate.batch_sizes": "[1]",
             "validate.seq_lens": "[16]", "validate.repeats": 1, "validate.warmup": 0, "validate.dev_benchmark_limit": 32,
             "package.threads": 1, "package.max_batch_size": 8, "package.preferred_batch_size": 4,
-            "package.repository": str(repo)}
+            "package.repository": str(repo), "quantization.int8_smooth_alphas": "[0.5]"}
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     assert main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--from", "compress", *args]) == 0
 

@@ -87,6 +87,8 @@ FAST_STAGES = {
     "validate.batch_sizes": [1], "validate.seq_lens": [16], "validate.repeats": 1, "validate.warmup": 1,
     "validate.dev_benchmark_limit": 32, "gates.min_throughput_ratio": 0.0, "gates.min_anchor_ratio": 0.0,
     "gates.max_accuracy_drop": 100.0,
+    # one SmoothQuant strength per engine: the recipe grids have tests of their own (test_int8.py, test_openvino.py)
+    "quantization.int8_smooth_alphas": [0.5], "quantization.openvino_smooth_alphas": [0.5],
     "package.threads": 1, "package.max_batch_size": 8, "package.preferred_batch_size": 4,
     # no size gate: a tiny model is mostly (unquantized) position embeddings, and its OpenVINO IR mostly XML
     "gates.max_int8_size_ratio": None,
