@@ -373,6 +373,31 @@ def test_onnxruntime_engine_makes_its_speed_and_per_batch_forms_all_int8_and_ope
         assert logits.shape == (2, 3), name
 
 
+# -- pipeline/backends/paddle/engine.py, registry.runtimes ------------------------------------------------------------
+def test_each_engine_declares_its_runtimes_and_the_registry_lists_cpu_first(tiny_export):
+    """Every runtime comes from its engine's folder; the registry lists the CPU ones first, ONNX Runtime's before
+    Paddle's (Paddle's OpenMP threads slow an ORT session timed after them), and Paddle Inference's CPU runtime runs
+    the export's FP32 program in the model's shape."""
+    from pipeline.backends import registry
+    from pipeline.backends.engine import RunOptions
+    from pipeline.backends.onnxruntime.engine import RUNTIMES as ORT
+    from pipeline.backends.paddle.engine import RUNTIMES as PADDLE, SERVED
+
+    every = registry.runtimes()
+    assert set(every) == {*ORT, *PADDLE, *(r for e in registry.CPU_ENGINES for r in e.runtimes)}
+    devices = [r.device for r in every]
+    assert devices == sorted(devices, key=lambda d: d != "cpu")  # CPU, then GPU
+    names = [r.name for r in every]
+    assert names.index("onnxruntime-cpu-int8") < names.index("paddle-cpu-fp32")
+    assert {(r.name, r.form) for r in PADDLE} == {("paddle-cpu-fp32", "paddle_fp32"), ("paddle-cpu-int8", "paddle_int8"),
+                                                  ("paddle-trt-fp16", "paddle_fp32"), ("paddle-trt-int8", "paddle_int8")}
+    assert all(r.available() for r in PADDLE if r.device == "gpu")  # the CPU build here: each says why not
+    assert SERVED.reads_programs and registry.served_engine("paddle") is SERVED
+    fp32 = registry.by_name("paddle-cpu-fp32")
+    ids = np.array([[1, 5, 6, 7, 2]], dtype=np.int64)
+    assert fp32.open(fp32.artifact(tiny_export), RunOptions(threads=1)).run(ids, np.zeros_like(ids)).shape == (1, 3)
+
+
 # -- pipeline/compress/build.py and onnx_candidates.py ---------------------------------------------------------------
 def test_compress_preflight_refuses_before_any_long_work(tmp_path):
     from pipeline.compress.arguments import CompressConfig
