@@ -149,7 +149,7 @@ def write_squad_dev(path: Path, n_contexts: int = 10, seed: int = 0) -> Path:
     return path
 
 
-def _dev_data(root: Path, write, train_file: str) -> Path:
+def _data_dir_of_dev(root: Path, write, train_file: str) -> Path:
     """A data dir whose dev set (written by ``write``) is also its training file: the task loader reads both."""
     write(root / "dev.json")
     shutil.copyfile(root / "dev.json", root / train_file)
@@ -158,7 +158,7 @@ def _dev_data(root: Path, write, train_file: str) -> Path:
 
 @pytest.fixture(scope="session")
 def ner_data(tmp_path_factory) -> Path:
-    return _dev_data(tmp_path_factory.mktemp("cluener_data"), write_cluener_dev, "train.json")
+    return _data_dir_of_dev(tmp_path_factory.mktemp("cluener_data"), write_cluener_dev, "train.json")
 
 
 def run_until_export(root: Path, task: dict, epochs: int = 12) -> Path:
@@ -202,7 +202,7 @@ def ner_bundle(ner_export, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def mrc_data(tmp_path_factory) -> Path:
-    return _dev_data(tmp_path_factory.mktemp("cmrc_data"), write_squad_dev, "trial.json")
+    return _data_dir_of_dev(tmp_path_factory.mktemp("cmrc_data"), write_squad_dev, "trial.json")
 
 
 @pytest.fixture(scope="session")
@@ -235,12 +235,12 @@ def tiny_dev(tiny_finetuned) -> tuple[list[str], list[str]]:
 
 def dev_examples(task: str, data_fixture: str, kind: str):
     """A module fixture: the dev examples validate scored for ``task`` on ``data_fixture``'s data (read as the smoke
-    test reads them)."""
+    test reads them: for reading comprehension the held-out part of dev, ``reading.dev_for_training``)."""
     @pytest.fixture(scope="module")
     def dev(request):
-        from serving.tools.smoke import _dev_examples
+        from serving.tools.smoke import dev_data
 
-        return _dev_examples(task, request.getfixturevalue(data_fixture), kind)
+        return list(dev_data(task, request.getfixturevalue(data_fixture), kind).dev.examples)
     return dev
 
 

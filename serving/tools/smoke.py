@@ -137,8 +137,8 @@ def _load_dev(task: str, data_dir, sets, manifest: dict | None):
         raise DataError(f"{exc}; {built}{how}") from None
 
 
-def _dev_data(task: str, data_dir: str | Path | None, task_type: str, sets: list[str] | None = None,
-              manifest: dict | None = None):
+def dev_data(task: str, data_dir: str | Path | None, task_type: str, sets: list[str] | None = None,
+             manifest: dict | None = None):
     """The task data (``pipeline.data.TaskDataset``) read by the pipeline's own loader, refused when the task config's
     kind is not the bundle's.  ``manifest``: the bundle's, whose recorded data dir is read when ``data_dir`` is not
     given."""
@@ -150,23 +150,12 @@ def _dev_data(task: str, data_dir: str | Path | None, task_type: str, sets: list
     return data
 
 
-def _dev_examples(task: str, data_dir: str | Path | None, task_type: str, sets: list[str] | None = None,
-                  manifest: dict | None = None) -> list:
-    """The dev examples validate scored (LabelingExample / QAExample), read by the pipeline's own loader.
-
-    For reading comprehension that is the held-out part of dev (``reading.dev_for_training``), so
-    the served metric is comparable with the validated one.  ``manifest``: the bundle's, whose recorded data
-    dir is read when ``data_dir`` is not given.
-    """
-    return list(_dev_data(task, data_dir, task_type, sets, manifest).dev.examples)
-
-
 def _dev_items(task: str, data_dir: str | Path | None, task_type: str, sets: list[str] | None = None,
                manifest: dict | None = None) -> list:
     """The dev set as the bundle's requests carry it, one item each: texts, (text, text_pair) pairs for a sentence-pair
     classifier (AFQMC, OCNLI, CMNLI, CSL: the served model takes a ``text_pair`` input), (question, context) pairs,
     (text, schema) pairs."""
-    return tool_kind(task_type).dev_items(task, _dev_data(task, data_dir, task_type, sets, manifest))
+    return tool_kind(task_type).dev_items(task, dev_data(task, data_dir, task_type, sets, manifest))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"{bundle.names.ensemble}); the smoke test speaks package.api ernie-bundle: package it with "
                               "that to smoke-test the model, or call it with FastDeploy's example client")
         kind = tool_kind(bundle.task_type)
-        data = _dev_data(args.task, args.data_dir, kind.name, args.set, bundle.manifest)
+        data = dev_data(args.task, args.data_dir, kind.name, args.set, bundle.manifest)
         problem = refused_example(list(data.dev.examples), bundle.manifest)  # named by its line, before any request
         if problem:
             raise ClientError(problem)
