@@ -4,7 +4,8 @@ what a kind object answers:
 
     models                                its python models and helpers: serving/kinds/<kind>/models/
     tokenizer_source, postprocess_source  python models of <task>_tokenizer / _postprocess (in ``models``)
-    fused_source, fused_model(pc)         the one python model of layout fused (None: the kind has no fused form)
+    fused_source, fused_model(pc)         the one python model of layout fused (None: the kind has no fused form,
+                                          and is not ``fusable``)
     tokenizer_pure, postprocess_pure      the pipeline's pure modules copied beside them (served == offline code)
     tokenizer_helpers(pc), postprocess_helpers(pc)   helpers copied beside the pre- / post-processing model
     layout(pc)                            ensemble or fused, for these package settings
@@ -20,8 +21,8 @@ what a kind object answers:
 
 A ``WindowedKind`` (reading comprehension, UIE) declares what differs between such kinds and builds the rest from it:
 its ensemble's string ``inputs`` (the first segment's, then the context's), those the post-processing reads too
-(``to_post``), its ``outputs``, its decoding settings (``decode_params``) and the request checks its models share
-(``requests_helper``).
+(``to_post``), its ``outputs``, its decoding settings (``decode_params``), the request checks its models share
+(``requests_helper``) and its model card's words (``card``: a ``WindowedCard``).
 """
 
 from __future__ import annotations

@@ -69,7 +69,8 @@ class ToolKind:
 
     # -- smoke -----------------------------------------------------------------------------------------------------
     def smoke(self, bundle: "BundleModel", client: "BundleClient", examples: Sequence, batch_size: int):
-        """The dev examples through the server and offline: the kind's smoke result (``.ok``)."""
+        """The dev examples through the server and offline: the kind's smoke result (``.ok``; ``.validated``: a
+        ``Validated``)."""
         raise NotImplementedError
 
     def print_smoke(self, task: str, protocol: str, result, backend: str | None) -> None:
