@@ -155,6 +155,7 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert shipped.read_bytes() == (_out(runs) / "candidates" / f"{prefix}int8" / "model.onnx").read_bytes()
     search = json.loads((runs / "tiny" / "export" / "out" / "int8_search.json").read_text())
     assert search["chosen"]["name"] == rows[f"{prefix}int8"]["settings"]["int8_recipe"]["name"]
+    assert str(runs) not in json.dumps(search)  # no path of this machine's run (it reaches meta.json and gates.json)
     for suffix in (".xml", ".bin"):  # OpenVINO's form too: the measured IR, byte for byte
         shipped = runs / "tiny" / "export" / "out" / "openvino" / f"int8{suffix}"
         assert shipped.read_bytes() == (_out(runs) / "candidates" / f"{prefix}ov-int8" / f"model{suffix}").read_bytes()

@@ -38,11 +38,11 @@ class Scored:
     metric: float  # task metric on the held-out slice (fraction)
     drop_points: float  # FP32 held-out metric minus this, in points
     agreement: float  # fraction of held-out rows whose decisions (PipelineKind.decisions) equal FP32's
-    path: str
+    path: str  # the scored file, in the run's cache: not recorded (a machine's path in meta.json and gates.json)
 
     def as_dict(self) -> dict:
         return {**self.recipe.as_dict(), "metric": self.metric, "drop_points": self.drop_points,
-                "agreement": self.agreement, "path": self.path}
+                "agreement": self.agreement}
 
 
 @dataclass
