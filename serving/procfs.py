@@ -1,4 +1,4 @@
-"""What the kernel says about a process (Linux ``/proc/<pid>/stat``), parsed in one place: the launcher's clean-up of
+"""What the kernel says about a process (Linux ``/proc/<pid>/stat`` and ``cmdline``), read in one place: the launcher's clean-up of
 a server's process group, ``make perf``'s CPU time by process, and the tests that check nothing is left running."""
 
 from __future__ import annotations
@@ -40,6 +40,14 @@ def read_stat(pid: int) -> ProcStat | None:
     try:
         return parse_stat((PROC / str(pid) / "stat").read_text())
     except (OSError, ValueError):
+        return None
+
+
+def cmdline(pid: int) -> list[bytes] | None:
+    """``pid``'s arguments as the kernel holds them (``/proc/<pid>/cmdline``, program first); None when it is gone."""
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
         return None
 
 

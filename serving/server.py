@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.contract import cpu_flags, missing_int8_flags
-from serving.procfs import processes, read_stat
+from serving.procfs import cmdline, processes, read_stat
 from serving.triton.integrity import BundleIntegrityError, clear_bytecode, verify_bundle
 
 # The image's entrypoint (the Dockerfile's, the Kubernetes and KServe commands): its engine check is this launcher's.
@@ -339,10 +339,8 @@ SHM_PREFIX = re.compile(r"ernie_bundle_[0-9]{1,10}_[0-9a-f]{8}_")
 
 
 def _program(pid: int) -> str:
-    try:
-        return Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode("utf-8", "replace")).name
-    except (OSError, IndexError):
-        return ""
+    args = cmdline(pid)
+    return Path(args[0].decode("utf-8", "replace")).name if args else ""
 
 
 def server_members(pgid: int) -> list[int]:
@@ -623,11 +621,7 @@ class ServerState:
         """The recorded process is alive and is still the tritonserver serving this repository."""
         if process_start_time(self.pid) != self.start_time:
             return False  # gone, or the pid now belongs to another process
-        try:
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return False
-        return f"--model-repository={self.repository}".encode() in cmdline
+        return f"--model-repository={self.repository}".encode() in (cmdline(self.pid) or [])
 
 
 def stop_detached(state_path: Path, timeout: float = 30.0) -> int:

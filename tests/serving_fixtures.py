@@ -312,13 +312,6 @@ def tool_or_skip(find, error: type, require_env: str):
 
 def servers_on(repository: Path) -> list[int]:
     """The pids of processes serving ``repository`` (a tritonserver started with it), from /proc."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if f"--model-repository={repository}".encode() in cmd:
-                out.append(int(entry.name))
-    return out
+    from serving.procfs import cmdline, processes
+
+    return [p.pid for p in processes() if f"--model-repository={repository}".encode() in (cmdline(p.pid) or [])]

@@ -649,6 +649,9 @@ def test_proc_stat_is_read_past_a_command_name_with_spaces_and_parentheses():
     me = read_stat(os.getpid())
     assert me.pid == os.getpid() and me.ppid == os.getppid() and me.pgrp == os.getpgrp() and not me.exited
     assert os.getpid() in {p.pid for p in processes()}
+    from serving.procfs import cmdline
+
+    assert cmdline(os.getpid())[0] and cmdline(2**22 + 1) is None  # a pid past pid_max: gone
     busy = time.process_time()
     while time.process_time() - busy < 0.05:
         pass

@@ -18,6 +18,8 @@ from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
+from pipeline.contract import ExportLayout
+
 
 class Session(Protocol):
     """What every runtime's session offers: a name, and logits for a padded batch."""
@@ -60,8 +62,6 @@ class Runtime:
         return self.precision == "int8"
 
     def artifact(self, export_dir: Path) -> Path:
-        from pipeline.contract import ExportLayout
-
         return ExportLayout(Path(export_dir)).path(self.form)
 
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.procfs import PROC, processes, read_stat
+from serving.procfs import cmdline, processes, read_stat
 
 TICKS = os.sysconf("SC_CLK_TCK")
 STUB = "triton_python_backend_stub"
@@ -31,10 +31,7 @@ def stub_processes(server_pid: int) -> dict[str, int]:
     for stat in processes():
         if stat.pgrp != server_pid:
             continue
-        try:
-            args = (PROC / str(stat.pid) / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+        args = cmdline(stat.pid)
         # the stub's arguments: model.py, shm region, sizes, parent pid, backend dir, ..., instance name, kind
         if args and Path(args[0].decode(errors="replace")).name == STUB and len(args) > 8:
             out[args[8].decode(errors="replace")] = stat.pid
