@@ -83,6 +83,18 @@ def test_ptq_and_embeddings(tiny_finetuned, runs):
     assert (sel_dir / "model_state.pdparams").is_file() and (sel_dir / "vocab.txt").is_file()
     emb = next(r for r in got["table"]["candidates"] if r["name"] == "fp32+emb")
     assert emb["embeddings_int8"] and emb["settings"]["embeddings"]["int8_bytes"] < 0.3 * emb["settings"]["embeddings"]["fp32_bytes"]
+    # Issue 61: validate verifies, never selects, on this route too: the selected architecture in the first CPU engine
+    # (ONNX Runtime's INT8 of it, or its FP32), nothing else measured but that form's FP32 base and the anchor
+    gates = {"gates.max_accuracy_drop": 100, "gates.min_throughput_ratio": 0, "gates.min_anchor_ratio": 0,
+             "gates.max_int8_size_ratio": "null", "validate.batch_sizes": "[1]", "validate.seq_lens": "[16]",
+             "validate.repeats": 1, "validate.warmup": 0, "validate.dev_benchmark_limit": 32}
+    sets = [a for k, v in gates.items() for a in ("--set", f"{k}={v}")]
+    assert main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--from", "export", "--until", "validate",
+                 *FAST, *PADDLE, *sets]) == 0
+    validation = json.loads((runs / "tiny" / "validate" / "out" / "metrics.json").read_text())
+    shipped = "onnxruntime-cpu-fp32" if got["selected"]["quantization"] == "none" else "onnxruntime-cpu-int8"
+    assert validation["chosen_backend"] == shipped and "judged in Paddle" in validation["chosen_by"]
+    assert {r["backend"] for r in validation["backends"]} == {shipped, "onnxruntime-cpu-fp32"}  # no paddle-cpu-int8
 
 
 def test_dynabert_qat_embeddings(tiny_finetuned, runs):

@@ -367,6 +367,36 @@ def test_a_gpu_runtime_that_can_run_is_measured_not_skipped(exported, tmp_path, 
     assert v.forms["onnx_int8_qdq"].backend == "onnxruntime-cpu-int8-qdq"
 
 
+def test_a_gpu_bundle_verifies_the_gpu_form_its_selection_names(exported, tmp_path, monkeypatch):
+    """A GPU bundle (package.device: GPU; GPU runtimes simulated: ONNX Runtime on the CPU under their entries): validate
+    verifies the GPU form registry.selected_form names for compress's selection and measures only it, its FP32 base
+    and the anchor; it chooses nothing by speed."""
+    import dataclasses
+
+    from pipeline.backends import registry
+    from pipeline.backends.onnxruntime.session import session
+
+    def fake(rt):
+        def open_fake(path, opts):
+            s = session(path, precision="fp32", threads=1)
+            s.name = rt.name
+            return s
+        return dataclasses.replace(rt, open=open_fake, available=lambda: None)
+
+    every = registry.runtimes()
+    monkeypatch.setattr(registry, "runtimes", lambda: tuple(fake(r) if r.name in ("ort-cuda", "ort-tensorrt") else r
+                                                            for r in every))
+    out = tmp_path / "out"
+    result = run_validate(exported, out, **{"package.device": "GPU"})
+    selected = json.loads((exported["export_dir"] / "meta.json").read_text())["selected_candidate"]
+    shipped = registry.selected_form(selected, "gpu").name
+    assert shipped == ("ort-cuda" if selected["quantization"] == "none" else "ort-tensorrt")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert result.metrics["chosen_backend"] == shipped and "the first GPU runtime of its precision" in metrics["chosen_by"]
+    assert set(result.metrics["backends_checked"]) == {shipped, "ort-cuda"}  # the shipped form and its FP32 base (on GPU)
+    assert {r["backend"] for r in metrics["backends"]} == {shipped, "ort-cuda"}
+
+
 def test_registry_plan_says_why_a_runtime_is_not_measured(tmp_path, monkeypatch):
     import dataclasses
 
@@ -441,13 +471,13 @@ def test_validate_verifies_compress_selection_and_never_picks_again(measured_row
     from pipeline.stages.validate import backend_to_verify
 
     selected = {"name": "w0.667-ov-int8", "quantization": "nncf", "runtime": "openvino"}
-    assert backend_to_verify(measured_rows, "auto", 0.5, selected)[0] == "openvino-cpu-int8"
-    # over budget on dev: still the one verified (its gate fails), never a substitute that compress did not select
-    assert backend_to_verify(measured_rows, "auto", 0.05, selected)[0] == "openvino-cpu-int8"
+    # slower than ONNX Runtime's INT8 here, and over a budget of 0.05 points: still the one verified (its gate
+    # fails), never a substitute that compress did not select
+    assert backend_to_verify(measured_rows, "auto", selected) == ("openvino-cpu-int8", "compress selected 'w0.667-ov-int8'")
     fp32 = {"name": "fp32-baseline", "quantization": "none", "runtime": "onnxruntime"}
-    assert backend_to_verify(measured_rows, "auto", 0.5, fp32)[0] == "onnxruntime-cpu-fp32"
+    assert backend_to_verify(measured_rows, "auto", fp32)[0] == "onnxruntime-cpu-fp32"
     ort = {"name": "w1-int8", "quantization": "ort", "runtime": "onnxruntime"}
-    assert backend_to_verify(measured_rows, "auto", 0.5, ort)[0] == "onnxruntime-cpu-int8"  # not the QDQ form
+    assert backend_to_verify(measured_rows, "auto", ort)[0] == "onnxruntime-cpu-int8"  # not the QDQ form
 
 
 def test_a_selection_validate_could_not_measure_is_an_error(measured_rows):
@@ -456,17 +486,30 @@ def test_a_selection_validate_could_not_measure_is_an_error(measured_rows):
 
     selected = {"name": "w0.667-ov-int8", "quantization": "nncf", "runtime": "openvino"}
     with pytest.raises(PipelineError, match="compress selected 'w0.667-ov-int8' \\(openvino-cpu-int8\\), which validate could not measure"):
-        backend_to_verify(measured_rows[:3], "auto", 0.5, selected)
+        backend_to_verify(measured_rows[:3], "auto", selected)
+    with pytest.raises(PipelineError, match="the export names no selected candidate that a cpu form ships"):
+        backend_to_verify(measured_rows, "auto", {})
 
 
-def test_paddle_judged_widths_and_explicit_choices(measured_rows):
-    """Widths judged in Paddle (compress.candidate_format: paddle) name no served engine: the fastest form within budget;
-    validate.chosen_backend still overrides, and must name a measured backend."""
+def test_paddle_judged_widths_and_gpu_bundles_ship_by_rule_not_by_speed(measured_rows):
+    """Issue 61: validate verifies, never selects, on every route.  Widths judged in Paddle
+    (compress.candidate_format: paddle) ship their architecture in the first CPU engine (ONNX Runtime's INT8 from
+    compress.shipped's recipe search), even where another row is faster; a GPU bundle ships the first GPU runtime of
+    the selected precision.  validate.chosen_backend still overrides, and must name a measured backend."""
     from pipeline.stages.validate import backend_to_verify
 
+    faster = [*measured_rows, _row("paddle-cpu-int8", 0.0, 2000.0)]
     paddle = {"name": "w1-ptq", "quantization": "ptq", "runtime": "paddle"}
-    assert backend_to_verify(measured_rows, "auto", 0.5, paddle)[0] == "onnxruntime-cpu-int8"
-    assert backend_to_verify(measured_rows, "auto", 0.5, None)[0] == "onnxruntime-cpu-int8"
-    assert backend_to_verify(measured_rows, "onnxruntime-cpu-int8-qdq", 0.5, paddle)[0] == "onnxruntime-cpu-int8-qdq"
+    chosen, why = backend_to_verify(faster, "auto", paddle)
+    assert chosen == "onnxruntime-cpu-int8" and "judged in Paddle" in why
+    assert backend_to_verify(faster, "auto", {**paddle, "quantization": "none"})[0] == "onnxruntime-cpu-fp32"
+    gpu_rows = [*measured_rows, _row("ort-cuda", 0.0, 5000.0, "gpu"), _row("ort-tensorrt", 0.4, 3000.0, "gpu")]
+    for selected in (paddle, {"name": "w0.667-ov-int8", "quantization": "nncf", "runtime": "openvino"}):
+        chosen, why = backend_to_verify(gpu_rows, "auto", selected, "gpu")
+        assert chosen == "ort-tensorrt" and "the first GPU runtime of its precision" in why  # not the faster ort-cuda
+    assert backend_to_verify(gpu_rows, "auto", {**paddle, "quantization": "none"}, "gpu")[0] == "ort-cuda"
+    assert backend_to_verify(measured_rows, "onnxruntime-cpu-int8-qdq", paddle)[0] == "onnxruntime-cpu-int8-qdq"
     with pytest.raises(ConfigError, match="was not measured"):
-        backend_to_verify(measured_rows, "paddle-cpu-int8", 0.5, paddle)
+        backend_to_verify(measured_rows, "paddle-cpu-int8", paddle)
+
+

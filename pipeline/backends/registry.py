@@ -105,15 +105,24 @@ def by_name(name: str) -> Runtime | None:
 
 
 def selected_form(selected: dict, device: str = "cpu") -> Runtime | None:
-    """The runtime that runs compress's selected candidate (``SelectedCandidate.as_dict()``) as compress measured it:
-    the engine it was measured in, INT8 when quantized (the engine's first INT8 form: the QDQ form is TensorRT's),
-    else FP32.  None where compress measured no form that runs on ``device``: widths judged in Paddle
-    (``compress.candidate_format: paddle``, whose INT8 is served from ONNX), or a GPU bundle (compress measures on CPU)."""
+    """The runtime that ships compress's selected candidate (``SelectedCandidate.as_dict()``) on ``device``: validate
+    verifies it and never chooses another (None only when nothing was selected).
+
+    - A candidate measured in a CPU engine (``compress.candidate_format: onnx``): that engine's INT8 form when
+      quantized (its first: the QDQ form is TensorRT's), else its FP32 form: what compress measured.
+    - Widths judged in Paddle (``compress.candidate_format: paddle``): the selected architecture as the registry's
+      first CPU engine runs it (ONNX Runtime: its INT8 recipe search for that architecture is made in
+      ``compress.shipped``, scored on held-out rows), as the Paddle route's INT8 has always been served.
+    - A GPU bundle (compress measures on CPU): the first GPU runtime of the selected precision in the registry's order
+      (ONNX Runtime's TensorRT provider for INT8, its CUDA provider for FP32)."""
     engine, quantization = selected.get("runtime"), selected.get("quantization")
-    if device != "cpu" or not isinstance(engine, str) or cpu_engine(engine) is None or not isinstance(quantization, str):
+    if not isinstance(engine, str) or not isinstance(quantization, str):
         return None
     precision = "fp32" if quantization == "none" else "int8"
-    return next((r for r in runtimes() if r.runtime == engine and r.device == device and r.precision == precision), None)
+    if device == "cpu" and cpu_engine(engine) is None:
+        engine = CPU_ENGINES[0].name
+    return next((r for r in runtimes() if (device != "cpu" or r.runtime == engine) and r.device == device
+                 and r.precision == precision), None)
 
 
 def plan(export_dir: Path) -> tuple[list[Runtime], dict[str, str]]:

@@ -6,9 +6,9 @@ What ships is checked: the form the bundle ships, the FP32 it is compared with (
 run the benchmark grid, and they and the anchor are timed on dev lengths in the same interleaved rounds, so throughput
 is also a ratio.  Every gate reads only these.  ``validate.backends: all`` (or a list of names) measures the other
 runtimes of ``pipeline.backends.registry`` that can run here too (GPU ones whenever a GPU with their libraries is
-present); the report names those not checked and how to ask for them.  Where the shipped form is only known after
-measuring (``checked_backends``) every one is measured.  Runtimes that cannot run here are recorded
-``skipped: <reason>``.  Writes gates.json, metrics.json, report.md and accuracy_vs_throughput.png.
+present); the report names those not checked and how to ask for them.  The shipped form is known before anything is
+measured (``registry.selected_form``: compress's selection, on every route and device): validate verifies, it never
+selects.  Runtimes that cannot run here are recorded ``skipped: <reason>``.  Writes gates.json, metrics.json, report.md and accuracy_vs_throughput.png.
 """
 
 from __future__ import annotations
@@ -39,13 +39,10 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
     return data_hashes(cfg)
 
 
-def backend_to_verify(rows: list, requested: str, max_drop: float, selected: dict | None = None) -> tuple[str, str]:
-    """(backend, why): the backend validate verifies on dev and gates.  ``validate.chosen_backend`` when set; else
-    compress's selected candidate in the form it was measured in: it never picks another (a close call between engines
-    was decided once, by compress).  Only where compress measured no form that runs on the bundle's device (widths
-    judged in Paddle, a GPU bundle: ``registry.selected_form``) does it choose: the fastest quantized form within the
-    accuracy budget."""
-    from pipeline.backends.registry import selected_form
+def backend_to_verify(rows: list, requested: str, selected: dict | None = None, device: str = "cpu") -> tuple[str, str]:
+    """(backend, why): the backend validate verifies on dev and gates.  ``validate.chosen_backend`` when set; else the
+    form that ships compress's selected candidate on the bundle's device (``registry.selected_form``).  It never picks
+    another: a close call between engines was decided once, by compress, and a form over the budget fails its gate."""
     from pipeline.errors import ConfigError, PipelineError
 
     by_name = {r.backend: r for r in rows}
@@ -53,18 +50,31 @@ def backend_to_verify(rows: list, requested: str, max_drop: float, selected: dic
         if requested not in by_name:
             raise ConfigError(f"validate.chosen_backend {requested!r} was not measured; measured: {', '.join(by_name)}")
         return requested, "validate.chosen_backend"
-    device = rows[0].device if rows else "cpu"
+    form = _shipped_form(selected, device)
+    if form.name not in by_name:
+        raise PipelineError(f"compress selected {selected.get('name')!r} ({form.name}), which validate could not "
+                            f"measure here; measured: {', '.join(by_name) or 'nothing'}")
+    return form.name, f"compress selected {selected.get('name')!r}{_rule(selected, device)}"
+
+
+def _rule(selected: dict, device: str) -> str:
+    """How the shipped form follows from the selection where compress measured no served form (``selected_form``)."""
+    from pipeline.backends.registry import cpu_engine
+
+    if device != "cpu":
+        return " (measured on CPU: the first GPU runtime of its precision ships)"
+    return "" if cpu_engine(str(selected.get("runtime"))) else " (judged in Paddle: its architecture ships in the first CPU engine)"
+
+
+def _shipped_form(selected: dict | None, device: str):
+    from pipeline.backends.registry import selected_form
+    from pipeline.errors import PipelineError
+
     form = selected_form(selected or {}, device)
-    if form is not None:
-        if form.name not in by_name:
-            raise PipelineError(f"compress selected {selected.get('name')!r} ({form.name}), which validate could not "
-                                f"measure here; measured: {', '.join(by_name) or 'nothing'}")
-        return form.name, f"compress selected {selected.get('name')!r}"
-    quantized = [r for r in rows if r.quantized and r.sentences_per_s]
-    good = [r for r in quantized if r.accuracy_drop_points <= max_drop]
-    pool = good or quantized or rows
-    why = "compress judged widths in Paddle" if device == "cpu" else f"compress measures no {device} form"
-    return max(pool, key=lambda r: r.sentences_per_s or 0.0).backend, f"fastest within budget ({why})"
+    if form is None:
+        raise PipelineError(f"the export names no selected candidate that a {device} form ships "
+                            f"(meta.json selected_candidate: {selected or 'none'}); re-run compress and export")
+    return form
 
 
 ASK_OTHERS = "validate.backends: all (or a list of backend names) measures the others"
@@ -76,7 +86,7 @@ class Checked:
 
     setting: object  # validate.backends as configured: "shipped", "all" or a list of names
     measured: list[str]  # in the registry's order; the anchor is always measured besides them
-    shipped: str | None  # the form validate verifies, when it is known before measuring
+    shipped: str  # the form validate verifies
     fp32: str | None  # the FP32 it is compared with (its ratio base)
     not_checked: dict[str, str]  # runtimes that could run here and were not measured -> why
     why: str
@@ -107,20 +117,17 @@ def checked_backends(cfg: TaskConfig, runtimes: list, skipped: dict[str, str], s
     """(the runtimes to measure, what that is).  ``validate.backends: shipped`` (the default): the form the bundle
     ships (``validate.chosen_backend``, else compress's selected candidate's form: ``registry.selected_form``) and its
     FP32 base; the anchor is measured beside them always.  A list adds the backends it names; ``all``: every runtime
-    that can run here.  Where the shipped form is only known after measuring, every one: widths judged in Paddle and
-    GPU bundles (``backend_to_verify`` takes the fastest within budget) and a ``package.runtime``/``package.precision``
-    other than auto (the package stage then picks the form it ships among those validate measured).  A shipped form
-    that cannot run here is an error now, before anything is measured."""
-    from pipeline.backends.registry import selected_form
+    that can run here, and so does a ``package.runtime``/``package.precision`` other than auto (the package stage then
+    picks the form it ships among those validate measured).  A shipped form that cannot run here is an error now,
+    before anything is measured."""
     from pipeline.errors import ConfigError, PipelineError
     from pipeline.validation.config import BACKENDS_ALL
 
     vcfg, pcfg = cfg.validate, cfg.package
     setting, names = vcfg.backends, [rt.name for rt in runtimes]
     device = "gpu" if pcfg.device == "GPU" else "cpu"
-    form = None if vcfg.chosen_backend != "auto" else selected_form(selected or {}, device)
-    shipped = vcfg.chosen_backend if vcfg.chosen_backend != "auto" else (form.name if form is not None else None)
-    if shipped is not None and shipped not in names:
+    shipped = vcfg.chosen_backend if vcfg.chosen_backend != "auto" else _shipped_form(selected, device).name
+    if shipped not in names:
         why_not = skipped.get(shipped, "its form is not in this export")
         if vcfg.chosen_backend != "auto":
             raise ConfigError(f"validate.chosen_backend {shipped!r} cannot be measured here ({why_not}); "
@@ -130,14 +137,10 @@ def checked_backends(cfg: TaskConfig, runtimes: list, skipped: dict[str, str], s
     every = None
     if setting == BACKENDS_ALL:
         every = "validate.backends: all"
-    elif shipped is None:
-        every = ("the shipped form is the fastest within budget (compress judged widths in Paddle), so every backend "
-                 "is measured" if device == "cpu" else f"the shipped form is the fastest {device} form within budget, "
-                 "so every backend is measured")
     elif pcfg.runtime != "auto" or pcfg.precision != "auto":
         every = (f"package.runtime {pcfg.runtime} / package.precision {pcfg.precision} pick the form the bundle ships "
                  "among those validate measured, so every backend is measured")
-    base = _fp32_base(next(rt for rt in runtimes if rt.name == shipped), runtimes) if shipped is not None else None
+    base = _fp32_base(next(rt for rt in runtimes if rt.name == shipped), runtimes)
     if every is not None:
         return list(runtimes), Checked(setting, names, shipped, base.name if base else None, {}, every)
     wanted = {shipped, *([base.name] if base else []), *(setting if isinstance(setting, list) else [])}
@@ -189,9 +192,8 @@ def run(ctx):
     rows, benches = list(rows), dict(zip((r.backend for r in rows), benches))
     with ctx.phase("gates"):
         _fill_ratios(rows, benches, paired)
-        device = "gpu" if cfg.package.device == "GPU" else "cpu"  # chosen among what the bundle will run on
-        chosen, why = backend_to_verify([r for r in rows if r.device == device] or rows, cfg.validate.chosen_backend,
-                                     cfg.gates.max_accuracy_drop, inp.meta.selected_candidate)
+        device = "gpu" if cfg.package.device == "GPU" else "cpu"  # the device the bundle runs on
+        chosen, why = backend_to_verify(rows, cfg.validate.chosen_backend, inp.meta.selected_candidate, device)
         ctx.log(f"[validate] verifying {chosen}: {why}")
         crow = next(r for r in rows if r.backend == chosen)
         gate_list = _gates(cfg, crow, inp.reference.score.value)

@@ -72,8 +72,8 @@ class ValidateConfig:
     # Which backends validate measures (full-dev parity, the fixed-shape grid, dev-length timing).  "shipped": the
     # form the bundle ships, the FP32 it is compared with, and the anchor (the gates need no more; a release run pays
     # for no other).  "all": every runtime that can run here (the registry's table).  A list of backend names: the
-    # shipped ones and these.  Where the shipped form is only known after measuring (widths judged in Paddle, a GPU
-    # bundle, package.runtime/precision other than auto) every backend is measured whatever this says.
+    # shipped ones and these.  With package.runtime/precision other than auto (the package stage picks the form among
+    # those measured) every backend is measured whatever this says.
     backends: str | list[str] = BACKENDS_SHIPPED
 
     def __post_init__(self) -> None:
