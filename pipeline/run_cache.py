@@ -63,7 +63,8 @@ class RunCache:
             if not path.is_dir():
                 continue
             files = [p for p in path.rglob("*") if p.is_file()]
-            entries = sum(1 for p in path.iterdir() if p.is_dir() or p.suffix == ".json")  # a model dir, or a scored candidate
+            # a model dir, or a scored candidate; not a dot-named one (a model being made, a distillation's checkpoint)
+            entries = sum(1 for p in path.iterdir() if (p.is_dir() or p.suffix == ".json") and not p.name.startswith("."))
             out.append(CachePart(name, path, entries, sum(p.stat().st_size for p in files)))
         return out
 

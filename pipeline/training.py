@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -225,7 +226,6 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
                 bar.update(1)
                 if n % 20 == 0:
                     bar.set_postfix(loss=f"{running / n:.3f}", lr=f"{sched.get_lr():.2e}")
-                saver.save(model, opt, sched, state, only_if_due=True)
                 if plateau is not None and not state.plateau_end and plateau.due(state.step, total_steps) \
                         and state.step_in_epoch < len(order):
                     evaluate(running / max(n, 1), f"step {state.step}/{total_steps}")
@@ -233,6 +233,7 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
                     if end is not None:
                         state.plateau_end = total_steps = bar.total = end
                         sched = _anneal(opt, sched, total_steps - state.step)
+                saver.save(model, opt, sched, state, only_if_due=True)  # after a check: a resumed run has its result
             evaluate(running / max(n, 1), f"epoch {state.epoch + 1}/{epochs}")
             epoch_done = state.end_epoch(len(order))
             saver.save(model, opt, sched, state)
@@ -280,6 +281,35 @@ def finetune(
     return TrainResult(state.best_accuracy, state.best_epoch, state.step, state.history, resumed_from)
 
 
+# Paddle keys an optimizer's state by its parameters' generated names ("linear_12.w_0_moment1_0"), which depend on how
+# many layers the process made before: a distillation resumed after a different path through compress had other names,
+# and AdamW failed at its first step.  The checkpoint keys the state by the parameter's position in the model instead.
+_POSITION = re.compile(r"@param(\d+)_(.*)", re.S)
+
+
+def _by_position(state: dict, model) -> dict:
+    names = _param_names(model)
+    longest_first = sorted(range(len(names)), key=lambda i: -len(names[i]))  # "w_0" is a prefix of "w_0_deepcopy_3"
+    out = {}
+    for key, value in state.items():
+        i = next((i for i in longest_first if isinstance(key, str) and key.startswith(names[i] + "_")), None)
+        out[key if i is None else f"@param{i}_{key[len(names[i]) + 1:]}"] = value
+    return out
+
+
+def _by_name(state: dict, model) -> dict:
+    names = _param_names(model)
+    out = {}
+    for key, value in state.items():
+        m = _POSITION.fullmatch(key) if isinstance(key, str) else None
+        out[key if m is None or int(m[1]) >= len(names) else f"{names[int(m[1])]}_{m[2]}"] = value
+    return out
+
+
+def _param_names(model) -> list[str]:
+    return [p.name for p in model.parameters()]
+
+
 class CheckpointDir:
     """One resumable checkpoint, replaced atomically (a directory rename)."""
 
@@ -299,7 +329,7 @@ class CheckpointDir:
         tmp.mkdir()
         try:
             paddle.save(model.state_dict(), str(tmp / "model.pdparams"))
-            paddle.save(opt.state_dict(), str(tmp / "optimizer.pdopt"))
+            paddle.save(_by_position(opt.state_dict(), model), str(tmp / "optimizer.pdopt"))
             paddle.save(sched.state_dict(), str(tmp / "scheduler.pdparams"))
             (tmp / "state.json").write_text(json.dumps(asdict(state)), encoding="utf-8")
         except BaseException:
@@ -321,7 +351,7 @@ class CheckpointDir:
             # Our own files, but a runs dir can be handed over: read through the allow-list, not paddle.load (a
             # pickle is code).  set_state_dict takes the numpy arrays as it takes paddle.load's tensors.
             model.set_state_dict(load(self.current / "model.pdparams"))
-            opt.set_state_dict(load(self.current / "optimizer.pdopt"))
+            opt.set_state_dict(_by_name(load(self.current / "optimizer.pdopt"), model))
             sched.set_state_dict(load(self.current / "scheduler.pdparams"))
         except UnsafeWeights as exc:  # not an incompatible run: a file that would run code; say so, delete nothing
             raise UnsafeWeights(f"{exc}; remove {self.current} to train from the start") from None

@@ -187,6 +187,8 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     # The run cache is one folder, shown by status and removed alone by clean --cache (the records stay).
     cache = runs / "tiny" / "cache"
     assert sorted(p.name for p in cache.iterdir()) == ["dynabert", "int8"]
+    # each made model's distillation checkpoint (dynabert.Resume, kept under its key until it is made) is gone
+    assert sorted(p.name.split("-")[0] for p in (cache / "dynabert").iterdir()) == ["w0.5", "w0.75"]
     capsys.readouterr()
     assert main(["status", *tiny_cli_args(tiny_finetuned["task_yaml"], runs)]) == 0
     out = capsys.readouterr().out
@@ -198,6 +200,46 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
                                                                                   "scoring", "timing"))
     assert main(["clean", "--task", str(tiny_finetuned["task_yaml"]), "--runs-dir", str(runs), "--cache"]) == 0
     assert not cache.exists() and (runs / "tiny" / "compress" / "record.json").is_file()
+
+
+def test_kill_9_mid_distillation_resumes_from_its_checkpoint(tiny_finetuned, runs):
+    """kill -9 during DynaBERT's distillation: the next run goes on from the checkpoint kept under the pruned model's
+    cache key (in a new process, whose parameters have other generated names than the killed one's), not from step 0;
+    once the model is made, the checkpoint is gone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parent.parent
+    args = [sys.executable, "-m", "pipeline", "run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--only", "compress",
+            *FAST, "--set", "compress.strategy=dynabert", "--set", "compress.width_mult_list=[1/2]",
+            "--set", "compress.max_steps=200", "--set", "compress.num_train_epochs=100",
+            "--set", "compress.distill_eval_steps=10", "--set", "compress.distill_patience=0"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    dynabert = runs / "tiny" / "cache" / "dynabert"
+    deadline = time.time() + 180
+    try:
+        while time.time() < deadline:
+            states = list(dynabert.glob(".w0.5-*.checkpoint/checkpoint/state.json"))
+            if states and json.loads(states[0].read_text())["step"] >= 20:
+                break
+            if proc.poll() is not None:
+                pytest.fail("compress ended before it could be killed: " + proc.stdout.read().decode()[-2000:])
+            time.sleep(0.2)
+        else:
+            pytest.fail("no distillation checkpoint appeared")
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    # read after the kill: the last checkpoint it wrote (none only if killed inside the rename that replaces one)
+    killed_at = json.loads(states[0].read_text())["step"] if states[0].is_file() else 0
+    done = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (f"dynabert w0.5: resuming distillation from step {killed_at}/" in done.stdout) == (killed_at > 0), done.stdout[-3000:]
+    assert [p.name.split("-")[0] for p in dynabert.iterdir()] == ["w0.5"]  # the model, no checkpoint left
 
 
 def test_per_batch_int8_is_what_compress_measures_and_export_ships(tiny_finetuned, runs):

@@ -206,6 +206,40 @@ def test_distillation_stops_when_held_out_stops_improving(tiny_model_copy, split
     assert "it stops once 2 held-out checks every 4 steps gain no more than 0.1 points" in estimate
 
 
+def test_an_interrupted_distillation_resumes_from_its_checkpoint(tiny_finetuned, tmp_path, splits):
+    """Interrupted (Ctrl-C) at its second held-out check, a distillation with a ``Resume`` goes on from the checkpoint
+    saved after its first (step 3 of 8) instead of from the start, with the best weights of before, and finishes.
+    compress keys the checkpoint by the run cache's key and removes it once the model is made
+    (test_compress_stage)."""
+    from pipeline.training import Plateau
+
+    train, dev = splits
+    assert len(train) >= 8 * 16  # one epoch holds the 8 steps: the checks are at steps 3 and 6, the end at 8
+    schedule = Schedule(1, 3e-3, 16, 8, 5, Plateau(eval_steps=3, patience=100))
+    ckpt = tmp_path / "ckpt"
+
+    def interrupt(line: str) -> None:
+        if re.match(r"dynabert w0.75 step 6/8: ", line):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.75), train, dev, schedule, out_dir=tmp_path / "a",
+                       log=interrupt, resume=dynabert.Resume(ckpt, 3))
+    state = json.loads((ckpt / "checkpoint" / "state.json").read_text())
+    assert state["step"] == 3 and len(state["history"]) == 1 and (ckpt / dynabert.Resume.BEST).is_file()
+    assert not (tmp_path / "a").exists()
+
+    lines = []
+    out = dynabert.prune(tiny_finetuned["model_dir"], Architecture(0.75), train, dev, schedule, out_dir=tmp_path / "b",
+                         log=lines.append, resume=dynabert.Resume(ckpt, 3))
+    assert any(line.startswith("dynabert w0.75: resuming distillation from step 3/8 (best held-out accuracy ")
+               for line in lines), lines
+    checks = [int(m[1]) for line in lines if (m := re.match(r"dynabert w0.75 (?:step \d+/8|epoch 1/1): step (\d+), ", line))]
+    assert checks == [6, 8], lines  # no step trained twice, none skipped
+    assert json.loads((ckpt / "checkpoint" / "state.json").read_text())["step"] == 8
+    assert load_classifier(out, 3) is not None
+
+
 def test_prune_exports_a_physically_smaller_ernie(tiny_finetuned, tmp_path, splits):
     import paddle
 

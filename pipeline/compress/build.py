@@ -264,7 +264,7 @@ class _Candidates:
 
     def pruned(self, arch: Architecture) -> Source:
         """The physically pruned model of ``arch`` (DynaBERT distillation; kept in the run cache by what made it)."""
-        from pipeline.compress.dynabert import prune
+        from pipeline.compress.dynabert import Resume, prune
 
         cfg, inp = self.cfg, self.inp
         t0 = time.monotonic()
@@ -273,10 +273,13 @@ class _Candidates:
         if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
             tmp = pruned.parent / f".{pruned.name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
+            # an interrupted distillation goes on from its checkpoint, kept under the same key as the model it makes
+            resume = Resume(pruned.parent / f".{pruned.name}.checkpoint", cfg.distill_eval_steps)
             prune(inp.model_dir, arch, inp.train, inp.heldout, distillation_schedule(cfg), out_dir=tmp, log=self.log,
-                  phase=self.phase)
+                  phase=self.phase, resume=resume)
             shutil.rmtree(pruned, ignore_errors=True)
             tmp.rename(pruned)
+            shutil.rmtree(resume.dir, ignore_errors=True)
         else:
             self.log(f"[compress] dynabert {name}: reusing {pruned}")
         model_dir = self.out_dir / "candidates" / name / "model"

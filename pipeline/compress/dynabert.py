@@ -43,7 +43,7 @@ import numpy as np
 from pipeline.batching import eval_batch_order, iter_batches
 from pipeline.ernie_models import narrow_attention, narrow_ffn, prune_config
 from pipeline.modeling import load_classifier
-from pipeline.training import Plateau, make_optimizer, plan_steps, train_loop
+from pipeline.training import CheckpointDir, Plateau, make_optimizer, plan_steps, train_loop
 from pipeline.kinds.base import FeatureSet
 from pipeline.errors import ConfigError, ModelError
 from pipeline.modeling import LABELS_FILE, VOCAB_FILE, inspect_model
@@ -197,22 +197,28 @@ def distill(
     log: Callable[[str], None] = print,
     desc: str = "dynabert",
     teacher_layers: list[int] | None = None,
+    resume: Resume | None = None,
 ) -> float:
     """Train ``student`` to match ``teacher``; leaves the weights that score best on ``heldout`` in ``student``.
     ``schedule.plateau``: checked on ``heldout`` every ``plateau.eval_steps`` steps, distillation stops when it stalls.
     ``teacher_layers``: the teacher layer each student layer was taken from (a shallower student); its output is
-    matched to that layer's."""
+    matched to that layer's.  ``resume``: where the run's checkpoint and best weights are kept, so that an interrupted
+    distillation goes on from its last checkpoint instead of from the start."""
     import paddle
     import paddle.nn.functional as F
 
     plateau = schedule.plateau
     plan = plan_steps(len(train), schedule.batch_size, schedule.epochs, schedule.max_steps)
     opt, sched = make_optimizer(student, schedule.learning_rate, plan.total_steps)
+    state = resume.load(student, opt, sched) if resume is not None else None
+    if state is not None:
+        log(f"{desc}: resuming distillation from step {state.step}/{plan.total_steps} "
+            f"(best held-out {heldout.kind.metric_label} {state.best_accuracy:.4f} so far)")
     teacher.eval()
     cap = (f"it stops once {plateau.patience} held-out checks every {plateau.eval_steps} steps gain no more than "
            f"{100 * plateau.min_delta:g} points"
            if plateau is not None else "")
-    estimate = StepEstimate(f"{desc}: distillation", plan.total_steps, log, cap=cap)
+    estimate = StepEstimate(f"{desc}: distillation", plan.total_steps - (state.step if state else 0), log, cap=cap)
 
     def step_loss(b):
         estimate.step()  # each training step computes its loss once, first
@@ -227,8 +233,47 @@ def distill(
 
     state = train_loop(student, train, heldout, step_loss, opt, sched, epochs=plan.epochs, total_steps=plan.total_steps,
                        batch_size=schedule.batch_size, seed=schedule.seed, eval_batch_size=EVAL_BATCH, desc=desc, loss_name="distill loss",
-                       eval_name="held-out", plateau=plateau, log=log)
+                       eval_name="held-out", plateau=plateau, log=log, state=state,
+                       **(resume.loop_args() if resume is not None else {}))
+    if resume is not None:
+        resume.restore_best(student)
     return state.best_accuracy
+
+
+class Resume:
+    """An interrupted distillation's way back (``dir``): the training checkpoint (``training.CheckpointDir``: student,
+    AdamW, schedule, step), saved every ``steps`` steps and every 5 minutes, and the best held-out weights so far,
+    which the loop would otherwise hold only in memory.  The caller keys ``dir`` by what decides the distillation
+    (compress: the run cache's key), so a checkpoint is only ever resumed by the same settings."""
+
+    BEST = "best.pdparams"
+
+    def __init__(self, dir: Path, steps: int):
+        self.dir, self.steps = Path(dir), steps
+        self.checkpoint = CheckpointDir(self.dir)
+
+    def load(self, student, opt, sched):
+        state = self.checkpoint.load(student, opt, sched)
+        if state is not None and state.history and not (self.dir / self.BEST).is_file():
+            return None  # evaluated, but the weights that scored best are gone: from the start
+        return state
+
+    def loop_args(self) -> dict:
+        return {"checkpoint": self.checkpoint, "checkpoint_steps": self.steps, "on_best": self._save_best}
+
+    def _save_best(self, model) -> None:
+        import paddle
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f".{self.BEST}.tmp"
+        paddle.save(model.state_dict(), str(tmp))
+        tmp.replace(self.dir / self.BEST)
+
+    def restore_best(self, student) -> None:
+        from pipeline.safe_weights import load
+
+        student.set_state_dict(load(self.dir / self.BEST))
+        student.eval()
 
 
 def prune(
@@ -241,10 +286,11 @@ def prune(
     out_dir: Path,
     log: Callable[[str], None] = print,
     phase: Callable[[str], ContextManager] | None = None,
+    resume: Resume | None = None,
 ) -> Path:
     """Prune ``model_dir`` to architecture ``arch`` (``architecture.Architecture``: its width of the heads/FFN neurons,
     its depth of the layers), distil, save to ``out_dir``; returns it.  ``phase(name)``: charged with ``importance``
-    (with the reordering and narrowing) and ``distillation``."""
+    (with the reordering and narrowing) and ``distillation``.  ``resume``: see ``distill``."""
     import paddle
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
@@ -271,7 +317,7 @@ def prune(
     paddle.seed(schedule.seed)
     with phase("distillation"):
         best = distill(student, teacher, train, heldout, schedule, log=log, desc=f"dynabert {arch.name}",
-                       teacher_layers=keep)
+                       teacher_layers=keep, resume=resume)
     log(f"dynabert {arch.name}: best held-out {heldout.kind.metric_label} {best:.4f}")
     save_pruned(student, model_dir, out_dir)
     return out_dir
