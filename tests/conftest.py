@@ -51,6 +51,33 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
+def run_and_kill_at_checkpoint(args: list[str], cwd: Path, pattern: Path, min_step: int, timeout: float = 180) -> Path:
+    """Run the CLI ``args`` in its own process group and kill -9 it once a checkpoint's state.json matching the glob
+    ``pattern`` (absolute) has reached ``min_step``; the state.json found (read it again: the last one written)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline:
+            states = list(Path(pattern.anchor).glob(str(pattern.relative_to(pattern.anchor))))
+            if states and json.loads(states[0].read_text())["step"] >= min_step:
+                break
+            if proc.poll() is not None:
+                pytest.fail("it ended before it could be killed: " + proc.stdout.read().decode()[-2000:])
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"no checkpoint at {pattern} reached step {min_step}")
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    return states[0]
+
+
 def refusal_line(err: str) -> str:
     """The single line of a refusal (exit 2): everything on stderr, no traceback."""
     lines = err.strip().splitlines()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tiny_cli_args
+from conftest import run_and_kill_at_checkpoint, tiny_cli_args
 from pipeline.cli import main
 from pipeline.compress.candidates import Candidate, select, write_table
 
@@ -206,37 +206,19 @@ def test_kill_9_mid_distillation_resumes_from_its_checkpoint(tiny_finetuned, run
     """kill -9 during DynaBERT's distillation: the next run goes on from the checkpoint kept under the pruned model's
     cache key (in a new process, whose parameters have other generated names than the killed one's), not from step 0;
     once the model is made, the checkpoint is gone."""
-    import os
-    import signal
     import subprocess
     import sys
-    import time
 
     root = Path(__file__).resolve().parent.parent
     args = [sys.executable, "-m", "pipeline", "run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--only", "compress",
             *FAST, "--set", "compress.strategy=dynabert", "--set", "compress.width_mult_list=[1/2]",
             "--set", "compress.max_steps=200", "--set", "compress.num_train_epochs=100",
             "--set", "compress.distill_eval_steps=10", "--set", "compress.distill_patience=0"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     dynabert = runs / "tiny" / "cache" / "dynabert"
-    deadline = time.time() + 180
-    try:
-        while time.time() < deadline:
-            states = list(dynabert.glob(".w0.5-*.checkpoint/checkpoint/state.json"))
-            if states and json.loads(states[0].read_text())["step"] >= 20:
-                break
-            if proc.poll() is not None:
-                pytest.fail("compress ended before it could be killed: " + proc.stdout.read().decode()[-2000:])
-            time.sleep(0.2)
-        else:
-            pytest.fail("no distillation checkpoint appeared")
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
+    state = run_and_kill_at_checkpoint(args, root, dynabert / ".w0.5-*.checkpoint" / "checkpoint" / "state.json", 20)
     # read after the kill: the last checkpoint it wrote (none only if killed inside the rename that replaces one)
-    killed_at = json.loads(states[0].read_text())["step"] if states[0].is_file() else 0
-    done = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    killed_at = json.loads(state.read_text())["step"] if state.is_file() else 0
+    done = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert (f"dynabert w0.5: resuming distillation from step {killed_at}/" in done.stdout) == (killed_at > 0), done.stdout[-3000:]
     assert [p.name.split("-")[0] for p in dynabert.iterdir()] == ["w0.5"]  # the model, no checkpoint left

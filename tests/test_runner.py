@@ -3,17 +3,15 @@
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from pipeline.cli import main
 from pipeline.records import read_record
-from tests.conftest import tiny_cli_args
+from tests.conftest import run_and_kill_at_checkpoint, tiny_cli_args
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -246,26 +244,11 @@ def test_kill_9_mid_finetune_resumes(tiny_task, tmp_path):
     runs = tmp_path / "runs"
     args = [sys.executable, "-m", "pipeline", "run", *tiny_cli_args(tiny_task, runs), "--until", "finetune",
             "--set", "finetune.epochs=40", "--set", "finetune.checkpoint_steps=5"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     sdir = runs / "tiny" / "finetune"
-    deadline = time.time() + 120
-    try:
-        while time.time() < deadline:
-            states = list(sdir.glob("work/*/checkpoint/state.json"))
-            if states and json.loads(states[0].read_text())["step"] >= 40:
-                break
-            if proc.poll() is not None:
-                pytest.fail("training finished before it could be killed: " + proc.stdout.read().decode()[-2000:])
-            time.sleep(0.2)
-        else:
-            pytest.fail("no checkpoint appeared")
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
+    run_and_kill_at_checkpoint(args, ROOT, sdir / "work" / "*" / "checkpoint" / "state.json", 40, timeout=120)
     assert read_record(sdir) is None, "a killed stage must not look complete"
     assert not (sdir / "out").exists()
-    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resuming fine-tune from step" in done.stdout
     rec = read_record(sdir)
