@@ -341,9 +341,7 @@ def test_a_gpu_runtime_that_can_run_is_measured_not_skipped(exported, tmp_path, 
 
     def open_fake(path, opts):
         opened.append((Path(path).name, opts.max_seq_len, len(opts.seq_lens)))
-        s = session(path, precision="fp32", threads=1)
-        s.name = "ort-tensorrt"
-        return s
+        return session(path, precision="fp32", threads=1)  # Runtime.session names it ort-tensorrt
 
     real = registry.by_name("ort-tensorrt")
     fake = dataclasses.replace(real, open=open_fake, available=lambda: None)
@@ -377,11 +375,8 @@ def test_a_gpu_bundle_verifies_the_gpu_form_its_selection_names(exported, tmp_pa
     from pipeline.backends.onnxruntime.session import session
 
     def fake(rt):
-        def open_fake(path, opts):
-            s = session(path, precision="fp32", threads=1)
-            s.name = rt.name
-            return s
-        return dataclasses.replace(rt, open=open_fake, available=lambda: None)
+        return dataclasses.replace(rt, open=lambda path, opts: session(path, precision="fp32", threads=1),
+                                   available=lambda: None)
 
     every = registry.runtimes()
     monkeypatch.setattr(registry, "runtimes", lambda: tuple(fake(r) if r.name in ("ort-cuda", "ort-tensorrt") else r

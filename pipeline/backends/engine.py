@@ -64,11 +64,11 @@ class Runtime:
     def artifact(self, export_dir: Path) -> Path:
         return ExportLayout(Path(export_dir)).path(self.form)
 
-
-def named(session, name: str):
-    """``session`` answering to validate's backend ``name``."""
-    session.name = name
-    return session
+    def session(self, path: Path, opts: RunOptions) -> Session:
+        """``open`` on ``path``, the session answering to this runtime's name (report rows, logs)."""
+        session = self.open(path, opts)
+        session.name = self.name
+        return session
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ def check_forms(layout: ExportLayout, kind, cfg, data) -> dict:
     expected = (n, width, len(data.labels)) if kind.token_level_outputs else (n, len(data.labels))
     forms = [rt for rt in runtimes() if is_cpu_engine_form(rt) and layout.has(rt.form)]
     for rt in forms:  # every form a CPU engine runs, opened as validate opens it
-        logits = rt.open(layout.path(rt.form), RunOptions(threads=1, engine_settings=cfg.engine_settings)).run(probe.input_ids,
+        logits = rt.session(layout.path(rt.form), RunOptions(threads=1, engine_settings=cfg.engine_settings)).run(probe.input_ids,
                                                                                                   probe.token_type_ids)
         if logits.shape != expected:
             raise ModelError(f"{layout.path(rt.form)}: logits shape {logits.shape}, expected {expected} for a {kind.name} model")

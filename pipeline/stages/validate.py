@@ -186,7 +186,7 @@ def run(ctx):
     runtimes, checked = checked_backends(cfg, runnable, skipped, inp.meta.selected_candidate)
     ctx.log(f"[validate] {checked.line()}")
     opts = RunOptions(cfg.validate.threads or None, inp.dev.lengths(), cfg.max_seq_len, cfg.engine_settings)
-    make = {rt.name: (lambda rt=rt: rt.open(rt.artifact(inp.layout.root), opts)) for rt in runtimes}
+    make = {rt.name: (lambda rt=rt: rt.session(rt.artifact(inp.layout.root), opts)) for rt in runtimes}
     paired, anchor_score = _time_cpu_engines(ctx, inp, runtimes, make)
     rows, benches = zip(*(_measure(ctx, inp, rt, make[rt.name], paired) for rt in runtimes)) if runtimes else ((), ())
     rows, benches = list(rows), dict(zip((r.backend for r in rows), benches))

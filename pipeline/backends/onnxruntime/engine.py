@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.backends.engine import CpuEngine, Runtime, RunOptions, ServedEngine, named
+from pipeline.backends.engine import CpuEngine, Runtime, RunOptions, ServedEngine
 
 
 def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: Path | None, log):
@@ -37,11 +37,11 @@ def _open(path: Path, precision: str, settings: dict):
     return session(path, precision=precision)
 
 
-def _cpu(precision: str, name: str):
+def _cpu(precision: str):
     def open_(path: Path, opts: RunOptions):
         from pipeline.backends.onnxruntime.session import session
 
-        return named(session(path, precision=precision, threads=opts.threads), name)
+        return session(path, precision=precision, threads=opts.threads)
     return open_
 
 
@@ -64,9 +64,9 @@ def _gpu_reason(provider: str):
 
 # Its CPU forms, and its CUDA and TensorRT execution providers on GPU (TensorRT runs the QDQ form)
 RUNTIMES = (
-    Runtime("onnxruntime-cpu-fp32", "onnxruntime", "cpu", "fp32", "onnx_fp32", _cpu("fp32", "onnxruntime-cpu-fp32")),
-    Runtime("onnxruntime-cpu-int8", "onnxruntime", "cpu", "int8", "onnx_int8", _cpu("int8", "onnxruntime-cpu-int8")),
-    Runtime("onnxruntime-cpu-int8-qdq", "onnxruntime", "cpu", "int8", "onnx_int8_qdq", _cpu("int8", "onnxruntime-cpu-int8-qdq")),
+    Runtime("onnxruntime-cpu-fp32", "onnxruntime", "cpu", "fp32", "onnx_fp32", _cpu("fp32")),
+    Runtime("onnxruntime-cpu-int8", "onnxruntime", "cpu", "int8", "onnx_int8", _cpu("int8")),
+    Runtime("onnxruntime-cpu-int8-qdq", "onnxruntime", "cpu", "int8", "onnx_int8_qdq", _cpu("int8")),
     Runtime("ort-cuda", "onnxruntime", "gpu", "fp32", "onnx_fp32", _gpu("cuda", False), _gpu_reason("cuda")),
     Runtime("ort-tensorrt", "onnxruntime", "gpu", "int8", "onnx_int8_qdq", _gpu("tensorrt", True), _gpu_reason("tensorrt")),
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pipeline.backends.engine import CpuEngine, Runtime, RunOptions, ServedEngine, named
+from pipeline.backends.engine import CpuEngine, Runtime, RunOptions, ServedEngine
 from pipeline.backends.openvino.config import OpenVINOConfig
 from pipeline.contract import Form, Precision, register_form
 
@@ -75,7 +75,7 @@ def _validate_open(path: Path, opts: RunOptions):
 
     own = opts.engine_settings.get(SECTION)
     props = own.cpu_properties(opts.threads or 0) if own is not None else None
-    return named(session(path, precision="int8", threads=opts.threads, properties=props), "openvino-cpu-int8")
+    return session(path, precision="int8", threads=opts.threads, properties=props)
 
 
 def _missing() -> str | None:
