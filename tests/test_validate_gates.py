@@ -88,6 +88,8 @@ def test_validate_checks_what_ships_by_default(exported, tmp_path):
     assert rows["onnxruntime-cpu-fp32"]["argmax_agreement"] == 1.0 and rows[chosen]["anchor_ratio"] > 0
     assert rows[chosen]["throughput_rounds"] == FAST_VALIDATE["validate.repeats"]
     assert summary["anchor"]["accuracy"] > 0 and summary["anchor"]["throughput_ratio"] > 0
+    speed = next(g for g in gates["gates"] if g["name"] == "min_throughput_ratio")  # names the base it was taken to
+    assert speed["detail"].startswith(f"{chosen} vs onnxruntime-cpu-fp32, dev lengths"), speed["detail"]
     others = EVERY_CPU_FORM - checked
     for doc in (summary, gates["summary"]):
         assert doc["checked"]["setting"] == "shipped" and set(doc["checked"]["measured"]) == checked

@@ -104,8 +104,8 @@ class Checked:
 
 
 def _fp32_base(rt, runtimes: list):
-    """The runtime ``rt``'s throughput ratio is taken to (``_fill_ratios``' rule): its ``ratio_base``, else the FP32
-    of its runtime on its device, else on the CPU; None when none runs here."""
+    """The runtime ``rt``'s throughput ratio is taken to (before measuring, and in ``_fill_ratios``): its
+    ``ratio_base``, else the FP32 of its runtime on its device, else on the CPU; None when none of ``runtimes`` is."""
     named = {r.name: r for r in runtimes}
     if rt.ratio_base:
         return named.get(rt.ratio_base)
@@ -196,7 +196,7 @@ def run(ctx):
         chosen, why = backend_to_verify(rows, cfg.validate.chosen_backend, inp.meta.selected_candidate, device)
         ctx.log(f"[validate] verifying {chosen}: {why}")
         crow = next(r for r in rows if r.backend == chosen)
-        gate_list = _gates(cfg, crow, inp.reference.score.value)
+        gate_list = _gates(cfg, crow, inp.reference.score.value, checked.fp32)
         summary = {**_summary(cfg, inp, crow, paired, anchor_score), "checked": checked.as_dict()}
         report = G.GateReport(cfg.task, chosen, gate_list, summary)
         _write_reports(ctx, inp, report, rows, benches, skipped, why, checked)
@@ -308,11 +308,11 @@ def _fill_ratios(rows: list, benches: dict, paired) -> None:
     from pipeline.backends.registry import by_name
     from pipeline.validation.benchmark import ratio
 
-    base = {(r.runtime, r.device): r for r in rows if r.precision == "fp32"}
     named = {r.backend: r for r in rows}
+    measured = [by_name(r.backend) for r in rows]
     for r in rows:
-        ratio_base = by_name(r.backend).ratio_base
-        b = named.get(ratio_base) if ratio_base else base.get((r.runtime, r.device)) or base.get((r.runtime, "cpu"))
+        base_rt = _fp32_base(by_name(r.backend), measured)
+        b = named[base_rt.name] if base_rt is not None else None
         r.throughput_ratio = ratio(r.sentences_per_s, b.sentences_per_s if b else None)
         if r.backend in paired.rates and b and b.backend in paired.rates:
             med, lo, hi = paired.ratio(r.backend, b.backend)
@@ -326,7 +326,8 @@ def _fill_ratios(rows: list, benches: dict, paired) -> None:
                          for c in benches[r.backend].grid if bb and bb.cell(c.batch_size, c.seq_len)}
 
 
-def _gates(cfg, crow, fp32_accuracy: float) -> list:
+def _gates(cfg, crow, fp32_accuracy: float, base: str | None) -> list:
+    """The gates on the verified row ``crow``; ``base``: the FP32 its throughput ratio is taken to."""
     from pipeline.validation import gates as G
 
     gcfg, vcfg = cfg.gates, cfg.validate
@@ -334,7 +335,7 @@ def _gates(cfg, crow, fp32_accuracy: float) -> list:
         G.check("max_accuracy_drop", gcfg.max_accuracy_drop, crow.accuracy_drop_points, kind="max", unit=" points",
                 detail=f"{crow.backend} {crow.accuracy:.4f} vs FP32 {fp32_accuracy:.4f}"),
         G.check("min_throughput_ratio", gcfg.min_throughput_ratio, crow.throughput_ratio, kind="min", unit="x",
-                detail=f"{crow.backend} vs {crow.runtime} FP32, dev lengths, batch {vcfg.throughput_batch_size}"),
+                detail=f"{crow.backend} vs {base or 'no FP32 measured here'}, dev lengths, batch {vcfg.throughput_batch_size}"),
     ]
     span = crow.anchor_ratio_range
     out.append(G.check(
