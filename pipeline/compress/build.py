@@ -95,9 +95,10 @@ def _pruned_dir(cfg: CompressConfig, inp: CompressInputs, arch: Architecture, de
 
     depth = {"depth": arch.depth} if arch.depth < 1.0 else {}  # a full-depth key is what it was before depths existed
     s = distillation_schedule(cfg)
-    key = {"source": inp.source_key, "width": arch.width, **depth, "epochs": s.epochs, "learning_rate": s.learning_rate,
-           "batch_size": s.batch_size, "max_steps": s.max_steps, "seed": s.seed,
-           "plateau": dataclasses.astuple(s.plateau) if s.plateau else None,
+    # every field of the schedule (a new one cannot be left out), the plateau as a tuple: the keys of before
+    schedule = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)}
+    schedule["plateau"] = dataclasses.astuple(s.plateau) if s.plateau else None
+    key = {"source": inp.source_key, "width": arch.width, **depth, **schedule,
            "max_seq_len": inp.max_seq_len, "train": len(inp.train), "heldout": len(inp.heldout)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return inp.pruned_cache / f"{arch.name}-{digest}"
