@@ -271,3 +271,24 @@ def test_a_stage_check_fails_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "is not an ernie-bundle bundle" in err, err
     assert not (tmp_path / "runs" / "afqmc" / "finetune").exists()
+
+
+def test_a_gpu_bundle_where_no_gpu_form_runs_is_refused_before_any_work(tmp_path, capsys):
+    """package.device: GPU: validate verifies the GPU form the selection names (registry.selected_form), so on a
+    machine where it cannot run the run stops at the start, naming each form and why, not after compress; naming the
+    form to verify (validate.chosen_backend) lifts it."""
+    from pipeline.config import load_task_config
+    from pipeline.stages import validate
+
+    data = tmp_path / "afqmc"
+    data.mkdir()
+    for name in ("train.json", "dev.json"):
+        (data / name).write_text(json.dumps({"sentence1": "a", "sentence2": "b", "label": "0"}) + "\n")
+    rc = main(["run", "--task", "afqmc", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(data),
+               "--set", "package.device=GPU", "--set", f"package.repository={tmp_path / 'repo'}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "package.device: GPU: validate verifies the bundle's GPU form on a GPU" in err, err
+    assert "ort-cuda cannot run (onnxruntime has no CUDAExecutionProvider" in err and "ort-tensorrt cannot run" in err
+    assert not (tmp_path / "runs" / "afqmc" / "finetune").exists()
+    cfg = load_task_config("afqmc", {"package.device": "GPU", "validate.chosen_backend": "onnxruntime-cpu-int8"})
+    validate.check(cfg)  # a named form: nothing to refuse here

@@ -39,6 +39,22 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
     return data_hashes(cfg)
 
 
+def check(cfg: TaskConfig) -> None:
+    """Before the first stage runs: a GPU bundle's form is verified on a GPU (``registry.selected_form``), so a
+    machine where the GPU forms the selection can name do not run is refused now, not after compress."""
+    from pipeline.backends.registry import selected_form
+    from pipeline.errors import ConfigError
+
+    if cfg.package.device != "GPU" or cfg.validate.chosen_backend != "auto":
+        return
+    forms = [selected_form({"runtime": "any", "quantization": q}, "gpu") for q in ("none", "int8")]
+    missing = {f.name: f.available() for f in forms if f is not None and f.available()}
+    if missing:
+        raise ConfigError("package.device: GPU: validate verifies the bundle's GPU form on a GPU, and here "
+                          + "; ".join(f"{name} cannot run ({why})" for name, why in missing.items())
+                          + ": run on the GPU machine, or name the form to verify with validate.chosen_backend")
+
+
 def backend_to_verify(rows: list, requested: str, selected: dict | None = None, device: str = "cpu") -> tuple[str, str]:
     """(backend, why): the backend validate verifies on dev and gates.  ``validate.chosen_backend`` when set; else the
     form that ships compress's selected candidate on the bundle's device (``registry.selected_form``).  It never picks
@@ -406,5 +422,6 @@ STAGE = Stage(
     params=params,
     inputs=inputs,
     run=run,
+    check=check,
     version="6",  # the last bump: only the shipped form, its FP32 and the anchor by default (earlier: git log)
 )
