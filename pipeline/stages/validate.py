@@ -8,7 +8,8 @@ is also a ratio.  Every gate reads only these.  ``validate.backends: all`` (or a
 runtimes of ``pipeline.backends.registry`` that can run here too (GPU ones whenever a GPU with their libraries is
 present); the report names those not checked and how to ask for them.  The shipped form is known before anything is
 measured (``registry.selected_form``: compress's selection, on every route and device): validate verifies, it never
-selects.  Runtimes that cannot run here are recorded ``skipped: <reason>``.  Writes gates.json, metrics.json, report.md and accuracy_vs_throughput.png.
+selects.  Runtimes that cannot run here are recorded ``skipped: <reason>``.  Writes gates.json, metrics.json,
+report.md and accuracy_vs_throughput.png.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def check(cfg: TaskConfig) -> None:
 
     if cfg.package.device != "GPU" or cfg.validate.chosen_backend != "auto":
         return
+    # on a GPU the rule reads only the selection's precision: each one it can name
     forms = [selected_form({"runtime": "any", "quantization": q}, "gpu") for q in ("none", "int8")]
     missing = {f.name: f.available() for f in forms if f is not None and f.available()}
     if missing:
