@@ -119,10 +119,26 @@ def selected_form(selected: dict, device: str = "cpu") -> Runtime | None:
     if not isinstance(engine, str) or not isinstance(quantization, str):
         return None
     precision = "fp32" if quantization == "none" else "int8"
-    if device == "cpu" and cpu_engine(engine) is None:
-        engine = CPU_ENGINES[0].name
-    return next((r for r in runtimes() if (device != "cpu" or r.runtime == engine) and r.device == device
-                 and r.precision == precision), None)
+    if device != "cpu":
+        return _first(device, precision)
+    return _first("cpu", precision, engine if cpu_engine(engine) is not None else CPU_ENGINES[0].name)
+
+
+def selection_rule(selected: dict, device: str = "cpu") -> str:
+    """Which of ``selected_form``'s rules named the shipped form: "" where it is what compress measured."""
+    if device != "cpu":
+        return "measured on CPU: the first GPU runtime of its precision ships"
+    return "" if cpu_engine(str(selected.get("runtime"))) else "judged in Paddle: its architecture ships in the first CPU engine"
+
+
+def gpu_forms() -> list[Runtime]:
+    """Every form ``selected_form`` can name for a GPU bundle: the first GPU runtime of each precision."""
+    return [r for r in (_first("gpu", p) for p in ("fp32", "int8")) if r is not None]
+
+
+def _first(device: str, precision: str, engine: str | None = None) -> Runtime | None:
+    return next((r for r in runtimes() if r.device == device and r.precision == precision
+                 and (engine is None or r.runtime == engine)), None)
 
 
 def plan(export_dir: Path) -> tuple[list[Runtime], dict[str, str]]:

@@ -280,7 +280,7 @@ class _Candidates:
                   phase=self.phase, resume=resume)
             shutil.rmtree(pruned, ignore_errors=True)
             tmp.rename(pruned)
-            shutil.rmtree(resume.dir, ignore_errors=True)
+            shutil.rmtree(resume.root, ignore_errors=True)
         else:
             self.log(f"[compress] dynabert {name}: reusing {pruned}")
         model_dir = self.out_dir / "candidates" / name / "model"

@@ -241,20 +241,20 @@ def distill(
 
 
 class Resume:
-    """An interrupted distillation's way back (``dir``): the training checkpoint (``training.CheckpointDir``: student,
+    """An interrupted distillation's way back (``root``): the training checkpoint (``training.CheckpointDir``: student,
     AdamW, schedule, step), saved every ``steps`` steps and every 5 minutes, and the best held-out weights so far,
-    which the loop would otherwise hold only in memory.  The caller keys ``dir`` by what decides the distillation
+    which the loop would otherwise hold only in memory.  The caller keys ``root`` by what decides the distillation
     (compress: the run cache's key), so a checkpoint is only ever resumed by the same settings."""
 
     BEST = "best.pdparams"
 
-    def __init__(self, dir: Path, steps: int):
-        self.dir, self.steps = Path(dir), steps
-        self.checkpoint = CheckpointDir(self.dir)
+    def __init__(self, root: Path, steps: int):
+        self.root, self.steps = Path(root), steps
+        self.checkpoint = CheckpointDir(self.root)
 
     def load(self, student, opt, sched):
         state = self.checkpoint.load(student, opt, sched)
-        if state is not None and state.history and not (self.dir / self.BEST).is_file():
+        if state is not None and state.history and not (self.root / self.BEST).is_file():
             return None  # evaluated, but the weights that scored best are gone: from the start
         return state
 
@@ -264,15 +264,15 @@ class Resume:
     def _save_best(self, model) -> None:
         import paddle
 
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / f".{self.BEST}.tmp"
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{self.BEST}.tmp"
         paddle.save(model.state_dict(), str(tmp))
-        tmp.replace(self.dir / self.BEST)
+        tmp.replace(self.root / self.BEST)
 
     def restore_best(self, student) -> None:
         from pipeline.safe_weights import load
 
-        student.set_state_dict(load(self.dir / self.BEST))
+        student.set_state_dict(load(self.root / self.BEST))
         student.eval()
 
 

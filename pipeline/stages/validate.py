@@ -43,14 +43,12 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 def check(cfg: TaskConfig) -> None:
     """Before the first stage runs: a GPU bundle's form is verified on a GPU (``registry.selected_form``), so a
     machine where the GPU forms the selection can name do not run is refused now, not after compress."""
-    from pipeline.backends.registry import selected_form
+    from pipeline.backends.registry import gpu_forms
     from pipeline.errors import ConfigError
 
     if cfg.package.device != "GPU" or cfg.validate.chosen_backend != "auto":
         return
-    # on a GPU the rule reads only the selection's precision: each one it can name
-    forms = [selected_form({"runtime": "any", "quantization": q}, "gpu") for q in ("none", "int8")]
-    missing = {f.name: f.available() for f in forms if f is not None and f.available()}
+    missing = {f.name: why for f in gpu_forms() if (why := f.available())}
     if missing:
         raise ConfigError("package.device: GPU: validate verifies the bundle's GPU form on a GPU, and here "
                           + "; ".join(f"{name} cannot run ({why})" for name, why in missing.items())
@@ -61,6 +59,7 @@ def backend_to_verify(rows: list, requested: str, selected: dict | None = None, 
     """(backend, why): the backend validate verifies on dev and gates.  ``validate.chosen_backend`` when set; else the
     form that ships compress's selected candidate on the bundle's device (``registry.selected_form``).  It never picks
     another: a close call between engines was decided once, by compress, and a form over the budget fails its gate."""
+    from pipeline.backends.registry import selection_rule
     from pipeline.errors import ConfigError, PipelineError
 
     by_name = {r.backend: r for r in rows}
@@ -72,16 +71,8 @@ def backend_to_verify(rows: list, requested: str, selected: dict | None = None, 
     if form.name not in by_name:
         raise PipelineError(f"compress selected {selected.get('name')!r} ({form.name}), which validate could not "
                             f"measure here; measured: {', '.join(by_name) or 'nothing'}")
-    return form.name, f"compress selected {selected.get('name')!r}{_rule(selected, device)}"
-
-
-def _rule(selected: dict, device: str) -> str:
-    """How the shipped form follows from the selection where compress measured no served form (``selected_form``)."""
-    from pipeline.backends.registry import cpu_engine
-
-    if device != "cpu":
-        return " (measured on CPU: the first GPU runtime of its precision ships)"
-    return "" if cpu_engine(str(selected.get("runtime"))) else " (judged in Paddle: its architecture ships in the first CPU engine)"
+    rule = selection_rule(selected, device)
+    return form.name, f"compress selected {selected.get('name')!r}" + (f" ({rule})" if rule else "")
 
 
 def _shipped_form(selected: dict | None, device: str):
@@ -143,7 +134,7 @@ def checked_backends(cfg: TaskConfig, runtimes: list, skipped: dict[str, str], s
 
     vcfg, pcfg = cfg.validate, cfg.package
     setting, names = vcfg.backends, [rt.name for rt in runtimes]
-    device = "gpu" if pcfg.device == "GPU" else "cpu"
+    device = pcfg.runtime_device
     shipped = vcfg.chosen_backend if vcfg.chosen_backend != "auto" else _shipped_form(selected, device).name
     if shipped not in names:
         why_not = skipped.get(shipped, "its form is not in this export")
@@ -210,8 +201,8 @@ def run(ctx):
     rows, benches = list(rows), dict(zip((r.backend for r in rows), benches))
     with ctx.phase("gates"):
         _fill_ratios(rows, benches, paired)
-        device = "gpu" if cfg.package.device == "GPU" else "cpu"  # the device the bundle runs on
-        chosen, why = backend_to_verify(rows, cfg.validate.chosen_backend, inp.meta.selected_candidate, device)
+        chosen, why = backend_to_verify(rows, cfg.validate.chosen_backend, inp.meta.selected_candidate,
+                                        cfg.package.runtime_device)
         ctx.log(f"[validate] verifying {chosen}: {why}")
         crow = next(r for r in rows if r.backend == chosen)
         gate_list = _gates(cfg, crow, inp.reference.score.value, checked.fp32)

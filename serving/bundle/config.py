@@ -171,6 +171,11 @@ class PackageConfig:
             )
 
     @property
+    def runtime_device(self) -> str:
+        """``device`` as the registry's runtimes name it: "cpu" or "gpu"."""
+        return "gpu" if self.device == "GPU" else "cpu"
+
+    @property
     def instances(self) -> int:
         """Instances per model: ``instance_count``, or with 0: 1 on GPU; on CPU one with every core for an engine
         whose one request uses them all (OpenVINO), else one per core here (see ``instance_count``)."""
