@@ -24,6 +24,7 @@ import numpy as np
 
 from pipeline.batching import train_batch_order
 from pipeline.config import FinetuneConfig
+from pipeline.errors import ModelError
 from pipeline.evaluation import Evaluation, evaluate_dygraph
 from pipeline.kinds.base import FeatureSet
 from pipeline.progress import log as _log
@@ -265,7 +266,7 @@ def finetune(
         total_steps = min(total_steps, cfg.max_steps)
     opt, sched = make_optimizer(model, cfg.learning_rate, total_steps, cfg.warmup_ratio, cfg.weight_decay)
     ckpt = CheckpointDir(Path(work_dir))
-    state = ckpt.load(model, opt, sched) or TrainState()
+    state = ckpt.load(model, opt, sched, log) or TrainState()
     resumed_from = state.step
     if resumed_from:
         log(f"resuming fine-tune from step {state.step}/{total_steps} (epoch {state.epoch + 1}, best dev acc {state.best_accuracy:.4f})")
@@ -310,6 +311,29 @@ def _param_names(model) -> list[str]:
     return [p.name for p in model.parameters()]
 
 
+def _mismatch(model, weights: dict, opt_state: dict) -> str | None:
+    """Why a checkpoint's model weights and (name-keyed) optimizer state cannot be ``model``'s, or None.  Paddle's
+    ``set_state_dict`` only warns about a missing or misshapen weight and keeps the rest, and AdamW finds a
+    misshapen moment only at its next step."""
+    own = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    saved = {key: tuple(np.shape(value)) for key, value in weights.items()}
+    if own.keys() != saved.keys():
+        missing, extra = sorted(own.keys() - saved.keys()), sorted(saved.keys() - own.keys())
+        return (f"made for another model ({len(missing)} of its weights missing, e.g. {missing[:1]}; "
+                f"{len(extra)} unknown, e.g. {extra[:1]})")
+    shapes = [key for key in own if own[key] != saved[key]]
+    if shapes:
+        return f"made for another model ({shapes[0]} is {list(saved[shapes[0]])}, the model's {list(own[shapes[0]])})"
+    params = {p.name: tuple(p.shape) for p in model.parameters()}
+    for key, value in opt_state.items():
+        if isinstance(key, str) and _POSITION.fullmatch(key):
+            return f"optimizer state for parameter {key} the model does not have"
+        moment = re.fullmatch(r"(.+)_moment\d+_\d+", key) if isinstance(key, str) else None
+        if moment and moment[1] in params and tuple(np.shape(value)) != params[moment[1]]:
+            return f"optimizer state {key} is {list(np.shape(value))}, its parameter {list(params[moment[1]])}"
+    return None
+
+
 class CheckpointDir:
     """One resumable checkpoint, replaced atomically (a directory rename)."""
 
@@ -341,7 +365,18 @@ class CheckpointDir:
         tmp.rename(self.current)
         shutil.rmtree(old, ignore_errors=True)
 
-    def load(self, model, opt, sched) -> TrainState | None:
+    def state(self) -> TrainState | None:
+        """The checkpoint's training state alone (None: none, or unreadable), nothing applied."""
+        try:
+            return TrainState(**json.loads((self.current / "state.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def load(self, model, opt, sched, log: Callable[[str], None] = _log) -> TrainState | None:
+        """The checkpoint's state, its weights, optimizer and schedule set on ``model``, ``opt`` and ``sched``; None,
+        touching none of them, when there is none or it cannot be this run's (unreadable, or made for another
+        model: said with ``log``).  All three files are read and checked before any is applied: a half-applied
+        checkpoint would train "from the start" from its weights."""
         from pipeline.safe_weights import UnsafeWeights, load
 
         if not (self.current / "state.json").is_file():
@@ -350,11 +385,21 @@ class CheckpointDir:
             state = TrainState(**json.loads((self.current / "state.json").read_text(encoding="utf-8")))
             # Our own files, but a runs dir can be handed over: read through the allow-list, not paddle.load (a
             # pickle is code).  set_state_dict takes the numpy arrays as it takes paddle.load's tensors.
-            model.set_state_dict(load(self.current / "model.pdparams"))
-            opt.set_state_dict(_by_name(load(self.current / "optimizer.pdopt"), model))
-            sched.set_state_dict(load(self.current / "scheduler.pdparams"))
+            weights = load(self.current / "model.pdparams")
+            opt_state = _by_name(load(self.current / "optimizer.pdopt"), model)
+            sched_state = load(self.current / "scheduler.pdparams")
+            mismatch = _mismatch(model, weights, opt_state)
+            why = mismatch and f"checkpoint {self.current}: {mismatch}"
         except UnsafeWeights as exc:  # not an incompatible run: a file that would run code; say so, delete nothing
             raise UnsafeWeights(f"{exc}; remove {self.current} to train from the start") from None
-        except Exception:  # a checkpoint from an incompatible run: start over rather than crash
+        except ModelError as exc:  # a weights file that cannot be read (it names itself)
+            why = str(exc)
+        except Exception as exc:  # a checkpoint from an incompatible run: start over rather than crash
+            why = f"checkpoint {self.current}: unreadable ({type(exc).__name__}: {exc})"
+        if why:
+            log(f"{why}; training from the start")
             return None
+        model.set_state_dict(weights)
+        opt.set_state_dict(opt_state)
+        sched.set_state_dict(sched_state)
         return state

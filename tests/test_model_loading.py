@@ -272,6 +272,62 @@ def test_resume_checkpoint_that_would_run_code_is_refused(tiny_model_copy, tmp_p
     assert ckpt.load(model, opt, sched) is None
 
 
+def test_a_checkpoint_that_cannot_be_this_runs_is_applied_not_at_all(tiny_model_copy, tmp_path):
+    """All or nothing: a checkpoint with one unreadable file, or made for another model (a narrower student, a
+    moment of another shape), leaves the model's weights, the optimizer and the schedule as they were, and says why.
+    Paddle's set_state_dict alone would have applied the weights it could and warned."""
+    import numpy as np
+    import paddle
+
+    from pipeline.compress.dynabert import narrow_model
+    from pipeline.training import CheckpointDir, TrainState, make_optimizer
+
+    def trained(model):
+        opt, sched = make_optimizer(model, 1e-3, 10)
+        model(paddle.to_tensor(np.ones((2, 5), "int64"))).mean().backward()
+        opt.step()
+        sched.step()
+        return opt, sched
+
+    model = load_classifier(tiny_model_copy, 3)
+    other = load_classifier(tiny_model_copy, 3)
+    opt, sched = trained(other)
+    ckpt = CheckpointDir(tmp_path / "work")
+    ckpt.save(other, opt, sched, TrainState(step=1, step_in_epoch=1))
+    (ckpt.current / "scheduler.pdparams").write_bytes(b"\x80\x04truncated")
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    own_opt, own_sched = make_optimizer(model, 1e-3, 10)
+    said = []
+    assert ckpt.load(model, own_opt, own_sched, said.append) is None
+    assert all(np.array_equal(before[k], v.numpy()) for k, v in model.state_dict().items())
+    assert own_sched.last_epoch == 0 and not own_opt.state_dict().get("LR_Scheduler", {}).get("last_epoch")
+    assert said == [f"{ckpt.current / 'scheduler.pdparams'}: cannot read weights (UnpicklingError: could not find MARK); "
+                    "training from the start"]
+
+    narrow = narrow_model(load_classifier(tiny_model_copy, 3), 1, 8)
+    ckpt.save(narrow, *trained(narrow), TrainState(step=1, step_in_epoch=1))
+    said.clear()
+    assert ckpt.load(model, own_opt, own_sched, said.append) is None
+    assert all(np.array_equal(before[k], v.numpy()) for k, v in model.state_dict().items())
+    assert len(said) == 1 and "made for another model (ernie.encoder.layers.0.self_attn.q_proj.weight is" in said[0]
+
+    # The same weights, an optimizer moment of another shape: caught now, not at AdamW's next step.
+    opt, sched = trained(other)
+    ckpt.save(other, opt, sched, TrainState(step=1, step_in_epoch=1))
+    saved = paddle.load(str(ckpt.current / "optimizer.pdopt"), return_numpy=True)
+    key = next(k for k in saved if "_moment1_" in k)
+    saved[key] = np.zeros([1, *np.shape(saved[key])], "float32")
+    paddle.save(saved, str(ckpt.current / "optimizer.pdopt"))
+    said.clear()
+    assert ckpt.load(model, own_opt, own_sched, said.append) is None
+    assert all(np.array_equal(before[k], v.numpy()) for k, v in model.state_dict().items())
+    assert len(said) == 1 and "optimizer state" in said[0] and "its parameter" in said[0]
+
+    ckpt.save(other, opt, sched, TrainState(step=1, step_in_epoch=1))
+    assert ckpt.load(model, own_opt, own_sched, said.append).step == 1  # this run's: applied
+    assert all(np.array_equal(v.numpy(), w.numpy()) for v, w in zip(model.state_dict().values(), other.state_dict().values()))
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("hidden_size", "abc", "field 'hidden_size' must be a positive integer, got 'abc'"),
     ("hidden_size", True, "field 'hidden_size' must be a positive integer, got true"),

@@ -210,7 +210,7 @@ def distill(
     plateau = schedule.plateau
     plan = plan_steps(len(train), schedule.batch_size, schedule.epochs, schedule.max_steps)
     opt, sched = make_optimizer(student, schedule.learning_rate, plan.total_steps)
-    state = resume.load(student, opt, sched) if resume is not None else None
+    state = resume.load(student, opt, sched, log) if resume is not None else None
     if state is not None:
         log(f"{desc}: resuming distillation from step {state.step}/{plan.total_steps} "
             f"(best held-out {heldout.kind.metric_label} {state.best_accuracy:.4f} so far)")
@@ -252,11 +252,13 @@ class Resume:
         self.root, self.steps = Path(root), steps
         self.checkpoint = CheckpointDir(self.root)
 
-    def load(self, student, opt, sched):
-        state = self.checkpoint.load(student, opt, sched)
-        if state is not None and state.history and not (self.root / self.BEST).is_file():
-            return None  # evaluated, but the weights that scored best are gone: from the start
-        return state
+    def load(self, student, opt, sched, log: Callable[[str], None]):
+        saved = self.checkpoint.state()
+        if saved is not None and saved.history and not (self.root / self.BEST).is_file():
+            log(f"checkpoint {self.checkpoint.current}: the best held-out weights ({self.BEST}) are gone; "
+                "training from the start")
+            return None
+        return self.checkpoint.load(student, opt, sched, log)
 
     def loop_args(self) -> dict:
         return {"checkpoint": self.checkpoint, "checkpoint_steps": self.steps, "on_best": self._save_best}
