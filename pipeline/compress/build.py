@@ -271,18 +271,18 @@ class _Candidates:
         t0 = time.monotonic()
         name = arch.name
         pruned = _pruned_dir(cfg, inp, arch, self.work_dir / "dynabert" / name)
+        # an interrupted distillation goes on from its checkpoint, kept under the same key as the model it makes
+        resume = Resume(pruned.parent / f".{pruned.name}.checkpoint", cfg.distill_eval_steps)
         if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
             tmp = pruned.parent / f".{pruned.name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            # an interrupted distillation goes on from its checkpoint, kept under the same key as the model it makes
-            resume = Resume(pruned.parent / f".{pruned.name}.checkpoint", cfg.distill_eval_steps)
             prune(inp.model_dir, arch, inp.train, inp.heldout, distillation_schedule(cfg), out_dir=tmp, log=self.log,
                   phase=self.phase, resume=resume)
             shutil.rmtree(pruned, ignore_errors=True)
             tmp.rename(pruned)
-            shutil.rmtree(resume.root, ignore_errors=True)
         else:
             self.log(f"[compress] dynabert {name}: reusing {pruned}")
+        shutil.rmtree(resume.root, ignore_errors=True)  # also one a kill left between the model's rename and here
         model_dir = self.out_dir / "candidates" / name / "model"
         with self.phase("conversion"):
             shutil.copytree(pruned, model_dir)
