@@ -34,6 +34,8 @@ def main(argv=None) -> int:
     ap.add_argument("--train", nargs="*", default=[], help="width:layers to distil and score")
     ap.add_argument("--work_dir", type=Path, default=Path("runs/depth_probe"))
     ap.add_argument("--out", type=Path, default=Path("runs/depth_probe/depth_probe.json"))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a task config override, as the pipeline's --set (e.g. compress.learning_rate=5e-5)")
     args = ap.parse_args(argv)
 
     from pipeline.backends.onnxruntime.convert import export_onnx
@@ -43,7 +45,7 @@ def main(argv=None) -> int:
     from pipeline.compress.build import distillation_schedule
     from pipeline.compress.dynabert import prune
     from pipeline.compress.screen import narrowed_onnx
-    from pipeline.config import load_task_config
+    from pipeline.config import load_task_config, parse_override
     from pipeline.evaluation import evaluate_session, interleaved_throughput
     from pipeline.kinds import get_kind, load_task_data
     from pipeline.modeling import load_classifier
@@ -55,7 +57,7 @@ def main(argv=None) -> int:
         layers = int(text.split(":")[1])
         return Architecture(float(text.split(":")[0]), layers / total_layers), layers
 
-    cfg = load_task_config(args.task)
+    cfg = load_task_config(args.task, dict(parse_override(text) for text in args.set))
     kind, data = get_kind(cfg), load_task_data(cfg)
     tok = Tokenizer.from_model_dir(args.model_dir, cfg.max_seq_len)
     dev = kind.featurize(tok, data.dev.examples, cfg)
@@ -94,13 +96,14 @@ def main(argv=None) -> int:
         c = cfg.compress
         logs = []
         out = prune(args.model_dir, a, kind.for_training(kind.featurize(tok, data.train.examples, cfg), c.seed), rows.held,
-                    distillation_schedule(c), out_dir=args.work_dir / f"trained-{a.name}",
+                    distillation_schedule(c), out_dir=args.work_dir / f"trained-{a.name}{'-' + '-'.join(args.set) if args.set else ''}",
                     log=lambda m: (logs.append(m), print(m)))
         best = float(logs[-1].rsplit(" ", 1)[1])  # prune's last line: "dynabert <arch>: best held-out accuracy 0.5230"
         fp32 = export_onnx(export_static(load_classifier(out, n_labels), out / "infer"), out / "model.onnx")
         acc = evaluate_session(cpu_engine("onnxruntime").open(fp32, "fp32", {}), dev, 64).metric
-        result.setdefault("trained", {})[arch] = {"architecture": a.name, "layers": n, "heldout": best, "dev": acc,
-                                                 "seconds": time.monotonic() - t0}
+        result.setdefault("trained", {})[" ".join([arch, *args.set])] = {
+            "architecture": a.name, "layers": n, "settings": args.set, "heldout": best, "dev": acc,
+            "seconds": time.monotonic() - t0}
         print(f"{a.name} ({n} layers): held-out {best:.4f}, dev {acc:.4f}, {time.monotonic() - t0:.0f} s")
         args.out.write_text(json.dumps(result, indent=1))
     args.out.write_text(json.dumps(result, indent=1))

@@ -81,7 +81,7 @@ def test_the_examples_translate_and_load(tmp_path):
     overrides = translate(EXAMPLES / "tnews-prune-quant.yaml", task="tnews")
     cfg = load_task_config("tnews", overrides)
     assert cfg.compress.strategy == "dynabert+ptq" and cfg.compress.widths() == [0.666667]
-    assert cfg.compress.max_steps == 900 and cfg.max_seq_len == 64
+    assert cfg.compress.max_steps == 200 and cfg.compress.learning_rate == 1e-4 and cfg.max_seq_len == 64
     assert cfg.gates.origin_metric == 0.5253 and cfg.gates.max_accuracy_drop == 0.5
     load_task_config("tnews", uie)
 
