@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/depth_probe.py --speed            # architectures only: untrained, timed, ~2 min
     .venv/bin/python scripts/depth_probe.py --train 0.6667:4   # distil width 2/3 at 4 layers, score FP32 on dev
+    .venv/bin/python scripts/depth_probe.py --train 0.6667:6 --set compress.learning_rate=1e-4 --set compress.max_steps=200
+                                                               # the same under other distillation settings
 
 Speed: every (width, layers) architecture's FP32 ONNX, untrained, and each engine's ``speed_form`` INT8 of it, timed
 in compress's interleaved rounds against the unpruned FP32 (the screen's method).  Accuracy: the architecture
