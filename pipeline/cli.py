@@ -88,25 +88,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace):
-    overrides = {}
+    overrides, given_by = {}, {}
     if args.act_config:  # first, so --set and the flags below win
         from pipeline.act_config import translate
 
         overrides.update(translate(args.act_config, task=args.task))
-    overrides.update(parse_override(o) for o in args.overrides)
+        given_by.update(dict.fromkeys(overrides, Path(args.act_config).name))
+    for key, value in map(parse_override, args.overrides):
+        overrides[key], given_by[key] = value, "--set"
+    flags = {}
     if args.model is not None:
-        overrides["model.name_or_path"] = args.model or None
+        flags["model.name_or_path"] = ("--model", args.model or None)
     if args.data_dir is not None:
-        overrides["data.dir"] = str(Path(args.data_dir).expanduser().resolve()) if args.data_dir else None
+        flags["data.dir"] = ("--data-dir", str(Path(args.data_dir).expanduser().resolve()) if args.data_dir else None)
     if getattr(args, "max_seq_len", None) is not None:
-        overrides["max_seq_len"] = args.max_seq_len
+        flags["max_seq_len"] = ("--max-seq-len", args.max_seq_len)
     if getattr(args, "epochs", None) is not None:
-        overrides["finetune.epochs"] = args.epochs
-    cfg = load_task_config(args.task, overrides)
+        flags["finetune.epochs"] = ("--epochs", args.epochs)
+    for key, (flag, value) in flags.items():
+        overrides[key], given_by[key] = value, flag
+    cfg = load_task_config(args.task, overrides, given_by)
     if args.model is None and cfg.model.if_missing == "scratch" and cfg.model.missing_directory():
         print(f"note: model {cfg.model.name_or_path} is not on this machine: training the small scratch model "
               "instead (MODEL=<dir> picks a model)", file=sys.stderr)
-        cfg = load_task_config(args.task, {**overrides, "model.name_or_path": None})
+        cfg = load_task_config(args.task, {**overrides, "model.name_or_path": None}, given_by)
     return cfg
 
 

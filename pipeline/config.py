@@ -262,8 +262,11 @@ def known_tasks() -> list[str]:
     return sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
 
 
-def load_task_config(task: str, overrides: dict[str, Any] | None = None) -> TaskConfig:
-    """Load ``pipeline/tasks/<task>.yaml`` (or a YAML path) and apply dotted-key overrides."""
+def load_task_config(task: str, overrides: dict[str, Any] | None = None,
+                     given_by: dict[str, str] | None = None) -> TaskConfig:
+    """Load ``pipeline/tasks/<task>.yaml`` (or a YAML path) and apply dotted-key overrides.  ``given_by``: where each
+    override came from (``--set`` when not listed: an ACT file, ``--model``, ...), which a bad value's error names
+    instead of the task file, which never held it."""
     path = Path(task)
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
@@ -277,7 +280,21 @@ def load_task_config(task: str, overrides: dict[str, Any] | None = None) -> Task
         raise ConfigError(f"{path}: expected a mapping at the top level")
     for key, value in (overrides or {}).items():
         _set_dotted(raw, key, value)
-    return _task_config(raw, str(path.name))
+    try:
+        return _task_config(raw, str(path.name))
+    except ConfigError as exc:
+        raise _said_of_override(exc, path.name, overrides or {}, given_by or {}) from None
+
+
+def _said_of_override(exc: ConfigError, where: str, overrides: dict[str, Any], given_by: dict[str, str]) -> ConfigError:
+    """``exc`` ("tnews.yaml: compress.x must be a number") said of the override's source (``given_by``, else
+    ``--set``) when the key it names came from an override."""
+    text = str(exc)
+    rest = text[len(where) + 2:] if text.startswith(f"{where}: ") else None
+    for key in overrides if rest is not None else ():
+        if re.search(rf"(?<![\w.]){re.escape(key)}(?![\w.])", rest):
+            return ConfigError(f"{given_by.get(key, '--set')}: {rest}")
+    return exc
 
 
 def _task_config(raw: dict, where: str) -> TaskConfig:

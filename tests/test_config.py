@@ -53,6 +53,37 @@ def test_bad_overrides_name_the_key(override, fragment):
         load_task_config("tnews", dict([parse_override(override)]))
 
 
+def test_a_bad_value_is_said_of_where_it_came_from(tmp_path, capsys):
+    """A value given with --set is reported as --set's, not as the task file's (which never held it); a value in
+    the file still names the file."""
+    import shutil
+
+    from pipeline.config import TASKS_DIR
+
+    with pytest.raises(ConfigError) as exc:
+        load_task_config("tnews", dict([parse_override("compress.distill_min_gain=abc")]))
+    assert str(exc.value) == "--set: compress.distill_min_gain must be a number, got 'abc'"
+    with pytest.raises(ConfigError) as exc:
+        load_task_config("tnews", dict([parse_override("compress.batch_size_list=[x]")]))
+    assert str(exc.value).startswith("--set: compress.batch_size_list[0] must be an integer")
+    with pytest.raises(ConfigError) as exc:
+        load_task_config("tnews", dict([parse_override("finetune.epocs=3")]))
+    assert str(exc.value).startswith("--set: unknown key finetune.epocs (valid: ")
+    task = tmp_path / "tnews.yaml"
+    shutil.copy(TASKS_DIR / "tnews.yaml", task)
+    task.write_text(task.read_text().replace("max_steps: 200", "max_steps: abc"))
+    with pytest.raises(ConfigError) as exc:  # another source, as the caller names it
+        load_task_config("tnews", {"finetune.epochs": "x"}, {"finetune.epochs": "--epochs"})
+    assert str(exc.value) == "--epochs: finetune.epochs must be an integer, got 'x'"
+    with pytest.raises(ConfigError) as exc:  # the file's own value; an unrelated override changes nothing
+        load_task_config(str(task), dict([parse_override("finetune.epochs=3")]))
+    assert str(exc.value) == "tnews.yaml: compress.max_steps must be an integer, got 'abc'"
+    from pipeline.cli import main
+
+    assert main(["run", "--task", "tnews", "--runs-dir", str(tmp_path / "runs"), "--set", "compress.distill_min_gain=abc"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --set: compress.distill_min_gain must be a number, got 'abc'"
+
+
 def test_unknown_task_lists_known_ones():
     with pytest.raises(ConfigError, match=r"unknown task 'tnewz'.*tnews"):
         load_task_config("tnewz")
