@@ -368,9 +368,12 @@ class CheckpointDir:
     def state(self) -> TrainState | None:
         """The checkpoint's training state alone (None: none, or unreadable), nothing applied."""
         try:
-            return TrainState(**json.loads((self.current / "state.json").read_text(encoding="utf-8")))
+            return self._read_state()
         except (OSError, ValueError, TypeError):
             return None
+
+    def _read_state(self) -> TrainState:
+        return TrainState(**json.loads((self.current / "state.json").read_text(encoding="utf-8")))
 
     def load(self, model, opt, sched, log: Callable[[str], None] = _log) -> TrainState | None:
         """The checkpoint's state, its weights, optimizer and schedule set on ``model``, ``opt`` and ``sched``; None,
@@ -382,7 +385,7 @@ class CheckpointDir:
         if not (self.current / "state.json").is_file():
             return None
         try:
-            state = TrainState(**json.loads((self.current / "state.json").read_text(encoding="utf-8")))
+            state = self._read_state()
             # Our own files, but a runs dir can be handed over: read through the allow-list, not paddle.load (a
             # pickle is code).  set_state_dict takes the numpy arrays as it takes paddle.load's tensors.
             weights = load(self.current / "model.pdparams")
