@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def task_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--task", required=True, help=f"task name ({', '.join(known_tasks())}) or a YAML file")
-        sp.add_argument("--runs-dir", default=str(PROJECT_ROOT / "runs"), help="where stage outputs go (default: ./runs)")
+        sp.add_argument("--runs-dir", default=str(PROJECT_ROOT / "runs"),
+                        help="where stage outputs go (default: ./runs); the bundle goes to package.repository")
         sp.add_argument("--model", help="PaddleNLP model dir or name (default: the task config's; none = scratch model)")
         sp.add_argument("--data-dir", help="directory with CLUE JSON lines (train.json, dev.json[, labels.json])")
         sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -163,6 +164,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     selected = select_stages(args.from_, args.until, args.only)
     print(f"task {cfg.task}: stages {' -> '.join(selected)}; outputs in {runner.runs_dir}", flush=True)
+    if "package" in selected:  # not under --runs-dir: say where the bundle will replace what is there
+        from pipeline.stages.package import repository_dir
+
+        print(f"the bundle goes to {repository_dir(cfg) / cfg.task} (package.repository; --set "
+              "package.repository=DIR to write it elsewhere)", flush=True)
     try:
         summary = runner.run(selected, force=args.force)
     except GateFailed:

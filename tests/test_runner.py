@@ -57,6 +57,16 @@ def test_only_needs_completed_upstream(tiny_task, tmp_path, capsys):
     assert rc == 2 and "needs finetune, which has not completed" in err
 
 
+def test_a_run_that_packages_says_where_the_bundle_goes_first(tiny_task, tmp_path, capsys):
+    """The bundle is not under --runs-dir: a run through package names the directory it will replace before any
+    work, a run that stops earlier does not mention one."""
+    runs, repo = tmp_path / "runs", tmp_path / "bundles"
+    rc = main(["run", *tiny_cli_args(tiny_task, runs), "--only", "package", "--set", f"package.repository={repo}"])
+    out = capsys.readouterr().out
+    assert rc == 2 and f"the bundle goes to {repo / 'tiny'} (package.repository" in out.splitlines()[1]
+    assert "the bundle goes to" not in _run(tiny_task, runs, "--only", "finetune-check", capsys=capsys)[1].out
+
+
 def test_unexpected_crash_leaves_a_fail_record_and_the_traceback_in_the_stage_log(tiny_task, tmp_path, capsys, monkeypatch):
     """A crash no check anticipated: FAIL record with a one-line message, traceback in stage.log, exit 1, one line."""
     import pipeline.runner as runner_mod
