@@ -17,6 +17,20 @@ from tqdm.auto import tqdm
 
 T = TypeVar("T")
 
+_quiet = 0  # > 0 inside ``quiet()``
+
+
+@contextmanager
+def quiet():
+    """No bars inside: a tool that re-runs one short loop many times (the smoke test's padded-width check) would
+    otherwise leave a bar per run."""
+    global _quiet
+    _quiet += 1
+    try:
+        yield
+    finally:
+        _quiet -= 1
+
 
 def progress(iterable: Iterable[T] | None = None, *, total: int | None = None, desc: str = "", initial: int = 0, unit: str = "it"):
     tty = sys.stderr.isatty()
@@ -30,6 +44,7 @@ def progress(iterable: Iterable[T] | None = None, *, total: int | None = None, d
         mininterval=0.5 if tty else 30.0,
         leave=tty,
         file=sys.stderr,
+        disable=_quiet > 0,
     )
 
 

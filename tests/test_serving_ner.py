@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from serving_fixtures import (concurrently, dev_examples, mrc_data, mrc_export, ner_bundle, ner_data,  # noqa: F401
                               ner_export, opened_bundle, served)  # (fixtures)
@@ -208,6 +209,15 @@ def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_pat
                        "--url", server.http_url, "--batch-size", "8", "--concurrency", "2"]) == 1
     printed = capsys.readouterr().out
     assert "PASS" not in printed and f"FAIL: 1 of {len(dev)} items sent alone from 2 clients differ" in printed
+    # ... still a failure where the served answer is the model's own at a wider padding, and the line says so
+    wide = [(3, ("served",), ("offline",), [48, 64])]
+    monkeypatch.setattr(smoke, "run_concurrent", lambda *a: dataclasses.replace(
+        real(*a), mismatches=1, examples=wide, examined=1, padded=1))
+    assert smoke.main(["--task", "cluener", "--repository", str(ner_bundle.parent), "--data-dir", str(ner_data),
+                       "--url", server.http_url, "--batch-size", "8", "--concurrency", "2"]) == 1
+    printed = capsys.readouterr().out
+    assert "PASS" not in printed and "1 of the 1 examined is the model's own answer in a batch padded wider" in printed
+    assert "item 3: served ('served',) offline ('offline',); the model's own answer when its batch is padded to 48, 64 tokens" in printed
 
     f = tmp_path / "texts.txt"
     f.write_text("\n".join(e.text for e in dev[:3]), encoding="utf-8")
@@ -261,6 +271,23 @@ def test_fused_layout_is_refused_for_a_kind_without_a_fused_form(mrc_export, tmp
                                            "bundles; cmrc is reading_comprehension"):
         write_repository(tmp_path / "repo", "cmrc", ExportArtifacts.from_dir(mrc_export), PackageConfig(layout="fused"))
     assert not (tmp_path / "repo" / "cmrc").exists()  # nothing half-written
+
+
+def test_pad_to_gives_a_token_level_answer_the_texts_own_columns(bundle, dev):
+    """``BundleModel.pad_to`` on a token classifier: the text padded as a longer batch mate would pad it, its logits
+    cut back to its own columns, equal to that row of the real batch."""
+    from pipeline.labeling import bio
+
+    tok = bundle.wordpiece()
+    pad = tok.token_to_id("[PAD]")
+    short, long = sorted((e.text for e in dev), key=len)[0], sorted((e.text for e in dev), key=len)[-1]
+    rows = [bio.encode_token(tok, t, bundle.max_seq_len) for t in (short, long)]
+    ids, types, _ = bio.pad_batch(rows, pad)
+    ids1, types1, _ = bio.pad_batch(rows[:1], pad)
+    assert ids1.shape[1] < ids.shape[1]
+    padded = dataclasses.replace(bundle, pad_to=ids.shape[1]).session()(ids1, types1)
+    assert padded.shape[:2] == ids1.shape
+    np.testing.assert_array_equal(padded[0], bundle.session()(ids, types)[0, : ids1.shape[1]])
 
 
 @LAYOUTS

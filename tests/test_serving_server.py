@@ -373,7 +373,65 @@ def test_smoke_concurrent_mode_holds_every_text_to_its_offline_single_answer(lay
     bundle = BundleModel.open(server.repository)
     r = run_concurrent(bundle, server.grpc_url, "grpc", dev[0][:60], concurrency=8)
     assert (r.items, r.concurrency, r.mismatches) == (60, 8, 0) and r.ok
-    assert not ConcurrentResult(3, 2, 1, [(0, ("a",), ("b",))]).ok  # a differing answer fails the smoke test
+    assert not ConcurrentResult(3, 2, 1, [(0, ("a",), ("b",), [])]).ok  # a differing answer fails the smoke test
+
+
+class _WiderRounds:
+    """Stands in for an engine whose float rounding moves a near-tie when a batch is padded wider (OpenVINO INT8:
+    MEASUREMENTS.md): the tiny model's own logits, but label 0 wins in a batch 24 columns wide or wider."""
+
+    def __init__(self, real):
+        self.real, self.model_file = real, real.model_file
+
+    def engine(self, path, threads=0, gpu=False, params=None):
+        inner = self.real.engine(path, threads, gpu, params)
+
+        def run(feeds):
+            out = np.array(inner(feeds))
+            if feeds["input_ids"].shape[1] >= 24:
+                out[:, 0] = out.max() + 1
+            return out
+        return run
+
+
+def test_pad_to_runs_a_text_as_a_longer_batch_mate_pads_it(offline, dev):
+    """``BundleModel.pad_to``: a text alone, padded to W, gets the logits it gets in a batch whose longer mate makes
+    it W wide (the server's situation); a batch already as wide runs as it is."""
+    from dataclasses import replace
+
+    from serving.tools.offline import encode_items
+
+    tok = offline.tokenizer()
+    short, long = sorted(dev[0], key=len)[0], sorted(dev[0], key=len)[-1]
+    together, alone = encode_items(tok, [short, long]), encode_items(tok, [short])
+    width = together.input_ids.shape[1]
+    assert alone.input_ids.shape[1] < width
+    in_batch = offline.session()(together.input_ids, together.token_type_ids)[0]
+    padded = replace(offline, pad_to=width).session()(alone.input_ids, alone.token_type_ids)[0]
+    np.testing.assert_array_equal(padded, in_batch)
+    narrower = replace(offline, pad_to=2).session()(together.input_ids, together.token_type_ids)
+    np.testing.assert_array_equal(narrower, offline.session()(together.input_ids, together.token_type_ids))
+
+
+def test_smoke_looks_for_a_differing_answer_at_wider_paddings(offline, dev, monkeypatch):
+    """A served answer that differs from the item's offline answer alone is looked for at wider paddings (the model
+    file run as a longer batch mate pads the item): found there, it is a near-tie the engine's rounding moves; found
+    at none, a serving fault.  ``_WiderRounds`` stands in for the engine."""
+    from pipeline.backends import registry
+    from serving.tools.kinds import tool_kind
+    from serving.tools.smoke import padded_widths
+
+    real = registry.served_engine(offline.manifest["engine"])
+    monkeypatch.setattr(registry, "served_engine", lambda name: _WiderRounds(real))
+    labels, tok = offline.labels(), offline.wordpiece()
+    texts = [t for t in dev[0] if len(tok.encode(t).ids) < 20]
+    alone = tool_kind(offline.task_type).offline_keys(offline, texts)
+    texts = [t for t, key in zip(texts, alone) if key != (labels[0],)][:2]
+    assert texts, "no short dev text whose label is not the first"
+    widths = padded_widths(offline, [*texts, texts[0]], [(labels[0],)] * len(texts) + [("not a label",)])
+    for found in widths[:-1]:
+        assert found[0] == 24 and found[-1] == offline.max_seq_len and found == sorted(found)
+    assert widths[-1] == []
 
 
 @LAYOUTS

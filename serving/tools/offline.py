@@ -10,8 +10,11 @@ Each kind's offline answers live in its tool module (``serving/kinds/<kind>/tool
 group the items into requests in order (``request_groups``), exactly as ``serving.tools.client`` sends them: every
 model call then sees the same rows as the served one (the windowed kinds window through ``windower``).  The served
 OpenVINO engine pads a batch's width further, to its bucket (``width_buckets`` in
-``pipeline/backends/openvino/served.py``; warmed only in the server); with the properties the bundle records (no
-snippets code generation) that changed one TNEWS title's float rounding in 10,000 and no answer (MEASUREMENTS.md).
+``pipeline/backends/openvino/served.py``; warmed only in the server), and Triton's batcher pads a text to its
+longest batch mate.  Neither changes which rows a kernel sees, but OpenVINO's float reductions over the width treat
+a last part of 1-15 columns apart: a text whose tokens reach into it gets other roundings than the same text in a
+wider batch, and an INT8 form's quantizer can turn one into a whole step (CLUENER: 4 of 300 texts, up to 0.057 in a
+logit, MEASUREMENTS.md).  ``BundleModel.pad_to`` runs a text as such a batch would.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from serving.bundle.model_config import ModelNames
 class BundleModel:
     root: Path
     manifest: dict
+    # Every batch padded with [PAD] to this many tokens before the model (0: its own width): what a longer batch mate
+    # does to a text in the server (the smoke test's look at a served answer that differs from the offline one).
+    pad_to: int = 0
 
     @classmethod
     def open(cls, root: Path) -> "BundleModel":
@@ -78,7 +84,7 @@ class BundleModel:
         """A callable ``(input_ids, token_type_ids) -> logits`` over the bundle's model file, run by the served engine
         bundle.json names (a native backend's file by the first registered engine whose model file it is:
         ``pipeline.backends.registry.served_engines``), in this process and unwarmed, with the CPU properties the
-        bundle serves with (bundle.json)."""
+        bundle serves with (bundle.json); each batch first padded to ``pad_to`` tokens when that is wider."""
         import pipeline  # noqa: F401  (numpy before paddle)
         from pipeline.backends.registry import served_engine, served_engines
 
@@ -90,7 +96,28 @@ class BundleModel:
                                     f"({', '.join(e.model_file for e in served_engines())})")
         params = {"engine_properties": json.dumps(self.manifest.get("engine_properties") or {})}
         engine = served.engine(self.model_dir / served.model_file, threads, False, params)
-        return lambda ids, types: np.asarray(engine({"input_ids": ids, "token_type_ids": types}))
+
+        def run(ids, types):
+            return np.asarray(engine({"input_ids": ids, "token_type_ids": types}))
+
+        if not self.pad_to:
+            return run
+        pad_id = self.wordpiece().token_to_id("[PAD]")
+
+        def padded(ids, types):
+            width = ids.shape[1]
+            if self.pad_to <= width:
+                return run(ids, types)
+            out = run(_pad_columns(ids, self.pad_to, pad_id), _pad_columns(types, self.pad_to, 0))
+            return out[:, :width] if out.ndim == 3 else out  # a token-level answer: the batch's own columns
+
+        return padded
+
+
+def _pad_columns(a: np.ndarray, width: int, value: int) -> np.ndarray:
+    out = np.full((a.shape[0], width), value, dtype=a.dtype)
+    out[:, : a.shape[1]] = a
+    return out
 
 
 def encode_items(tok, items: Sequence):

@@ -14,7 +14,10 @@ and to bundle.json "validated" ({"metric": "entity_f1" | "f1" | "accuracy", "val
 
 ``--concurrency N`` then sends every dev item alone from N clients at once: Triton's dynamic batcher mixes
 them with whatever else is in flight, and each answer must equal the offline answer of that item run alone
-(label, entities or answer span, exactly): batch independence under real load.
+(label, entities or answer span, exactly): batch independence under real load.  Where one differs, the run still
+fails, and says whether the same model file gives exactly that answer when the item's batch is padded wider (a
+longer batch mate): a near-tie that the engine's rounding at another width moves (OpenVINO INT8 does that to about
+1 text in 75 by up to 0.06 in a logit; MEASUREMENTS.md), not a serving fault such as a wrong row or stale model.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ from serving.triton.integrity import BundleIntegrityError
 from serving.tools.offline import BundleModel
 
 
+EXAMINED = 10  # differing items looked at wider paddings (each width: one offline run of them all)
+WIDTHS = 16  # padded widths tried, evenly up to max_seq_len
+
+
 @dataclass(frozen=True)
 class ConcurrentResult:
     """Every item sent alone, from ``concurrency`` clients at once, so Triton's dynamic batcher merges it with
@@ -39,11 +46,33 @@ class ConcurrentResult:
     items: int
     concurrency: int
     mismatches: int
-    examples: list  # up to 5 differing items: (index, served, offline)
+    examples: list  # up to 5 differing items: (index, served, offline, padded widths giving the served answer)
+    examined: int = 0  # differing items looked at wider paddings (the first EXAMINED; none for a windowed kind)
+    padded: int = 0  # of those, the ones whose served answer the model gives the item in a batch padded wider
 
     @property
     def ok(self) -> bool:
         return self.mismatches == 0
+
+
+def padded_widths(bundle: BundleModel, items: Sequence, served: Sequence[tuple]) -> list[list[int]]:
+    """For each item, the padded widths (of ``WIDTHS`` tried, evenly up to max_seq_len) at which the bundle's model
+    gives exactly the ``served`` answer: where a differing served answer is the item's own answer in a batch a
+    longer batch mate padded, the width it needs."""
+    from dataclasses import replace
+
+    from pipeline.progress import quiet
+
+    kind, longest = tool_kind(bundle.task_type), bundle.max_seq_len
+    step = -(-longest // WIDTHS)
+    found: list[list[int]] = [[] for _ in items]
+    with quiet():  # a bar per width would bury the report
+        for width in sorted({*range(step, longest + 1, step), longest}):
+            keys = kind.offline_keys(replace(bundle, pad_to=width), items)
+            for widths, key, answer in zip(found, keys, served):
+                if key == answer:
+                    widths.append(width)
+    return found
 
 
 def offline_keys(bundle: BundleModel, items: Sequence) -> list[tuple]:
@@ -77,7 +106,11 @@ def run_concurrent(bundle: BundleModel, url: str | None, protocol: str, items: S
         served = [kind.answer_key(a) for a in pool.map(ask, items)]
     offline = kind.offline_keys(bundle, items)
     differing = [(i, s, o) for i, (s, o) in enumerate(zip(served, offline)) if s != o]
-    return ConcurrentResult(len(items), concurrency, len(differing), differing[:5])
+    # A windowed kind's requests are not batched together (max_batch_size 0): no batch mate pads them.
+    examined = [] if kind.windowed else differing[:EXAMINED]
+    widths = padded_widths(bundle, [items[i] for i, _, _ in examined], [s for _, s, _ in examined]) if examined else []
+    examples = [(*d, w) for d, w in zip(differing[:5], widths + [[]] * 5)]
+    return ConcurrentResult(len(items), concurrency, len(differing), examples, len(examined), sum(map(bool, widths)))
 
 
 def _batch_size(bundle: BundleModel, wanted: int | None) -> int:
@@ -235,8 +268,12 @@ def refused_example(examples: Sequence, manifest: dict | None) -> str | None:
 def _concurrent_failure(concurrent: ConcurrentResult | None) -> str:
     if concurrent is None or concurrent.ok:
         return ""
-    return (f"{concurrent.mismatches} of {concurrent.items} items sent alone from {concurrent.concurrency} clients "
+    said = (f"{concurrent.mismatches} of {concurrent.items} items sent alone from {concurrent.concurrency} clients "
             "differ from their offline answer alone")
+    if concurrent.padded:
+        said += (f"; {concurrent.padded} of the {concurrent.examined} examined is the model's own answer in a batch "
+                 "padded wider (a near-tie the engine's rounding at that width moves: README, Serving)")
+    return said
 
 
 def check_out_file(path: str | None, flag: str = "--json-out") -> None:
@@ -272,9 +309,15 @@ def _concurrent(args, bundle: BundleModel, items: Sequence) -> ConcurrentResult 
     r = run_concurrent(bundle, args.url, args.protocol, items, args.concurrency)
     print(f"  concurrent: {r.items} items sent one per request from {r.concurrency} clients; "
           f"answers differing from the offline single-item run: {r.mismatches}")
-    for i, served, offline in r.examples:
-        print(f"    item {i}: served {served} offline {offline}")
+    for i, served, offline, widths in r.examples:
+        print(f"    item {i}: served {served} offline {offline}" + (_widths_said(widths) if r.examined else ""))
     return r
+
+
+def _widths_said(widths: Sequence[int]) -> str:
+    if not widths:
+        return "; not the model's answer at any padded width tried: a serving fault, not rounding"
+    return f"; the model's own answer when its batch is padded to {', '.join(map(str, widths))} tokens"
 
 
 def _write(args, result, concurrent: ConcurrentResult | None) -> None:
