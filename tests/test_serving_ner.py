@@ -216,7 +216,7 @@ def test_smoke_and_client_cli(server, dev, bundle, ner_bundle, ner_data, tmp_pat
     assert smoke.main(["--task", "cluener", "--repository", str(ner_bundle.parent), "--data-dir", str(ner_data),
                        "--url", server.http_url, "--batch-size", "8", "--concurrency", "2"]) == 1
     printed = capsys.readouterr().out
-    assert "PASS" not in printed and "1 of the 1 examined is the model's own answer in a batch padded wider" in printed
+    assert "PASS" not in printed and "of the 1 examined, 1 the model's own answer in a batch padded wider" in printed
     assert "item 3: served ('served',) offline ('offline',); the model's own answer when its batch is padded to 48, 64 tokens" in printed
 
     f = tmp_path / "texts.txt"

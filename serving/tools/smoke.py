@@ -271,7 +271,7 @@ def _concurrent_failure(concurrent: ConcurrentResult | None) -> str:
     said = (f"{concurrent.mismatches} of {concurrent.items} items sent alone from {concurrent.concurrency} clients "
             "differ from their offline answer alone")
     if concurrent.padded:
-        said += (f"; {concurrent.padded} of the {concurrent.examined} examined is the model's own answer in a batch "
+        said += (f"; of the {concurrent.examined} examined, {concurrent.padded} the model's own answer in a batch "
                  "padded wider (a near-tie the engine's rounding at that width moves: README, Serving)")
     return said
 
@@ -316,7 +316,7 @@ def _concurrent(args, bundle: BundleModel, items: Sequence) -> ConcurrentResult 
 
 def _widths_said(widths: Sequence[int]) -> str:
     if not widths:
-        return "; not the model's answer at any padded width tried: a serving fault, not rounding"
+        return "; the model gives it at no padded width tried: not rounding, look for a serving fault"
     return f"; the model's own answer when its batch is padded to {', '.join(map(str, widths))} tokens"
 
 
