@@ -62,6 +62,7 @@ def test_nncf_int8_has_int8_weights_fixed_scales_and_keeps_the_answers(tiny_onnx
     model = ov.Core().read_model(str(ov_int8))
     ops = [op.get_type_name() for op in model.get_ordered_ops()]
     assert "FakeQuantize" in ops  # static activation quantization: scales are constants in the graph
+    assert "Pad" not in ops  # openvino.width_independent is off by default
     int8 = [op for op in model.get_ordered_ops() if op.get_type_name() == "Constant"
             and op.get_output_element_type(0).get_type_name() == "i8"]
     assert len(int8) >= 6  # every weight MatMul of the 1-layer model (Q, K, V, out, FFN x2) and the embeddings
@@ -89,6 +90,76 @@ def test_nncf_int8_is_batch_independent(tiny_onnx, ov_int8):
             assert np.argmax(row) == np.argmax(ref)
     # Same padded width, other batch mates: identical to the bit.
     np.testing.assert_array_equal(results[0], results[1][::-1])
+
+
+def test_width_independent_int8_gives_a_text_one_answer_at_every_width(tiny_onnx):
+    """openvino.width_independent: the real export's attention (paddle2onnx's pattern, after NNCF) is rewritten, the
+    layer's keys and values and the shared mask padded; a text's logits are then the same to the bit alone and in
+    batches padded wider, up to twice the longest row."""
+    import openvino as ov
+
+    from pipeline.backends.openvino.quantize import build, calibration_items
+    from pipeline.backends.openvino.session import session
+    from pipeline.quantization.recipe import Int8Recipe
+
+    out = build(tiny_onnx["fp32"], tiny_onnx["root"] / "ov-wi" / "int8.xml",
+                calibration_items(tiny_onnx["feeds"], tiny_onnx["tok"].pad_id), Int8Recipe(0.5), width_independent=True)
+    assert [op.get_type_name() for op in ov.Core().read_model(str(out)).get_ops()].count("Pad") == 3
+    sess, fs, pad = session(out, precision="int8", threads=1), tiny_onnx["dev"], tiny_onnx["tok"].pad_id
+    for i in range(8):
+        row = fs.batch([i]).input_ids
+        n = int((row[0] != pad).sum())
+        alone = sess.run(row[:, :n], np.zeros((1, n), np.int64))[0]
+        for width in range(n + 1, 2 * row.shape[1] + 1):
+            wide = np.full((1, width), pad, np.int64)
+            wide[0, :n] = row[0, :n]
+            np.testing.assert_array_equal(sess.run(wide, np.zeros_like(wide))[0], alone)
+
+
+def test_width_independent_on_a_model_without_attention_is_one_line(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from pipeline.backends.openvino.quantize import build
+    from pipeline.quantization.recipe import Int8Recipe
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(  # embeddings, one MatMul, a mean over the tokens: no attention
+        [helper.make_node("Gather", ["table", "input_ids"], ["emb"]), helper.make_node("MatMul", ["emb", "w"], ["h"]),
+         helper.make_node("ReduceMean", ["h"], ["logits"], axes=[1], keepdims=0)], "no_attention",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "width"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor("table", TensorProto.FLOAT, [50, 8], rng.standard_normal(400).astype(np.float32)),
+         helper.make_tensor("w", TensorProto.FLOAT, [8, 3], rng.standard_normal(24).astype(np.float32))])
+    source = tmp_path / "plain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(source))
+    calibration = [{"input_ids": rng.integers(0, 50, (1, 7)).astype(np.int64)} for _ in range(4)]
+    with pytest.raises(ModelError, match="openvino.width_independent: no attention block") as err:
+        build(source, tmp_path / "int8.xml", calibration, Int8Recipe(), width_independent=True)
+    assert "\n" not in str(err.value) and not (tmp_path / "int8.xml").exists()
+    assert build(source, tmp_path / "int8.xml", calibration, Int8Recipe()).is_file()  # off: built as it is
+
+
+def test_the_task_setting_reaches_the_screened_and_searched_forms(tiny_onnx, tmp_path):
+    """openvino.width_independent is what compress times (the speed-first screen's form), what the recipe search
+    builds and caches under its own key, and what the candidate records (meta.json, bundle.json)."""
+    import openvino as ov
+    from types import SimpleNamespace
+
+    from pipeline.backends.openvino.config import OpenVINOConfig
+    from pipeline.backends.openvino.engine import ENGINE
+    from pipeline.backends.openvino.quantize import nncf_form
+
+    rows = SimpleNamespace(feeds=tiny_onnx["feeds"], pad_id=tiny_onnx["tok"].pad_id, held=tiny_onnx["held"])
+    pads = {}
+    for on in (False, True):
+        cfg = SimpleNamespace(engine_settings={"openvino": OpenVINOConfig(width_independent=on)},
+                              quantization=SimpleNamespace(openvino_smooth_alphas=[0.5]))
+        screened = ENGINE.speed_form(tiny_onnx["fp32"], tmp_path / f"screen-{on}.xml", rows, cfg)
+        pads[on] = [op.get_type_name() for op in ov.Core().read_model(str(screened)).get_ops()].count("Pad")
+        assert ENGINE.form_params(cfg)["width_independent"] is on
+    assert pads == {False: 0, True: 3}
+    assert nncf_form(rows).record != nncf_form(rows, width_independent=True).record  # cached apart
 
 
 def test_search_caches_every_candidate_and_picks_within_budget(tiny_onnx, tmp_path, monkeypatch):
@@ -187,6 +258,42 @@ def _width_changes(compiled, hidden: int = 256) -> int:
             padded[:, :n], mask[:, :n] = x, 1
             changed += int(not np.array_equal(request.infer({"x": padded, "mask": mask})[0][:, :n], alone))
     return changed
+
+
+def test_attention_over_whole_blocks_gives_every_width_the_same_outputs():
+    """The build's rewrite (``attention.pad_attention``): keys, values and mask padded inside the model to the next
+    multiple of 16 columns.  A text's outputs are then the same at every padded width, and they are the outputs the
+    unchanged model gives it in a batch padded to a multiple of 16 (the extra keys are masked to exactly 0)."""
+    from pipeline.backends.openvino.attention import pad_attention
+    from pipeline.backends.openvino.config import CpuProperties
+    from pipeline.backends.openvino.session import compile_model
+
+    props = CpuProperties(threads=1).as_dict()
+    padded = _attention_block()
+    assert pad_attention(padded) == 1
+    plain, padded = compile_model(_attention_block(), props, "attention block"), compile_model(padded, props, "padded")
+    assert _width_changes(padded) == 0
+    rng = np.random.default_rng(2)
+    for n in (5, 16, 21, 40):
+        x = rng.standard_normal((1, n, 256)).astype(np.float32)
+        whole = -(-n // 16) * 16
+        wide, mask = np.zeros((1, whole, 256), np.float32), np.zeros((1, whole), np.float32)
+        wide[:, :n], mask[:, :n] = x, 1
+        ours = padded.create_infer_request().infer({"x": x, "mask": np.ones((1, n), np.float32)})[0]
+        np.testing.assert_array_equal(ours, plain.create_infer_request().infer({"x": wide, "mask": mask})[0][:, :n])
+
+
+def test_a_model_without_the_attention_pattern_is_left_as_it_is():
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from pipeline.backends.openvino.attention import pad_attention
+
+    x = ops.parameter([-1, -1, 8], ov.Type.f32, name="x")  # a softmax that no MatMul reads: a classifier's head
+    model = ov.Model([ops.softmax(ops.add(x, ops.constant(np.ones(8, np.float32))), -1)], [x])
+    before = sorted(op.get_type_name() for op in model.get_ops())
+    assert pad_attention(model) == 0
+    assert sorted(op.get_type_name() for op in model.get_ops()) == before
 
 
 def test_sessions_compile_attention_without_width_dependent_generated_kernels():

@@ -67,8 +67,15 @@ class OpenVINOConfig:
     # AVX512-BF16 EPYC it made the FP32 model 1.9x faster and the INT8 one no faster (MEASUREMENTS.md).
     inference_precision: str = "f32"
     properties: dict = field(default_factory=dict)  # e.g. {"ENABLE_HYPER_THREADING": false}
+    # true: the INT8 model's attention runs over whole 16-column blocks (pipeline.backends.openvino.attention), so a
+    # text's answer is the same to the bit in a batch of any width: served == offline exactly.  Off by default: it
+    # cost 1.07-1.11x the time at 16-64 rows and 1.24-1.28x at one (MEASUREMENTS.md, OpenVINO), and without it a
+    # near-tie moves about once in a thousand texts (make smoke says so).
+    width_independent: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.width_independent, bool):
+            raise ConfigError(f"openvino.width_independent: {self.width_independent!r} must be true or false")
         if self.inference_precision not in INFERENCE_PRECISIONS:
             raise ConfigError(f"openvino.inference_precision: {self.inference_precision!r} is not one of "
                               f"{', '.join(INFERENCE_PRECISIONS)}")

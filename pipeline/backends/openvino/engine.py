@@ -23,7 +23,8 @@ def _search(source: Path, out_path: Path, rows, cfg, cache_dir: Path, baseline: 
     from pipeline.backends.openvino.quantize import search_recipe
 
     return search_recipe(source, out_path, rows, cfg.quantization, cfg.gates.max_accuracy_drop, cache_dir,
-                         baseline=baseline, log=log, properties=_own(cfg).cpu_properties())
+                         baseline=baseline, log=log, properties=_own(cfg).cpu_properties(),
+                         width_independent=_own(cfg).width_independent)
 
 
 def _speed_form(source: Path, out_path: Path, rows, cfg):
@@ -31,7 +32,8 @@ def _speed_form(source: Path, out_path: Path, rows, cfg):
     from pipeline.quantization.recipe import Int8Recipe
 
     # scales do not change speed: one batch calibrates it
-    return build(source, out_path, calibration_items(rows.feeds[:1], rows.pad_id), Int8Recipe())
+    return build(source, out_path, calibration_items(rows.feeds[:1], rows.pad_id), Int8Recipe(),
+                 width_independent=_own(cfg).width_independent)
 
 
 def _open(path: Path, precision: str, settings: dict):
@@ -53,8 +55,10 @@ def _form_params(cfg) -> dict:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
-    return {"alphas": cfg.quantization.openvino_smooth_alphas, "inference_precision": _own(cfg).inference_precision,
-            "properties": _own(cfg).served(), **versions}  # every property, defaults too: each changes numerics
+    own = _own(cfg)
+    return {"alphas": cfg.quantization.openvino_smooth_alphas, "inference_precision": own.inference_precision,
+            "properties": own.served(),  # every property, defaults too: each changes numerics
+            "width_independent": own.width_independent, **versions}
 
 
 def _check(cfg) -> None:

@@ -26,7 +26,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from pipeline.backends.openvino.attention import pad_attention
 from pipeline.backends.openvino.convert import IR_SUFFIX, copy_ir, move_ir, read_model, save_ir
+from pipeline.errors import ModelError
 from pipeline.quantization.recipe import Int8Recipe
 from pipeline.quantization.search import EngineForm
 
@@ -48,8 +50,11 @@ def calibration_items(feeds: Sequence[dict[str, np.ndarray]], pad_id: int) -> li
     return items
 
 
-def build(fp32_path: Path, out_path: Path, calibration: Sequence[dict[str, np.ndarray]], recipe: Int8Recipe) -> Path:
-    """``recipe`` (SmoothQuant strength, FP32 MatMuls) applied by NNCF to ``fp32_path``, written as IR ``out_path``."""
+def build(fp32_path: Path, out_path: Path, calibration: Sequence[dict[str, np.ndarray]], recipe: Int8Recipe, *,
+          width_independent: bool = False) -> Path:
+    """``recipe`` (SmoothQuant strength, FP32 MatMuls) applied by NNCF to ``fp32_path``, written as IR ``out_path``.
+    ``width_independent`` (the task's ``openvino.width_independent``): its attention padded to whole 16-column blocks
+    (``attention.pad_attention``), so that a text's answer does not depend on its batch's width."""
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
 
@@ -62,12 +67,17 @@ def build(fp32_path: Path, out_path: Path, calibration: Sequence[dict[str, np.nd
             model, nncf.Dataset(list(calibration)), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration),
             ignored_scope=nncf.IgnoredScope(names=list(recipe.fp32_matmuls)) if recipe.fp32_matmuls else None,
             advanced_parameters=AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=alpha)))
+    # After NNCF: its quantizers and SmoothQuant see the model as exported (the padding is masked).
+    if width_independent and not pad_attention(quantized):
+        raise ModelError(f"{fp32_path}: openvino.width_independent: no attention block of the encoder's pattern "
+                         "(MatMul, mask Add, Softmax, MatMul) to pad; set it false for this model")
     return save_ir(quantized, out_path)
 
 
-def nncf_form(rows, properties=None) -> EngineForm:
+def nncf_form(rows, properties=None, width_independent: bool = False) -> EngineForm:
     """OpenVINO's INT8 form: NNCF's IR calibrated on ``rows``' sentences (fed one at a time, unpadded), scored in
-    OpenVINO sessions with ``properties`` (``CpuProperties``; the defaults when None) on the held-out slice."""
+    OpenVINO sessions with ``properties`` (``CpuProperties``; the defaults when None) on the held-out slice;
+    ``width_independent``: ``build``'s."""
     import nncf
 
     from pipeline.backends.openvino.config import CpuProperties
@@ -83,24 +93,26 @@ def nncf_form(rows, properties=None) -> EngineForm:
         return ev.score.value, ev.outputs
 
     def builder(fp32, out, _ranges, recipe, *, embeddings=True):
-        return build(fp32, out, calibration, recipe)
+        return build(fp32, out, calibration, recipe, width_independent=width_independent)
 
     # Every session property, defaults too (a precision hint or the plugin's code generation changes the scores).
     record = {"builder": FORM_VERSION, "nncf": nncf.__version__,
-              "properties": dict(properties.as_dict(), INFERENCE_NUM_THREADS=0)}
+              "properties": dict(properties.as_dict(), INFERENCE_NUM_THREADS=0),
+              **({"width_independent": True} if width_independent else {})}  # absent when off: earlier caches stay valid
     return EngineForm(FORM, builder, evaluate, record, suffix=IR_SUFFIX, promote=move_ir, copy=copy_ir)
 
 
 def search_recipe(source: Path, out_path: Path, rows, qcfg, budget_points: float, cache_dir: Path, *,
-                  baseline: Path | None = None, log: Callable[[str], None] = print, properties=None):
+                  baseline: Path | None = None, log: Callable[[str], None] = print, properties=None,
+                  width_independent: bool = False):
     """Search NNCF recipes for ``source`` (an FP32 ONNX) on ``rows`` (``pipeline.quantization.select.SearchRows``) and
     copy the chosen IR to ``out_path`` (``.xml``, its ``.bin`` beside it).  ``baseline``: the unpruned FP32 ONNX
     when ``source`` is pruned (drops count from it).  ``properties``: the sessions' ``CpuProperties`` (the task's
-    ``openvino:`` section).  Returns the ``SearchResult``."""
+    ``openvino:`` section); ``width_independent``: ``build``'s.  Returns the ``SearchResult``."""
     from pipeline.quantization import search
 
     bases = [Int8Recipe(alpha) for alpha in [None, *qcfg.openvino_smooth_alphas]]
-    return search.search_recipe(source, out_path, nncf_form(rows, properties), rows, bases, budget_points,
+    return search.search_recipe(source, out_path, nncf_form(rows, properties, width_independent), rows, bases, budget_points,
                                 qcfg.int8_max_fp32_matmuls, cache_dir, baseline=baseline, log=log)
 
 

@@ -40,7 +40,7 @@ class Engine:
     first 250 batches of mixed sizes, still 830 after 1,500, where the same batches on warm shapes ran 1,000-1,100).
     So each batch is padded with [PAD] to a width of ``width_buckets`` (ERNIE masks [PAD]: a text's logits change
     only by float rounding, as with any longer batch mate: where its tokens reach into the last, partial 16-column
-    block of the width; MEASUREMENTS.md), a batch of more than 16 rows with [PAD] rows to a multiple of
+    block of the width, unless the IR was built ``width_independent``: then not at all; MEASUREMENTS.md), a batch of more than 16 rows with [PAD] rows to a multiple of
     8 (``row_buckets``: rows never mix, a padding row changes nobody's logits), and ``warm`` runs every (rows,
     width) bucket once at load (TNEWS, 64 rows x 16 widths: 22 x 16 shapes, about 9 s on 2 cores)."""
 

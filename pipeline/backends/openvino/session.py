@@ -19,7 +19,8 @@ The properties are chosen, not left to the plugin's defaults, and recorded in ea
   the TNEWS INT8 form 239 of 10,000 titles' logits changed between batches of 32 padded to their bucket and
   alone (271 and 2 labels of near ties on a copy, whose served answers were then not the offline ones).
   Without it 1 title's (0 labels; what is left: reductions over the width round a text whose tokens reach
-  into the last, partial 16-column block otherwise than a wider batch does); the cost
+  into the last, partial 16-column block otherwise than a wider batch does; ``attention.pad_attention``, on
+  request, removes that too); the cost
   was within the noise at batch 8-32 and about 10% at batch 1 (MEASUREMENTS.md).
 """
 
