@@ -90,12 +90,12 @@ def _label(arch: Architecture) -> str:
 
 
 def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, arch: Architecture, work: Path,
-                   calibration: list) -> dict[str, Path]:
+                   calibration: list, width_independent: bool = True) -> dict[str, Path]:
     """OpenVINO's rows: the FP32 ONNX itself (run by OpenVINO, f32), the export's NNCF INT8 IR (of ``arch``), and
     compress's OpenVINO candidates of the other architectures (unpruned included); an architecture compress made no
     OpenVINO form of (its speed-first screen left it out, or OpenVINO was not selected) gets one built here with NNCF's
-    default recipe on ``calibration`` (``quantize.calibration_items``), so every architecture has its row.  Empty when
-    OpenVINO is not installed."""
+    default recipe on ``calibration`` (``quantize.calibration_items``) and the task's ``openvino.width_independent``,
+    so every architecture has its row.  Empty when OpenVINO is not installed."""
     from pipeline.backends.openvino import missing
     from pipeline.backends.openvino.engine import FORM  # imported, it is registered in the export contract
 
@@ -124,7 +124,8 @@ def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, arch:
             from pipeline.quantization.recipe import Int8Recipe
 
             recipe = Int8Recipe()
-            out = build(source, work / f"openvino-{a.name}" / "int8.xml", calibration, recipe)
+            out = build(source, work / f"openvino-{a.name}" / "int8.xml", calibration, recipe,
+                        width_independent=width_independent)
             forms[f"openvino-int8 ({_label(a)}, {recipe.name}, built here)"] = out
     return forms
 
@@ -178,7 +179,7 @@ def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[
 
     rows = search_rows(cfg, tok, data.train.examples, kind)  # compress's calibration rows
     models.update(openvino_forms(runs / "compress" / "out", layout.root, meta, fp32, arch, work,
-                                 calibration_items(rows.feeds, tok.pad_id)))
+                                 calibration_items(rows.feeds, tok.pad_id), cfg.engine_settings["openvino"].width_independent))
     return models
 
 

@@ -330,7 +330,7 @@ def test_openvino_engine_opens_sessions_with_the_properties_its_candidates_recor
     cfg = _ov_cfg(ENABLE_HYPER_THREADING=False)
     settings = ENGINE.settings(cfg)
     assert settings == {"openvino": {"inference_precision": "f32", "properties": {"ENABLE_HYPER_THREADING": False},
-                                     "width_independent": False}}
+                                     "width_independent": True}}
     opened = {}
     monkeypatch.setattr(ov_session, "session", lambda path, precision, properties: opened.update(
         path=path, precision=precision, properties=properties.as_dict()))

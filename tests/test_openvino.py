@@ -273,6 +273,10 @@ def test_attention_over_whole_blocks_gives_every_width_the_same_outputs():
     assert pad_attention(padded) == 1
     plain, padded = compile_model(_attention_block(), props, "attention block"), compile_model(padded, props, "padded")
     assert _width_changes(padded) == 0
+    # and with the plugin's generated attention kernels, which such an IR is compiled with (SNIPPETS_MODE ENABLE)
+    with_snippets = _attention_block()
+    pad_attention(with_snippets)
+    assert _width_changes(compile_model(with_snippets, CpuProperties(threads=1, snippets=True).as_dict(), "snippets")) == 0
     rng = np.random.default_rng(2)
     for n in (5, 16, 21, 40):
         x = rng.standard_normal((1, n, 256)).astype(np.float32)

@@ -25,7 +25,7 @@ def openvino_export(tiny_export, tiny_finetuned, tiny_splits, tmp_path_factory) 
     from conftest import features
     from pipeline.quantization.select import calibration_feeds
     from pipeline.backends.openvino.quantize import build, calibration_items
-    from pipeline.backends.openvino.config import CpuProperties
+    from pipeline.backends.openvino.config import OpenVINOConfig
     from pipeline.quantization.recipe import Int8Recipe
     from pipeline.tokenizer import Tokenizer
 
@@ -33,9 +33,11 @@ def openvino_export(tiny_export, tiny_finetuned, tiny_splits, tmp_path_factory) 
     shutil.copytree(tiny_export, out)
     tok = Tokenizer.from_model_dir(out / "tokenizer", 32)
     feeds = calibration_feeds(features(tok, tiny_splits[0][:64]), 16)
-    build(out / "onnx" / "fp32.onnx", out / "openvino" / "int8.xml", calibration_items(feeds, tok.pad_id), Int8Recipe(0.5))
+    # as compress builds it by default (openvino.width_independent), with the properties that go with it
+    build(out / "onnx" / "fp32.onnx", out / "openvino" / "int8.xml", calibration_items(feeds, tok.pad_id), Int8Recipe(0.5),
+          width_independent=True)
     meta = json.loads((out / "meta.json").read_text())
-    meta["openvino"] = {"properties": {k: v for k, v in CpuProperties().as_dict().items() if k != "INFERENCE_NUM_THREADS"}}
+    meta["openvino"] = {"properties": OpenVINOConfig().served()}
     (out / "meta.json").write_text(json.dumps(meta))
     return out
 
@@ -64,7 +66,7 @@ def test_the_bundle_records_its_engine_and_properties(openvino_bundle):
     assert (m["runtime"], m["engine"], m["model_form"], m["precision"]) == ("python-openvino", "openvino", "openvino_int8", "int8")
     assert m["engine_properties"]["INFERENCE_PRECISION_HINT"] == "f32"
     assert m["engine_properties"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == 0
-    assert m["engine_properties"]["SNIPPETS_MODE"] == "DISABLE"  # width-independent numerics (test_openvino.py)
+    assert m["engine_properties"]["SNIPPETS_MODE"] == "ENABLE"  # exact on a width-independent IR (test_openvino.py)
     folder = openvino_bundle / "tiny" / "1"  # fused: one python model
     assert (folder / "model.xml").is_file() and (folder / "model.bin").is_file()
     config = (openvino_bundle / "tiny" / "config.pbtxt").read_text()

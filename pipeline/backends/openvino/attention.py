@@ -54,7 +54,7 @@ def _attention(softmax):
     if add.get_type_name() != "Add":
         return None
     scores = [i for i in range(2) if _score_matmul(add.input_value(i).get_node()) is not None]
-    if len(scores) != 1:
+    if len(scores) != 1 or add.input_value(1 - scores[0]).get_partial_shape().rank != rank:  # a [.., 1, width] mask
         return None
     score_matmul = _score_matmul(add.input_value(scores[0]).get_node())
     consumers = list(softmax.output(0).get_target_inputs())

@@ -2,7 +2,8 @@
 compress's timing, the INT8 search, validate and the served bundle alike (recorded in meta.json and bundle.json).
 
 The defaults are chosen, not the plugin's (``pipeline.backends.openvino.session`` says why each): f32 inference
-precision, no per-batch dynamic quantization, one stream, no core pinning, no snippets code generation.  ``properties`` adds or overrides any CPU
+precision, no per-batch dynamic quantization, one stream, no core pinning; snippets code generation only for a
+width-independent IR (``width_independent``, the default).  ``properties`` adds or overrides any CPU
 plugin property by its OpenVINO name; one the plugin refuses stops the run before any work, naming it.
 """
 
@@ -22,6 +23,9 @@ class CpuProperties:
     inference_precision: str = "f32"
     streams: int = 1
     extra: dict = field(default_factory=dict)  # any other CPU property, as given (openvino.properties in a task config)
+    # The plugin's generated attention kernels: only for a width-independent IR (``attention.pad_attention``), whose
+    # attention reduces over whole 16-column blocks with them too; otherwise they round by the padded width.
+    snippets: bool = False
 
     def __post_init__(self) -> None:
         if self.inference_precision not in INFERENCE_PRECISIONS:
@@ -37,7 +41,7 @@ class CpuProperties:
             "INFERENCE_PRECISION_HINT": self.inference_precision,
             "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
             "ENABLE_CPU_PINNING": False,
-            "SNIPPETS_MODE": "DISABLE",
+            "SNIPPETS_MODE": "ENABLE" if self.snippets else "DISABLE",
         }
         props.update(self.extra)
         return props
@@ -68,10 +72,10 @@ class OpenVINOConfig:
     inference_precision: str = "f32"
     properties: dict = field(default_factory=dict)  # e.g. {"ENABLE_HYPER_THREADING": false}
     # true: the INT8 model's attention runs over whole 16-column blocks (pipeline.backends.openvino.attention), so a
-    # text's answer is the same to the bit in a batch of any width: served == offline exactly.  Off by default: it
-    # cost 1.07-1.11x the time at 16-64 rows and 1.24-1.28x at one (MEASUREMENTS.md, OpenVINO), and without it a
-    # near-tie moves about once in a thousand texts (make smoke says so).
-    width_independent: bool = False
+    # text's answer is the same to the bit in a batch of any width (served == offline exactly), and the plugin's
+    # generated attention kernels ("snippets") can run, being exact too.  Against false (snippets off, a near-tie
+    # moving about once in a thousand texts): 1.00-1.06x the time at 4-64 rows, 1.10-1.12x at one (MEASUREMENTS.md).
+    width_independent: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.width_independent, bool):
@@ -87,7 +91,7 @@ class OpenVINOConfig:
 
     def cpu_properties(self, threads: int = 0) -> CpuProperties:
         """The session properties for ``threads`` (0: the cores this process may use)."""
-        return CpuProperties(threads, self.inference_precision, 1, dict(self.properties))
+        return CpuProperties(threads, self.inference_precision, 1, dict(self.properties), snippets=self.width_independent)
 
     def served(self) -> dict:
         """What a bundle records and serves with (threads are the package stage's: instances x threads)."""

@@ -14,18 +14,18 @@ The properties are chosen, not left to the plugin's defaults, and recorded in ea
   threads are chosen by the package stage, as for ONNX Runtime).
 * ``ENABLE_CPU_PINNING false``: each Triton instance is its own process; pinned, two 1-thread instances put
   their threads on the same core.
-* ``SNIPPETS_MODE DISABLE``: the plugin otherwise generates one fused kernel per attention block ("snippets")
-  whose loops are blocked by the padded width, so a text's logits change with how far its batch is padded: on
-  the TNEWS INT8 form 239 of 10,000 titles' logits changed between batches of 32 padded to their bucket and
-  alone (271 and 2 labels of near ties on a copy, whose served answers were then not the offline ones).
-  Without it 1 title's (0 labels; what is left: reductions over the width round a text whose tokens reach
-  into the last, partial 16-column block otherwise than a wider batch does; ``attention.pad_attention``, on
-  request, removes that too); the cost
-  was within the noise at batch 8-32 and about 10% at batch 1 (MEASUREMENTS.md).
+* ``SNIPPETS_MODE``: the plugin's generated attention kernels ("snippets") round by the padded width, so a text's
+  logits changed with how far its batch was padded (TNEWS INT8: 239 of 10,000 titles, and 2 labels of near ties on
+  a copy, whose served answers were then not the offline ones).  Off, 1 title in 10,000 still moved: the reductions
+  over the width round a text whose tokens reach into the last, partial 16-column block otherwise than a wider batch
+  does.  A width-independent IR (``attention.pad_attention``, ``openvino.width_independent``, the default) reduces
+  over whole blocks only, exact with snippets as without (0 of 300 texts at any width), so there they run
+  (``ENABLE``: 4-13% faster there, 1-64 rows); ``DISABLE`` for any other IR (MEASUREMENTS.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -89,5 +89,5 @@ def session(model_path: Path, *, precision: str = "fp32", threads: int | None = 
             properties: CpuProperties | None = None) -> Session:
     props = properties or CpuProperties(threads=threads or 0)
     if threads and properties is not None:
-        props = CpuProperties(threads, props.inference_precision, props.streams, dict(props.extra))
+        props = dataclasses.replace(props, threads=threads)
     return Session(Path(model_path), precision, props)
