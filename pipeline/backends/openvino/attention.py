@@ -11,7 +11,10 @@ So each attention block's keys, values and additive mask are padded, inside the 
 the extra keys are masked (a large negative score, exp gives exactly 0) and their values are multiplied by that 0,
 so the outputs are those the same text has in any batch padded to a multiple of 16, at every width.  Only the key
 axis of the attention is padded, not the batch: the projections and the feed-forward layers, most of the time, run
-on the batch's own width (padding the whole batch to a multiple of 16 cost 1.15-1.24x at 16 rows; this costs ~5%).
+on the batch's own width (padding the whole batch to a multiple of 16 cost 1.15-1.24x at 16 rows).  Such an IR is
+exact with the CPU plugin's generated attention kernels too ("snippets", which round by the padded width on an
+unpadded IR), so it is compiled with them: 1.00-1.07x the unpadded IR's time without them at 4-64 rows, ~1.1x at one
+(Zen 4; measured there only: ``make smoke --concurrency`` checks served == offline on the serving CPU).
 
 The pattern is the encoder's self-attention as paddle2onnx writes it and NNCF leaves it: ``MatMul(Q, K) -> [Multiply
 by a constant] -> Add(mask) -> Softmax -> MatMul(probabilities, V)``, K and V reached from their ``[batch, width,
