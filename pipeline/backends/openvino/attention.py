@@ -18,7 +18,8 @@ unpadded IR), so it is compiled with them: 1.00-1.07x the unpadded IR's time wit
 
 The pattern is the encoder's self-attention as paddle2onnx writes it and NNCF leaves it: ``MatMul(Q, K) -> [Multiply
 by a constant] -> Add(mask) -> Softmax -> MatMul(probabilities, V)``, K and V reached from their ``[batch, width,
-hidden]`` projections through Reshape / Transpose / FakeQuantize.  A model without that pattern is left as it is.
+hidden]`` projections through Reshape / Transpose / FakeQuantize.  A model without that pattern is left as it is
+(``pad_attention`` returns 0, and ``quantize.build`` refuses a width-independent build of it in one line).
 """
 
 from __future__ import annotations
