@@ -74,7 +74,7 @@ class OpenVINOConfig:
     # true: the INT8 model's attention runs over whole 16-column blocks (pipeline.backends.openvino.attention), so a
     # text's answer is the same to the bit in a batch of any width (served == offline exactly), and the plugin's
     # generated attention kernels ("snippets") can run, being exact too.  Against false (snippets off, a near-tie
-    # moving about once in a thousand texts): 1.00-1.06x the time at 4-64 rows, 1.10-1.12x at one (MEASUREMENTS.md).
+    # moving about once in a thousand texts): 1.00-1.07x the time at 4-64 rows, 1.10-1.12x at one (MEASUREMENTS.md).
     width_independent: bool = True
 
     def __post_init__(self) -> None:
