@@ -272,8 +272,7 @@ def _concurrent_failure(concurrent: ConcurrentResult | None) -> str:
             "differ from their offline answer alone")
     if concurrent.padded:
         said += (f"; of the {concurrent.examined} examined, {concurrent.padded} the model's own answer in a batch "
-                 "padded wider (a near-tie the engine's rounding at that width moves; openvino.width_independent: "
-                 "true gives every width one answer: README, Serving)")
+                 "padded wider (a near-tie the engine's rounding at that width moves: README, Serving)")
     return said
 
 
