@@ -36,20 +36,19 @@ def pad_attention(model, block: int = BLOCK) -> int:
     over whole ``block``-column blocks.  Returns how many blocks were rewritten (0: nothing matched, unchanged)."""
     blocks = [b for b in (_attention(node) for node in model.get_ordered_ops() if node.get_type_name() == "Softmax") if b]
     padded: dict = {}  # one Pad per tensor, shared by every block that reads it (the mask: all of them)
-    for mask_add, mask_input, keys, values in blocks:
+    for mask_add, mask_input, projections in blocks:
         amount = _amount(mask_add.input_value(mask_input), block, padded)
         _replace(mask_add.input(mask_input), amount, -1, MASKED, padded)
-        for matmul_input in (keys, values):
-            target, axis = _projection(matmul_input)
-            _replace(target, amount, axis, 0.0, padded)
+        for target in projections:  # K's and V's [batch, width, hidden]: the width is axis 1
+            _replace(target, amount, 1, 0.0, padded)
     if blocks:
         model.validate_nodes_and_infer_types()
     return len(blocks)
 
 
 def _attention(softmax):
-    """(the Add of the mask, which of its inputs is the mask, the score MatMul's K input, the context MatMul's V
-    input) for a Softmax over the last axis in the pattern; None otherwise."""
+    """(the Add of the mask, which of its inputs is the mask, the inputs reading K's and V's projections) for a Softmax
+    over the last axis in the pattern; None otherwise."""
     rank = softmax.get_output_partial_shape(0).rank
     axis = softmax.get_attributes().get("axis")
     if rank.is_dynamic or axis not in (-1, rank.get_length() - 1):
@@ -57,10 +56,10 @@ def _attention(softmax):
     add = softmax.input_value(0).get_node()
     if add.get_type_name() != "Add":
         return None
-    scores = [i for i in range(2) if _score_matmul(add.input_value(i).get_node()) is not None]
-    if len(scores) != 1 or add.input_value(1 - scores[0]).get_partial_shape().rank != rank:  # a [.., 1, width] mask
+    found = [(i, m) for i in range(2) if (m := _score_matmul(add.input_value(i).get_node())) is not None]
+    if len(found) != 1 or add.input_value(1 - found[0][0]).get_partial_shape().rank != rank:  # a [.., 1, width] mask
         return None
-    score_matmul = _score_matmul(add.input_value(scores[0]).get_node())
+    scores, score_matmul = found[0]
     consumers = list(softmax.output(0).get_target_inputs())
     context = consumers[0].get_node() if len(consumers) == 1 else None
     while context is not None and context.get_type_name() == "FakeQuantize":  # the probabilities' quantizer
@@ -68,10 +67,10 @@ def _attention(softmax):
         context = consumers[0].get_node() if len(consumers) == 1 else None
     if context is None or context.get_type_name() != "MatMul" or consumers[0].get_index() != 0:
         return None
-    keys, values = score_matmul.input(1), context.input(1)
-    if None in (_projection(keys), _projection(values)):
+    projections = (_projection(score_matmul.input(1)), _projection(context.input(1)))
+    if None in projections:
         return None
-    return add, 1 - scores[0], keys, values
+    return add, 1 - scores, projections
 
 
 def _score_matmul(node):
@@ -81,13 +80,13 @@ def _score_matmul(node):
 
 
 def _projection(matmul_input):
-    """The input to rewrite (the first layout node's, reading the ``[batch, width, hidden]`` projection) and the
-    width's axis there (1); None when the MatMul's operand is not reached that way."""
+    """The input to rewrite: the first layout node's, reading the ``[batch, width, hidden]`` projection; None when
+    the MatMul's operand is not reached that way."""
     target = matmul_input
     while target.get_source_output().get_node().get_type_name() in _LAYOUT:
         target = target.get_source_output().get_node().input(0)
     shape = target.get_source_output().get_partial_shape()
-    return (target, 1) if shape.rank.is_static and shape.rank.get_length() == 3 else None
+    return target if shape.rank.is_static and shape.rank.get_length() == 3 else None
 
 
 def _amount(mask, block: int, cache: dict):
