@@ -384,11 +384,15 @@ def test_selection_rule_and_gate(tmp_path):
              _cand("slower-ok", 0.899, 200, tmp_path)]
     sel = select(cands, 0.5)
     assert sel.selected.name == "ok" and sel.qualifying == 3
-    # Rounds that disagree on which of ok / slower-ok is faster: within noise, and the smaller one wins.
-    cands[3].size_bytes = 50
+    # Rounds that disagree on which of ok / slower-ok is faster: within noise, and the more accurate one wins, even
+    # when it is the larger; at equal accuracy the smaller one does.
+    cands[2].size_bytes = 50
     noisy = Interleaved({"fp32": [100, 100, 100], "fast-bad": [400] * 3, "ok": [260, 240, 250], "slower-ok": [200, 255, 200]}, "fp32")
     sel = select(cands, 0.5, noisy)
     assert sel.selected.name == "slower-ok" and sel.within_noise == ("ok",) and "within timing noise of ok" in sel.message
+    cands[3].accuracy = cands[2].accuracy
+    assert select(cands, 0.5, noisy).selected.name == "ok"
+    cands[3].accuracy = 0.899
     clear = Interleaved({"fp32": [100] * 3, "fast-bad": [400] * 3, "ok": [250] * 3, "slower-ok": [200] * 3}, "fp32")
     assert select(cands, 0.5, clear).selected.name == "ok"  # the rounds agree: the faster one, even if larger
     none = select(cands[1:2], 0.5)
