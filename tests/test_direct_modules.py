@@ -534,10 +534,10 @@ def _pc(**kw):
 
 
 def test_bundle_kind_layout_and_label_rows():
-    from serving.bundle.kinds.base import BundleKind
+    from serving.bundle.kinds.base import BundleKind, PythonModels
 
     class Plain(BundleKind):
-        fused_source = "plain.py"  # fusable: it has one python model for the three steps
+        files = PythonModels("tok.py", "post.py", "plain.py")  # fusable: it has one python model for the three steps
 
     kind = Plain()
     assert kind.layout(_pc(runtime="python-onnxruntime")) == "fused"  # auto: fused where the steps fit one python model

@@ -151,7 +151,7 @@ def test_each_kind_copies_only_modules_that_run_inside_triton(kind):
 
     k = bundle_kind(kind.value)
     assert k.kind is kind
-    for rel in (*k.tokenizer_pure, *k.postprocess_pure):
+    for rel in (*k.files.tokenizer_pure, *k.files.postprocess_pure):
         path = ROOT / "pipeline" / rel
         assert path.is_file(), rel
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -165,7 +165,7 @@ def test_the_kind_walkthrough_names_files_that_exist_and_every_kind_has_its_modu
     for kind in TaskKind:  # every python model and helper its bundles copy comes from its folder
         obj, pc = bundle_kind(kind), PackageConfig()
         folder = ROOT / "serving" / "kinds" / kind.value / "models"
-        sources = [obj.models / obj.tokenizer_source, obj.models / obj.postprocess_source,
+        sources = [obj.models / obj.files.tokenizer, obj.models / obj.files.postprocess,
                    *(obj.models / m for m in (obj.fused_model(pc),) if m)]
         helpers = [h for h in [*obj.tokenizer_helpers(pc), *obj.postprocess_helpers(pc)] if "triton" not in h.parts]
         assert all(p.resolve().parent == folder.resolve() and p.is_file() for p in sources + helpers), kind

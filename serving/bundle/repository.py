@@ -317,8 +317,9 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
     # The ensemble's version folder stays empty: Triton requires it to exist.
     tok = tmp / names.tokenizer / VERSION
     # Fused: the three steps' files share one folder, whose model.py is the kind's fused model (or FastDeploy's uie).
-    _copy_python_model(tok, kind.models / (kind.fused_model(pc) if names.fused else kind.tokenizer_source),
-                       kind.tokenizer_pure + (kind.postprocess_pure if names.fused else ()))
+    files = kind.files
+    _copy_python_model(tok, kind.models / (kind.fused_model(pc) if names.fused else files.tokenizer),
+                       files.tokenizer_pure + (files.postprocess_pure if names.fused else ()))
     for helper in (Path(text_input.__file__), *kind.tokenizer_helpers(pc)):  # uie_requests.py: UIE's request checks
         shutil.copyfile(helper, tok / helper.name)
     for f in TOKENIZER_FILES:
@@ -326,7 +327,7 @@ def _build(tmp: Path, task: str, exp: ExportArtifacts, pc: PackageConfig, meta: 
             shutil.copyfile(exp.tokenizer_dir / f, tok / f)
     post = tmp / names.postprocess / VERSION
     if not names.fused:
-        _copy_python_model(post, kind.models / kind.postprocess_source, kind.postprocess_pure)
+        _copy_python_model(post, kind.models / files.postprocess, files.postprocess_pure)
     for helper in kind.postprocess_helpers(pc):  # class_outputs.py, entity_outputs.py, uie_requests.py; FastDeploy's rows
         shutil.copyfile(helper, post / helper.name)
     shutil.copyfile(exp.labels, post / "labels.json")

@@ -3,10 +3,11 @@ for the kinds whose items become windows).  Each kind's object is the ``KIND`` o
 what a kind object answers:
 
     models                                its python models and helpers: serving/kinds/<kind>/models/
-    tokenizer_source, postprocess_source  python models of <task>_tokenizer / _postprocess (in ``models``)
-    fused_source, fused_model(pc)         the one python model of layout fused (None: the kind has no fused form,
-                                          and is not ``fusable``)
-    tokenizer_pure, postprocess_pure      the pipeline's pure modules copied beside them (served == offline code)
+    files                                 a ``PythonModels``: the python models of <task>_tokenizer / _postprocess
+                                          and of layout fused (in ``models``), and the pipeline's pure modules
+                                          copied beside them (served == offline code)
+    fused_model(pc)                       the one python model of layout fused for these settings (None: the kind
+                                          has no fused form, and is not ``fusable``)
     tokenizer_helpers(pc), postprocess_helpers(pc)   helpers copied beside the pre- / post-processing model
     layout(pc)                            ensemble or fused, for these package settings
     one_model(pc)                         FastDeploy's uie: one python model runs all three steps
@@ -43,17 +44,24 @@ from serving.bundle.model_config import BundleShape, ModelNames
 from serving.triton import fastdeploy_payloads
 
 
-class BundleKind:
-    """Base: what every kind shares unless it says otherwise (JSON label rows, no fused layout)."""
+@dataclasses.dataclass(frozen=True)
+class PythonModels:
+    """A kind's python models (files in its ``models`` folder) and the pipeline modules that travel with them."""
 
-    kind: TaskKind
-    tokenizer_source: str
-    postprocess_source: str
-    fused_source: str | None = None
+    tokenizer: str  # <task>_tokenizer's model.py
+    postprocess: str  # <task>_postprocess's model.py
+    fused: str | None = None  # layout fused's one model.py (None: the kind has no fused form)
     # pipeline modules (stdlib + numpy [+ tokenizers] only), relative to pipeline/, copied verbatim next to the
     # (tokenizer, postprocess) models; the python models load them with model_support.sibling()
     tokenizer_pure: tuple[str, ...] = ("wordpiece.py",)
     postprocess_pure: tuple[str, ...] = ()
+
+
+class BundleKind:
+    """Base: what every kind shares unless it says otherwise (JSON label rows, no fused layout)."""
+
+    kind: TaskKind
+    files: PythonModels
     meta_section: str | None = None  # meta.json's section of this kind's windowing / decoding settings
     fastdeploy: fd.Example | None = None  # FastDeploy's serving example for this kind (None: it has none)
     token_level: bool = True  # the model's logits are per token ([T, C]), not per text ([C])
@@ -86,7 +94,7 @@ class BundleKind:
     @property
     def fusable(self) -> bool:
         """Layout auto is fused on a python runtime: the kind has one python model for its three steps."""
-        return self.fused_source is not None
+        return self.files.fused is not None
 
     def layout(self, pc: PackageConfig) -> str:
         """``package.layout``, or with auto fused where the kind's three steps fit one python model
@@ -101,7 +109,7 @@ class BundleKind:
     # -- files ----------------------------------------------------------------------------------------------------
     def fused_model(self, pc: PackageConfig) -> str | None:
         """The python model (in ``models``) of layout fused for these package settings."""
-        return self.fused_source
+        return self.files.fused
 
     def tokenizer_helpers(self, pc: PackageConfig) -> list[Path]:
         """Helpers the pre-processing model loads beside it (serving/triton's ``text_input.py`` always goes)."""
@@ -222,7 +230,7 @@ class WindowedKind(BundleKind):
         return (self.fused_config(shape, pc),)
 
     def fused_config(self, shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
-        """package.layout fused: the ensemble's inputs and outputs on one python model (``fused_source``) that
+        """package.layout fused: the ensemble's inputs and outputs on one python model (``files.fused``) that
         windows, runs the engine in-process and decodes; max_batch_size 0 as the ensemble's (windows per item vary)."""
         pc0 = mcfg.windowed_package(pc)
         cfg = mc.ModelConfig(name=ModelNames(shape.task, fused=True).ensemble, backend="python")

@@ -11,7 +11,7 @@ from pipeline.contract import TaskKind
 from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig
-from serving.bundle.kinds.base import BundleKind
+from serving.bundle.kinds.base import BundleKind, PythonModels
 from serving.bundle.model_config import BundleShape
 
 # The ensemble's outputs, in the order clients see them.
@@ -20,7 +20,7 @@ LABEL, LABEL_DESC, CONFIDENCE, PROBS, TOPK_LABEL, TOPK_PROB = "label", "label_de
 
 class Classification(BundleKind):
     kind = TaskKind.CLASSIFICATION
-    tokenizer_source, postprocess_source, fused_source = "tokenizer.py", "postprocess.py", "classifier.py"
+    files = PythonModels("tokenizer.py", "postprocess.py", "classifier.py")
     token_level = False
     describes = "text classifier"
     post_steps = "softmax"

@@ -9,7 +9,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.contract import TaskKind
 from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig
-from serving.bundle.kinds.base import WindowedCard, WindowedKind
+from serving.bundle.kinds.base import PythonModels, WindowedCard, WindowedKind
 from serving.bundle.model_config import BundleShape
 
 QUESTION, CONTEXT = "question", "context"
@@ -19,9 +19,8 @@ N_BEST = 20  # start and end candidates per window the post-processing pairs up
 
 class ReadingComprehension(WindowedKind):
     kind = TaskKind.READING_COMPREHENSION
-    tokenizer_source, postprocess_source, fused_source = "mrc_tokenizer.py", "mrc_postprocess.py", "reader.py"
-    tokenizer_pure = ("wordpiece.py", "reading/windows.py")
-    postprocess_pure = ("reading/spans.py",)
+    files = PythonModels("mrc_tokenizer.py", "mrc_postprocess.py", "reader.py",
+                         tokenizer_pure=("wordpiece.py", "reading/windows.py"), postprocess_pure=("reading/spans.py",))
     meta_section = "reading"
     meta_keys = ("doc_stride", "max_query_len", "max_answer_len")
     inputs, to_post = (QUESTION, CONTEXT), (CONTEXT,)

@@ -10,7 +10,7 @@ from pipeline.contract import TaskKind
 from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig
-from serving.bundle.kinds.base import BundleKind
+from serving.bundle.kinds.base import BundleKind, PythonModels
 from serving.bundle.model_config import BundleShape
 
 ENTITIES = "entities"  # per text: a JSON list of {type, text, start, end}
@@ -18,9 +18,8 @@ ENTITIES = "entities"  # per text: a JSON list of {type, text, start, end}
 
 class TokenClassification(BundleKind):
     kind = TaskKind.TOKEN_CLASSIFICATION
-    tokenizer_source, postprocess_source, fused_source = "ner_tokenizer.py", "ner_postprocess.py", "tagger.py"
-    tokenizer_pure = ("wordpiece.py", "labeling/bio.py")
-    postprocess_pure = ("labeling/bio.py",)
+    files = PythonModels("ner_tokenizer.py", "ner_postprocess.py", "tagger.py",
+                         tokenizer_pure=("wordpiece.py", "labeling/bio.py"), postprocess_pure=("labeling/bio.py",))
     describes = "named entity recognizer"
     post_steps = "argmax over the BIO tags, bio.decode_tags"
     unit = "tags"

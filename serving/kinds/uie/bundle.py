@@ -12,7 +12,7 @@ from pipeline.contract import TaskKind
 from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
 from serving.bundle.config import PackageConfig
-from serving.bundle.kinds.base import WindowedCard, WindowedKind
+from serving.bundle.kinds.base import PythonModels, WindowedCard, WindowedKind
 from serving.bundle.model_config import BundleShape
 
 SCHEMA, RESULTS = "schema", "results"
@@ -20,9 +20,8 @@ SCHEMA, RESULTS = "schema", "results"
 
 class UniversalExtraction(WindowedKind):
     kind = TaskKind.UIE
-    tokenizer_source, postprocess_source, fused_source = "uie_tokenizer.py", "uie_postprocess.py", "extractor.py"
-    tokenizer_pure = ("wordpiece.py", "reading/windows.py")
-    postprocess_pure = ("extraction/spans.py",)
+    files = PythonModels("uie_tokenizer.py", "uie_postprocess.py", "extractor.py",
+                         tokenizer_pure=("wordpiece.py", "reading/windows.py"), postprocess_pure=("extraction/spans.py",))
     meta_section = "uie"
     describes = "schema-prompted information extractor (UIE)"
     client_example = "ie --model {task} --schema 姓名 --schema 公司 '浙商银行企业信贷部叶老桂博士'"
@@ -32,7 +31,7 @@ class UniversalExtraction(WindowedKind):
     requests_helper = "uie_requests.py"
 
     def fused_model(self, pc: PackageConfig) -> str | None:
-        return "uie_fastdeploy.py" if self.one_model(pc) else self.fused_source
+        return "uie_fastdeploy.py" if self.one_model(pc) else self.files.fused
 
     def meta_problem(self, meta: dict) -> str | None:
         problem = super().meta_problem(meta)
