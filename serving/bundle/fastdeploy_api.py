@@ -53,6 +53,7 @@ class Example:
     model: str  # the served model's name
     client: str  # FastDeploy's own client script for it
     one_model: bool = False  # one python model that windows, runs the engine in-process and decodes (uie)
+    io: str = ""  # the served tensors, as FastDeploy's client reads them (the model card's line; uie writes its own)
 
 
 # ernie_seqcls / ernie_tokencls ensemble tensors

@@ -69,7 +69,6 @@ class BundleKind:
     describes: str = ""
     unit: str = "logits per token"
     client_example: str = ""
-    fastdeploy_io: str = ""  # package.api fastdeploy: the served tensors, as FastDeploy's example client reads them
     post_steps: str = ""  # what the post-processing does, for a fused bundle's card ("softmax")
 
     @property
@@ -172,7 +171,7 @@ class BundleKind:
     def fastdeploy_card_lines(self, names: ModelNames, pc: PackageConfig, meta: dict, engine: str) -> list[str]:
         """The "What it is" lines of a package.api fastdeploy bundle (FastDeploy's ERNIE 3.0 example interface)."""
         kind = "ensemble" if not names.fused else f"python, runtime `{pc.runtime}`, layout fused"
-        return [f"- `{names.ensemble}` ({kind}; FastDeploy's ERNIE 3.0 serving interface): {self.fastdeploy_io}.",
+        return [f"- `{names.ensemble}` ({kind}; FastDeploy's ERNIE 3.0 serving interface): {self.fastdeploy.io}.",
                 f"- Models: `{names.tokenizer}` (WordPiece, max_seq_len {meta['max_seq_len']}), `{names.model}` ({engine}), "
                 f"`{names.postprocess}`." if not names.fused else f"- Inside: WordPiece, {engine}, {self.post_steps}.",
                 f"- Batching: max_batch_size {pc.max_batch_size}; {pc.instances} {pc.device} instance(s) per model."]

@@ -26,9 +26,10 @@ class Classification(BundleKind):
     post_steps = "softmax"
     unit = "labels"
     client_example = "classify --model {task} '今天股市大涨'"
-    fastdeploy = fd.Example("ernie_seqcls", "seq_cls_grpc_client.py")
-    fastdeploy_io = ("input `INPUT` (TYPE_STRING [B, 1]) -> `label` (TYPE_INT64: the class index in labels.json order) and "
-                     "`confidence` (TYPE_FP32), answered as [B] each, as FastDeploy's seq_cls_grpc_client.py reads them")
+    fastdeploy = fd.Example(
+        "ernie_seqcls", "seq_cls_grpc_client.py",
+        io=("input `INPUT` (TYPE_STRING [B, 1]) -> `label` (TYPE_INT64: the class index in labels.json order) and "
+            "`confidence` (TYPE_FP32), answered as [B] each, as FastDeploy's seq_cls_grpc_client.py reads them"))
 
     def postprocess_helpers(self, pc: PackageConfig) -> list[Path]:
         return [self.models / "class_outputs.py"]  # label mapping and top-k, both APIs

@@ -24,10 +24,11 @@ class TokenClassification(BundleKind):
     post_steps = "argmax over the BIO tags, bio.decode_tags"
     unit = "tags"
     client_example = "extract --model {task} '浙商银行企业信贷部叶老桂博士'"
-    fastdeploy = fd.Example("ernie_tokencls", "token_cls_grpc_client.py")
-    fastdeploy_io = ("input `INPUT` (TYPE_STRING [B, 1]) -> `OUTPUT` (TYPE_STRING, answered as [B]): per text the Python literal "
-                     "of [{'pos': [start, end], 'label': type}], character offsets with an inclusive end, as FastDeploy's "
-                     "token_cls_grpc_client.py reads them (ast.literal_eval)")
+    fastdeploy = fd.Example(
+        "ernie_tokencls", "token_cls_grpc_client.py",
+        io=("input `INPUT` (TYPE_STRING [B, 1]) -> `OUTPUT` (TYPE_STRING, answered as [B]): per text the Python literal of "
+            "[{'pos': [start, end], 'label': type}], character offsets with an inclusive end, as FastDeploy's "
+            "token_cls_grpc_client.py reads them (ast.literal_eval)"))
 
     def tag_problem(self, names: list[str]) -> str | None:
         bad = [n for n in names if n != "O" and not (n[:2] in ("B-", "I-") and len(n) > 2)]
