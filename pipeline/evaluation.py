@@ -45,18 +45,22 @@ def run_outputs(forward: Callable[[np.ndarray, np.ndarray], np.ndarray], fs: Fea
     return outputs
 
 
-def evaluate_dygraph(model, fs: FeatureSet, batch_size: int, desc: str = "eval") -> Evaluation:
-    """Run a paddle dygraph model over ``fs`` without gradients and score it."""
+def dygraph_forward(model) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """(input_ids, token_type_ids) -> outputs of a paddle dygraph model in eval mode, without gradients."""
     import paddle
 
+    def forward(ids, types):
+        with paddle.no_grad():
+            return model(paddle.to_tensor(ids), token_type_ids=paddle.to_tensor(types)).numpy()
+
+    return forward
+
+
+def evaluate_dygraph(model, fs: FeatureSet, batch_size: int, desc: str = "eval") -> Evaluation:
+    """Run a paddle dygraph model over ``fs`` without gradients and score it."""
     was_training = model.training
     model.eval()
-
-    def forward(ids, types):
-        return model(paddle.to_tensor(ids), token_type_ids=paddle.to_tensor(types)).numpy()
-
-    with paddle.no_grad():
-        outputs = run_outputs(forward, fs, batch_size, desc)
+    outputs = run_outputs(dygraph_forward(model), fs, batch_size, desc)
     if was_training:
         model.train()
     return Evaluation(outputs, fs.score(outputs))

@@ -169,6 +169,10 @@ class StageContext:
         p = Path(value)
         return p if p.is_absolute() else self.runs_dir / stage / "out" / p
 
+    def optional_artifact(self, stage: str, role: str) -> Path | None:
+        """``artifact``, or None when ``stage`` did not hand that role on (fine-tune's kept dev outputs)."""
+        return self.artifact(stage, role) if role in self.upstream[stage].artifacts else None
+
     def handoff(self, stage: str, record: type[T]) -> T:
         """What ``stage`` handed on, as its typed record (``pipeline.handoffs``): ``ctx.handoff("export", ExportManifest)``."""
         return record.read(self.artifact(stage, record.ROLE))

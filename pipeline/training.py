@@ -188,18 +188,18 @@ class _Checkpoints:
 
 def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Callable, opt, sched, *, epochs: int,
                total_steps: int, batch_size: int, seed: int, eval_batch_size: int, desc: str, loss_name: str = "train loss",
-               eval_name: str = "dev", on_best: Callable[[object], None] | None = None, state: TrainState | None = None,
+               eval_name: str = "dev", on_best: Callable[[object, Evaluation], None] | None = None, state: TrainState | None = None,
                checkpoint: "CheckpointDir | None" = None, checkpoint_steps: int = 0, plateau: Plateau | None = None,
                log: Callable[[str], None] = _log) -> TrainState:
     """Train ``model`` on ``train`` with ``step_loss(batch) -> loss``, evaluating on ``evaluate_on`` after each epoch
     (and every ``plateau.eval_steps`` steps with a ``plateau``, stopping when it stalls).  Batch order is a pure
     function of (seed, epoch), so a run resumed from ``state`` skips exactly the batches it trained on.  The best
-    evaluation is kept: ``on_best(model)`` is called when the metric improves; without it the best weights are kept in
+    evaluation is kept: ``on_best(model, evaluation)`` is called when the metric improves; without it the best weights are kept in
     memory and put back at the end.  ``checkpoint``: saved every ``checkpoint_steps`` steps, every 5 minutes and at
     each epoch end (resumable)."""
     state = state or TrainState()
     best: dict = {}  # the best weights, when there is no on_best to keep them
-    keep = on_best or (lambda m: best.update(weights={k: v.numpy().copy() for k, v in m.state_dict().items()}))
+    keep = on_best or (lambda m, ev: best.update(weights={k: v.numpy().copy() for k, v in m.state_dict().items()}))
     saver = _Checkpoints(checkpoint, checkpoint_steps)
 
     def evaluate(train_loss: float, where: str) -> None:
@@ -208,7 +208,7 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
         log(f"{desc} {where}: step {state.step}, {loss_name} {train_loss:.4f}, {eval_name} {train.kind.describe(ev.score)}"
             + ("  (best so far, kept)" if improved else ""))
         if improved:
-            keep(model)
+            keep(model, ev)
         model.train()
 
     model.train()
@@ -254,7 +254,7 @@ def finetune(
     dev: FeatureSet,
     cfg: FinetuneConfig,
     work_dir: Path,
-    save_best: Callable[[object], None],
+    save_best: Callable[[object, Evaluation], None],
     log: Callable[[str], None] = _log,
 ) -> TrainResult:
     import paddle

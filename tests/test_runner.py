@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.records import read_record
-from tests.conftest import run_and_kill_at_checkpoint, tiny_cli_args
+from tests.conftest import TINY_MODEL_OVERRIDES, run_and_kill_at_checkpoint, tiny_cli_args
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -220,6 +220,49 @@ def test_finetuned_model_passes_through_without_training(tiny_finetuned, tmp_pat
     assert rec.metrics["trained"] == 0 and rec.artifacts["model_dir"] == str(tiny_finetuned["model_dir"])
     base = json.loads((tmp_path / "r" / "tiny" / "finetune-check" / "out" / "baseline.json").read_text())
     assert base["accuracy"] == json.loads(tiny_finetuned["baseline"].read_text())["accuracy"]
+
+
+def test_finetune_check_reuses_the_fine_tune_s_own_dev_outputs_only_when_they_are_these_weights(tiny_task, tmp_path, capsys):
+    """Fine-tune's evaluation that kept the best weights already ran them over dev: finetune-check takes those
+    outputs (checked on one batch of the reloaded weights) instead of a second pass, and they equal a fresh one."""
+    import numpy as np
+
+    from pipeline import dev_outputs
+    from pipeline.config import load_task_config
+    from pipeline.evaluation import dygraph_forward, evaluate_dygraph
+    from pipeline.kinds import get_kind, load_task_data
+    from pipeline.modeling import load_classifier
+    from pipeline.tokenizer import Tokenizer
+
+    rc, out = _run(tiny_task, tmp_path, capsys=capsys)
+    assert rc == 0, out.err
+    assert "fine-tune's evaluation of these weights, checked on" in out.out
+    task = tmp_path / "tiny"
+    assert read_record(task / "finetune").artifacts["dev_outputs"] == dev_outputs.FILE
+    model_dir = task / "finetune" / "out" / "model"
+    assert not (model_dir / dev_outputs.FILE).exists()  # the model folder holds the model only
+    cfg = load_task_config(str(tiny_task), TINY_MODEL_OVERRIDES)
+    kind, data = get_kind(cfg), load_task_data(cfg)
+    dev = kind.featurize(Tokenizer.from_model_dir(model_dir, cfg.max_seq_len), data.dev.examples, cfg)
+    model = load_classifier(model_dir, len(data.labels), kind.model_class())
+    fresh = evaluate_dygraph(model, dev, cfg.finetune.eval_batch_size)
+    kept = np.load(task / "finetune-check" / "out" / "dev_logits.npy")
+    np.testing.assert_allclose(kept, fresh.flat(), atol=1e-5, rtol=0)
+    baseline = json.loads((task / "finetune-check" / "out" / "baseline.json").read_text())
+    assert baseline["accuracy"] == fresh.metric
+
+    # Outputs that are not these weights', or not of these features, are refused: finetune-check evaluates instead.
+    forward, path = dygraph_forward(model), task / "finetune" / "out" / dev_outputs.FILE
+    assert dev_outputs.reuse(path, dev, forward, cfg.finetune.eval_batch_size)[0] is not None
+    other = tmp_path / dev_outputs.FILE
+    dev_outputs.save(other, dataclasses.replace(fresh, outputs=[o + 1e-3 for o in fresh.outputs]), dev)
+    got, why = dev_outputs.reuse(other, dev, forward, cfg.finetune.eval_batch_size)
+    assert got is None and "do not give the kept outputs" in why
+    dev_outputs.save(other, fresh, dev.subset(range(len(dev) - 1)))
+    got, why = dev_outputs.reuse(other, dev, forward, cfg.finetune.eval_batch_size)
+    assert got is None and "dev features differ" in why
+    other.write_bytes(b"not an npz")
+    assert dev_outputs.reuse(other, dev, forward, cfg.finetune.eval_batch_size)[0] is None
 
 
 def test_status_and_clean(tiny_task, tmp_path, capsys):

@@ -263,7 +263,7 @@ class Resume:
     def loop_args(self) -> dict:
         return {"checkpoint": self.checkpoint, "checkpoint_steps": self.steps, "on_best": self._save_best}
 
-    def _save_best(self, model) -> None:
+    def _save_best(self, model, ev=None) -> None:
         import paddle
 
         self.root.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from pipeline import hf_import
+from pipeline import dev_outputs, hf_import
 from pipeline.stage import Stage
 from pipeline.extraction.checkpoint import convert_uie_checkpoint, is_paddlenlp_uie
 from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, TaskConfig
@@ -218,10 +218,12 @@ def _train(ctx, model, tokenizer, vocab_dir: Path, data):
     ctx.log(f"[finetune] {cfg.finetune.epochs} epoch(s), batch {cfg.finetune.batch_size}, learning rate {lr:g}")
     best_dir = ctx.work_dir / "best"
 
-    def save_best(m) -> None:
+    def save_best(m, ev=None) -> None:
         tmp = ctx.work_dir / ".best-tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         save_classifier(m, tmp, vocab_dir, data.labels, data.label_names)
+        if ev is not None:  # its dev outputs, with the weights they are of: finetune-check reuses them
+            dev_outputs.save(tmp / dev_outputs.FILE, ev, dev_fs)
         shutil.rmtree(best_dir, ignore_errors=True)
         tmp.rename(best_dir)
 
@@ -234,12 +236,16 @@ def _train(ctx, model, tokenizer, vocab_dir: Path, data):
     result = train_loop(model, train_fs, dev_fs, train_cfg, ctx.work_dir, save_best, ctx.log)
     if not (best_dir / "model_state.pdparams").is_file():
         save_best(model)
-    shutil.copytree(best_dir, ctx.out_dir / "model")
+    shutil.copytree(best_dir, ctx.out_dir / "model", ignore=shutil.ignore_patterns(dev_outputs.FILE))
+    artifacts = {"model_dir": "model"}
+    if (best_dir / dev_outputs.FILE).is_file():
+        shutil.copyfile(best_dir / dev_outputs.FILE, ctx.out_dir / dev_outputs.FILE)
+        artifacts["dev_outputs"] = dev_outputs.FILE
     metrics = {f"best_dev_{kind.metric}": result.best_accuracy, "best_epoch": result.best_epoch, "steps": result.steps,
                "trained": 1, "train_examples": len(data.train.examples)}
     if result.resumed_from_step:
         metrics["resumed_from_step"] = result.resumed_from_step
-    return StageResult(metrics=metrics, artifacts={"model_dir": "model"},
+    return StageResult(metrics=metrics, artifacts=artifacts,
                        message=f"best dev {kind.metric_label} {result.best_accuracy:.4f} at epoch {result.best_epoch}")
 
 

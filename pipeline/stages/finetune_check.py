@@ -1,6 +1,7 @@
 """Stage ``finetune-check``: the FP32 baseline every later gate compares against.
 
-Evaluates the model from ``finetune`` on the full dev set and fails the run when accuracy is below
+Evaluates the model from ``finetune`` on the full dev set (when fine-tune trained it, the outputs of fine-tune's own
+evaluation of those weights stand in, once ``pipeline.dev_outputs`` has checked them) and fails the run when accuracy is below
 the task's ``gates.min_accuracy``, when it is further than ``gates.origin_metric_tolerance`` points from
 the ``gates.origin_metric`` the user expects (PaddleSlim ACT's ``TrainConfig.origin_metric``), or when the head
 does not match the task's labels: compressing the wrong or an un-fine-tuned model is caught here, before hours
@@ -56,7 +57,9 @@ def run(ctx):
     tokenizer = Tokenizer.from_model_dir(model_dir, cfg.max_seq_len)
     model = load_classifier(model_dir, len(data.labels), kind.model_class())
     dev = kind.featurize(tokenizer, data.dev.examples, cfg)
-    ev = evaluate_dygraph(model, dev, cfg.finetune.eval_batch_size, desc="finetune-check (FP32 dev)")
+    ev, how = _kept_outputs(ctx, model, dev)
+    if ev is None:
+        ev = evaluate_dygraph(model, dev, cfg.finetune.eval_batch_size, desc="finetune-check (FP32 dev)")
     baseline = Baseline(
         task=cfg.task, type=cfg.type, metric=kind.metric, metric_label=kind.metric_label,
         value=ev.metric,  # the task's primary metric (accuracy, entity F1 or reading F1; named by metric)
@@ -67,12 +70,30 @@ def run(ctx):
     baseline.classification, detail = kind.baseline_details(ev, dev, data.labels)
     (ctx.out_dir / BASELINE_FILE).write_text(baseline.to_json(), encoding="utf-8")
     np.save(ctx.out_dir / "dev_logits.npy", ev.flat())  # the FP32 reference for later parity checks
-    ctx.log(f"[finetune-check] FP32 dev {kind.metric_label} {ev.metric:.4f} on {len(data.dev.examples)} examples{detail}")
+    ctx.log(f"[finetune-check] FP32 dev {kind.metric_label} {ev.metric:.4f} on {len(data.dev.examples)} examples{detail}"
+            + (f" ({how})" if how else ""))
     metrics = {"accuracy": ev.metric, "metric": kind.metric, **{k: v for k, v in ev.score.metrics.items()},
                "dev_examples": len(data.dev.examples)}
     gate = gate_error(ev.metric, kind.metric_label, cfg.gates, cfg.task)
     return StageResult(metrics=metrics, artifacts={"baseline": BASELINE_FILE, "dev_logits": "dev_logits.npy"}, gate_error=gate,
                        message=f"FP32 dev {kind.metric_label} {ev.metric:.4f}")
+
+
+def _kept_outputs(ctx, model, dev):
+    """(the fine-tune's own dev evaluation of these weights, how it was checked) when fine-tune kept one that
+    ``pipeline.dev_outputs`` accepts, else (None, None): finetune-check then evaluates."""
+    from pipeline import dev_outputs
+    from pipeline.evaluation import dygraph_forward
+
+    path = ctx.optional_artifact("finetune", "dev_outputs")
+    if path is None:
+        return None, None
+    model.eval()
+    ev, how = dev_outputs.reuse(path, dev, dygraph_forward(model), ctx.cfg.finetune.eval_batch_size)
+    if ev is None:
+        ctx.log(f"[finetune-check] fine-tune's dev outputs not reused: {how}")
+        return None, None
+    return ev, how
 
 
 def gate_error(value: float, metric_label: str, gates, task: str) -> str | None:
