@@ -16,8 +16,8 @@ from typing import Callable
 import numpy as np
 
 from pipeline.batching import eval_batch_order
-from pipeline.evaluation import Evaluation
-from pipeline.kinds.base import FeatureSet, trim_outputs
+from pipeline.evaluation import Evaluation, run_outputs
+from pipeline.kinds.base import FeatureSet
 
 FILE = "dev_outputs.npz"
 # The reloaded weights' outputs on the checked batch against the kept ones: equal but for float noise (a batch
@@ -56,9 +56,8 @@ def reuse(path: Path, fs: FeatureSet, forward: Callable[[np.ndarray, np.ndarray]
         return None, f"{path.name} holds {flat.shape[0]} output rows for {reference_rows(fs)}"
     outputs = split_reference(flat, fs)
     first = eval_batch_order(fs, batch_size)[0]
-    batch = fs.batch(first)
-    got = np.asarray(forward(batch.input_ids, batch.token_type_ids), dtype=np.float32)
-    for i, out in zip(batch.indices, trim_outputs(fs.kind, got, [len(fs.features[i].input_ids) for i in batch.indices])):
+    got = run_outputs(forward, fs.subset(first), batch_size, "finetune-check (kept dev outputs, one batch)")
+    for i, out in zip(first, got):
         if np.shape(out) != np.shape(outputs[int(i)]) or not np.allclose(out, outputs[int(i)], atol=ATOL, rtol=0):
             return None, f"the weights do not give the kept outputs (feature {int(i)})"
     return Evaluation(outputs, fs.score(outputs)), f"fine-tune's evaluation of these weights, checked on {len(first)} features"

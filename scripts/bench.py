@@ -90,7 +90,7 @@ def _label(arch: Architecture) -> str:
 
 
 def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, arch: Architecture, work: Path,
-                   calibration: list, width_independent: bool = True) -> dict[str, Path]:
+                   calibration: list, width_independent: bool) -> dict[str, Path]:
     """OpenVINO's rows: the FP32 ONNX itself (run by OpenVINO, f32), the export's NNCF INT8 IR (of ``arch``), and
     compress's OpenVINO candidates of the other architectures (unpruned included); an architecture compress made no
     OpenVINO form of (its speed-first screen left it out, or OpenVINO was not selected) gets one built here with NNCF's
