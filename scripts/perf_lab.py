@@ -52,7 +52,7 @@ def profile_stubs(pa: perf.PerfAnalyzer, spy: str, target: perf.Target, data: Pa
                   workdir: Path, rate: int = 250, top: int = 12) -> dict:
     """py-spy on every stub of ``target.served_procs`` while perf_analyzer loads the server at ``concurrency``.  Top
     frames by own time and inclusive time, per stub."""
-    from serving.server import die_with_parent_preexec
+    from serving.process_group import die_with_parent_preexec
 
     stubs = {label: pid for label, pid in (target.served_procs or {}).items() if label.startswith("stub ")}
     cmd = perf.perf_analyzer_command(pa, target.url, target.model, data, concurrency, seconds + 4)

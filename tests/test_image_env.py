@@ -131,7 +131,8 @@ def image_python() -> str:
 
 def _serve_as_the_image_does(bundle: Path, python: Path, log: Path):
     """tritonserver started by the image's entrypoint, run by the image's python: (server, the start's output)."""
-    from serving.server import TritonServer, _server_command, _wait_ready, find_tritonserver, free_port, server_environment
+    from serving.server import TritonServer, _server_command, _wait_ready, free_port
+    from serving.triton_install import find_tritonserver, server_environment
 
     install = find_tritonserver(python)
     ports = (free_port("127.0.0.1", ()),)

@@ -203,8 +203,11 @@ SERVING_LAYERS = {
     "serving.triton": set(),  # copied into bundles: see test_triton_code_imports_only_what_triton_has
     "serving.procfs": set(),  # /proc/<pid>/stat, for the launcher and the tools
     "serving.bundle": {"serving.triton"},  # builds bundles: locates and hashes what it copies, checks integrity
-    "serving.server": {"serving.triton", "serving.procfs"},  # the launcher: the bundle check, its process group
-    "serving.tools": {"serving.triton", "serving.bundle", "serving.server", "serving.procfs"},
+    "serving.triton_install": set(),  # which tritonserver, the python its models run in, that python's engine check
+    "serving.process_group": {"serving.procfs"},  # a server's processes and shared memory, ended
+    # the launcher: the bundle check, the install, its process group
+    "serving.server": {"serving.triton", "serving.procfs", "serving.triton_install", "serving.process_group"},
+    "serving.tools": {"serving.triton", "serving.bundle", "serving.server", "serving.procfs", "serving.process_group"},
     "serving.client": {"serving.tools"},  # `python -m serving.client`, the command bundles' model cards print
 }
 # The only parts of serving that may import pipeline: they run where the pipeline is installed (packaging, dev tools).

@@ -29,7 +29,7 @@ def _launcher(repo: Path, *extra: str) -> list[str]:
 @pytest.fixture
 def slow_tritonserver(tmp_path) -> dict:
     """$TRITONSERVER: a script that sleeps 4 s, then execs the real server with the install's own settings."""
-    from serving.server import find_tritonserver
+    from serving.triton_install import find_tritonserver
 
     env = {k: v for k, v in os.environ.items() if k != "TRITONSERVER"}
     install = find_tritonserver()
@@ -71,7 +71,8 @@ def _nothing_left(repository: Path, shm_prefix: str, seconds: float = 30) -> boo
 def test_interrupting_a_detached_launch_while_the_models_load_stops_the_server(tiny_bundle, tmp_path, slow_tritonserver, sig):
     """Ctrl-C or SIGTERM of `make serve` during start-up: the server it started is stopped, nothing is recorded,
     one line and no traceback; the next `make serve` starts."""
-    from serving.server import ServerState, reap_group
+    from serving.process_group import reap_group
+    from serving.server import ServerState
 
     repo, state_path = _repo(tiny_bundle, tmp_path)
     # As from a terminal: Ctrl-C delivered.  A shell's background job (pytest started with `&`, as a CI script may)
@@ -99,7 +100,8 @@ def test_interrupting_a_detached_launch_while_the_models_load_stops_the_server(t
 def test_a_detached_launcher_killed_while_the_models_load_leaves_a_server_stop_finds(tiny_bundle, tmp_path, slow_tritonserver):
     """kill -9 of `make serve` during start-up: the server was recorded before the wait, so the next `make serve`
     says one is running and `make stop` stops it (it used to orphan it: "no server recorded", "port in use")."""
-    from serving.server import ServerState, reap_group
+    from serving.process_group import reap_group
+    from serving.server import ServerState
 
     repo, state_path = _repo(tiny_bundle, tmp_path)
     proc = subprocess.Popen(_launcher(repo, "--detach", "--log", str(tmp_path / "s.log")), cwd=ROOT,
@@ -149,7 +151,7 @@ def test_stop_with_a_forged_shm_prefix_deletes_nobody_elses_shared_memory(tiny_b
 
 
 def test_reaping_takes_only_regions_of_the_exact_prefix_form(tmp_path):
-    from serving.server import shm_regions
+    from serving.process_group import shm_regions
 
     prefix = f"ernie_bundle_{os.getpid()}_0123abcd_"
     mine, theirs = Path("/dev/shm") / f"{prefix}region", Path("/dev/shm") / f"ernie_bundle_{os.getpid()}_0123abce_x"
@@ -166,7 +168,8 @@ def test_reaping_takes_only_regions_of_the_exact_prefix_form(tmp_path):
 def test_a_record_that_cannot_be_removed_ends_a_foreground_launcher_without_a_traceback(tiny_bundle, tmp_path):
     """A repository where the launcher's record cannot be removed (read-only; here the record's place is taken by a
     folder, which unlink refuses the same way) used to end Ctrl-C of the foreground launcher in a traceback."""
-    from serving.server import ServerState, reap_group
+    from serving.process_group import reap_group
+    from serving.server import ServerState
 
     repo, state_path = _repo(tiny_bundle, tmp_path)
     proc = subprocess.Popen(_launcher(repo, "--log", str(tmp_path / "s.log")), cwd=ROOT,

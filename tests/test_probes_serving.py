@@ -290,7 +290,7 @@ def _children(pid: int) -> dict[int, str]:
 
 
 def _group(pgid: int) -> list[int]:
-    from serving.server import group_members
+    from serving.process_group import group_members
 
     return group_members(pgid)  # zombies (exited, not yet reaped) are not counted
 
@@ -329,7 +329,7 @@ def _kill_and_check(proc: subprocess.Popen, wanted: dict[str, int], timeout: flo
             time.sleep(0.2)
         assert left() == [], f"left running after kill -9 of its parent: {[kids.get(p, p) for p in left()]}"
     finally:
-        from serving.server import reap_group
+        from serving.process_group import reap_group
 
         for pid, name in kids.items():
             if name != "tritonserver":

@@ -99,13 +99,13 @@ def test_a_triton_without_openvino_refuses_the_bundle_in_one_line(openvino_bundl
     server is left half-up.  (A python without site-packages stands in for a Triton image without openvino.)"""
     import sys
 
-    from serving import server
+    from serving import server, triton_install
 
     bare = tmp_path / "bin" / "python3"
     bare.parent.mkdir()
     bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
     bare.chmod(0o755)
-    monkeypatch.setattr(server, "engine_python", lambda install: str(bare))
+    monkeypatch.setattr(triton_install, "engine_python", lambda install: str(bare))
     repo = tmp_path / "repo"
     shutil.copytree(openvino_bundle, repo / "tiny")
     assert server.main(["--repository", str(repo), "--task", "tiny", "--http-port", "0", "--grpc-port", "0",

@@ -323,7 +323,7 @@ def test_fused_layout_is_one_model_with_the_ensemble_contract(fused_server, tiny
 def test_the_launcher_checks_the_bundle_engine_before_starting(tiny_bundle, capsys):
     """bundle.json names what the in-process engine needs (from its ServedEngine); the launcher probes the serving
     python for it and refuses in one line naming what to install; a name that is not a module name is refused."""
-    from serving.server import TritonInstall, check_engine
+    from serving.triton_install import TritonInstall, check_engine
     from serving.triton.integrity import verify_bundle
 
     from importlib import metadata
@@ -482,7 +482,7 @@ def _launcher(repo: Path, *extra: str) -> list[str]:
 
 
 def _wait_gone(pid: int, seconds: float = 30.0) -> bool:
-    from serving.server import process_start_time
+    from serving.process_group import process_start_time
 
     deadline = time.time() + seconds
     while process_start_time(pid) is not None and time.time() < deadline:
@@ -493,7 +493,8 @@ def _wait_gone(pid: int, seconds: float = 30.0) -> bool:
 def test_stop_after_a_killed_server_removes_its_stubs_and_shared_memory(tiny_bundle, tmp_path):
     """--stop signals the server's process group, not only its pid: python stubs and /dev/shm regions that
     outlive a SIGKILLed server are removed, and the state file with them."""
-    from serving.server import ServerState, group_members, state_file
+    from serving.process_group import group_members
+    from serving.server import ServerState, state_file
 
     repo = tmp_path / "repo"
     shutil.copytree(tiny_bundle, repo / "tiny")
@@ -511,7 +512,7 @@ def test_stop_after_a_killed_server_removes_its_stubs_and_shared_memory(tiny_bun
         assert group_members(state.pid) == [] and not list(Path("/dev/shm").glob(state.shm_prefix + "*"))
         assert not state_file((repo / "tiny").resolve()).exists()
     finally:
-        from serving.server import reap_group
+        from serving.process_group import reap_group
 
         reap_group(state.pid, state.shm_prefix)
 
@@ -520,7 +521,8 @@ def test_stop_stops_a_server_started_with_a_relative_repository(tiny_bundle, tmp
     """`make serve` and `make stop` pass `--repository model_repository`, a relative path.  --stop must stop that
     server; it used to call it gone and leave it running (the state recorded the relative path, the server's
     command line the absolute one)."""
-    from serving.server import ServerState, reap_group, state_file
+    from serving.process_group import reap_group
+    from serving.server import ServerState, state_file
 
     shutil.copytree(tiny_bundle, tmp_path / "repo" / "tiny")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -543,7 +545,8 @@ def test_stop_stops_a_server_started_with_a_relative_repository(tiny_bundle, tmp
 def test_stop_never_signals_a_process_that_is_not_its_server(tiny_bundle, tmp_path):
     """A state file whose pid now belongs to another program (or was never a server for this bundle) is not
     obeyed; an unreadable one is one line, exit 2."""
-    from serving.server import ServerState, process_start_time, state_file
+    from serving.process_group import process_start_time
+    from serving.server import ServerState, state_file
 
     bundle = (tmp_path / "repo" / "tiny")
     shutil.copytree(tiny_bundle, bundle)
@@ -563,7 +566,8 @@ def test_stop_never_signals_a_process_that_is_not_its_server(tiny_bundle, tmp_pa
 
 
 def test_a_killed_foreground_launcher_takes_its_server_with_it(tiny_bundle, tmp_path):
-    from serving.server import ServerState, group_members, reap_group, state_file
+    from serving.process_group import group_members, reap_group
+    from serving.server import ServerState, state_file
 
     repo = tmp_path / "repo"
     shutil.copytree(tiny_bundle, repo / "tiny")
@@ -659,7 +663,7 @@ def test_bad_requests_straight_to_the_model_fail_alone_with_invalid_argument(ser
 def test_the_server_copy_is_reused_across_fresh_installs_of_the_same_wheel(tmp_path):
     """A fresh virtual environment unpacks the same wheel with new mtimes: it must reuse the cached server copy
     (one per wheel version and content), not add another one per clone."""
-    from serving.server import prepare_pytriton_server
+    from serving.triton_install import prepare_pytriton_server
 
     py = f"{sys.version_info[0]}.{sys.version_info[1]}"
 

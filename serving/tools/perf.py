@@ -61,7 +61,7 @@ class PerfAnalyzer:
     env: dict
 
     def version(self) -> str:
-        from serving.server import die_with_parent_preexec
+        from serving.process_group import die_with_parent_preexec
 
         try:
             out = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True, env=self.env, timeout=30,
@@ -159,7 +159,7 @@ WINDOW_RETRIES = 2  # 1 -> 2 -> 4 windows' length: what perf_analyzer's message 
 
 def _run_measured(cmd: list[str], env: dict, timeout: float, workdir: Path) -> tuple[int, str, float]:
     """Run ``cmd`` to its end: (exit code, output, its CPU seconds from the kernel's accounting of the child)."""
-    from serving.server import die_with_parent_preexec
+    from serving.process_group import die_with_parent_preexec
 
     out_path = workdir / "perf_analyzer.out"
     with open(out_path, "wb") as out:

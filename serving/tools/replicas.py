@@ -162,7 +162,8 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
     """Two replicas + HAProxy on ``bundle_dir``; ``items`` are texts (or (question, context) pairs)."""
     from serving.tools.kinds import tool_kind
     from serving.tools.offline import BundleModel
-    from serving.server import die_with_parent_preexec, free_port, start_server
+    from serving.process_group import die_with_parent_preexec
+    from serving.server import free_port, start_server
 
     if not 0 < kill_at < seconds:
         raise ReplicaError(f"--kill-at {kill_at} must be inside the run (0, {seconds})")
