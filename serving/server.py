@@ -258,7 +258,7 @@ def start_server(
     before the wait (the launcher records it there, so that a launcher killed while the models load leaves a
     server ``--stop`` can find).  Whatever ends the wait early (not ready, Ctrl-C, an error in ``on_started``)
     stops the server before it propagates.  ``python``: the interpreter the python models run in (default this
-    one's environment; ``ServingPython``)."""
+    one's environment; ``triton_install.ServingPython``)."""
     repository = Path(repository).resolve()
     if verify:
         clear_bytecode(repository)  # what an earlier serve cached; anything else unlisted is refused below
