@@ -1,4 +1,5 @@
-"""Error types.  One root; the CLI maps each kind to a one-line message and an exit code."""
+"""Error types.  One root; the CLI maps each kind to a one-line message and an exit code.  ``shown_json``: how such
+a message shows a value read from a JSON file."""
 
 from __future__ import annotations
 
@@ -76,3 +77,12 @@ def no_space(exc: BaseException | None, path) -> str | None:
     if free < LOW_SPACE_BYTES:
         return f"no space left on {path} ({free / 2**20:.1f} MiB free): free some space and run again"
     return None
+
+
+def shown_json(value, limit: int = 60) -> str:
+    """What a one-line message shows of a value read from a JSON file (config.json, id2label): as the file writes it
+    (``null``, ``true``, Chinese as is; a string quoted), cut at ``limit`` characters."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -13,13 +13,8 @@ Heads: ``...ForSequenceClassification`` / ``...ForTokenClassification`` (``class
 encoder (``BertModel``, or a pre-training checkpoint whose ``cls.*`` heads are dropped) gets the task's head by
 fine-tuning, as a PaddleNLP encoder does.  ``id2label`` becomes ``labels.json`` when it names real labels.
 
-A trained head is never dropped unless asked (``model.head: replace``).  Given the task's labels (``map_head``), a
-head's ``id2label`` is matched to them by the task's label ids or by its label names (``label_names``; BIO tags
-for a tagger), in any order: the head's rows are put in the task's order.  transformers' placeholders
-``LABEL_0 .. LABEL_{n-1}`` (nobody named the labels) are taken in index order when the count is the task's, said,
-and checked on dev by the finetune stage (``assumed_order_verdict``: the dev confusion matrix's best assignment
-must be the index order).  Anything else (other labels, another count, ``label2id`` disagreeing with
-``id2label``) is refused in one line naming both label sets and ``--set model.head=replace``.
+A trained head is never dropped unless asked (``model.head: replace``): given the task's labels, its ``id2label``
+is matched to them and its rows put in the task's order, or refused (``pipeline.hf_heads``).
 
 Weights are read with ``safetensors`` (no code can run from them).  A ``pytorch_model.bin`` is a pickle: refused,
 unless ``model.allow_pickled_weights`` is set, and then read only by ``torch.load(weights_only=True)``.
@@ -38,7 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from pipeline.errors import ModelError
+from pipeline.errors import ModelError, shown_json
+from pipeline.hf_heads import LABELLED_HEADS, map_head, named_labels
 from pipeline.tokenizer import TOKENIZER_CONFIG
 
 SAFETENSORS = "model.safetensors"
@@ -73,8 +69,6 @@ RENAMES = (
     (r"pooler\.dense\.", "pooler.dense."),
 )
 RECORD = "hf_import.json"  # written into a converted directory: what it came from
-LABELLED_HEADS = ("ErnieForSequenceClassification", "ErnieForTokenClassification")  # heads whose outputs are labels
-REPLACE_FLAG = "--set model.head=replace"
 
 
 @dataclass(frozen=True)
@@ -89,15 +83,6 @@ class HFCheckpoint:
     config: dict  # config.json as read
     tokenizer: dict  # the converted directory's tokenizer_config.json (tokenizer_settings)
     vocab: tuple[str, ...]  # the tokens by id
-
-
-@dataclass(frozen=True)
-class HeadMapping:
-    """How a checkpoint's head outputs map to the task's labels."""
-
-    order: tuple[int, ...]  # order[i]: the checkpoint's output (row of its classifier) for the task's label i
-    by: str  # "ids" | "names" (the task's label ids or names, any order) | "assumed" (LABEL_i taken in index order)
-    note: str  # the one line said about it
 
 
 def is_hugging_face(model_dir: Path) -> bool:
@@ -141,7 +126,7 @@ def inspect(model_dir: Path, allow_pickle: bool = False) -> HFCheckpoint:
     if architectures is not None and (not isinstance(architectures, list)
                                       or not all(isinstance(a, str) and a for a in architectures)):
         raise ModelError(f"{where}: field 'architectures' must be a list of class names (e.g. [\"BertModel\"]), got "
-                         f"{_short(architectures)}")
+                         f"{shown_json(architectures)}")
     architecture = (architectures or [f"{'Bert' if model_type == 'bert' else 'Ernie'}Model"])[0]
     if architecture not in ARCHITECTURES:
         known = sorted({a.replace("Ernie", "Bert") for a in ARCHITECTURES})
@@ -173,18 +158,14 @@ def _check_fields(where: Path, config: dict) -> None:
         bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
         if bad or value < low or value > high or (value == low and not low_ok) or (value == high and not high_ok):
             span = f"{'[' if low_ok else '('}{low:g}, {high:g}{']' if high_ok else ')'}"
-            raise ModelError(f"{where}: field {key!r} must be a number in {span}, got {_short(value)}")
+            raise ModelError(f"{where}: field {key!r} must be a number in {span}, got {shown_json(value)}")
     for key in OPTIONAL_INT_FIELDS:
         value = config.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise ModelError(f"{where}: field {key!r} must be a positive integer, got {_short(value)}")
+            raise ModelError(f"{where}: field {key!r} must be a positive integer, got {shown_json(value)}")
     if config.get("use_task_id") is not None and not isinstance(config["use_task_id"], bool):
-        raise ModelError(f"{where}: field 'use_task_id' must be true or false, got {_short(config['use_task_id'])}")
+        raise ModelError(f"{where}: field 'use_task_id' must be true or false, got {shown_json(config['use_task_id'])}")
 
-
-def _short(value) -> str:
-    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_links(d: Path) -> None:
@@ -322,8 +303,8 @@ def convert(src: Path, dst: Path, allow_pickle: bool = False, keep_head: bool = 
     write_vocab(list(ckpt.vocab), tmp, ckpt.tokenizer)
     if mapping is not None:
         write_labels(tmp / "labels.json", list(labels), list(label_names or labels))
-    elif ckpt.head in LABELLED_HEADS and _labels(ckpt.config):
-        write_labels(tmp / "labels.json", _labels(ckpt.config), _labels(ckpt.config))
+    elif ckpt.head in LABELLED_HEADS and named_labels(ckpt.config):
+        write_labels(tmp / "labels.json", named_labels(ckpt.config), named_labels(ckpt.config))
     record = {"source": str(ckpt.path), "model_type": ckpt.model_type, "architecture": ckpt.architecture,
               "head": ckpt.head, "weights": ckpt.weights.name, "tensors": len(state)}
     if mapping is not None:
@@ -518,159 +499,9 @@ def paddle_config(ckpt: HFCheckpoint, state: dict) -> dict:
     return out
 
 
-def _brief(values: Sequence[str], n: int = 6) -> str:
-    """A label list in a message: its first ``n``, then how many more."""
-    shown = ", ".join(map(str, values[:n]))
-    return f"[{shown}{f', ... {len(values) - n} more' if len(values) > n else ''}]"
-
-
-def check_head_kind(ckpt: HFCheckpoint, needed: str, kind: str) -> None:
-    """Refuse a trained head of another kind than the task's (say a tagger given to a sentence classifier)."""
-    if ckpt.head and ckpt.head != needed:
-        raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head is not the kind a {kind} task needs "
-                         f"(...{needed.replace('Ernie', '', 1)}): not dropping a trained head; {REPLACE_FLAG} "
-                         "fine-tunes a new one on its encoder")
-
-
-def map_head(ckpt: HFCheckpoint, outputs: int, labels: Sequence[str], label_names: Sequence[str]) -> HeadMapping:
-    """How the checkpoint's ``outputs`` head outputs map to the task's ``labels`` (``label_names``: their names),
-    read from ``id2label`` (``label2id`` must agree with it): by ids or by names in any order, or LABEL_i placeholders
-    taken in index order (``by`` "assumed": to be checked on dev); anything else is refused, naming both label sets
-    and the flag that replaces the head."""
-    from pipeline.labels_file import placeholder_id2label
-
-    labels, label_names = [str(v) for v in labels], [str(v) for v in label_names]
-    task = f"{len(labels)} labels {_brief(labels)}" + (f" (names {_brief(label_names)})" if label_names != labels else "")
-    refuse = f"not dropping a trained head; {REPLACE_FLAG} fine-tunes a new one on its encoder"
-    by_id = _head_labels(ckpt, outputs)
-    head = [by_id[i] for i in range(len(by_id))]
-    if outputs != len(labels):
-        raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head has {outputs} outputs {_brief(head)} but the task "
-                         f"has {task}: {refuse}")
-    ways = (("ids", labels), ("names", label_names)) if label_names != labels else (("labels", labels),)
-    for by, wanted in ways:
-        if len(set(wanted)) == len(wanted) and sorted(head) == sorted(wanted):
-            order = tuple(head.index(label) for label in wanted)
-            if list(order) == list(range(outputs)):
-                note = f"its head's labels are the task's {by} in the task's order: kept"
-            else:
-                moved = [f"{wanted[i]} <- output {o}" for i, o in enumerate(order) if o != i]
-                note = (f"its head's labels are the task's {by} in another order: its rows reordered to the task's "
-                        f"({len(moved)} moved: {', '.join(moved[:6])}{', ...' if len(moved) > 6 else ''})")
-            return HeadMapping(order, by, note)
-    if placeholder_id2label(by_id):
-        note = (f"its head's labels are transformers' placeholders LABEL_0..LABEL_{outputs - 1}: assumed to be the "
-                f"task's {_brief(label_names)} in that order (checked on dev); {REPLACE_FLAG} fine-tunes a new "
-                "head instead")
-        return HeadMapping(tuple(range(outputs)), "assumed", note)
-    match = "match neither the ids nor the names of" if label_names != labels else "do not match"
-    raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head's labels {_brief(head)} (config.json id2label) "
-                     f"{match} the task's {task}, in any order: {refuse}")
-
-
-def _head_labels(ckpt: HFCheckpoint, outputs: int) -> dict[int, str]:
-    """config.json's ``id2label`` (LABEL_i placeholders when absent) as output index -> label, checked: indices
-    0..n-1 without gaps, ``label2id`` (where given) its inverse, one label per output of the head."""
-    where = ckpt.path / CONFIG
-    id2label = ckpt.config.get("id2label")
-    if id2label is None:
-        id2label = {str(i): f"LABEL_{i}" for i in range(outputs)}
-    if not isinstance(id2label, dict) or not id2label:
-        raise ModelError(f"{where}: field 'id2label' must be a non-empty mapping of output index to label, got "
-                         f"{_short(id2label)}")
-    by_id: dict[int, str] = {}
-    for key, value in id2label.items():
-        try:
-            index = int(key)
-        except (TypeError, ValueError):
-            index = -1
-        if index < 0 or str(index) != str(key).strip() or isinstance(value, (dict, list)) or value is None:
-            raise ModelError(f"{where}: id2label entry {_short(key)}: {_short(value)}: expected an output index and a "
-                             "label")
-        by_id[index] = str(value)
-    if sorted(by_id) != list(range(len(by_id))):
-        raise ModelError(f"{where}: id2label's output indices must be 0..{len(by_id) - 1} without gaps, got "
-                         f"{_brief([str(i) for i in sorted(by_id)])}")
-    head = [by_id[i] for i in range(len(by_id))]
-    label2id = ckpt.config.get("label2id")
-    if label2id is not None:
-        if not isinstance(label2id, dict) or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in label2id.values()):
-            raise ModelError(f"{where}: field 'label2id' must be a mapping of label to output index, got "
-                             f"{_short(label2id)}")
-        inverse = {str(k): v for k, v in label2id.items()}
-        if label2id and inverse != {label: i for i, label in enumerate(head)}:
-            first = next((i for i, label in enumerate(head) if inverse.get(label) != i), None)
-            detail = (f"id2label[{first}] is {head[first]!r} but label2id[{head[first]!r}] is "
-                      f"{inverse.get(head[first], 'missing')}" if first is not None else
-                      f"label2id names {_brief(sorted(set(inverse) - set(head)))}, which id2label does not")
-            raise ModelError(f"{where}: label2id disagrees with id2label ({detail}): which output is which label is "
-                             f"unknown; make them agree, or {REPLACE_FLAG} fine-tunes a new head on its encoder")
-    if len(head) != outputs:
-        raise ModelError(f"{where}: id2label names {len(head)} labels but the {ckpt.architecture} head has {outputs} "
-                         "outputs")
-    return by_id
-
-
 def head_mapping(converted_dir: Path) -> dict | None:
     """The head mapping a converted directory was written with (its ``hf_import.json``), None when none."""
     return json.loads((Path(converted_dir) / RECORD).read_text(encoding="utf-8")).get("head_labels")
-
-
-def dev_confusion(outputs: Sequence, targets: Sequence, n: int):
-    """[n, n] counts of (true label, predicted output) over dev features (per token for a tagger, -100 skipped)."""
-    import numpy as np
-
-    confusion = np.zeros((n, n), dtype=np.int64)
-    for out, target in zip(outputs, targets):
-        out, target = np.asarray(out), np.asarray(target)
-        pred = out.argmax(-1)
-        if target.ndim == 0:
-            true, pred = target.reshape(1), pred.reshape(1)
-        else:
-            k = min(len(target), len(pred))
-            true, pred = target[:k], pred[:k]
-        keep = (true >= 0) & (true < n)
-        np.add.at(confusion, (true[keep], pred[keep]), 1)
-    return confusion
-
-
-def assumed_order_verdict(confusion, labels: Sequence[str], label_names: Sequence[str], where: Path) -> str:
-    """The dev check of a head taken in index order (LABEL_i): the best one-to-one assignment of outputs to labels
-    on dev (Hungarian, on the confusion matrix) must be the index order (a tie with it passes).  Returns the line
-    said; raises naming the assignment found."""
-    import numpy as np
-    from scipy.optimize import linear_sum_assignment
-
-    confusion = np.asarray(confusion)
-    total = int(confusion.sum())
-    rows, cols = linear_sum_assignment(confusion, maximize=True)
-    best, kept = int(confusion[rows, cols].sum()), int(np.trace(confusion))
-    if not total:
-        raise ModelError(f"{where}: its LABEL_i head's order cannot be checked: no dev example has a label; "
-                         f"{REPLACE_FLAG} fine-tunes a new head instead")
-    if best <= kept:
-        return (f"the assumed order checked on {total} dev predictions: the index order is their best assignment of "
-                f"outputs to labels (agreement {kept / total:.4f})")
-    names = [str(n) if str(n) == str(label) else f"{label} ({n})" for label, n in zip(labels, label_names)]
-    moved = [f"{names[r]} is output {c}" for r, c in zip(rows, cols) if r != c and confusion[r].sum()]
-    raise ModelError(f"{where}: its LABEL_i head is not in the task's order: on {total} dev predictions the best "
-                     f"assignment of outputs to labels is {'; '.join(moved[:8])}{'; ...' if len(moved) > 8 else ''} "
-                     f"(agreement {best / total:.4f} so, {kept / total:.4f} in index order): give config.json an "
-                     f"id2label naming each output's label, or {REPLACE_FLAG} fine-tunes a new head")
-
-
-def _labels(config: dict) -> list[str] | None:
-    """``id2label`` in id order when it names real labels (not LABEL_0, LABEL_1, ...)."""
-    from pipeline.labels_file import placeholder_id2label
-
-    id2label = config.get("id2label")
-    if not isinstance(id2label, dict) or not id2label or placeholder_id2label(id2label):
-        return None
-    try:
-        return [str(id2label.get(str(i), id2label.get(i))) for i in range(len(id2label))]
-    except (TypeError, ValueError):
-        return None
 
 
 def _save_paddle(state: dict, path: Path) -> None:

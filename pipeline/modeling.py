@@ -19,7 +19,7 @@ from typing import Sequence
 
 from pipeline import safe_weights
 from pipeline.config import ModelConfig, ScratchModelConfig
-from pipeline.errors import ModelError
+from pipeline.errors import ModelError, shown_json
 from pipeline.labels_file import labels_from_id2label, placeholder_id2label, read_labels
 
 CONFIG_FILES = ("config.json", "model_config.json")
@@ -96,10 +96,10 @@ def inspect_model(path: Path, *, weights: bool = True) -> ModelInfo:
     architectures = config.get("architectures")
     if architectures is not None and (not isinstance(architectures, list)
                                       or not all(isinstance(a, str) and a for a in architectures)):
-        raise ModelError(f"{config_path}: field 'architectures' must be a list of class names, got {_short(architectures)}")
+        raise ModelError(f"{config_path}: field 'architectures' must be a list of class names, got {shown_json(architectures)}")
     for key in ("id2label", "label2id"):
         if config.get(key) is not None and not isinstance(config[key], dict):
-            raise ModelError(f"{config_path}: field {key!r} must be a mapping, got {_short(config[key])}")
+            raise ModelError(f"{config_path}: field {key!r} must be a mapping, got {shown_json(config[key])}")
     vocab_ids = _check_vocab(path / VOCAB_FILE)
     if config_vocab is not None and vocab_ids > config_vocab:
         raise ModelError(f"{path / VOCAB_FILE}: {vocab_ids} token ids but {config_path.name} has vocab_size {config_vocab} "
@@ -127,11 +127,6 @@ def inspect_model(path: Path, *, weights: bool = True) -> ModelInfo:
         labels=labels,
         architecture=(architectures or [None])[0],
     )
-
-
-def _short(value) -> str:
-    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _regular_file(p: Path, what: str) -> bool:
@@ -181,7 +176,7 @@ def _config_int(config_path: Path, config: dict, key: str, default: int | None =
         return default
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ModelError(f"{config_path}: field {key!r} must be a positive integer, got {_short(value)}")
+        raise ModelError(f"{config_path}: field {key!r} must be a positive integer, got {shown_json(value)}")
     return value
 
 
@@ -204,7 +199,7 @@ def _check_tokenizer_config(p: Path) -> None:
         return
     cfg = read_json_object(p)
     if "do_lower_case" in cfg and not isinstance(cfg["do_lower_case"], bool):
-        raise ModelError(f"{p}: field 'do_lower_case' must be true or false, got {_short(cfg['do_lower_case'])}")
+        raise ModelError(f"{p}: field 'do_lower_case' must be true or false, got {shown_json(cfg['do_lower_case'])}")
 
 
 def _check_pickle_header(p: Path) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import pipeline  # noqa: F401  (paddle after numpy)
-from pipeline import hf_import
+from pipeline import hf_heads, hf_import
 from pipeline.errors import ModelError
 
 GOLDEN = Path(__file__).parent / "golden" / "hf"
@@ -203,17 +203,17 @@ def test_a_tagger_of_other_entity_types_is_refused(tmp_path):
 
 def test_the_assumed_order_check_passes_the_index_order_and_ties():
     confusion = np.array([[5, 1, 0], [0, 0, 0], [1, 0, 4]])
-    assert hf_import.assumed_order_verdict(confusion, IDS, NAMES, Path("m")) == (
+    assert hf_heads.assumed_order_verdict(confusion, IDS, NAMES, Path("m")) == (
         "the assumed order checked on 11 dev predictions: the index order is their best assignment of outputs to "
         "labels (agreement 0.8182)")
     tie = np.array([[2, 2], [2, 2]])
-    assert "index order is their best" in hf_import.assumed_order_verdict(tie, ["a", "b"], ["a", "b"], Path("m"))
+    assert "index order is their best" in hf_heads.assumed_order_verdict(tie, ["a", "b"], ["a", "b"], Path("m"))
 
 
 def test_the_assumed_order_check_names_the_permutation_it_finds():
     confusion = np.array([[0, 0, 5], [0, 3, 0], [4, 0, 1]])
     with pytest.raises(ModelError) as err:
-        hf_import.assumed_order_verdict(confusion, IDS, NAMES, Path("m"))
+        hf_heads.assumed_order_verdict(confusion, IDS, NAMES, Path("m"))
     assert str(err.value) == ("m: its LABEL_i head is not in the task's order: on 13 dev predictions the best "
                               "assignment of outputs to labels is 100 (体育) is output 2; 102 (科技) is output 0 "
                               "(agreement 0.9231 so, 0.3077 in index order): give config.json an id2label naming "
@@ -221,9 +221,9 @@ def test_the_assumed_order_check_names_the_permutation_it_finds():
 
 
 def test_dev_confusion_counts_sentences_and_real_tokens():
-    sentences = hf_import.dev_confusion([np.array([0.1, 0.9]), np.array([0.8, 0.2])], [np.array(1), np.array(1)], 2)
+    sentences = hf_heads.dev_confusion([np.array([0.1, 0.9]), np.array([0.8, 0.2])], [np.array(1), np.array(1)], 2)
     assert sentences.tolist() == [[0, 0], [1, 1]]
-    tokens = hf_import.dev_confusion([np.array([[1, 0], [0, 1], [0, 1]])], [np.array([-100, 0, 1])], 2)
+    tokens = hf_heads.dev_confusion([np.array([[1, 0], [0, 1], [0, 1]])], [np.array([-100, 0, 1])], 2)
     assert tokens.tolist() == [[0, 1], [0, 1]]
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from pipeline import dev_outputs, hf_import
+from pipeline import dev_outputs, hf_heads, hf_import
 from pipeline.stage import Stage
 from pipeline.extraction.checkpoint import convert_uie_checkpoint, is_paddlenlp_uie
 from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, TaskConfig
@@ -128,7 +128,7 @@ def _imported(ctx, hf_dir: Path, data):
         model_dir = hf_import.converted(hf_dir, ctx.work_dir, allow, ctx.log, keep_head=False)
         check_positions(inspect_model(model_dir), cfg.max_seq_len)
         return model_dir, None
-    hf_import.check_head_kind(ckpt, kind.model_class().__name__, kind.name)
+    hf_heads.check_head_kind(ckpt, kind.model_class().__name__, kind.name)
     model_dir = hf_import.converted(hf_dir, ctx.work_dir, allow, ctx.log, labels=data.labels,
                                     label_names=data.label_names)
     info = inspect_model(model_dir)
@@ -147,7 +147,7 @@ def _imported(ctx, hf_dir: Path, data):
 
 def _check_assumed_order(ctx, hf_dir: Path, model_dir: Path, data) -> None:
     """A head taken in index order (LABEL_i) on the converted model's dev predictions: the best assignment of its
-    outputs to the task's labels must be the index order (``hf_import.assumed_order_verdict``), else refused."""
+    outputs to the task's labels must be the index order (``hf_heads.assumed_order_verdict``), else refused."""
     import paddle
 
     from pipeline.evaluation import run_outputs
@@ -162,8 +162,8 @@ def _check_assumed_order(ctx, hf_dir: Path, model_dir: Path, data) -> None:
 
     with paddle.no_grad():
         outputs = run_outputs(forward, dev, cfg.finetune.eval_batch_size, "finetune (assumed head order, dev)")
-    confusion = hf_import.dev_confusion(outputs, [f.target for f in dev.features], len(data.labels))
-    ctx.log(f"[finetune] {hf_dir}: " + hf_import.assumed_order_verdict(confusion, data.labels, data.label_names, hf_dir))
+    confusion = hf_heads.dev_confusion(outputs, [f.target for f in dev.features], len(data.labels))
+    ctx.log(f"[finetune] {hf_dir}: " + hf_heads.assumed_order_verdict(confusion, data.labels, data.label_names, hf_dir))
 
 
 def _model_as_is(ctx, model_dir: Path, data):
