@@ -365,6 +365,23 @@ class ServerState:
         return f"--model-repository={self.repository}".encode() in (cmdline(self.pid) or [])
 
 
+def running_url(bundle: Path | str, protocol: str) -> str | None:
+    """``host:port`` (``protocol`` "http" or "grpc") of the server this launcher started for ``bundle`` (``make serve``,
+    detached or not) while it still runs it; None when none is recorded or it is gone.  The tools ask it when no
+    ``--url`` is given, so a server on other ports than 8000/8001 (``--http-port 0``) is found."""
+    path = state_file(Path(bundle).resolve())
+    if not path.is_file():
+        return None
+    try:
+        state = ServerState.read(path)
+    except ServerError:
+        return None
+    url = state.http if protocol == "http" else state.grpc
+    if url.startswith("0.0.0.0:"):  # bound everywhere: asked on loopback
+        url = "127.0.0.1:" + url.split(":", 1)[1]
+    return url if url and state.is_running() else None
+
+
 def stop_detached(state_path: Path, timeout: float = 30.0) -> int:
     if not state_path.is_file():
         print(f"no server recorded at {state_path}")

@@ -135,6 +135,31 @@ def test_smoke_without_data_dir_scores_the_data_the_bundle_was_built_from(served
     assert json.loads((tmp_path / "fresh" / "runs" / "smoke.json").read_text())["examples"] == 90
 
 
+def test_smoke_asks_the_server_make_serve_started_for_the_bundle(recorded_bundle, task_without_data, tmp_path, capsys):
+    """`make serve ARGS='--http-port 0'` then `make smoke`: smoke asked 127.0.0.1:8000 and gave up after 30 s (the
+    UIE bundle's check, twenty-fifth session).  Without --url it now asks the server the launcher recorded beside
+    the bundle, and says which; once that server is stopped, nothing is recorded and it asks the default port."""
+    from serving import server
+    from serving.tools import smoke
+
+    repo = tmp_path / "repo"
+    shutil.copytree(recorded_bundle, repo / "tiny")
+    free = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+    assert server.main(["--repository", str(repo), "--task", "tiny", "--detach", *free]) == 0
+    try:
+        state = server.ServerState.read(server.state_file((repo / "tiny").resolve()))
+        assert state.http.rsplit(":", 1)[1] != "8000"
+        assert server.running_url(repo / "tiny", "grpc") == state.grpc
+        capsys.readouterr()
+        rc = smoke.main(["--task", str(task_without_data), "--repository", str(repo / "tiny")])
+        out, err = capsys.readouterr()
+        assert rc == 0, out + err
+        assert "PASS" in out and f"server: {state.http} (http), the one `make serve` started for" in err
+    finally:
+        assert server.main(["--repository", str(repo), "--task", "tiny", "--stop"]) == 0
+    assert server.running_url(repo / "tiny", "http") is None
+
+
 def test_perf_replicas_and_loadtest_read_the_bundles_data_too(recorded_bundle, task_without_data, tiny_finetuned):
     from serving.tools import loadtest
     from serving.tools.offline import BundleModel

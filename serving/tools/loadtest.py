@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from pipeline.contract import TaskKind
-from serving.tools.client import BundleClient, ClientError
+from serving.tools.client import DEFAULT_URLS, BundleClient, ClientError
 from serving.tools.kinds import kind_of_outputs, tool_kind
 
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir")
     p.add_argument("--file", help="texts, one per line (instead of the dev set)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="grpc")
-    p.add_argument("--url", help="host:port (default 127.0.0.1:8000 / :8001)")
+    p.add_argument("--url", help="host:port (default: the server `make serve` started for the bundle, else 127.0.0.1:8000 / :8001)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--seconds", type=float, default=10.0, help="per concurrency level")
     p.add_argument("--batch-size", type=int, default=1, help="texts per request")
@@ -204,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model or args.task
     if not model:
         p.error("--task or --model is required")
-    url = args.url or {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}[args.protocol]
+    from serving.server import running_url
+
+    url = args.url or running_url(Path(args.repository) / model, args.protocol) or DEFAULT_URLS[args.protocol]
     try:
         import pipeline  # noqa: F401  (process setup before anything imports paddle)
         from pipeline.errors import UserInputError

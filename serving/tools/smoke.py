@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repository", default="model_repository")
     p.add_argument("--data-dir", help="dev data dir (default: the task config's)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    p.add_argument("--url", help="host:port (default 127.0.0.1:8000 / :8001)")
+    p.add_argument("--url", help="host:port (default: the server `make serve` started for this bundle, else 127.0.0.1:8000 / :8001)")
     p.add_argument("--batch-size", type=int, default=None, help="items per request (default: validate's batch size)")
     p.add_argument("--json-out", help="also write the result here")
     p.add_argument("--concurrency", type=int, default=0,
@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         problem = kind.smoke_problem(bundle, data)
         if problem:
             raise ClientError(problem)
-        with BundleClient(args.url, args.protocol, bundle.manifest["task"]) as client:
+        url = args.url or _launched_url(bundle.root, args.protocol)
+        with BundleClient(url, args.protocol, bundle.manifest["task"]) as client:
             client.wait_ready(30)
             result = kind.smoke(bundle, client, list(data.dev.examples), _batch_size(bundle, args.batch_size))
         kind.print_smoke(args.task, args.protocol, result, (bundle.manifest.get("validated") or {}).get("backend"))
@@ -238,6 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     failure = kind.smoke_failure if not result.ok else _concurrent_failure(concurrent)
     print(f"FAIL: {failure}" if failure else "PASS")  # the verdict the exit status gives, never PASS with status 1
     return 1 if failure else 0
+
+
+def _launched_url(bundle: Path, protocol: str) -> str | None:
+    """The server ``make serve`` started for this bundle, said; None (the default ports) when there is none."""
+    from serving.server import running_url
+
+    url = running_url(bundle, protocol)
+    if url:
+        print(f"server: {url} ({protocol}), the one `make serve` started for {bundle}", file=sys.stderr)
+    return url
 
 
 def refused_example(examples: Sequence, manifest: dict | None) -> str | None:
