@@ -151,7 +151,7 @@ def test_smoke_asks_the_server_make_serve_started_for_the_bundle(recorded_bundle
         assert state.http.rsplit(":", 1)[1] != "8000"
         assert server.running_url(repo / "tiny", "grpc") == state.grpc
         capsys.readouterr()
-        rc = smoke.main(["--task", str(task_without_data), "--repository", str(repo / "tiny")])
+        rc = smoke.main(["--task", str(task_without_data), "--repository", str(repo / "tiny"), "--concurrency", "4"])
         out, err = capsys.readouterr()
         assert rc == 0, out + err
         assert "PASS" in out and f"server: {state.http} (http), the one `make serve` started for" in err

@@ -226,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         problem = kind.smoke_problem(bundle, data)
         if problem:
             raise ClientError(problem)
-        url = args.url or _launched_url(bundle.root, args.protocol)
-        with BundleClient(url, args.protocol, bundle.manifest["task"]) as client:
+        args.url = args.url or _launched_url(bundle.root, args.protocol)  # for the batched and the concurrent phase
+        with BundleClient(args.url, args.protocol, bundle.manifest["task"]) as client:
             client.wait_ready(30)
             result = kind.smoke(bundle, client, list(data.dev.examples), _batch_size(bundle, args.batch_size))
         kind.print_smoke(args.task, args.protocol, result, (bundle.manifest.get("validated") or {}).get("backend"))
