@@ -148,20 +148,13 @@ def _imported(ctx, hf_dir: Path, data):
 def _check_assumed_order(ctx, hf_dir: Path, model_dir: Path, data) -> None:
     """A head taken in index order (LABEL_i) on the converted model's dev predictions: the best assignment of its
     outputs to the task's labels must be the index order (``hf_heads.assumed_order_verdict``), else refused."""
-    import paddle
-
-    from pipeline.evaluation import run_outputs
+    from pipeline.evaluation import dygraph_forward, run_outputs
 
     cfg, kind = ctx.cfg, get_kind(ctx.cfg)
     tokenizer = Tokenizer.from_model_dir(model_dir, cfg.max_seq_len)
-    model = load_classifier(model_dir, len(data.labels), kind.model_class())
+    model = load_classifier(model_dir, len(data.labels), kind.model_class())  # in eval mode
     dev = kind.featurize(tokenizer, data.dev.examples[:ASSUMED_ORDER_DEV_EXAMPLES], cfg)
-
-    def forward(ids, types):
-        return model(paddle.to_tensor(ids), token_type_ids=paddle.to_tensor(types)).numpy()
-
-    with paddle.no_grad():
-        outputs = run_outputs(forward, dev, cfg.finetune.eval_batch_size, "finetune (assumed head order, dev)")
+    outputs = run_outputs(dygraph_forward(model), dev, cfg.finetune.eval_batch_size, "finetune (assumed head order, dev)")
     confusion = hf_heads.dev_confusion(outputs, [f.target for f in dev.features], len(data.labels))
     ctx.log(f"[finetune] {hf_dir}: " + hf_heads.assumed_order_verdict(confusion, data.labels, data.label_names, hf_dir))
 
