@@ -33,6 +33,7 @@ def server_environment(install: "TritonInstall") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in PIPELINE_ONLY_ENV}
     return {**env, **install.env, "PYTHONDONTWRITEBYTECODE": "1"}
 
+
 class ServerError(RuntimeError):
     """The server could not be found, started or made ready."""
 
