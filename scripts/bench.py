@@ -8,6 +8,9 @@ Reads a finished export (``runs/<task>/export/out``) and measures, side by side:
 * ``anchor``                  ``quantize_dynamic(per_channel=True, QInt8)`` of that same FP32 ONNX, built
                               here: what any user gets with one line, per-batch activation scales;
 * ``anchor-reduce_range``     the same with 7-bit weights;
+* ``anchor (first-token network)``  the one-liner on compress's unpruned network whose last layer computes the first
+                              token only (``ernie_models.first_token_only``), when compress made one: what that cut
+                              alone gives, so the shipped form's ratio can be told apart from it;
 * ``onnxruntime-int8``        ``onnx/int8.onnx`` (its architecture and recipe named), and ``int8-qdq`` (TensorRT form);
 * ``pruned-*``                each DynaBERT-pruned candidate compress measured in ONNX Runtime (FP32, and INT8
                               with its own searched recipe); after a Paddle-runtime compress, each pruned model
@@ -158,6 +161,7 @@ def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[
     """Every form to measure, by its row name: ORT FP32, the anchor (with and without reduce_range), the shipped
     ONNX Runtime INT8 and QDQ forms, the recipe's other architectures (``recipe_forms``) and OpenVINO's (``openvino_forms``)."""
     from pipeline.backends.onnxruntime.quantize import quantize_anchor
+    from pipeline.compress.onnx_candidates import FIRST_TOKEN_DIR, ONNX_FILE
     from pipeline.quantization.recipe import Int8Recipe
 
     fp32 = layout.path("onnx_fp32")
@@ -169,6 +173,9 @@ def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[
     arch = Architecture(sel.get("width_mult", 1.0), sel.get("depth_mult", 1.0))
     models = {"ort-fp32": fp32, "anchor": quantize_anchor(fp32, work / "anchor.onnx"),
               "anchor-reduce_range": quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True)}
+    first_token = runs / "compress" / "out" / "candidates" / "fp32" / FIRST_TOKEN_DIR / ONNX_FILE
+    if first_token.is_file():  # the one-liner on compress's first-token network: what that cut alone gives it
+        models["anchor (first-token network)"] = quantize_anchor(first_token, work / "anchor_first_token.onnx")
     if layout.has("onnx_int8"):  # absent when OpenVINO's IR ships and nothing asked for them
         models.update({f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": layout.path("onnx_int8_qdq"),
                        f"onnxruntime-int8 ({_label(arch)}, {shipped_name})": layout.path("onnx_int8")})

@@ -147,6 +147,11 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert rows["w0.75-ov-int8"]["quantization"] == "nncf" and rows["w0.75-ov-int8"]["settings"]["int8_recipe"]["name"]
     assert rows["w0.75-int8"]["size_bytes"] < 0.5 * rows["w0.75"]["size_bytes"]
     assert rows["w0.75-ov-int8"]["model_path"].endswith("model.xml")
+    # Every candidate's network computes the last layer for the first token only (ernie_models.first_token_only); the
+    # baseline every ratio counts from, and validate's anchor is made from, is the stock network.
+    assert rows["fp32"]["model_path"] == "candidates/fp32/model.onnx" and "first_token_only" not in rows["fp32"]["settings"]
+    assert rows["int8"]["source_onnx"] == "candidates/fp32/first_token/model.onnx"
+    assert all(rows[n]["settings"]["first_token_only"] for n in got["names"] if n != "fp32")
     # Time you can see (issue 60): the record holds compress's phases, in the order they began, each >= 0, together
     # at most the stage's total.
     record = got["record"]
@@ -157,6 +162,7 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert phases["distillation"] > 0 and phases["search"] > 0
     shipped = _out(runs) / got["outputs"]["shipped_dir"]
     assert (shipped / "openvino" / "int8.xml").is_file() and (shipped / "openvino" / "int8.bin").is_file()
+    assert (shipped / "onnx" / "fp32.onnx").read_bytes() == (_out(runs) / "candidates" / "fp32" / "model.onnx").read_bytes()
     assert "| onnxruntime |" in (_out(runs) / "candidates.md").read_text()
 
     assert main(["run", *tiny_cli_args(tiny_finetuned["task_yaml"], runs), "--only", "export", *FAST, *ALL, *BOTH_FORMS, "--set",

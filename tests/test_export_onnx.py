@@ -241,3 +241,49 @@ def test_int8_answers_do_not_depend_on_batch_mates(exported, tiny_finetuned, tmp
     per_batch = quantize_int8_dynamic(exported["out"] / "onnx" / "fp32.onnx", tmp_path / "dyn.onnx")
     alone, batched = _batch_vs_single(per_batch, fs)
     assert np.abs(alone - batched).max() > 0
+
+
+def _ffn_rows(onnx_path: Path, batch, tmp_path: Path, inner: int) -> tuple[np.ndarray, list[int]]:
+    """The logits of ``batch``, and the rows (the shape's second axis) of every MatMul output ``inner`` wide: the
+    feed-forward layers' first projections, as ONNX Runtime's profiler saw them run."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.enable_profiling, so.profile_file_prefix = True, str(tmp_path / onnx_path.parent.name)
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # one node per op, unfused
+    s = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+    logits = s.run(None, {"input_ids": batch.input_ids, "token_type_ids": batch.token_type_ids})[0]
+    events = json.loads(Path(s.end_profiling()).read_text())
+    rows = [next(iter(shape.values()))[1] for e in events if e.get("cat") == "Node" and e["args"].get("op_name") == "MatMul"
+            and e["name"].endswith("_kernel_time") for shape in e["args"].get("output_type_shape", [])
+            if len(next(iter(shape.values()))) == 3 and next(iter(shape.values()))[2] == inner]
+    return logits, rows
+
+
+def test_a_classifiers_last_layer_computes_the_first_token_only_and_keeps_its_logits(tiny_deep_model, tiny_splits, tmp_path):
+    """ernie_models.first_token_only: the head reads the pooled first token alone, so the last layer's feed-forward runs
+    on one row of each text, the others on every token; the logits are the stock network's.  A token classifier's last
+    layer feeds every row to its head: it is left as it is."""
+    from pipeline.backends.onnxruntime.convert import export_onnx
+    from pipeline.backends.paddle.convert import export_static
+    from pipeline.ernie_models import ErnieForTokenClassification, first_token_only
+    from pipeline.modeling import load_classifier
+    from pipeline.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_model_dir(tiny_deep_model, 64)
+    fs = features(tok, tiny_splits[1][:12])
+    batch = fs.batch(range(len(fs)))
+    width = batch.input_ids.shape[1]
+    onnx = {}
+    for name in ("stock", "first_token"):
+        model = load_classifier(tiny_deep_model, 3)
+        inner = model.ernie.encoder.layers[0].linear1.weight.shape[1]
+        if name == "first_token":
+            assert first_token_only(model)
+        onnx[name] = export_onnx(export_static(model, tmp_path / name / "infer"), tmp_path / name / "model.onnx")
+    stock, stock_rows = _ffn_rows(onnx["stock"], batch, tmp_path, inner)
+    cut, cut_rows = _ffn_rows(onnx["first_token"], batch, tmp_path, inner)
+    assert stock_rows == [width] * 4 and cut_rows == [width] * 3 + [1]
+    np.testing.assert_allclose(cut, stock, rtol=0, atol=1e-5)
+    assert np.array_equal(cut.argmax(-1), stock.argmax(-1))
+    assert not first_token_only(load_classifier(tiny_deep_model, 3, model_class=ErnieForTokenClassification))

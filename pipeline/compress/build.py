@@ -79,6 +79,9 @@ class Source:
     model_dir: Path | None  # dygraph FP32 dir (None for a static input)
     infer_dir: Path  # its FP32 static model
     prefix: str  # "" unpruned, "w0.75-" for pruned
+    # its last layer computes the first token only (``ernie_models.first_token_only``): what the ONNX route's candidates
+    # are made from; the FP32 baseline never is
+    first_token_only: bool = False
 
     @property
     def width(self) -> float:
@@ -185,9 +188,14 @@ def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: i
     cfg, inp = b.cfg, b.inp
     archs = cfg.architectures()
     planned = oc.plan(archs, searches, cfg.quantize_unpruned or len(archs) == 1)
-    sources = {UNPRUNED: baseline}
-    builder = oc.OnnxBuilder(lambda a: sources.get(a) or sources.setdefault(a, b.pruned(a)), b.out_dir,
-                             opset=opset, log=b.log, phase=b.phase)
+    sources: dict[Architecture, Source] = {}
+
+    def source(a: Architecture) -> Source:  # made on first use: a pruned one is distilled then
+        if a not in sources:
+            sources[a] = b.pruned(a) if a.pruned else b.first_token(baseline)
+        return sources[a]
+
+    builder = oc.OnnxBuilder(source, b.out_dir, baseline=baseline, opset=opset, log=b.log, phase=b.phase)
     screened = None
     if cfg.screen and budget is not None and any(p.search is not None and p.search.speed is not None for p in planned):
         with b.phase("screen", f"timing the {len(planned)} candidates' architectures before building any"):
@@ -197,7 +205,7 @@ def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: i
                 lambda a: narrowed_onnx(inp.model_dir, inp.num_labels, a, work, b.input_dtype, opset,
                                         lambda: builder.fp32(UNPRUNED)),
                 inp.dev, work, batch_size=cfg.throughput_batch_size, batches=cfg.throughput_batches,
-                rounds=cfg.timing_rounds, log=b.log)
+                rounds=cfg.timing_rounds, log=b.log, baseline=builder.baseline_fp32)
         short = screened.short_of(min_ratio) if min_ratio else None
         if short:
             b.log(f"[compress] WARNING: {short}")
@@ -263,9 +271,28 @@ class _Candidates:
         self.add(Candidate("fp32", 1.0, "none", False, fp32_dir, inp.model_dir, {"input_dtype": self.input_dtype}), t0)
         return Source(UNPRUNED, inp.model_dir, fp32_dir, "")
 
+    def first_token(self, baseline: Source) -> Source:
+        """The unpruned network the ONNX route's candidates are made from: the baseline with its last layer computing
+        the first token only where the head reads nothing else (``ernie_models.first_token_only``); the baseline itself
+        for a static input or a token-level head.  The baseline stays the stock network: every ratio, and validate's
+        anchor, count from what a plain export gives."""
+        from pipeline.compress.onnx_candidates import FIRST_TOKEN_DIR
+        from pipeline.ernie_models import first_token_only
+
+        if self.inp.model_dir is None:
+            return baseline
+        model = load_classifier(self.inp.model_dir, self.inp.num_labels)
+        if not first_token_only(model):
+            return baseline
+        with self.phase("conversion"):
+            infer = export_static(model, self.out_dir / "candidates" / UNPRUNED.name / FIRST_TOKEN_DIR / "infer",
+                                  self.input_dtype)
+        return dataclasses.replace(baseline, infer_dir=infer, first_token_only=True)
+
     def pruned(self, arch: Architecture) -> Source:
         """The physically pruned model of ``arch`` (DynaBERT distillation; kept in the run cache by what made it)."""
         from pipeline.compress.dynabert import Resume, prune
+        from pipeline.ernie_models import first_token_only
 
         cfg, inp = self.cfg, self.inp
         t0 = time.monotonic()
@@ -286,12 +313,13 @@ class _Candidates:
         model_dir = self.out_dir / "candidates" / name / "model"
         with self.phase("conversion"):
             shutil.copytree(pruned, model_dir)
-            infer = export_static(load_classifier(model_dir, inp.num_labels), self.out_dir / "candidates" / name / "infer",
-                                  self.input_dtype)
+            student = load_classifier(model_dir, inp.num_labels)
+            trimmed = self.cfg.onnx_route and first_token_only(student)  # Paddle's quantizers take the stock network
+            infer = export_static(student, self.out_dir / "candidates" / name / "infer", self.input_dtype)
         self.add(Candidate(name, arch.width, "none", False, infer, model_dir,
                            {"width_mult": arch.width, "depth_mult": arch.depth, "input_dtype": self.input_dtype},
                            depth_mult=arch.depth), t0)
-        return Source(arch, model_dir, infer, name + "-")
+        return Source(arch, model_dir, infer, name + "-", trimmed)
 
     def ptq(self, sources: list[Source], grid) -> None:
         """PaddleSlim post-training quantization: every grid point for every source."""

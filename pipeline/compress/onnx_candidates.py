@@ -24,6 +24,7 @@ from pipeline.compress.architecture import UNPRUNED, Architecture
 from pipeline.compress.candidates import Candidate
 
 ONNX_FILE = "model.onnx"
+FIRST_TOKEN_DIR = "first_token"  # under candidates/fp32/: the unpruned network its INT8 candidates are made from
 FP32_RUNTIME = "onnxruntime"  # where every architecture's FP32 ONNX is scored and timed (the ratios' base)
 
 
@@ -71,35 +72,51 @@ def plan(archs: Sequence[Architecture], searches: Sequence[EngineSearch], quanti
 
 class OnnxBuilder:
     """Builds planned candidates on demand: an architecture's FP32 ONNX once (from its static program, ``source(arch)``,
-    which may distil it first), each engine's INT8 form by its recipe search.  ``phase(name)``: charged with
-    the conversions (``conversion``) and the INT8 searches (``search``)."""
+    which may distil it first), each engine's INT8 form by its recipe search.  ``baseline``: the stock unpruned network,
+    the "fp32" candidate every ratio counts from, when ``source(UNPRUNED)`` is another network (its last layer cut to
+    the first token: ``build._Candidates.first_token``).  ``phase(name)``: charged with the conversions
+    (``conversion``) and the INT8 searches (``search``)."""
 
-    def __init__(self, source: Callable[[float], object], out_dir: Path, *, opset: int = 13,
+    def __init__(self, source: Callable[[Architecture], object], out_dir: Path, *, baseline=None, opset: int = 13,
                  log: Callable[[str], None] = print, phase: Callable[[str], ContextManager] | None = None):
         self.source, self.out_dir, self.opset, self.log = source, Path(out_dir), opset, log
+        self.baseline = baseline
         self.phase = phase or (lambda name: nullcontext())
-        self._fp32: dict[Architecture, Path] = {}
+        self._onnx: dict[Path, Path] = {}
 
     def fp32(self, arch: Architecture) -> Path:
-        """The architecture's FP32 ONNX (candidates/<its name>/model.onnx)."""
+        """The FP32 ONNX the architecture's candidates are made from (candidates/<its name>/model.onnx; the unpruned
+        first-token network's in candidates/fp32/first_token/)."""
+        return self._convert(self.source(arch))
+
+    def baseline_fp32(self) -> Path:
+        """The stock unpruned FP32 ONNX (candidates/fp32/model.onnx): the "fp32" candidate, every drop's and ratio's base."""
+        return self._convert(self.baseline or self.source(UNPRUNED))
+
+    def _convert(self, src) -> Path:
         from pipeline.backends.onnxruntime.convert import export_onnx
 
-        if arch not in self._fp32:
-            src = self.source(arch)
+        if src.infer_dir not in self._onnx:
+            folder = self.out_dir / "candidates" / src.arch.name
+            if src.first_token_only and not src.arch.pruned:
+                folder = folder / FIRST_TOKEN_DIR
             with self.phase("conversion"):
-                self._fp32[arch] = export_onnx(src.infer_dir, self.out_dir / "candidates" / arch.name / ONNX_FILE, self.opset)
-        return self._fp32[arch]
+                self._onnx[src.infer_dir] = export_onnx(src.infer_dir, folder / ONNX_FILE, self.opset)
+        return self._onnx[src.infer_dir]
 
     def build(self, p: Planned) -> Candidate:
-        src = self.source(p.arch)  # distilled first when pruned: that time is the architecture's, not this candidate's
-        t0 = time.monotonic()
-        fp32 = self.fp32(p.arch)
+        is_baseline = p.search is None and not p.arch.pruned
+        src = self.baseline if is_baseline and self.baseline is not None else self.source(p.arch)  # distilled first
+        t0 = time.monotonic()  # when pruned: that time is the architecture's, not this candidate's
+        fp32 = self.baseline_fp32() if is_baseline else self.fp32(p.arch)
         settings = {"width_mult": p.arch.width, "depth_mult": p.arch.depth}
+        if src.first_token_only:
+            settings["first_token_only"] = True
         if p.search is None:
             return _done(Candidate(p.name, p.arch.width, "none", False, src.infer_dir, src.model_dir, settings,
                                    runtime=FP32_RUNTIME, model_path=fp32, source_onnx=fp32, depth_mult=p.arch.depth), t0)
         es, engine = p.search, p.search.engine
-        baseline = self.fp32(UNPRUNED) if p.arch.pruned else None  # a pruned one's drops count from the unpruned FP32
+        baseline = self.baseline_fp32() if p.arch.pruned else None  # a pruned one's drops count from the unpruned FP32
         self.log(f"[compress] {p.name}: {engine.name} INT8 recipe search on {p.arch.name}")
         path = self.out_dir / "candidates" / p.name / engine.candidate_file
         with self.phase("search"):

@@ -89,9 +89,11 @@ class Screen:
 
 
 def screen(planned: Sequence[Planned], architecture: Callable[[Architecture], Path], dev, work_dir: Path, *,
-           batch_size: int, batches: int, rounds: int, log: Callable[[str], None] = print) -> Screen:
-    """Time every planned candidate's architecture in interleaved rounds.  ``architecture(arch)``: its FP32 ONNX,
-    untrained (``narrowed_onnx``); each INT8 entry is its engine's ``speed`` form of it."""
+           batch_size: int, batches: int, rounds: int, log: Callable[[str], None] = print,
+           baseline: Callable[[], Path] | None = None) -> Screen:
+    """Time every planned candidate's architecture in interleaved rounds.  ``architecture(arch)``: the FP32 ONNX its
+    candidates are made from, untrained (``narrowed_onnx``); each INT8 entry is its engine's ``speed`` form of it.
+    ``baseline()``: the stock unpruned FP32 ONNX the unpruned FP32 entry times, when that is another network."""
     from pipeline.backends.registry import cpu_engine
     from pipeline.compress.onnx_candidates import FP32_RUNTIME
     from pipeline.evaluation import interleaved_throughput
@@ -99,6 +101,9 @@ def screen(planned: Sequence[Planned], architecture: Callable[[Architecture], Pa
     work_dir = Path(work_dir)
     sessions, onnx = {}, {}
     for p in planned:
+        if p.search is None and not p.arch.pruned and baseline is not None:
+            sessions[p.name] = cpu_engine(FP32_RUNTIME).open(baseline(), "fp32", {})
+            continue
         fp32 = onnx[p.arch] = onnx.get(p.arch) or architecture(p.arch)
         if p.search is None:
             sessions[p.name] = cpu_engine(FP32_RUNTIME).open(fp32, "fp32", {})
@@ -119,10 +124,12 @@ def screen(planned: Sequence[Planned], architecture: Callable[[Architecture], Pa
 def narrowed_onnx(model_dir: Path, num_labels: int, arch: Architecture, work_dir: Path, input_dtype: str, opset: int,
                   unpruned_onnx: Callable[[], Path]) -> Path:
     """An architecture as FP32 ONNX: the model narrowed to its width and cut to its depth with no importance order and
-    no training (its answers are meaningless; its speed is the pruned model's).  The unpruned one is ``unpruned_onnx()``."""
+    no training (its answers are meaningless; its speed is the pruned model's), its last layer cut to the first token
+    where its candidates' is (``ernie_models.first_token_only``).  The unpruned one is ``unpruned_onnx()``."""
     from pipeline.backends.onnxruntime.convert import export_onnx
     from pipeline.backends.paddle.convert import export_static
     from pipeline.compress.dynabert import shrink
+    from pipeline.ernie_models import first_token_only
     from pipeline.modeling import load_classifier
 
     if not arch.pruned:
@@ -130,5 +137,6 @@ def narrowed_onnx(model_dir: Path, num_labels: int, arch: Architecture, work_dir
     out = Path(work_dir) / arch.name
     shutil.rmtree(out, ignore_errors=True)
     student, _ = shrink(load_classifier(model_dir, num_labels), arch)
+    first_token_only(student)
     infer = export_static(student, out / "infer", input_dtype)
     return export_onnx(infer, out / ONNX_FILE, opset)

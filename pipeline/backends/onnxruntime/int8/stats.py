@@ -57,7 +57,8 @@ def activation_ranges(fp32_path: Path, feeds: Sequence[dict[str, np.ndarray]], p
         real = feed["input_ids"] != pad_id  # [B, T]
         outs = sess.run(names, feed)
         for name, value in zip(names, outs):
-            rows = value[real] if value.ndim == 3 else value.reshape(-1, value.shape[-1])
+            # [B, T, C] over every token: the real ones; else every row (a first-token-only layer's [B, 1, C] too)
+            rows = value[real] if value.ndim == 3 and value.shape[1] == real.shape[1] else value.reshape(-1, value.shape[-1])
             if name not in ranges:
                 k = value.shape[-1]
                 ranges[name] = ChannelRange(np.full(k, np.inf, np.float32), np.full(k, -np.inf, np.float32))
