@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 from pipeline.compress.architecture import Architecture
 from pipeline.kinds.base import FeatureSet
+from pipeline.validation.gates import meets
 
 
 
@@ -50,7 +51,7 @@ class Candidate:
 
     def within(self, max_accuracy_drop: float) -> bool:
         """Scored, and at most ``max_accuracy_drop`` points below the FP32 baseline: the selection's budget."""
-        return self.accuracy_drop_points is not None and self.accuracy_drop_points <= max_accuracy_drop + 1e-9
+        return self.accuracy_drop_points is not None and meets(self.accuracy_drop_points, max_accuracy_drop, "max")
 
     @property
     def is_program(self) -> bool:

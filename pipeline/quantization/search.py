@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pipeline.quantization.recipe import Int8Recipe, weight_matmuls
+from pipeline.validation.gates import meets
 
 
 @dataclass(frozen=True)
@@ -175,17 +176,17 @@ class Search:
             s, _ = self.score(recipe)
             scored.append(s)
             self.log(f"[{self.form.name}] {recipe.name}: held-out drop {s.drop_points:+.2f} pts, agreement {s.agreement:.4f}")
-        ok = [s for s in scored if s.drop_points <= budget_points]
+        ok = [s for s in scored if meets(s.drop_points, budget_points, "max")]
         sensitivity: dict[str, float] = {}
         source_drop = 100.0 * (self.baseline_metric - self.fp32_metric)
-        if not ok and self.pruned and source_drop > budget_points:
+        if not ok and self.pruned and not meets(source_drop, budget_points, "max"):
             # A pruned source already lost more than the budget in FP32: no FP32 MatMul can win it back.
             self.log(f"[{self.form.name}] the FP32 source is itself {source_drop:+.2f} pts below the baseline: mixed precision skipped")
         elif not ok and max_fp32 > 0:
             best = min(scored, key=lambda s: s.drop_points)
             extra, sensitivity = self._mixed_precision(best.recipe, budget_points, max_fp32)
             scored += extra
-            ok = [s for s in scored if s.drop_points <= budget_points]
+            ok = [s for s in scored if meets(s.drop_points, budget_points, "max")]
         if ok:
             # Fewest FP32 MatMuls (speed), then the closest to the source model's own answers: on a slice of a
             # few thousand rows agreement is a steadier signal than the metric, which moves by tenths of a point.
@@ -211,7 +212,7 @@ class Search:
             s, _ = self.score(Int8Recipe(base.smooth_alpha, base.reduce_range, tuple(ranked[:k])))
             extra.append(s)
             self.log(f"[{self.form.name}] {s.recipe.name}: held-out drop {s.drop_points:+.2f} pts")
-            if s.drop_points <= budget_points:
+            if meets(s.drop_points, budget_points, "max"):
                 break
         return extra, sensitivity
 

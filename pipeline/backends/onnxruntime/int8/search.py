@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from pipeline.quantization.search import EngineForm, SearchResult
+from pipeline.validation.gates import meets
 
 if TYPE_CHECKING:  # annotations only: select reads the task's data, which reads the config, which lists the engines
     from pipeline.quantization.select import SearchRows
@@ -81,14 +82,14 @@ def search_qdq(source: Path, out_path: Path, rows: SearchRows, qcfg, int8: Searc
     budget = qcfg.qdq_budget_points
     scored = [search.score(first)[0]]
     log(f"[{form.name}] {first.name}: held-out drop {scored[0].drop_points:+.2f} pts, agreement {scored[0].agreement:.4f}")
-    if scored[0].drop_points > budget:
+    if not meets(scored[0].drop_points, budget, "max"):
         for alpha in [None, *qcfg.int8_smooth_alphas]:
             recipe = Int8Recipe(alpha, False, first.fp32_matmuls)
             if recipe != first:
                 s = search.score(recipe)[0]
                 scored.append(s)
                 log(f"[{form.name}] {recipe.name}: held-out drop {s.drop_points:+.2f} pts, agreement {s.agreement:.4f}")
-    ok = [s for s in scored if s.drop_points <= budget]
+    ok = [s for s in scored if meets(s.drop_points, budget, "max")]
     chosen = max(ok, key=lambda s: (s.agreement, -s.drop_points)) if ok else min(scored, key=lambda s: s.drop_points)
     log(f"[{form.name}] QDQ form: recipe {chosen.recipe.name}, held-out drop {chosen.drop_points:+.2f} pts "
         f"({'within' if ok else 'OUTSIDE'} the {budget:g} pt target)")
