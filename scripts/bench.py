@@ -66,13 +66,17 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
             recipe_name = (r["settings"].get("int8_recipe") or {}).get("name")
             forms[f"pruned-{r['name']}" + (f" ({recipe_name})" if recipe_name else "")] = compress_out / r["model_path"]
         return forms
+    # each pruned architecture's FP32 ONNX as compress made it (its network); a Paddle-route compress made none
+    made = {_arch(r).name: compress_out / r["source_onnx"] for r in rows if r.get("source_onnx") and _arch(r).pruned}
     for model_dir in sorted(compress_out.glob("candidates/*/model")):
         info = inspect_model(model_dir)
         if not info.head_classes:
             continue
         tag = f"pruned-{model_dir.parent.name}"
-        static = export_static(load_classifier(model_dir, info.head_classes), work / tag / "static")
-        fp32 = export_onnx(static, work / tag / "fp32.onnx")
+        fp32 = made.get(model_dir.parent.name)
+        if fp32 is None or not fp32.is_file():
+            static = export_static(load_classifier(model_dir, info.head_classes), work / tag / "static")
+            fp32 = export_onnx(static, work / tag / "fp32.onnx")
         ranges = activation_ranges(fp32, feeds, tok.pad_id)
         forms[f"{tag}-fp32"] = fp32
         forms[f"{tag}-int8 ({recipe.name})"] = build(fp32, work / tag / "int8.onnx", ranges, recipe,
@@ -93,12 +97,13 @@ def _label(arch: Architecture) -> str:
 
 
 def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, arch: Architecture, work: Path,
-                   calibration: list, width_independent: bool) -> dict[str, Path]:
+                   calibration: list, width_independent: bool, unpruned: Path) -> dict[str, Path]:
     """OpenVINO's rows: the FP32 ONNX itself (run by OpenVINO, f32), the export's NNCF INT8 IR (of ``arch``), and
     compress's OpenVINO candidates of the other architectures (unpruned included); an architecture compress made no
     OpenVINO form of (its speed-first screen left it out, or OpenVINO was not selected) gets one built here with NNCF's
     default recipe on ``calibration`` (``quantize.calibration_items``) and the task's ``openvino.width_independent``,
-    so every architecture has its row.  Empty when OpenVINO is not installed."""
+    from the network compress made that architecture's candidates from (``unpruned``: the unpruned one's), so every
+    architecture has its row.  Empty when OpenVINO is not installed."""
     from pipeline.backends.openvino import missing
     from pipeline.backends.openvino.engine import FORM  # imported, it is registered in the export contract
 
@@ -119,7 +124,7 @@ def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, arch:
         forms[f"openvino-int8 ({_label(_arch(r))}, {name})"] = path
     covered = {_arch(r) for r in rows if r.get("runtime") == "openvino"} | ({arch} if shipped.is_file() else set())
     # each architecture's FP32 ONNX: what its candidates were made from (there also when its FP32 one was screened out)
-    sources = {Architecture(): fp32, **{_arch(r): compress_out / r["source_onnx"] for r in rows
+    sources = {Architecture(): unpruned, **{_arch(r): compress_out / r["source_onnx"] for r in rows
                                         if r.get("source_onnx") and _arch(r).pruned}}
     for a, source in sources.items():
         if a not in covered and source.is_file():
@@ -173,20 +178,24 @@ def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[
     arch = Architecture(sel.get("width_mult", 1.0), sel.get("depth_mult", 1.0))
     models = {"ort-fp32": fp32, "anchor": quantize_anchor(fp32, work / "anchor.onnx"),
               "anchor-reduce_range": quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True)}
-    first_token = runs / "compress" / "out" / "candidates" / "fp32" / FIRST_TOKEN_DIR / ONNX_FILE
-    if first_token.is_file():  # the one-liner on compress's first-token network: what that cut alone gives it
-        models["anchor (first-token network)"] = quantize_anchor(first_token, work / "anchor_first_token.onnx")
+    # the unpruned network compress made its candidates from: with the last layer cut to the first token, when it did
+    unpruned = runs / "compress" / "out" / "candidates" / "fp32" / FIRST_TOKEN_DIR / ONNX_FILE
+    if unpruned.is_file():  # the one-liner on it too: what that cut alone gives
+        models["anchor (first-token network)"] = quantize_anchor(unpruned, work / "anchor_first_token.onnx")
+    else:
+        unpruned = fp32
     if layout.has("onnx_int8"):  # absent when OpenVINO's IR ships and nothing asked for them
         models.update({f"int8-qdq (TensorRT form{', ' + qdq_name if qdq_name else ''})": layout.path("onnx_int8_qdq"),
                        f"onnxruntime-int8 ({_label(arch)}, {shipped_name})": layout.path("onnx_int8")})
-    models.update(recipe_forms(runs / "compress" / "out", recipe, fp32 if arch.pruned else None, work, cfg, tok, data, kind,
+    models.update(recipe_forms(runs / "compress" / "out", recipe, unpruned if arch.pruned else None, work, cfg, tok, data, kind,
                                shipped=arch if layout.has("onnx_int8") else None))
     from pipeline.backends.openvino.quantize import calibration_items
     from pipeline.quantization.select import search_rows
 
     rows = search_rows(cfg, tok, data.train.examples, kind)  # compress's calibration rows
     models.update(openvino_forms(runs / "compress" / "out", layout.root, meta, fp32, arch, work,
-                                 calibration_items(rows.feeds, tok.pad_id), cfg.engine_settings["openvino"].width_independent))
+                                 calibration_items(rows.feeds, tok.pad_id), cfg.engine_settings["openvino"].width_independent,
+                                 unpruned))
     return models
 
 
