@@ -299,7 +299,7 @@ def test_search_picks_within_budget_and_caches_candidates(tiny_onnx, tmp_path):
 
 def test_a_drop_of_exactly_the_budget_is_within_it_in_the_search_the_selection_and_the_gate(tiny_onnx, tmp_path):
     """10 of 2,000 held-out rows below the baseline is 0.5000000000000004 points in floats: TNEWS's search once left out
-    the recipe closest to FP32 for it (static-sq0.7, agreement 0.9855) and shipped one 0.3 points worse on dev.  The
+    the recipe closest to FP32 for it (static-sq0.7, agreement 0.9855) and shipped one 0.4 points worse on dev.  The
     limit is met at the limit itself, to float rounding, in every place that compares with it (``gates.meets``)."""
     from pipeline.compress.candidates import Candidate
     from pipeline.quantization.recipe import Int8Recipe
