@@ -66,8 +66,7 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
             recipe_name = (r["settings"].get("int8_recipe") or {}).get("name")
             forms[f"pruned-{r['name']}" + (f" ({recipe_name})" if recipe_name else "")] = compress_out / r["model_path"]
         return forms
-    # each pruned architecture's FP32 ONNX as compress made it (its network); a Paddle-route compress made none
-    made = {_arch(r).name: compress_out / r["source_onnx"] for r in rows if r.get("source_onnx") and _arch(r).pruned}
+    made = {a.name: path for a, path in _pruned_sources(compress_out, rows).items()}  # a Paddle-route compress made none
     for model_dir in sorted(compress_out.glob("candidates/*/model")):
         info = inspect_model(model_dir)
         if not info.head_classes:
@@ -90,6 +89,11 @@ OPENVINO_FP32 = "openvino-fp32"
 def _arch(row: dict) -> Architecture:
     """A candidates.json row's architecture."""
     return Architecture(row.get("width_mult", 1.0), row.get("depth_mult", 1.0))
+
+
+def _pruned_sources(compress_out: Path, rows: list[dict]) -> dict[Architecture, Path]:
+    """Each pruned architecture's FP32 ONNX as compress made it (the network its candidates came from), by candidates.json."""
+    return {_arch(r): compress_out / r["source_onnx"] for r in rows if r.get("source_onnx") and _arch(r).pruned}
 
 
 def _label(arch: Architecture) -> str:
@@ -124,8 +128,7 @@ def openvino_forms(compress_out: Path, export_dir: Path, meta, fp32: Path, arch:
         forms[f"openvino-int8 ({_label(_arch(r))}, {name})"] = path
     covered = {_arch(r) for r in rows if r.get("runtime") == "openvino"} | ({arch} if shipped.is_file() else set())
     # each architecture's FP32 ONNX: what its candidates were made from (there also when its FP32 one was screened out)
-    sources = {Architecture(): unpruned, **{_arch(r): compress_out / r["source_onnx"] for r in rows
-                                        if r.get("source_onnx") and _arch(r).pruned}}
+    sources = {Architecture(): unpruned, **_pruned_sources(compress_out, rows)}
     for a, source in sources.items():
         if a not in covered and source.is_file():
             from pipeline.backends.openvino.quantize import build

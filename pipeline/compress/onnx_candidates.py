@@ -91,7 +91,10 @@ class OnnxBuilder:
 
     def baseline_fp32(self) -> Path:
         """The stock unpruned FP32 ONNX (candidates/fp32/model.onnx): the "fp32" candidate, every drop's and ratio's base."""
-        return self._convert(self.baseline or self.source(UNPRUNED))
+        return self._convert(self._baseline())
+
+    def _baseline(self):
+        return self.baseline or self.source(UNPRUNED)
 
     def _convert(self, src) -> Path:
         from pipeline.backends.onnxruntime.convert import export_onnx
@@ -106,9 +109,10 @@ class OnnxBuilder:
 
     def build(self, p: Planned) -> Candidate:
         is_baseline = p.search is None and not p.arch.pruned
-        src = self.baseline if is_baseline and self.baseline is not None else self.source(p.arch)  # distilled first
-        t0 = time.monotonic()  # when pruned: that time is the architecture's, not this candidate's
-        fp32 = self.baseline_fp32() if is_baseline else self.fp32(p.arch)
+        # distilled first when pruned: that time is the architecture's, not this candidate's
+        src = self._baseline() if is_baseline else self.source(p.arch)
+        t0 = time.monotonic()
+        fp32 = self._convert(src)
         settings = {"width_mult": p.arch.width, "depth_mult": p.arch.depth}
         if src.first_token_only:
             settings["first_token_only"] = True
