@@ -479,12 +479,50 @@ def test_screen_skips_only_what_a_qualifying_candidate_beats_in_every_round():
     assert why == "w0.5-ov-int8 is within budget and 1.71x its speed on this CPU's screen [1.67-2.08 over 3 rounds]"
     assert s.cannot_win("w0.5-ov-int8", ["fp32", "ov-int8"]) is None and s.cannot_win("late", ["fp32"]) is None
     assert s.as_dict()["int8"] == {"sent_per_s": 240.0, "x_fp32": [2.4, 1.5, 2.6]}
+    # rounds that disagree get a second look: the two alone (a duel); skipped only if it agrees in every round
+    asked = []
+
+    def duel(a, b, faster=(130, 125, 128)):
+        asked.append((a, b))
+        return Interleaved({a: list(faster), b: [100, 100, 100]}, a)
+
+    s = Screen(Interleaved(rates, "fp32"), duel)
+    assert s.cannot_win("int8", ["ov-int8"]) == ("ov-int8 is within budget and 1.28x its speed on this CPU, the two timed "
+                                                 "alone (the screen could not tell them apart) [1.25-1.30 over 3 rounds]")
+    assert asked == [("ov-int8", "int8")]
+    assert s.cannot_win("ov-int8", ["w0.5-ov-int8"]).endswith("on this CPU's screen [1.67-2.08 over 3 rounds]")
+    assert len(asked) == 1  # the screen told those apart: no duel
+    assert Screen(Interleaved(rates, "fp32"), lambda a, b: duel(a, b, (130, 99, 128))).cannot_win("int8", ["ov-int8"]) is None
     # the speed gate said before any distillation: only when even the fastest's best round is short of it
     assert s.short_of(5.0) is None and s.short_of(0) is None
     assert s.short_of(5.5) == ("no candidate can reach gates.min_throughput_ratio 5.5x FP32 on this CPU: the fastest "
                                "architecture, w0.5-ov-int8, screened 5.00x [4.80-5.20]; validate's throughput gate will "
                                "fail unless smaller architectures (compress.width_mult_list, depth_mult_list) are added or the gate "
                                "is set for this CPU")
+
+
+def test_a_duel_times_the_two_sessions_alone_once_per_pair():
+    """screen.duels: the two screened sessions, and only they, in interleaved rounds over the same batches; a pair asked
+    again (either way round) is not timed again."""
+    from pipeline.compress.screen import duels
+
+    ran, lines = [], []
+
+    class Session:
+        def __init__(self, name, delay_s):
+            self.name, self.delay_s = name, delay_s
+
+        def run(self, input_ids, token_type_ids):
+            ran.append((self.name, input_ids.shape))
+            time.sleep(self.delay_s)
+
+    sessions = {n: Session(n, d) for n, d in (("fast", 0.001), ("slow", 0.006), ("other", 0.0))}
+    duel = duels(sessions, _feature_set([5, 7, 9, 11] * 4), batch_size=4, batches=3, rounds=4, log=lines.append)
+    t = duel("fast", "slow")
+    assert set(t.rates) == {"fast", "slow"} and all(len(r) == 4 for r in t.rates.values())
+    assert not t.within_noise("fast", "slow") and t.median("fast") > t.median("slow")
+    assert {name for name, _ in ran} == {"fast", "slow"} and {shape[0] for _, shape in ran} == {4}
+    assert duel("slow", "fast") is t and len(lines) == 1 and lines[0].startswith("[compress] screen: fast against slow alone: ")
 
 
 def test_an_engines_own_form_ships_only_for_its_selection_or_when_package_runtime_names_it():

@@ -8,8 +8,8 @@ Order (pruning always before quantization):
   3. ``compress.candidate_format: onnx`` (the CPU bundle's runtime): every architecture as FP32 ONNX and, with
      ``ptq``, each engine's INT8 form from its recipe search (``pipeline.compress.onnx_candidates``).  Speed
      first: every one's architecture is timed before any is built (``pipeline.compress.screen``), they are built
-     fastest first, and those a faster candidate within the budget beats in every round are never built (nor their
-     architecture distilled, when none of its candidates can win).
+     fastest first, and those a faster candidate within the budget beats in every round (of the screen, or of a duel
+     of the two) are never built (nor their architecture distilled, when none of its candidates can win).
      ``paddle``: ``ptq``: every grid point for every architecture;  ``qat``: one QAT model per architecture;
      ``embeddings``: an int8-embedding variant of every candidate so far.
   4. Every candidate built timed in interleaved rounds (``candidates.time_candidates``).
@@ -211,7 +211,10 @@ def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: i
             b.log(f"[compress] WARNING: {short}")
     qualifying, skipped = [], []
     for p in screened.order(planned) if screened is not None else planned:
-        reason = screened.cannot_win(p.name, qualifying) if screened is not None else None
+        reason = None
+        if screened is not None:
+            with b.phase("screen"):  # a duel, where the screen's rounds could not tell two apart
+                reason = screened.cannot_win(p.name, qualifying)
         if reason:
             b.log(f"[compress] {p.name}: not built: {reason}")
             skipped.append(Skipped(p.name, p.arch, p.runtime, p.quantization, reason))
@@ -220,6 +223,8 @@ def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: i
         b.add(c, None)  # build_seconds set where it was built
         if budget is not None and c.within(budget):
             qualifying.append(c.name)
+    if screened is not None:
+        screened = dataclasses.replace(screened, duel=None)  # closes the screen's sessions
     b.cands.sort(key=lambda c: [x.name for x in planned].index(c.name))  # the table in plan order
     cands, timing = b.timed()
     return Built(cands, timing, screened, skipped)
