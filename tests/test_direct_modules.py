@@ -249,7 +249,9 @@ def _report(tmp_path, passed: bool):
     path = write_report(tmp_path, task="tiny", gates=gates, rows=rows, skipped={"ort-cuda": "no GPU"}, grid=grid,
                         sizes={"model.onnx": 3 * 2**20}, selected={"name": "w0.75-int8", "width_mult": 0.75,
                                                                   "quantization": "ort"},
-                        chosen="onnxruntime-cpu-int8", fp32_accuracy=0.8, batch_size=32)
+                        chosen="onnxruntime-cpu-int8", fp32_accuracy=0.8, batch_size=32,
+                        anchor={"what": "onnxruntime quantize_dynamic(per_channel=True) of onnx/fp32.onnx", "accuracy": 0.785,
+                                "accuracy_drop_points": 1.5, "throughput_ratio": None})
     assert path == tmp_path / REPORT_FILE
     return path.read_text(encoding="utf-8")
 
@@ -266,6 +268,8 @@ def test_validation_report_says_the_verdict_every_gate_row_skip_grid_and_file(tm
     assert "### onnxruntime-cpu-int8" in text and "### paddle-cpu-fp32" not in text
     assert "| 1 | 50.0 (p99 2.5 ms) | - |" in text and "| 8 | - | 300.0 (p99 30.0 ms) |" in text
     assert "| model.onnx | 3.00 |" in text
+    assert ("The anchor, onnxruntime quantize_dynamic(per_channel=True) of onnx/fp32.onnx: accuracy 0.7850 "
+            "(drop 1.50 pts).") in text  # its x FP32 is said only where it was timed beside ONNX Runtime's FP32
     assert "**Gates: PASSED**" in _report(tmp_path, passed=True)
 
 

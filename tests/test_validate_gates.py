@@ -99,6 +99,9 @@ def test_validate_checks_what_ships_by_default(exported, tmp_path):
     assert set(result.metrics["backends_checked"]) == checked and set(result.metrics["not_checked"]) == others
     report = (out / "report.md").read_text()
     assert "Backends checked: " in report and "and the anchor" in report and "--set validate.backends=all" in report
+    anchor = gates["summary"]["anchor"]
+    assert (f"The anchor, onnxruntime quantize_dynamic(per_channel=True) of onnx/fp32.onnx: accuracy {anchor['accuracy']:.4f} "
+            f"(drop {anchor['accuracy_drop_points']:.2f} pts), {anchor['throughput_ratio']:.2f}x FP32.") in report
     for name in others:
         assert f"| {name} | not checked: " in report, name
         assert f"### {name}" not in report  # no grid of its own

@@ -405,7 +405,7 @@ def _write_reports(ctx, inp: _Inputs, report, rows: list, benches: dict, skipped
     write_report(out, task=cfg.task, gates=report.gates, rows=dicts, skipped=skipped, grid={k: [c.__dict__ for c in b.grid]
                  for k, b in benches.items()}, sizes=sizes, selected=inp.meta.selected_candidate, chosen=report.chosen_backend,
                  fp32_accuracy=fp32, batch_size=cfg.validate.throughput_batch_size, metric_label=inp.kind.metric_label,
-                 checked=checked.as_dict())
+                 checked=checked.as_dict(), anchor=report.summary["anchor"])
 
 
 STAGE = Stage(

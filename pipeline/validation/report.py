@@ -68,8 +68,10 @@ def _grid_lines(grid: dict[str, list[dict]]) -> list[str]:
 
 def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[dict], skipped: dict[str, str],
                  grid: dict[str, list[dict]], sizes: dict[str, int], selected: dict, chosen: str,
-                 fp32_accuracy: float, batch_size: int, metric_label: str = "accuracy", checked: dict | None = None) -> Path:
-    """``checked``: which backends were measured and which not (``stages.validate.Checked.as_dict``)."""
+                 fp32_accuracy: float, batch_size: int, metric_label: str = "accuracy", checked: dict | None = None,
+                 anchor: dict | None = None) -> Path:
+    """``checked``: which backends were measured and which not (``stages.validate.Checked.as_dict``); ``anchor``: what
+    the anchor is, its metric, drop and x FP32 (gates.json's summary ``anchor``)."""
     lines = [f"# Validation report: {task}", ""]
     passed = all(g.passed for g in gates)
     lines += [f"**Gates: {'PASSED' if passed else 'FAILED'}** - chosen backend `{chosen}`; "
@@ -88,6 +90,10 @@ def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[di
             lines += ["", f"Not checked (skipped: no gate reads them): {names(checked['not_checked'])}; "
                           "`--set validate.backends=all` (or a list of backend names) measures them."]
         lines += [""]
+    if anchor:  # the one-liner a user would try instead: its metric too, not only its speed
+        speed = f", {anchor['throughput_ratio']:.2f}x FP32" if anchor.get("throughput_ratio") is not None else ""
+        lines += [f"The anchor, {anchor['what']}: {metric_label} {_f(anchor.get('accuracy'))} (drop "
+                  f"{_f(anchor.get('accuracy_drop_points'), '.2f')} pts){speed}.", ""]
     lines += ["## Parity and throughput per backend", "",
               f"Throughput: real dev lengths, dynamic padding, batch {batch_size}; x FP32: vs the FP32 model on the same runtime "
               "(OpenVINO: vs the FP32 ONNX in ONNX Runtime), same run; x anchor: vs ONNX Runtime's quantize_dynamic(per_channel) "
