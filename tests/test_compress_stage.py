@@ -211,6 +211,23 @@ def test_onnxruntime_selects_width_by_recipe_and_export_ships_it(tiny_finetuned,
     assert not cache.exists() and (runs / "tiny" / "compress" / "record.json").is_file()
 
 
+def test_importance_is_computed_once_for_every_width_distilled_in_a_run(tiny_finetuned, runs, monkeypatch, capsys):
+    """Head/neuron importance is the unpruned model's on the held-out rows, whatever the width: a run that distils two
+    widths (the fallback when the faster one misses the budget) computes it once, and both are pruned by it."""
+    from pipeline.compress import dynabert
+
+    computed = []
+    real = dynabert.compute_importance
+    monkeypatch.setattr(dynabert, "compute_importance", lambda *a, **k: computed.append(real(*a, **k)) or computed[-1])
+    assert _compress(tiny_finetuned, runs, "--set", "compress.strategy=dynabert", "--set", "compress.width_mult_list=[3/4,1/2]",
+                     *ALL, runtime=[]) == 0
+    log = "".join(capsys.readouterr())
+    assert "dynabert w0.75: 4 -> 3 heads" in log and "dynabert w0.5: 4 -> 2 heads" in log
+    assert len(computed) == 1
+    record = json.loads((runs / "tiny" / "compress" / "record.json").read_text())
+    assert "importance" in dict(record["phases"])
+
+
 def test_kill_9_mid_distillation_resumes_from_its_checkpoint(tiny_finetuned, runs):
     """kill -9 during DynaBERT's distillation: the next run goes on from the checkpoint kept under the pruned model's
     cache key (in a new process, whose parameters have other generated names than the killed one's), not from step 0;

@@ -289,10 +289,13 @@ def prune(
     log: Callable[[str], None] = print,
     phase: Callable[[str], ContextManager] | None = None,
     resume: Resume | None = None,
+    importance: Callable[[object], Importance] | None = None,
 ) -> Path:
     """Prune ``model_dir`` to architecture ``arch`` (``architecture.Architecture``: its width of the heads/FFN neurons,
     its depth of the layers), distil, save to ``out_dir``; returns it.  ``phase(name)``: charged with ``importance``
-    (with the reordering and narrowing) and ``distillation``.  ``resume``: see ``distill``."""
+    (with the reordering and narrowing) and ``distillation``.  ``resume``: see ``distill``.  ``importance(model)``: the
+    unpruned model's head/neuron importance (default: ``compute_importance`` on ``heldout``); it does not depend on the
+    architecture, so compress computes it once for every width and depth it distils (``build._Candidates``)."""
     import paddle
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
@@ -312,8 +315,8 @@ def prune(
     phase = phase or (lambda name: nullcontext())
     with phase("importance"):
         model = load_classifier(model_dir, info.head_classes)
-        importance = compute_importance(model, heldout, batch_size=EVAL_BATCH)
-        reorder_by_importance(model, importance)
+        scores = importance(model) if importance is not None else compute_importance(model, heldout, batch_size=EVAL_BATCH)
+        reorder_by_importance(model, scores)
         student, keep = shrink(model, arch)
         del model
     paddle.seed(schedule.seed)
