@@ -506,27 +506,27 @@ def test_screen_skips_only_what_a_qualifying_candidate_beats_in_every_round():
 
 
 def test_a_duel_times_the_two_sessions_alone_once_per_pair():
-    """screen.duels: the two screened sessions, and only they, in interleaved rounds over the same batches; a pair asked
-    again (either way round) is not timed again."""
+    """screen.duels: the two screened sessions, and only they, in interleaved rounds over the screen's batches; a pair
+    asked again (either way round) is not timed again.  (Which of the two is faster is Screen.cannot_win's to judge,
+    tested above on fixed rates: a test never asserts on wall-clock time.)"""
     from pipeline.compress.screen import duels
 
     ran, lines = [], []
 
     class Session:
-        def __init__(self, name, delay_s):
-            self.name, self.delay_s = name, delay_s
+        def __init__(self, name):
+            self.name = name
 
         def run(self, input_ids, token_type_ids):
-            ran.append((self.name, input_ids.shape))
-            time.sleep(self.delay_s)
+            ran.append((self.name, input_ids.shape[0]))
 
-    sessions = {n: Session(n, d) for n, d in (("fast", 0.001), ("slow", 0.006), ("other", 0.0))}
+    sessions = {n: Session(n) for n in ("a", "b", "other")}
     duel = duels(sessions, _feature_set([5, 7, 9, 11] * 4), batch_size=4, batches=3, rounds=4, log=lines.append)
-    t = duel("fast", "slow")
-    assert set(t.rates) == {"fast", "slow"} and all(len(r) == 4 for r in t.rates.values())
-    assert not t.within_noise("fast", "slow") and t.median("fast") > t.median("slow")
-    assert {name for name, _ in ran} == {"fast", "slow"} and {shape[0] for _, shape in ran} == {4}
-    assert duel("slow", "fast") is t and len(lines) == 1 and lines[0].startswith("[compress] screen: fast against slow alone: ")
+    t = duel("a", "b")
+    assert set(t.rates) == {"a", "b"} and all(len(r) == 4 for r in t.rates.values()) and t.base == "a"
+    assert {name for name, _ in ran} == {"a", "b"} and {rows for _, rows in ran} == {4}
+    assert sum(1 for name, _ in ran if name == "a") >= 4 * 3  # every round runs the 3 batches (warm-up on top)
+    assert duel("b", "a") is t and len(lines) == 1 and lines[0].startswith("[compress] screen: a against b alone: ")
 
 
 def test_an_engines_own_form_ships_only_for_its_selection_or_when_package_runtime_names_it():
