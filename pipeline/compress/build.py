@@ -241,7 +241,7 @@ class _Candidates:
         self.cands: list[Candidate] = []
         self.baseline_accuracy = inp.baseline_accuracy
         self.input_dtype = cfg.input_dtype
-        self._importance = None  # dynabert.Importance of the unpruned model, once computed
+        self.importance = None  # dynabert.importance_once: the unpruned model's, shared by every architecture distilled
 
     def add(self, c: Candidate, started: float | None) -> None:
         if started is not None:
@@ -297,7 +297,7 @@ class _Candidates:
 
     def pruned(self, arch: Architecture) -> Source:
         """The physically pruned model of ``arch`` (DynaBERT distillation; kept in the run cache by what made it)."""
-        from pipeline.compress.dynabert import Resume, prune
+        from pipeline.compress.dynabert import Resume, importance_once, prune
         from pipeline.ernie_models import first_token_only
 
         cfg, inp = self.cfg, self.inp
@@ -306,6 +306,7 @@ class _Candidates:
         pruned = _pruned_dir(cfg, inp, arch, self.work_dir / "dynabert" / name)
         # an interrupted distillation goes on from its checkpoint, kept under the same key as the model it makes
         resume = Resume(pruned.parent / f".{pruned.name}.checkpoint", cfg.distill_eval_steps)
+        self.importance = self.importance or importance_once(inp.heldout)
         if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
             tmp = pruned.parent / f".{pruned.name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
@@ -326,16 +327,6 @@ class _Candidates:
                            {"width_mult": arch.width, "depth_mult": arch.depth, "input_dtype": self.input_dtype},
                            depth_mult=arch.depth), t0)
         return Source(arch, model_dir, infer, name + "-", trimmed)
-
-    def importance(self, model):
-        """The unpruned model's head/neuron importance on the held-out rows (``dynabert.compute_importance``): the same
-        for every architecture, so a second one distilled in this run (the fallback when a faster one misses the
-        budget: TNEWS's w2/3 after w7/12) does not pay for it again (37 s on TNEWS, 63 s on OCNLI, Zen 4)."""
-        from pipeline.compress.dynabert import EVAL_BATCH, compute_importance
-
-        if self._importance is None:
-            self._importance = compute_importance(model, self.inp.heldout, batch_size=EVAL_BATCH)
-        return self._importance
 
     def ptq(self, sources: list[Source], grid) -> None:
         """PaddleSlim post-training quantization: every grid point for every source."""

@@ -113,6 +113,20 @@ def compute_importance(model, examples: FeatureSet, batch_size: int) -> Importan
     return Importance(heads.astype(np.float32), [n.astype(np.float32) for n in neurons])
 
 
+def importance_once(heldout: FeatureSet) -> Callable[[object], Importance]:
+    """``compute_importance`` on ``heldout``, as ``prune`` takes it: computed on the first call and kept.  It is the
+    unpruned model's, whatever the architecture, so the widths and depths of one compress run share it (a second
+    width, the fallback when a faster one misses the budget, does not pay 37-63 s for it again; Zen 4)."""
+    kept: list[Importance] = []
+
+    def importance(model) -> Importance:
+        if not kept:
+            kept.append(compute_importance(model, heldout, batch_size=EVAL_BATCH))
+        return kept[0]
+
+    return importance
+
+
 def reorder_by_importance(model, importance: Importance) -> None:
     """Sort every layer's heads and FFN neurons by decreasing importance (same function, new order)."""
     import paddle
@@ -294,8 +308,8 @@ def prune(
     """Prune ``model_dir`` to architecture ``arch`` (``architecture.Architecture``: its width of the heads/FFN neurons,
     its depth of the layers), distil, save to ``out_dir``; returns it.  ``phase(name)``: charged with ``importance``
     (with the reordering and narrowing) and ``distillation``.  ``resume``: see ``distill``.  ``importance(model)``: the
-    unpruned model's head/neuron importance (default: ``compute_importance`` on ``heldout``); it does not depend on the
-    architecture, so compress computes it once for every width and depth it distils (``build._Candidates``)."""
+    unpruned model's head/neuron importance (default: computed here on ``heldout``); compress passes one
+    ``importance_once`` for every width and depth it distils."""
     import paddle
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
@@ -315,8 +329,7 @@ def prune(
     phase = phase or (lambda name: nullcontext())
     with phase("importance"):
         model = load_classifier(model_dir, info.head_classes)
-        scores = importance(model) if importance is not None else compute_importance(model, heldout, batch_size=EVAL_BATCH)
-        reorder_by_importance(model, scores)
+        reorder_by_importance(model, (importance or importance_once(heldout))(model))
         student, keep = shrink(model, arch)
         del model
     paddle.seed(schedule.seed)

@@ -140,8 +140,9 @@ def duels(sessions: dict, dev, *, batch_size: int, batches: int, rounds: int,
     def duel(a: str, b: str) -> Interleaved:
         key = frozenset((a, b))
         if key not in done:
+            # warmup=0: the screen warmed these very sessions on these batches, every padded width included
             done[key] = t = interleaved_throughput({a: sessions[a], b: sessions[b]}, dev, batch_size, rounds=rounds,
-                                                   max_batches=batches)
+                                                   max_batches=batches, warmup=0)
             med, lo, hi = t.ratio(a, b)
             log(f"[compress] screen: {a} against {b} alone: {med:.2f}x [{lo:.2f}-{hi:.2f}] over {rounds} rounds")
         return done[key]
