@@ -4,6 +4,8 @@
     .venv/bin/python scripts/depth_probe.py --train 0.6667:4   # distil width 2/3 at 4 layers, score FP32 on dev
     .venv/bin/python scripts/depth_probe.py --train 0.6667:6 --set compress.learning_rate=1e-4 --set compress.max_steps=200
                                                                # the same under other distillation settings
+    .venv/bin/python scripts/depth_probe.py --train 0.6667:5 --keep 0 1 2 3 5
+                                                               # a 5-layer student keeping those teacher layers
 
 Speed: every (width, layers) architecture's FP32 ONNX, untrained, and each engine's ``speed_form`` INT8 of it, timed
 in compress's interleaved rounds against the unpruned FP32 (the screen's method).  Accuracy: the architecture
@@ -36,6 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--train", nargs="*", default=[], help="width:layers to distil and score")
     ap.add_argument("--work_dir", type=Path, default=Path("runs/depth_probe"))
     ap.add_argument("--out", type=Path, default=Path("runs/depth_probe/depth_probe.json"))
+    ap.add_argument("--keep", nargs="+", type=int, default=None, metavar="LAYER",
+                    help="the teacher layers a student of that many layers keeps, instead of DynaBERT's floor(i / depth)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a task config override, as the pipeline's --set (e.g. compress.learning_rate=5e-5)")
     args = ap.parse_args(argv)
@@ -60,6 +64,12 @@ def main(argv=None) -> int:
         return Architecture(float(text.split(":")[0]), layers / total_layers), layers
 
     cfg = load_task_config(args.task, dict(parse_override(text) for text in args.set))
+    if args.keep:  # a probe's question, not the product's rule: prune looks kept_layers up when it shrinks a model
+        from pipeline.compress import dynabert
+
+        dynabert_rule = dynabert.kept_layers
+        dynabert.kept_layers = lambda n, d: args.keep if round(d * n) == len(args.keep) else dynabert_rule(n, d)
+    variant = [*args.set, *([f"keep{'_'.join(map(str, args.keep))}"] if args.keep else [])]
     kind, data = get_kind(cfg), load_task_data(cfg)
     tok = Tokenizer.from_model_dir(args.model_dir, cfg.max_seq_len)
     dev = kind.featurize(tok, data.dev.examples, cfg)
@@ -98,13 +108,13 @@ def main(argv=None) -> int:
         c = cfg.compress
         logs = []
         out = prune(args.model_dir, a, kind.for_training(kind.featurize(tok, data.train.examples, cfg), c.seed), rows.held,
-                    distillation_schedule(c), out_dir=args.work_dir / "-".join([f"trained-{a.name}", *args.set]),
+                    distillation_schedule(c), out_dir=args.work_dir / "-".join([f"trained-{a.name}", *variant]),
                     log=lambda m: (logs.append(m), print(m)))
         best = float(logs[-1].rsplit(" ", 1)[1])  # prune's last line: "dynabert <arch>: best held-out accuracy 0.5230"
         fp32 = export_onnx(export_static(load_classifier(out, n_labels), out / "infer"), out / "model.onnx")
         acc = evaluate_session(cpu_engine("onnxruntime").open(fp32, "fp32", {}), dev, 64).metric
-        result.setdefault("trained", {})[" ".join([arch, *args.set])] = {
-            "architecture": a.name, "layers": n, "settings": args.set, "heldout": best, "dev": acc,
+        result.setdefault("trained", {})[" ".join([arch, *variant])] = {
+            "architecture": a.name, "layers": n, "settings": args.set, "keep": args.keep, "heldout": best, "dev": acc,
             "seconds": time.monotonic() - t0}
         print(f"{a.name} ({n} layers): held-out {best:.4f}, dev {acc:.4f}, {time.monotonic() - t0:.0f} s")
         args.out.write_text(json.dumps(result, indent=1))
