@@ -154,12 +154,15 @@ def _shipped_row(runs: Path, models: dict[str, Path], export_dir: Path) -> str |
     return next((name for name, path in models.items() if target is not None and Path(path) == target), None)
 
 
-def _session(name: str, path: Path):
-    """OpenVINO for its rows (the IR forms, and the FP32 ONNX under its openvino name), ONNX Runtime otherwise."""
+def _session(name: str, path: Path, cfg):
+    """OpenVINO for its rows (the IR forms, and the FP32 ONNX under its openvino name), opened as compress measures
+    them and the bundle serves them: with the task's ``openvino:`` properties (they change numerics as well as speed,
+    so the shipped row scores what validate scored); ONNX Runtime otherwise."""
     if name == OPENVINO_FP32 or Path(path).suffix == ".xml":
-        from pipeline.backends.openvino.session import session
+        from pipeline.backends.registry import cpu_engine
 
-        return session(path, precision="int8" if Path(path).suffix == ".xml" else "fp32")
+        engine = cpu_engine("openvino")
+        return engine.open(path, "int8" if Path(path).suffix == ".xml" else "fp32", engine.settings(cfg))
     from pipeline.backends.onnxruntime.session import session
 
     return session(path)
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     shipped = _shipped_row(runs, models, export_dir)
 
     print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
-    sessions = {name: _session(name, path) for name, path in models.items()}
+    sessions = {name: _session(name, path, cfg) for name, path in models.items()}
     scores = {name: evaluate_session(s, dev, 64, desc=f"dev {name}").score.value for name, s in sessions.items()}
     timing = interleaved_throughput(sessions, dev, args.batch_size, rounds=args.rounds, max_batches=args.max_batches)
     rows = [_row(name, path, name == shipped, scores, timing) for name, path in models.items()]

@@ -236,12 +236,13 @@ def test_ner_bundle_end_to_end(tmp_path, capsys):
     assert "texts whose entities differ: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)
-    _assert_bench_rows(task_yaml, runs, tmp_path, metrics["chosen_backend"])
+    _assert_bench_rows(task_yaml, runs, tmp_path, metrics["chosen_backend"], manifest["validated"]["value"])
 
 
-def _assert_bench_rows(task_yaml: Path, runs: Path, tmp_path: Path, chosen: str) -> None:
+def _assert_bench_rows(task_yaml: Path, runs: Path, tmp_path: Path, chosen: str, validated: float) -> None:
     """make bench on a finished run: the anchor, both engines' FP32 and INT8 rows (pruned and unpruned), the shipped
-    row marked (timings on a tiny model mean nothing: only which rows exist is checked)."""
+    row marked and scoring what validate scored: the form opened as it is served (timings on a tiny model mean
+    nothing: only which rows exist is checked)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench", Path(__file__).resolve().parent.parent / "scripts" / "bench.py")
@@ -259,6 +260,7 @@ def _assert_bench_rows(task_yaml: Path, runs: Path, tmp_path: Path, chosen: str)
     prefix = {"openvino-cpu-int8": "openvino-int8", "onnxruntime-cpu-int8": "onnxruntime-int8",
               "onnxruntime-cpu-int8-qdq": "int8-qdq", "onnxruntime-cpu-fp32": "ort-fp32"}[chosen]
     assert len(shipped) == 1 and shipped[0].startswith(prefix)
+    assert rows[shipped[0]]["metric"] == pytest.approx(validated, abs=1e-9)
 
 
 @pytest.mark.slow
