@@ -547,7 +547,7 @@ def test_a_duel_times_the_two_sessions_alone_once_per_pair():
     t = duel("a", "b")
     assert set(t.rates) == {"a", "b"} and all(len(r) == 4 for r in t.rates.values()) and t.base == "a"
     assert {name for name, _ in ran} == {"a", "b"} and {rows for _, rows in ran} == {4}
-    assert sum(1 for name, _ in ran if name == "a") >= 4 * 3  # every round runs the 3 batches (warm-up on top)
+    assert sum(1 for name, _ in ran if name == "a") >= 4 * 3  # every round runs the 3 batches
     assert duel("b", "a") is t and len(lines) == 1 and lines[0].startswith("[compress] screen: a against b alone: ")
 
 

@@ -20,6 +20,7 @@ costs too much accuracy, the unpruned int8 model can still pass the budget.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import time
 from contextlib import nullcontext
@@ -241,7 +242,6 @@ class _Candidates:
         self.cands: list[Candidate] = []
         self.baseline_accuracy = inp.baseline_accuracy
         self.input_dtype = cfg.input_dtype
-        self.importance = None  # dynabert.importance_once: the unpruned model's, shared by every architecture distilled
 
     def add(self, c: Candidate, started: float | None) -> None:
         if started is not None:
@@ -295,9 +295,17 @@ class _Candidates:
                                   self.input_dtype)
         return dataclasses.replace(baseline, infer_dir=infer, first_token_only=True)
 
+    @functools.cached_property
+    def importance(self):
+        """The unpruned model's head/neuron importance (``dynabert.importance_once``), shared by every architecture
+        distilled in this run; computed when the first one needs it."""
+        from pipeline.compress.dynabert import importance_once
+
+        return importance_once(self.inp.heldout)
+
     def pruned(self, arch: Architecture) -> Source:
         """The physically pruned model of ``arch`` (DynaBERT distillation; kept in the run cache by what made it)."""
-        from pipeline.compress.dynabert import Resume, importance_once, prune
+        from pipeline.compress.dynabert import Resume, prune
         from pipeline.ernie_models import first_token_only
 
         cfg, inp = self.cfg, self.inp
@@ -306,7 +314,6 @@ class _Candidates:
         pruned = _pruned_dir(cfg, inp, arch, self.work_dir / "dynabert" / name)
         # an interrupted distillation goes on from its checkpoint, kept under the same key as the model it makes
         resume = Resume(pruned.parent / f".{pruned.name}.checkpoint", cfg.distill_eval_steps)
-        self.importance = self.importance or importance_once(inp.heldout)
         if not (pruned / "model_state.pdparams").is_file():  # reuse a finished one after an interruption
             tmp = pruned.parent / f".{pruned.name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
