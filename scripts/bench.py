@@ -8,6 +8,9 @@ Reads a finished export (``runs/<task>/export/out``) and measures, side by side:
 * ``anchor``                  ``quantize_dynamic(per_channel=True, QInt8)`` of that same FP32 ONNX, built
                               here: what any user gets with one line, per-batch activation scales;
 * ``anchor-reduce_range``     the same with 7-bit weights;
+* ``anchor (our ORT session)``  the one-liner in the session our ONNX Runtime forms run in (without the
+                              SkipLayerNorm fusion, ``served.CPU_DISABLED_OPTIMIZERS``): what of a form's ratio to
+                              the anchor comes from that session option rather than from the form itself;
 * ``anchor (first-token network)``  the one-liner on compress's unpruned network whose last layer computes the first
                               token only (``ernie_models.first_token_only``), when compress made one: what that cut
                               alone gives, so the shipped form's ratio can be told apart from it;
@@ -154,6 +157,9 @@ def _shipped_row(runs: Path, models: dict[str, Path], export_dir: Path) -> str |
     return next((name for name, path in models.items() if target is not None and Path(path) == target), None)
 
 
+ANCHOR_OURS = "anchor (our ORT session)"
+
+
 def _session(name: str, path: Path, cfg):
     """OpenVINO for its rows (the IR forms, and the FP32 ONNX under its openvino name), opened as compress measures
     them and the bundle serves them: with the task's ``openvino:`` properties (they change numerics as well as speed,
@@ -165,7 +171,8 @@ def _session(name: str, path: Path, cfg):
         return engine.open(path, "int8" if Path(path).suffix == ".xml" else "fp32", engine.settings(cfg))
     from pipeline.backends.onnxruntime.session import session
 
-    return session(path)
+    # the anchor rows as the one-liner's users run them, with ORT's defaults; ANCHOR_OURS as our forms run
+    return session(path, ort_defaults=name.startswith("anchor") and name != ANCHOR_OURS)
 
 
 def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[str, Path]:
@@ -184,6 +191,7 @@ def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[
     arch = Architecture(sel.get("width_mult", 1.0), sel.get("depth_mult", 1.0))
     models = {"ort-fp32": fp32, "anchor": quantize_anchor(fp32, work / "anchor.onnx"),
               "anchor-reduce_range": quantize_anchor(fp32, work / "anchor_rr.onnx", reduce_range=True)}
+    models[ANCHOR_OURS] = models["anchor"]
     # the unpruned network compress made its candidates from: with the last layer cut to the first token, when it did
     unpruned = runs / "compress" / "out" / "candidates" / "fp32" / FIRST_TOKEN_DIR / ONNX_FILE
     if unpruned.is_file():  # the one-liner on it too: what that cut alone gives

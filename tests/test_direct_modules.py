@@ -348,14 +348,10 @@ def test_openvino_engine_opens_sessions_with_the_properties_its_candidates_recor
 def test_bench_opens_openvino_forms_with_the_properties_the_bundle_serves(monkeypatch):
     """make bench's OpenVINO rows are compiled as the bundle serves them (its snippets and the task's properties):
     SNIPPETS_MODE alone moves a near-tie now and then, so the shipped row would score and time another engine."""
-    import importlib.util
-
     from pipeline.backends.openvino import session as ov_session
     from pipeline.backends.openvino.engine import ENGINE
 
-    spec = importlib.util.spec_from_file_location("bench", Path(__file__).resolve().parent.parent / "scripts" / "bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench()
     cfg = _ov_cfg(ENABLE_HYPER_THREADING=False)
     opened = []
     monkeypatch.setattr(ov_session, "session", lambda path, precision, properties: opened.append(
@@ -365,6 +361,31 @@ def test_bench_opens_openvino_forms_with_the_properties_the_bundle_serves(monkey
     served = ENGINE.form_params(cfg)["properties"]  # what package writes into the model's engine_properties
     assert served["SNIPPETS_MODE"] == "ENABLE" and served["ENABLE_HYPER_THREADING"] is False
     assert opened == [("int8.xml", "int8", served), ("fp32.onnx", "fp32", served)]
+
+
+def test_bench_runs_the_anchor_with_ort_defaults_and_its_twin_and_our_forms_in_our_session(monkeypatch):
+    """The anchor rows are the one-liner as its users run it (ORT's defaults, SkipLayerNorm fused); ``anchor (our ORT
+    session)`` and every ONNX Runtime form of ours run in the session the bundle serves with, so the table shows what
+    of a ratio to the anchor that session option buys."""
+    from pipeline.backends.onnxruntime import session as ort_session
+
+    bench = _bench()
+    opened = {}
+    monkeypatch.setattr(ort_session, "session", lambda path, ort_defaults=False: opened.setdefault(Path(path).name, []).append(ort_defaults))
+    for name, path in (("anchor", "anchor.onnx"), ("anchor-reduce_range", "anchor_rr.onnx"), (bench.ANCHOR_OURS, "anchor.onnx"),
+                       ("ort-fp32", "fp32.onnx"), ("onnxruntime-int8 (w0.5, static-sq0.85)", "int8.onnx")):
+        bench._session(name, Path(path), cfg=None)
+    assert opened == {"anchor.onnx": [True, False], "anchor_rr.onnx": [True], "fp32.onnx": [False], "int8.onnx": [False]}
+
+
+def _bench():
+    """scripts/bench.py as a module (scripts/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", Path(__file__).resolve().parent.parent / "scripts" / "bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
 
 
 def test_openvino_engine_check_names_a_property_the_cpu_plugin_refuses():

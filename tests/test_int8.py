@@ -141,6 +141,46 @@ def test_fixed_scale_matmuls_run_fused(tiny_onnx, tmp_path, monkeypatch):
     np.testing.assert_allclose(_logits(fused, fs, 16), _logits(plain, fs, 16), rtol=1e-3, atol=1e-3)
 
 
+def test_cpu_sessions_leave_out_skip_layernorm_and_the_anchor_keeps_ort_defaults(tiny_onnx, tmp_path, monkeypatch):
+    """The pipeline's ONNX Runtime sessions on CPU and the served engine run the INT8 form without
+    SkipLayerNormalization (``served.CPU_DISABLED_OPTIMIZERS``: its CPU kernel is ~7x slower than the Add and
+    LayerNormalization it replaces, MEASUREMENTS.md); the anchor runs with ORT's defaults, as its users run it.
+
+    Pinned upstream: with its defaults ORT does fuse them in this form, and the name we disable is the fusion's (a
+    renamed fusion would leave SkipLayerNormalization in the sessions, and this test would say so)."""
+    import collections
+
+    import onnx
+    import onnxruntime as ort
+
+    from pipeline.backends.onnxruntime.int8.recipe import build
+    from pipeline.backends.onnxruntime.served import Engine
+    from pipeline.backends.onnxruntime.session import session
+    from pipeline.quantization.recipe import Int8Recipe
+
+    int8 = build(tiny_onnx["fp32"], tmp_path / "int8.onnx", tiny_onnx["ranges"], Int8Recipe(smooth_alpha=0.5))
+    real, ran = ort.InferenceSession, []
+
+    def keeping_the_graph_it_runs(path, sess_options, *args, **kwargs):
+        sess_options.optimized_model_filepath = str(tmp_path / f"ran{len(ran)}.onnx")
+        ran.append(sess_options.optimized_model_filepath)
+        return real(path, sess_options, *args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", keeping_the_graph_it_runs)
+
+    def ops_of(make) -> collections.Counter:
+        make()
+        return collections.Counter(n.op_type for n in onnx.load(ran[-1]).graph.node)
+
+    assert ops_of(lambda: session(int8, precision="int8", ort_defaults=True))["SkipLayerNormalization"] > 0
+    for ops in (ops_of(lambda: session(int8, precision="int8")), ops_of(lambda: Engine(int8, 1, False, {}))):
+        assert ops["SkipLayerNormalization"] == 0 and ops["LayerNormalization"] > 0 and ops["MatMulIntegerToFloat"] > 0
+    b = tiny_onnx["dev"].batch(range(8))
+    np.testing.assert_allclose(session(int8, precision="int8").run(b.input_ids, b.token_type_ids),
+                               session(int8, precision="int8", ort_defaults=True).run(b.input_ids, b.token_type_ids),
+                               rtol=1e-4, atol=1e-4)
+
+
 def _transposes(path: Path, tmp: Path) -> list[list[int]]:
     """The perms of the Transposes ONNX Runtime actually runs (after its session-time rewrites)."""
     import onnx

@@ -253,7 +253,7 @@ def _assert_bench_rows(task_yaml: Path, runs: Path, tmp_path: Path, chosen: str,
                        "--out", str(out)]) == 0
     rows = {r["form"]: r for r in json.loads(out.read_text())["rows"]}
     names = list(rows)
-    assert {"ort-fp32", "anchor", "openvino-fp32"} <= set(names)
+    assert {"ort-fp32", "anchor", bench.ANCHOR_OURS, "openvino-fp32"} <= set(names)
     assert any(n.startswith("openvino-int8 (w0.5") for n in names) and any(n.startswith("openvino-int8 (unpruned") for n in names)
     assert any(n.startswith("onnxruntime-int8 (") for n in names)
     shipped = [n for n, r in rows.items() if r["shipped"]]

@@ -259,7 +259,7 @@ def _time_cpu_engines(ctx, inp: _Inputs, runtimes, make):
     timed = inp.dev.subset(range(min(vcfg.dev_benchmark_limit or len(inp.dev), len(inp.dev))))
     with ctx.phase("anchor", "anchor: ORT quantize_dynamic(per_channel=True) of the FP32 ONNX"):
         anchor = ort_session.session(ort_quantize.quantize_anchor(inp.layout.path("onnx_fp32"), ctx.work_dir / "anchor.onnx"),
-                                     threads=vcfg.threads or None)
+                                     threads=vcfg.threads or None, ort_defaults=True)
         anchor.name = ANCHOR
         sessions = {rt.name: make[rt.name]() for rt in runtimes if is_cpu_engine_form(rt)}
     with ctx.phase("timing", f"timing {', '.join([*sessions, ANCHOR])} on {len(timed)} dev examples in {vcfg.repeats} "

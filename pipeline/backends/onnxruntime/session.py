@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from pipeline.backends.onnxruntime.convert import OUTPUT_NAME, check_io_names, load_onnx
+from pipeline.backends.onnxruntime.served import CPU_DISABLED_OPTIMIZERS
 from pipeline.errors import ConfigError, ModelError
 
 if TYPE_CHECKING:
@@ -26,10 +27,12 @@ ORT_GPU_PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecu
 
 
 class Session:
-    """One ONNX Runtime session (CPU unless ``providers`` says otherwise)."""
+    """One ONNX Runtime session (CPU unless ``providers`` says otherwise).  On CPU alone it leaves out the graph
+    fusions the served engine leaves out (``served.CPU_DISABLED_OPTIMIZERS``) unless ``ort_defaults``: the anchor
+    is ORT's one-liner as its users run it, with ORT's own defaults."""
 
     def __init__(self, model_path: Path, precision: str, threads: int | None, providers: Sequence | None = None,
-                 name: str | None = None):
+                 name: str | None = None, ort_defaults: bool = False):
         import onnxruntime as ort
 
         if precision not in PRECISIONS + ("fp16",):
@@ -43,8 +46,10 @@ class Session:
         so.inter_op_num_threads = 1
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.log_severity_level = 3
+        providers = list(providers or ["CPUExecutionProvider"])
+        disabled = list(CPU_DISABLED_OPTIMIZERS) if providers == ["CPUExecutionProvider"] and not ort_defaults else []
         try:
-            self._sess = ort.InferenceSession(str(self.model_path), so, providers=list(providers or ["CPUExecutionProvider"]))
+            self._sess = ort.InferenceSession(str(self.model_path), so, providers=providers, disabled_optimizers=disabled)
         except Exception as exc:
             raise ModelError(f"{self.model_path}: ONNX Runtime cannot load it ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
         self.input_names = [i.name for i in self._sess.get_inputs()]
@@ -56,8 +61,8 @@ class Session:
         return self._sess.run([OUTPUT_NAME], feeds)[0].astype(np.float32, copy=False)
 
 
-def session(model_path: Path, *, precision: str = "fp32", threads: int | None = None) -> Session:
-    return Session(Path(model_path), precision, threads)
+def session(model_path: Path, *, precision: str = "fp32", threads: int | None = None, ort_defaults: bool = False) -> Session:
+    return Session(Path(model_path), precision, threads, ort_defaults=ort_defaults)
 
 
 def provider_missing(provider: str) -> str | None:
