@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -171,6 +172,28 @@ class Interleaved:
         """Whether the rounds disagree on which of the two is faster."""
         r = self.ratios(a, b)
         return min(r) <= 1.0 <= max(r)
+
+    def wins(self, a: str, b: str) -> int:
+        """The rounds in which ``a`` was faster than ``b``."""
+        return sum(r > 1.0 for r in self.ratios(a, b))
+
+    def surely_faster(self, a: str, b: str, rounds: int) -> bool:
+        """Whether ``a`` is faster than ``b`` as surely as by being faster in every one of ``rounds`` rounds
+        (``sign_test``: 5 of 5, 9 of 10, 12 of 15 for 5)."""
+        return sign_test(self.wins(a, b), len(self.ratios(a, b)), rounds)
+
+    def extended(self, more: Interleaved) -> Interleaved:
+        """These rounds and ``more`` (the same sessions timed again) as one set of rounds."""
+        return Interleaved({n: self.rates[n] + more.rates[n] for n in self.rates}, self.base,
+                           {n: self.latencies_ms.get(n, []) + more.latencies_ms.get(n, []) for n in self.rates},
+                           self.batch_size, self.batches)
+
+
+def sign_test(wins: int, n: int, rounds: int) -> bool:
+    """A one-sided sign test of paired rounds: ``wins`` of ``n`` at least as unlikely, were the two equally fast, as
+    winning every one of ``rounds`` (p <= 2**-rounds).  More rounds then let one slow round (a noisy machine's hiccup)
+    pass without undoing what the others show."""
+    return n > 0 and sum(math.comb(n, k) for k in range(wins, n + 1)) <= 2 ** (n - rounds)
 
 
 def interleaved_throughput(sessions: dict[str, object], fs: FeatureSet, batch_size: int, *, rounds: int = 5,

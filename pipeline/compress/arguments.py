@@ -79,8 +79,8 @@ class CompressConfig:
     # in the same interleaved rounds and the fastest within the budget ships.
     engines: list[str] = field(default_factory=lambda: list(engine_names()))
     # With candidate_format onnx: time every candidate's architecture first (speed does not depend on trained weights),
-    # build fastest first, and skip a candidate that one already built within the budget beats in every round
-    # (pipeline.compress.screen).  false: build and score every candidate (the whole frontier, for a report).
+    # build fastest first, and skip a candidate that one already built within the budget surely beats (every round
+    # of the screen, or a duel; pipeline.compress.screen).  false: build and score every candidate (the whole frontier).
     screen: bool = True
     # DynaBERT pruning: every width (share of heads and FFN neurons kept) x every depth (share of encoder layers kept,
     # DynaBERT's depth_mult: 2/3 of 6 layers keeps layers 0, 1, 3, 4) is one architecture, distilled from the FP32 model

@@ -8,8 +8,8 @@ Order (pruning always before quantization):
   3. ``compress.candidate_format: onnx`` (the CPU bundle's runtime): every architecture as FP32 ONNX and, with
      ``ptq``, each engine's INT8 form from its recipe search (``pipeline.compress.onnx_candidates``).  Speed
      first: every one's architecture is timed before any is built (``pipeline.compress.screen``), they are built
-     fastest first, and those a faster candidate within the budget beats in every round (of the screen, or of a duel
-     of the two) are never built (nor their architecture distilled, when none of its candidates can win).
+     fastest first, and those a faster candidate within the budget beats in every round of the screen (or as surely
+     in a duel of the two) are never built (nor their architecture distilled, when none of its candidates can win).
      ``paddle``: ``ptq``: every grid point for every architecture;  ``qat``: one QAT model per architecture;
      ``embeddings``: an int8-embedding variant of every candidate so far.
   4. Every candidate built timed in interleaved rounds (``candidates.time_candidates``).
@@ -182,7 +182,7 @@ def build_and_evaluate(
 def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: int, budget: float | None,
                 min_ratio: float | None) -> Built:
     """Every architecture's FP32 ONNX and each engine's INT8 form of it, built fastest first where the screen ran; a
-    candidate a built one within ``budget`` beats in every screened round is skipped (``screen.Screen.cannot_win``)."""
+    candidate a built one within ``budget`` surely beats (every screened round, or a duel) is skipped (``screen.Screen.cannot_win``)."""
     from pipeline.compress import onnx_candidates as oc
     from pipeline.compress.screen import Skipped, narrowed_onnx, screen
 

@@ -11,8 +11,11 @@ within the accuracy budget is faster in every screened round (``Screen.cannot_wi
 selected only if the faster one had failed the budget, and it did not.  Two the screen's rounds cannot tell apart
 are timed again alone, back to back (``Screen.duel``): each screened round runs every architecture in turn, so the
 machine's drift between two of them is seconds wide, and two widths 10% apart (TNEWS w7/12 and w2/3 in OpenVINO INT8,
-Zen 4) overlapped in it, yet were told apart in every duel.  Candidates the duel cannot tell apart either are all
-built, and the selection rule decides among them as before.  ``compress.screen: false`` builds every one.
+Zen 4) overlapped in it, yet were told apart in every duel but one.  That one (faster in 4 of 5 rounds, 0.93x in the
+fifth) cost a cold run 4 minutes of distillation and search for a width that then tied: so a duel the rounds leave
+open is timed for more rounds, and decided as surely as by every one of the screen's rounds (``evaluation.sign_test``:
+9 of 10, 12 of 15).  Candidates a duel cannot tell apart are all built, and the selection rule decides among them as
+before.  ``compress.screen: false`` builds every one.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Callable, Sequence
 
 from pipeline.compress.architecture import Architecture
 from pipeline.compress.onnx_candidates import ONNX_FILE, Planned
-from pipeline.evaluation import Interleaved, interleaved_throughput
+from pipeline.evaluation import Interleaved, interleaved_throughput, sign_test
 
 
 @dataclass(frozen=True)
@@ -65,18 +68,20 @@ class Screen:
         screen, or, where those rounds disagree, of a duel of the two (an unscreened candidate can always win)."""
         if name not in self.timing.rates:
             return None
+        rounds = len(self.timing.rates[self.timing.base])  # as sure as every one of the screen's rounds
         for q in qualifying:
             if q not in self.timing.rates or self.timing.median(q) <= self.timing.median(name):
                 continue
             timing, where = self.timing, "this CPU's screen"
-            if timing.within_noise(name, q):
+            if not timing.surely_faster(q, name, rounds):
                 if self.duel is None:
                     continue
                 timing, where = self.duel(q, name), "this CPU, the two timed alone (the screen could not tell them apart)"
-                if timing.within_noise(name, q) or timing.median(q) <= timing.median(name):
+                if not timing.surely_faster(q, name, rounds):
                     continue
             med, lo, hi = timing.ratio(q, name)
-            return f"{q} is within budget and {med:.2f}x its speed on {where} [{lo:.2f}-{hi:.2f} over {len(timing.rates[name])} rounds]"
+            return (f"{q} is within budget and {med:.2f}x its speed on {where} [{lo:.2f}-{hi:.2f}; faster in "
+                    f"{timing.wins(q, name)} of {len(timing.rates[name])} rounds]")
         return None
 
     def short_of(self, min_ratio: float) -> str | None:
@@ -131,20 +136,37 @@ def screen(planned: Sequence[Planned], architecture: Callable[[Architecture], Pa
     return out
 
 
+# A duel the rounds leave open is timed again, ``rounds`` at a time, up to this many sets in all
+DUEL_SETS = 3
+
+
 def duels(sessions: dict, dev, *, batch_size: int, batches: int, rounds: int,
           log: Callable[[str], None] = print) -> Callable[[str, str], Interleaved]:
     """``duel(a, b)``: sessions ``a`` and ``b`` alone in interleaved rounds over the screen's batches, each pair timed
-    once (the screen's sessions stay open until its Screen is dropped)."""
+    once (the screen's sessions stay open until its Screen is dropped).  While neither is faster as surely as by every
+    one of ``rounds`` rounds (``sign_test``) and more rounds could still settle it, ``rounds`` more are timed (up to
+    ``DUEL_SETS`` sets): a second of timing against minutes of distillation for a candidate that cannot win."""
     done: dict[frozenset, Interleaved] = {}
+
+    def settles(wins: int, n: int) -> bool:
+        return sign_test(wins, n, rounds) or sign_test(n - wins, n, rounds)
 
     def duel(a: str, b: str) -> Interleaved:
         key = frozenset((a, b))
         if key not in done:
-            # warmup=0: the screen warmed these very sessions on these batches, every padded width included
-            done[key] = t = interleaved_throughput({a: sessions[a], b: sessions[b]}, dev, batch_size, rounds=rounds,
-                                                   max_batches=batches, warmup=0)
+            t = None
+            for _ in range(DUEL_SETS):
+                # warmup=0: the screen warmed these very sessions on these batches, every padded width included
+                more = interleaved_throughput({a: sessions[a], b: sessions[b]}, dev, batch_size, rounds=rounds,
+                                              max_batches=batches, warmup=0)
+                t = more if t is None else t.extended(more)
+                n, wins, left = len(t.rates[a]), t.wins(a, b), rounds * DUEL_SETS - len(t.rates[a])
+                if settles(wins, n) or not (settles(wins + left, n + left) or settles(wins, n + left)):
+                    break
+            done[key] = t
             med, lo, hi = t.ratio(a, b)
-            log(f"[compress] screen: {a} against {b} alone: {med:.2f}x [{lo:.2f}-{hi:.2f}] over {rounds} rounds")
+            log(f"[compress] screen: {a} against {b} alone: {med:.2f}x [{lo:.2f}-{hi:.2f}], faster in {t.wins(a, b)} of "
+                f"{len(t.rates[a])} rounds")
         return done[key]
 
     return duel
