@@ -57,16 +57,26 @@ EVERY_CPU_FORM = {"paddle-cpu-fp32", "onnxruntime-cpu-fp32", "onnxruntime-cpu-in
 GPU_SKIPPED = {"paddle-trt-fp16", "paddle-trt-int8", "ort-cuda", "ort-tensorrt"}  # no GPU here
 
 
-def test_validate_checks_what_ships_by_default(exported, tmp_path):
+def test_validate_checks_what_ships_by_default(exported, tmp_path, monkeypatch):
     """Issue 60: by default validate measures the shipped form (compress's selection), the FP32 it is compared with
     and the anchor; every gate reads only those.  The others are not measured (no rows, no grid, not in the rounds),
-    and the report, gates.json, metrics.json and the record say which were checked and how to ask for the rest."""
+    and the report, gates.json, metrics.json and the record say which were checked and how to ask for the rest.
+    The anchor runs in ONNX Runtime's default session (the one-liner as its users run it), ours in the served one."""
+    from pipeline.backends.onnxruntime import session as ort_session
     from pipeline.backends.registry import selected_form
     from pipeline.stages import validate
 
+    real, opened = ort_session.session, []
+
+    def session(path, **kwargs):
+        opened.append((Path(path).name, kwargs.get("ort_defaults", False)))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(ort_session, "session", session)
     out, lines = tmp_path / "out", []
     ctx = validate_ctx(exported, out, log=lines.append)
     result = validate.run(ctx)
+    assert ("anchor.onnx", True) in opened and all(not defaults for name, defaults in opened if name != "anchor.onnx")
     assert result.gate_error is None, result.gate_error
     for name in ("gates.json", "report.md", "metrics.json", "accuracy_vs_throughput.png"):
         assert (out / name).is_file(), name

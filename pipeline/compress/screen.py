@@ -65,7 +65,8 @@ class Screen:
 
     def cannot_win(self, name: str, qualifying: Sequence[str]) -> str | None:
         """Why ``name`` cannot be selected, or None: a built candidate within budget is faster in every round of the
-        screen, or, where those rounds disagree, of a duel of the two (an unscreened candidate can always win)."""
+        screen, or, where those rounds disagree, as surely in a duel of the two (``duels``; an unscreened candidate can
+        always win)."""
         if name not in self.timing.rates:
             return None
         rounds = len(self.timing.rates[self.timing.base])  # as sure as every one of the screen's rounds
@@ -145,7 +146,7 @@ def duels(sessions: dict, dev, *, batch_size: int, batches: int, rounds: int,
     """``duel(a, b)``: sessions ``a`` and ``b`` alone in interleaved rounds over the screen's batches, each pair timed
     once (the screen's sessions stay open until its Screen is dropped).  While neither is faster as surely as by every
     one of ``rounds`` rounds (``sign_test``) and more rounds could still settle it, ``rounds`` more are timed (up to
-    ``DUEL_SETS`` sets): a second of timing against minutes of distillation for a candidate that cannot win."""
+    ``DUEL_SETS`` sets): seconds of timing against minutes of distillation for a candidate that cannot win."""
     done: dict[frozenset, Interleaved] = {}
 
     def settles(wins: int, n: int) -> bool:
