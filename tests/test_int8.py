@@ -143,7 +143,7 @@ def test_fixed_scale_matmuls_run_fused(tiny_onnx, tmp_path, monkeypatch):
 
 def test_cpu_sessions_leave_out_skip_layernorm_and_the_anchor_keeps_ort_defaults(tiny_onnx, tmp_path, monkeypatch):
     """The pipeline's ONNX Runtime sessions on CPU and the served engine run the INT8 form without
-    SkipLayerNormalization (``served.CPU_DISABLED_OPTIMIZERS``: its CPU kernel is ~7x slower than the Add and
+    SkipLayerNormalization (``served.CPU_DISABLED_OPTIMIZERS``: its CPU kernel is 4-12x slower than the Add and
     LayerNormalization it replaces, MEASUREMENTS.md); the anchor runs with ORT's defaults, as its users run it.
 
     Pinned upstream: with its defaults ORT does fuse them in this form, and the name we disable is the fusion's (a

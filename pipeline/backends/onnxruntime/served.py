@@ -7,9 +7,9 @@ from __future__ import annotations
 
 # ONNX Runtime 1.31.1 fuses a residual Add and the LayerNormalization after it into SkipLayerNormalization wherever the
 # Add's input comes from a MatMul that carries its bias (every fixed-scale INT8 MatMulIntegerToFloat here; the FP32
-# graph keeps Add + LayerNormalization).  On CPU that fused kernel runs on one thread at ~2 us a row of 384: 7x the
+# graph keeps Add + LayerNormalization).  On CPU that fused kernel runs on one thread at ~2 us a row of 384: 4-12x the
 # pair it replaces (MEASUREMENTS.md, "SkipLayerNormalization"); unfused, the pruned TNEWS INT8 runs ~1.17x faster
-# with the same answers.  The pipeline's own ONNX Runtime sessions read this too, so what is validated is what is served.
+# (its logits the same to the bit).  The pipeline's ONNX Runtime sessions read this too: what is validated is served.
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 
