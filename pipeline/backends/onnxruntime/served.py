@@ -13,6 +13,12 @@ from __future__ import annotations
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 
+def disabled_optimizers(providers: list) -> list:
+    """The graph fusions a session on ``providers`` leaves out: ``CPU_DISABLED_OPTIMIZERS`` on the CPU alone (CUDA's
+    SkipLayerNormalization kernel is not the slow one)."""
+    return list(CPU_DISABLED_OPTIMIZERS) if list(providers) == ["CPUExecutionProvider"] else []
+
+
 class Engine:
     def __init__(self, path, threads: int, gpu: bool, params: dict):
         import onnxruntime as ort
@@ -27,8 +33,8 @@ class Engine:
         providers = ["CPUExecutionProvider"]
         if gpu and "CUDAExecutionProvider" in ort.get_available_providers():
             providers.insert(0, "CUDAExecutionProvider")
-        disabled = list(CPU_DISABLED_OPTIMIZERS) if providers == ["CPUExecutionProvider"] else []  # CUDA's is fast
-        self.session = ort.InferenceSession(str(path), so, providers=providers, disabled_optimizers=disabled)
+        self.session = ort.InferenceSession(str(path), so, providers=providers,
+                                            disabled_optimizers=disabled_optimizers(providers))
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.output = self.session.get_outputs()[0].name
 

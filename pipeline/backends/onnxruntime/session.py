@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from pipeline.backends.onnxruntime.convert import OUTPUT_NAME, check_io_names, load_onnx
-from pipeline.backends.onnxruntime.served import CPU_DISABLED_OPTIMIZERS
+from pipeline.backends.onnxruntime.served import disabled_optimizers
 from pipeline.errors import ConfigError, ModelError
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ ORT_GPU_PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecu
 
 class Session:
     """One ONNX Runtime session (CPU unless ``providers`` says otherwise).  On CPU alone it leaves out the graph
-    fusions the served engine leaves out (``served.CPU_DISABLED_OPTIMIZERS``) unless ``ort_defaults``: the anchor
+    fusions the served engine leaves out (``served.disabled_optimizers``) unless ``ort_defaults``: the anchor
     is ORT's one-liner as its users run it, with ORT's own defaults."""
 
     def __init__(self, model_path: Path, precision: str, threads: int | None, providers: Sequence | None = None,
@@ -47,7 +47,7 @@ class Session:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.log_severity_level = 3
         providers = list(providers or ["CPUExecutionProvider"])
-        disabled = list(CPU_DISABLED_OPTIMIZERS) if providers == ["CPUExecutionProvider"] and not ort_defaults else []
+        disabled = [] if ort_defaults else disabled_optimizers(providers)
         try:
             self._sess = ort.InferenceSession(str(self.model_path), so, providers=providers, disabled_optimizers=disabled)
         except Exception as exc:
