@@ -283,22 +283,24 @@ def main(argv: list[str] | None = None) -> int:
     tok = Tokenizer.from_model_dir(layout.tokenizer_dir, cfg.max_seq_len)
     dev = kind.featurize(tok, data.dev.examples, cfg)
     cpu = detect()
-    models = _models(runs, layout, meta, cfg, tok, data, kind, Path(tempfile.mkdtemp(prefix="bench-")))
-    shipped = _shipped_row(runs, models, export_dir)
+    # The forms built here (the anchors, OpenVINO's IRs: up to ~200 MiB a run) go when the run ends.
+    with tempfile.TemporaryDirectory(prefix="bench-") as work:
+        models = _models(runs, layout, meta, cfg, tok, data, kind, Path(work))
+        shipped = _shipped_row(runs, models, export_dir)
 
-    print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
-    sessions = {name: _session(name, path, cfg) for name, path in models.items()}
-    scores = {name: evaluate_session(s, dev, 64, desc=f"dev {name}").score.value for name, s in sessions.items()}
-    timing = interleaved_throughput(sessions, dev, args.batch_size, rounds=args.rounds, max_batches=args.max_batches)
-    rows = [_row(name, path, name == shipped, scores, timing) for name, path in models.items()]
-    lines = [f"# make bench TASK={args.task}", "", f"CPU: {cpu.summary()}. Dev rows: {len(dev)}, batch {args.batch_size}, "
-             f"{args.rounds} interleaved rounds of {args.max_batches} batches; ratios are per-round medians.", "",
-             *_table(rows, kind.metric)]
-    print("\n".join(lines[4:]))
-    _write(Path(args.out) if args.out else runs / "bench.json", lines,
-           {"task": args.task, "cpu": cpu.as_dict(), "dev_rows": len(dev), "batch_size": args.batch_size,
-            "rounds": args.rounds, "int8_recipe": meta.int8, "qdq_recipe": meta.int8_qdq, "rows": rows,
-            "rates": timing.rates})
+        print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
+        sessions = {name: _session(name, path, cfg) for name, path in models.items()}
+        scores = {name: evaluate_session(s, dev, 64, desc=f"dev {name}").score.value for name, s in sessions.items()}
+        timing = interleaved_throughput(sessions, dev, args.batch_size, rounds=args.rounds, max_batches=args.max_batches)
+        rows = [_row(name, path, name == shipped, scores, timing) for name, path in models.items()]
+        lines = [f"# make bench TASK={args.task}", "", f"CPU: {cpu.summary()}. Dev rows: {len(dev)}, batch {args.batch_size}, "
+                 f"{args.rounds} interleaved rounds of {args.max_batches} batches; ratios are per-round medians.", "",
+                 *_table(rows, kind.metric)]
+        print("\n".join(lines[4:]))
+        _write(Path(args.out) if args.out else runs / "bench.json", lines,
+               {"task": args.task, "cpu": cpu.as_dict(), "dev_rows": len(dev), "batch_size": args.batch_size,
+                "rounds": args.rounds, "int8_recipe": meta.int8, "qdq_recipe": meta.int8_qdq, "rows": rows,
+                "rates": timing.rates})
     return 0
 
 

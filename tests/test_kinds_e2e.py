@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -249,8 +250,15 @@ def _assert_bench_rows(task_yaml: Path, runs: Path, tmp_path: Path, chosen: str,
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "bench.json"
-    assert bench.main(["--task", str(task_yaml), "--runs-dir", str(runs.parent), "--rounds", "1", "--max-batches", "2",
-                       "--out", str(out)]) == 0
+    scratch = tmp_path / "tmp"  # the temporary directory for this run alone: what bench built must be gone after it
+    scratch.mkdir()
+    before, tempfile.tempdir = tempfile.tempdir, str(scratch)
+    try:
+        assert bench.main(["--task", str(task_yaml), "--runs-dir", str(runs.parent), "--rounds", "1", "--max-batches", "2",
+                           "--out", str(out)]) == 0
+    finally:
+        tempfile.tempdir = before
+    assert not list(scratch.iterdir())
     rows = {r["form"]: r for r in json.loads(out.read_text())["rows"]}
     names = list(rows)
     assert {"ort-fp32", "anchor", bench.ANCHOR_OURS, "openvino-fp32"} <= set(names)
