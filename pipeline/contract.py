@@ -254,6 +254,14 @@ def detect_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
         return CpuInfo(platform.processor(), (), cores)
 
 
+def cpu_key() -> list[str]:
+    """The instruction sets a measured verdict holds for (this CPU's ``CPU_FLAGS``): engines choose their kernels by
+    them, so speed and INT8 numerics follow (without VNNI, ONNX Runtime's u8s8 pair sums saturate at int16).  Part of
+    the keys of the stages that time or score forms here (compress, validate) and of the INT8 searches' cache: a runs
+    dir taken to another kind of CPU measures again instead of reusing another CPU's choice."""
+    return list(detect_cpu().flags)
+
+
 def missing_int8_flags(validated, here: set[str] | tuple[str, ...]) -> list[str]:
     """The int8 instruction sets a bundle was validated with that this CPU lacks (speed, and on AVX2 the u8s8
     numerics, differ)."""

@@ -404,6 +404,28 @@ CPUINFO_AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC 7B12\nflags\t\t: fpu sse2
 CPUINFO_VNNI = "processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: avx2 avx512f avx512bw avx512_vnni\n"
 
 
+def test_what_is_measured_here_is_keyed_on_the_cpu(tiny_onnx, tiny_finetuned, tmp_path, monkeypatch):
+    """compress and validate time and score forms on this CPU, and the INT8 searches score them: taken to another
+    kind of CPU (a runs dir, a CI cache), their keys differ and they measure again; finetune-check's does not."""
+    from pipeline import contract
+    from pipeline.config import load_task_config
+    from pipeline.stages import compress, finetune_check, validate
+
+    from tests.conftest import TINY_MODEL_OVERRIDES
+
+    cfg = load_task_config(str(tiny_finetuned["task_yaml"]), TINY_MODEL_OVERRIDES)
+
+    def keys_on(cpuinfo: str):
+        monkeypatch.setattr(contract, "detect_cpu", lambda *a, **k: contract.parse_cpuinfo(cpuinfo, 2))
+        return ([stage.params(cfg) for stage in (compress, validate, finetune_check)],
+                _search(tiny_onnx, tmp_path / "cache", []).key)
+
+    (avx2, avx2_search), (vnni, vnni_search), (again, again_search) = map(keys_on, (CPUINFO_AVX2, CPUINFO_VNNI, CPUINFO_AVX2))
+    assert avx2[0] != vnni[0] and avx2[1] != vnni[1] and avx2[2] == vnni[2]
+    assert avx2_search != vnni_search
+    assert (again, again_search) == (avx2, avx2_search)  # the same CPU: the same keys
+
+
 def test_cpu_flags_decide_reduce_range_and_serving_warns():
     from pipeline.contract import missing_int8_flags, parse_cpuinfo
     from pipeline.backends.onnxruntime.int8.search import reduce_range_options

@@ -16,7 +16,7 @@ One search for every engine: an engine comes in as an ``EngineForm`` (``build``:
 ``evaluate``: a model file -> its held-out outputs; ``record``: what else decides a candidate), made by ONNX
 Runtime's (``pipeline.backends.onnxruntime.int8.search``) and OpenVINO's (``pipeline.backends.openvino.quantize``)
 modules, and ``search_recipe`` runs it.  A candidate's cache key is the hash of a record (the source file, the
-held-out rows, the form's record), never a hand-kept version string.
+held-out rows, the CPU's instruction sets, the form's record), never a hand-kept version string.
 """
 
 from __future__ import annotations
@@ -121,13 +121,15 @@ class Search:
                  reference: tuple[float, list[np.ndarray]] | None = None, baseline_metric: float | None = None):
         import hashlib
 
+        from pipeline.contract import cpu_key
         from pipeline.hashing import file_sha256
 
         self.fp32_path, self.form = Path(fp32_path), form
         self.work_dir, self.log, self.decide = Path(work_dir), log, decide
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        # The CPU's instruction sets: an engine's INT8 kernels, so its scores, differ between them.
         record = {"source": file_sha256(self.fp32_path), "rows": cache_key, "embeddings": form.embeddings,
-                  "form": form.name, **form.record}
+                  "form": form.name, "cpu": cpu_key(), **form.record}
         self.key = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:12]
         self.fp32_metric, self.reference = reference if reference is not None else form.evaluate(self.fp32_path)
         # A pruned source already spent part of the budget: drops count from the unpruned baseline's metric,

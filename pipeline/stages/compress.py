@@ -31,11 +31,13 @@ SELECTED_MODEL_DIR = "selected_model"
 
 def params(cfg: TaskConfig) -> dict:
     from pipeline.backends.registry import CPU_ENGINES, own_form_engines
+    from pipeline.contract import cpu_key
     from pipeline.quantization.select import search_params
 
     own = own_form_engines(cfg)
     return {
         "compress": dataclasses.asdict(cfg.compress),
+        "cpu": cpu_key(),  # the screen, the searches and the timings chose for this CPU's instruction sets
         "int8_search": search_params(cfg) if cfg.compress.onnx_route else None,
         # what decides each engine's own form (None where it makes none here): "openvino"
         **{e.name: e.form_params(cfg) if e in own else None for e in CPU_ENGINES if e.form is not None},

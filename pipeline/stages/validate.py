@@ -25,8 +25,11 @@ ANCHOR = "anchor"  # ORT quantize_dynamic(per_channel=True) of the FP32 ONNX: ti
 
 
 def params(cfg: TaskConfig) -> dict:
+    from pipeline.contract import cpu_key
+
     v, g = cfg.validate, cfg.gates
     return {"validate": {k: getattr(v, k) for k in v.__dataclass_fields__},
+            "cpu": cpu_key(),  # its ratios, and INT8 outputs without VNNI, are this CPU's
             "gates": {"max_accuracy_drop": g.max_accuracy_drop, "min_throughput_ratio": g.min_throughput_ratio,
                       "max_p99_latency_ms": g.max_p99_latency_ms, "min_anchor_ratio": g.min_anchor_ratio},
             "max_seq_len": cfg.max_seq_len,
