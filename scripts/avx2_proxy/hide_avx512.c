@@ -1,7 +1,8 @@
 /* Research instrument (not product code): make the libraries that
- * scripts/avx2_proxy/patch.py patched see an AVX2-only CPU on an AVX-512 one.
+ * scripts/avx2_proxy/proxy.py copied and patched see an AVX2-only CPU on an
+ * AVX-512 one.
  *
- * patch.py rewrites each `cpuid` (0F A2) in a library's code to `ud2` (0F 0B)
+ * proxy.py rewrites each `cpuid` (0F A2) in a library's code to `ud2` (0F 0B)
  * and each `xgetbv` (0F 01 D0) to `ud1 eax,eax` (0F B9 C0).  Executing either
  * raises SIGILL; this handler runs the real instruction, clears what an AVX2-only
  * x86-64 (AMD Zen 3) does not have -- every AVX-512 feature bit, AVX-VNNI, and
@@ -107,7 +108,7 @@ static const char *cpuinfo_path(const char *path) {
     static int (*real)(const char *, int, ...);                              \
     if (!real) real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, #name); \
     mode_t mode = 0;                                                         \
-    if (flags & (O_CREAT | O_TMPFILE)) {                                     \
+    if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) {               \
       va_list ap; va_start(ap, flags); mode = va_arg(ap, mode_t); va_end(ap); \
     }                                                                        \
     return real(cpuinfo_path(path), flags, mode);                            \
@@ -120,7 +121,7 @@ OPEN_WRAPPER(open64)
     static int (*real)(int, const char *, int, ...);                         \
     if (!real) real = (int (*)(int, const char *, int, ...))dlsym(RTLD_NEXT, #name); \
     mode_t mode = 0;                                                         \
-    if (flags & (O_CREAT | O_TMPFILE)) {                                     \
+    if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) {               \
       va_list ap; va_start(ap, flags); mode = va_arg(ap, mode_t); va_end(ap); \
     }                                                                        \
     return real(dirfd, cpuinfo_path(path), flags, mode);                     \
