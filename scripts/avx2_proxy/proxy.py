@@ -7,7 +7,8 @@ this copies those libraries with each `cpuid`/`xgetbv` instruction rewritten int
 hide_avx512.c answers with the AVX-512, VNNI and BF16 bits cleared.  The same core then runs
 its AVX2 kernels.  It is a proxy: the ISA is AVX2's, the core, clock and caches stay the host's.
 
-    python scripts/avx2_proxy/proxy.py build /tmp/avx2          # once: gcc + objdump, ~2 min
+    python scripts/avx2_proxy/proxy.py build /tmp/avx2          # once: gcc + objdump, ~4 min
+    python scripts/avx2_proxy/proxy.py check /tmp/avx2          # what the engines see, with and without it
     python scripts/avx2_proxy/proxy.py run /tmp/avx2 -- make bench TASK=tnews ...
 
 `run` prepends DIR/site to PYTHONPATH (the patched packages shadow the venv's) and preloads the
@@ -93,6 +94,41 @@ def build(out: Path) -> None:
                 print(f"{lib.relative_to(out / 'site')}: patched {patch(lib)}", flush=True)
 
 
+# What each engine sees, printed by `check` with and without the proxy: ONNX Runtime has no query, so its int8
+# GEMM is timed (AVX2's u8s8 kernel takes about twice VNNI's time).
+CHECK = """
+import time, numpy as np, onnx, onnxruntime as ort, openvino as ov, paddle
+from onnx import TensorProto, helper, numpy_helper
+from pipeline.contract import detect_cpu
+w = numpy_helper.from_array(np.random.default_rng(0).integers(-127, 127, (1024, 1024), dtype=np.int8), "w")
+graph = helper.make_graph([helper.make_node("MatMulInteger", ["a", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.UINT8, [256, 1024])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [256, 1024])], [w])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+options = ort.SessionOptions()
+options.intra_op_num_threads = 1
+s = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+a = {"a": np.random.default_rng(1).integers(0, 255, (256, 1024), dtype=np.uint8)}
+for _ in range(5):
+    s.run(None, a)
+t = time.perf_counter()
+for _ in range(30):
+    s.run(None, a)
+print(f"  /proc/cpuinfo: {detect_cpu().summary()}")
+print(f"  onnxruntime {ort.__file__}: u8s8 GEMM 256x1024x1024 {(time.perf_counter() - t) / 30 * 1e3:.2f} ms")
+print(f"  openvino: {ov.Core().get_property('CPU', 'OPTIMIZATION_CAPABILITIES')}")
+print(f"  paddle: supports_vnni {paddle.base.core.supports_vnni()}, bfloat16 {paddle.base.core.supports_bfloat16()}")
+"""
+
+
+def check(out: Path) -> int:
+    for label, runner in (("this CPU", subprocess.call), ("the proxy", lambda c: run(out, c))):
+        print(f"{label}:", flush=True)
+        if runner([sys.executable, "-c", CHECK]) != 0:
+            return 1
+    return 0
+
+
 def run(out: Path, command: list[str]) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(out / "site"), env.get("PYTHONPATH")] if p)
@@ -105,6 +141,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("build").add_argument("dir", type=Path)
+    sub.add_parser("check", help="what the engines see, with and without the proxy").add_argument("dir", type=Path)
     runner = sub.add_parser("run")
     runner.add_argument("dir", type=Path)
     runner.add_argument("command", nargs=argparse.REMAINDER)
@@ -112,6 +149,8 @@ def main() -> int:
     if args.action == "build":
         build(args.dir)
         return 0
+    if args.action == "check":
+        return check(args.dir)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return run(args.dir, command)
 
