@@ -16,8 +16,9 @@ Reads a finished export (``runs/<task>/export/out``) and measures, side by side:
                               alone gives, so the shipped form's ratio can be told apart from it;
 * ``onnxruntime-int8``        ``onnx/int8.onnx`` (its architecture and recipe named), and ``int8-qdq`` (TensorRT form);
 * ``pruned-*``                each DynaBERT-pruned candidate compress measured in ONNX Runtime (FP32, and INT8
-                              with its own searched recipe); after a Paddle-runtime compress, each pruned model
-                              compress kept, in FP32 and with the shipped recipe;
+                              with its own searched recipe); after a Paddle-runtime compress, or when the screen left
+                              only the shipped one, each pruned model compress kept, in FP32 and with the shipped
+                              recipe (not the shipped architecture's INT8: that is the export's row);
 * ``openvino-*``              OpenVINO: the FP32 ONNX (f32), its NNCF INT8 form unpruned, and each pruned
                               architecture's (``openvino/int8.xml`` of the export and compress's OpenVINO candidates; one
                               screened out of OpenVINO is quantized here with NNCF's default recipe, "built here").
@@ -69,7 +70,10 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
             recipe_name = (r["settings"].get("int8_recipe") or {}).get("name")
             forms[f"pruned-{r['name']}" + (f" ({recipe_name})" if recipe_name else "")] = compress_out / r["model_path"]
         return forms
-    made = {a.name: path for a, path in _pruned_sources(compress_out, rows).items()}  # a Paddle-route compress made none
+    # No other pruned ONNX Runtime candidate: a Paddle-route compress made none, or the screen left only the shipped
+    # one. Each pruned model compress kept, in FP32 and with the shipped recipe; the shipped architecture's INT8 is
+    # the export's own row (the same recipe on the same source: timed twice under two names before).
+    made = {a.name: path for a, path in _pruned_sources(compress_out, rows).items()}
     for model_dir in sorted(compress_out.glob("candidates/*/model")):
         info = inspect_model(model_dir)
         if not info.head_classes:
@@ -79,10 +83,10 @@ def recipe_forms(compress_out: Path, recipe, unpruned_fp32: Path | None, work: P
         if fp32 is None or not fp32.is_file():
             static = export_static(load_classifier(model_dir, info.head_classes), work / tag / "static")
             fp32 = export_onnx(static, work / tag / "fp32.onnx")
-        ranges = activation_ranges(fp32, feeds, tok.pad_id)
         forms[f"{tag}-fp32"] = fp32
-        forms[f"{tag}-int8 ({recipe.name})"] = build(fp32, work / tag / "int8.onnx", ranges, recipe,
-                                                       embeddings=cfg.quantization.int8_embeddings)
+        if shipped is None or model_dir.parent.name != shipped.name:
+            forms[f"{tag}-int8 ({recipe.name})"] = build(fp32, work / tag / "int8.onnx", activation_ranges(fp32, feeds, tok.pad_id),
+                                                           recipe, embeddings=cfg.quantization.int8_embeddings)
     return forms
 
 
