@@ -427,9 +427,10 @@ def test_kill_9_of_make_replicas_leaves_no_replica_or_haproxy(tiny_bundle, tiny_
     ("replicas", ["--seconds", "5", "--kill-at", "9"], "--kill-at 9.0 must be inside the run"),
     ("replicas", ["--json-out", "/"], "--json-out /: a directory"),
 ])
-def test_tool_probes(probe_bundle, task_without_data, capsys, tool, args, says):
+def test_tool_probes(probe_bundle, task_without_data, capsys, tool, args, says, tmp_path, monkeypatch):
     """A bad number, path or URL given to a serving tool is one line and exit 2.  loadtest is pointed at a model
     name; smoke, perf and replicas at a task's bundle."""
+    monkeypatch.chdir(tmp_path)  # perf makes its default report's folder (runs/<task>/) before it fails: not in the checkout
     module = importlib.import_module(f"serving.tools.{tool}")
     if tool == "perf":  # perf refuses to start without perf_analyzer before it reads its other flags
         tool_or_skip(module.find_perf_analyzer, module.PerfError, "ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER")
