@@ -44,7 +44,10 @@ def _out(runs: Path) -> Path:
 def _check_contract(runs: Path, tiny_finetuned) -> dict:
     out = _out(runs)
     record = json.loads((runs / "tiny" / "compress" / "record.json").read_text())
-    assert set(record["artifacts"]) == {"candidates", "selected", "outputs"}
+    assert set(record["artifacts"]) == {"candidates", "selected", "outputs", "dev_outputs"}
+    # the FP32 baseline's and the selected candidate's full-dev outputs, which validate reads for the same files
+    kept = sorted(p.name for p in (out / record["artifacts"]["dev_outputs"]).iterdir())
+    assert kept == sorted({"fp32.npz", f"{json.loads((out / 'selected.json').read_text())['name']}.npz"}), kept
     outputs = json.loads((out / "outputs.json").read_text())  # the typed hand-off to export (pipeline.handoffs)
     arts = {"selected_infer_dir": outputs["selected_infer_dir"], "fp32_infer_dir": outputs["fp32_infer_dir"]}
     shipped = out / outputs["shipped_dir"]  # every form of the selected candidate, built here

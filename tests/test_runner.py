@@ -255,12 +255,16 @@ def test_finetune_check_reuses_the_fine_tune_s_own_dev_outputs_only_when_they_ar
     forward, path = dygraph_forward(model), task / "finetune" / "out" / dev_outputs.FILE
     assert dev_outputs.reuse(path, dev, forward, cfg.finetune.eval_batch_size)[0] is not None
     other = tmp_path / dev_outputs.FILE
-    dev_outputs.save(other, dataclasses.replace(fresh, outputs=[o + 1e-3 for o in fresh.outputs]), dev)
-    got, why = dev_outputs.reuse(other, dev, forward, cfg.finetune.eval_batch_size)
-    assert got is None and "do not give the kept outputs" in why
-    dev_outputs.save(other, fresh, dev.subset(range(len(dev) - 1)))
-    got, why = dev_outputs.reuse(other, dev, forward, cfg.finetune.eval_batch_size)
+    batch = cfg.finetune.eval_batch_size
+    dev_outputs.save(other, dataclasses.replace(fresh, outputs=[o + 1e-3 for o in fresh.outputs]), dev, batch)
+    got, why = dev_outputs.reuse(other, dev, forward, batch)
+    assert got is None and "does not give the kept outputs" in why
+    dev_outputs.save(other, fresh, dev.subset(range(len(dev) - 1)), batch)
+    got, why = dev_outputs.reuse(other, dev, forward, batch)
     assert got is None and "dev features differ" in why
+    dev_outputs.save(other, fresh, dev, batch + 1)  # other batches: a per-batch INT8 form answers otherwise
+    got, why = dev_outputs.reuse(other, dev, forward, batch)
+    assert got is None and f"batches of {batch + 1}" in why
     other.write_bytes(b"not an npz")
     assert dev_outputs.reuse(other, dev, forward, cfg.finetune.eval_batch_size)[0] is None
 

@@ -34,12 +34,13 @@ def exported(tiny_finetuned, tiny_export, tmp_path_factory) -> dict:
     rec = StageRecord(stage="export", status=StageStatus.OK, key="x", params={}, inputs={},
                       artifacts={k: str(ctx.out_dir / v) for k, v in result.artifacts.items()})
     return {"cfg": cfg, "tiny": tiny_finetuned, "root": root, "export_rec": rec, "fc": upstream["finetune-check"],
-            "export_dir": ctx.out_dir, "task_dir": task_dir}
+            "compress": upstream["compress"], "export_dir": ctx.out_dir, "task_dir": task_dir}
 
 
-def validate_ctx(exported, out: Path, export_rec=None, log=None, **overrides):
+def validate_ctx(exported, out: Path, export_rec=None, log=None, compress_rec=None, **overrides):
     cfg = tiny_cfg(exported["tiny"], **{**FAST_VALIDATE, **overrides})
-    upstream = {"export": export_rec or exported["export_rec"], "finetune-check": exported["fc"]}
+    upstream = {"export": export_rec or exported["export_rec"], "finetune-check": exported["fc"],
+                "compress": compress_rec or exported["compress"]}
     ctx = make_ctx("validate", cfg, out, out.parent / "work", upstream, exported["task_dir"])
     if log is not None:
         ctx.log = log
@@ -120,7 +121,46 @@ def test_validate_checks_what_ships_by_default(exported, tmp_path, monkeypatch):
     # Time per phase: the stage's own names, each charged once
     phases = ctx.clock.seconds()
     assert list(phases) == ["inputs", "anchor", "timing", "parity", "grid", "gates"] and min(phases.values()) >= 0
-    assert any(line.startswith("[validate] onnxruntime-cpu-fp32: parity on ") and "(about " in line for line in lines)
+    assert any(line.startswith("[validate] anchor: parity on ") and "(about " in line for line in lines)
+
+
+def test_validate_reads_compress_outputs_of_the_same_files_which_equal_its_own(exported, tmp_path):
+    """Issue 60 (cold time): compress scored its FP32 ONNX and the selected candidate on the full dev set, in
+    validate's batches.  Validate reads those outputs for the exported forms with the same bytes, once its own session
+    gives them again on the first batch; the anchor, which compress never ran, it evaluates.  What it reads is what it
+    would have computed: every parity number equals a run without compress's outputs.  Outputs made in other batches
+    are not read, and the log says why."""
+    import dataclasses
+
+    from pipeline.stages import validate
+
+    def rows(out, compress_rec=None, **overrides):
+        lines = []
+        validate.run(validate_ctx(exported, out, log=lines.append, compress_rec=compress_rec, **overrides))
+        return {r["backend"]: r for r in json.loads((out / "metrics.json").read_text())["backends"]}, lines
+
+    reused, said = rows(tmp_path / "reused")
+    compress = exported["compress"]
+    assert (exported["task_dir"] / "compress" / "out" / compress.artifacts["dev_outputs"]).is_dir()
+    without = dataclasses.replace(compress, artifacts={k: v for k, v in compress.artifacts.items() if k != "dev_outputs"})
+    evaluated, _ = rows(tmp_path / "evaluated", without)
+    assert set(reused) == set(evaluated) and len(reused) == 2  # the shipped form and its FP32
+    for name, row in reused.items():
+        assert row["dev_outputs"].startswith("compress's evaluation of the same file, checked on "), (name, row["dev_outputs"])
+        assert any(line.startswith(f"[validate] {name}: parity on ") and row["dev_outputs"] in line for line in said)
+        assert evaluated[name]["dev_outputs"] == "evaluated here"
+        for key in ("accuracy", "accuracy_drop_points", "argmax_agreement", "examples", "metrics"):
+            assert row[key] == evaluated[name][key], (name, key)
+        for key in ("max_abs_logit_diff", "mean_abs_logit_diff"):
+            assert row[key] == pytest.approx(evaluated[name][key], abs=1e-6), (name, key)
+    assert any(line.startswith("[validate] anchor: parity on ") for line in said)  # compress never ran the anchor
+    assert "Dev outputs (every example; the others were evaluated here): " in (tmp_path / "reused" / "report.md").read_text()
+    assert "Dev outputs (every example" not in (tmp_path / "evaluated" / "report.md").read_text()
+
+    other, said = rows(tmp_path / "other", **{"validate.dev_batch_size": 7})
+    assert all(r["dev_outputs"] == "evaluated here" for r in other.values())
+    assert any("compress's dev outputs not reused: the kept outputs were made in batches of 32, this evaluation's are 7"
+               in line for line in said)
 
 
 def test_validate_backends_all_measures_every_runtime_that_can_run_here(exported, tmp_path):

@@ -128,7 +128,9 @@ class CompressConfig:
     throughput_batch_size: int = 32
     throughput_batches: int = 8  # batches per candidate in each timing round
     timing_rounds: int = 5  # interleaved rounds over every candidate: medians and the spread decide
-    eval_batch_size: int = 64
+    # Validate's batches (validate.dev_batch_size): validate reuses compress's outputs of the files it ships only when
+    # they were made in the same batches (pipeline.dev_outputs).
+    eval_batch_size: int = 32
     keep_all_candidates: bool = False  # False: delete non-selected quantized models (the FP32 baseline stays)
 
     def __post_init__(self) -> None:

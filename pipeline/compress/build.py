@@ -72,6 +72,7 @@ class Built:
     timing: object  # evaluation.Interleaved
     screen: object | None = None  # screen.Screen
     skipped: list = field(default_factory=list)  # screen.Skipped
+    evaluations: dict = field(default_factory=dict)  # candidate name -> its full-dev Evaluation (not with accuracy_fn)
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def build_and_evaluate(
         b.qat(sources)
     if "embeddings" in parts:
         b.int8_embeddings()
-    return Built(*b.timed())
+    return Built(*b.timed(), evaluations=b.evaluations)
 
 
 def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: int, budget: float | None,
@@ -228,7 +229,7 @@ def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: i
         screened = dataclasses.replace(screened, duel=None)  # closes the screen's sessions
     b.cands.sort(key=lambda c: [x.name for x in planned].index(c.name))  # the table in plan order
     cands, timing = b.timed()
-    return Built(cands, timing, screened, skipped)
+    return Built(cands, timing, screened, skipped, b.evaluations)
 
 
 class _Candidates:
@@ -240,6 +241,7 @@ class _Candidates:
         self.cfg, self.inp, self.out_dir, self.work_dir, self.log, self.accuracy_fn = cfg, inp, out_dir, work_dir, log, accuracy_fn
         self.phase = phase or untimed
         self.cands: list[Candidate] = []
+        self.evaluations: dict = {}  # name -> Evaluation
         self.baseline_accuracy = inp.baseline_accuracy
         self.input_dtype = cfg.input_dtype
 
@@ -249,8 +251,10 @@ class _Candidates:
         if self.cfg.onnx_route and c.is_program:  # only a source here: its ONNX forms are the candidates
             return
         with self.phase("scoring"):
-            evaluate(c, self.inp.dev, baseline_accuracy=self.baseline_accuracy if self.baseline_accuracy is not None else float("nan"),
-                     eval_batch_size=self.cfg.eval_batch_size, log=self.log, accuracy_fn=self.accuracy_fn)
+            ev = evaluate(c, self.inp.dev, baseline_accuracy=self.baseline_accuracy if self.baseline_accuracy is not None else float("nan"),
+                          eval_batch_size=self.cfg.eval_batch_size, log=self.log, accuracy_fn=self.accuracy_fn)
+        if ev is not None:
+            self.evaluations[c.name] = ev
         if self.baseline_accuracy is None:  # the first candidate is the FP32 baseline
             self.baseline_accuracy, c.accuracy_drop_points = c.accuracy, 0.0
         self.cands.append(c)

@@ -129,24 +129,26 @@ def evaluate(
     eval_batch_size: int,
     log: Callable[[str], None] = print,
     accuracy_fn: Callable | None = None,
-) -> Candidate:
+):
     """Fill in accuracy (full dev), drop vs baseline and size; throughput comes from :func:`time_candidates`.
+    Returns the dev evaluation (``pipeline.evaluation.Evaluation``; validate may reuse it), None with ``accuracy_fn``.
 
     ``accuracy_fn(session) -> float`` replaces the built-in dev accuracy (the API's custom_evaluate).
     """
     from pipeline.evaluation import evaluate_session
 
-    sess = make_session(cand)
+    sess, ev = make_session(cand), None
     if accuracy_fn is not None:
         accuracy = float(accuracy_fn(sess))
     else:
-        accuracy = evaluate_session(sess, dev, eval_batch_size, desc=f"compress eval {cand.name}").metric
+        ev = evaluate_session(sess, dev, eval_batch_size, desc=f"compress eval {cand.name}")
+        accuracy = ev.metric
     cand.accuracy = accuracy
     cand.accuracy_drop_points = round(100.0 * (baseline_accuracy - accuracy), 4)
     cand.size_bytes = sum(path_size(f) for f in cand.files)
     log(f"[compress] {cand.name}: {dev.kind.metric_label} {accuracy:.4f} (drop {cand.accuracy_drop_points:+.2f} pts vs FP32), "
         f"{cand.size_bytes / 2**20:.1f} MiB ({sess.name})")
-    return cand
+    return ev
 
 
 def time_candidates(cands: Sequence[Candidate], dev: FeatureSet, *, batch_size: int, batches: int, rounds: int,

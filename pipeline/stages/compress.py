@@ -116,7 +116,8 @@ def run(ctx):
     metrics = {"selected": chosen.name, "accuracy": chosen.accuracy, "accuracy_drop_points": chosen.accuracy_drop_points,
                "speedup": (chosen.throughput / fp32.throughput) if fp32.throughput else 0.0,
                "throughput": chosen.throughput, **metrics}
-    return StageResult(metrics=metrics, artifacts=_hand_off(ctx, fp32, chosen, vocab_dir), message=selection.message)
+    artifacts = {**_hand_off(ctx, fp32, chosen, vocab_dir), **_keep_dev_outputs(ctx, built.evaluations, (fp32, chosen), inp.dev)}
+    return StageResult(metrics=metrics, artifacts=artifacts, message=selection.message)
 
 
 def _inputs(ctx, baseline):
@@ -205,6 +206,24 @@ def _hand_off(ctx, fp32, chosen, vocab_dir: Path) -> dict:
     (out / CompressOutputs.FILE).write_text(outputs.to_json(), encoding="utf-8")
     return {"candidates": "candidates.json", SelectedCandidate.ROLE: SelectedCandidate.FILE,
             CompressOutputs.ROLE: CompressOutputs.FILE}
+
+
+DEV_OUTPUTS_DIR = "dev_outputs"
+
+
+def _keep_dev_outputs(ctx, evaluations: dict, cands, dev) -> dict:
+    """The FP32 baseline's and the selected candidate's full-dev outputs, each with the hash of its model's bytes
+    (``pipeline.dev_outputs``): validate reuses them for the exported forms that are the same files instead of running
+    them over dev again.  Returns the stage's artifact for them ({} when none was scored here: an accuracy_fn)."""
+    from pipeline import dev_outputs
+
+    out = ctx.out_dir / DEV_OUTPUTS_DIR
+    for c in cands:
+        if c.name in evaluations and c.kept:
+            out.mkdir(exist_ok=True)
+            dev_outputs.save(out / f"{c.name}.npz", evaluations[c.name], dev, ctx.cfg.compress.eval_batch_size,
+                             dev_outputs.form_key(c.files))
+    return {"dev_outputs": DEV_OUTPUTS_DIR} if out.is_dir() else {}
 
 
 def _drop_unselected_programs(cands, chosen, keep_all: bool) -> None:

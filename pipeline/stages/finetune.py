@@ -216,7 +216,7 @@ def _train(ctx, model, tokenizer, vocab_dir: Path, data):
         shutil.rmtree(tmp, ignore_errors=True)
         save_classifier(m, tmp, vocab_dir, data.labels, data.label_names)
         if ev is not None:  # its dev outputs, with the weights they are of: finetune-check reuses them
-            dev_outputs.save(tmp / dev_outputs.FILE, ev, dev_fs)
+            dev_outputs.save(tmp / dev_outputs.FILE, ev, dev_fs, train_cfg.eval_batch_size)
         shutil.rmtree(best_dir, ignore_errors=True)
         tmp.rename(best_dir)
 

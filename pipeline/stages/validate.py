@@ -2,7 +2,9 @@
 
 What ships is checked: the form the bundle ships, the FP32 it is compared with (its ratio base) and the anchor (ORT's
 ``quantize_dynamic(per_channel=True)`` of the same FP32 ONNX, ``gates.min_anchor_ratio``) each run the full dev set
-(accuracy, argmax agreement, logit differences vs finetune-check's ``dev_logits.npy``); the shipped form and its FP32
+(accuracy, argmax agreement, logit differences vs finetune-check's ``dev_logits.npy``; a form whose bytes compress
+already scored on the full dev set in the same batches reads compress's outputs, once its session gives them again on
+a batch: ``pipeline.dev_outputs``); the shipped form and its FP32
 run the benchmark grid, and they and the anchor are timed on dev lengths in the same interleaved rounds, so throughput
 is also a ratio.  Every gate reads only these.  ``validate.backends: all`` (or a list of names) measures the other
 runtimes of ``pipeline.backends.registry`` that can run here too (GPU ones whenever a GPU with their libraries is
@@ -181,6 +183,7 @@ class _Inputs:
     dev: object  # FeatureSet
     reference: object  # pipeline.validation.parity.Reference
     widths: list[int]  # validate.seq_lens the model can take (none past its max_position_embeddings)
+    kept: dict  # pipeline.dev_outputs.form_key -> compress's kept dev outputs of the model with those bytes
 
 
 def run(ctx):
@@ -246,7 +249,16 @@ def _read_inputs(ctx) -> _Inputs:
         ctx.log(f"[validate] widths {[s for s in cfg.validate.seq_lens if s > positions]} of validate.seq_lens not "
                 f"timed: the model embeds {positions} positions")
     return _Inputs(layout, ctx.handoff("export", ExportManifest), data, kind, tokenizer, dev, reference,
-                   widths or [min(positions, cfg.max_seq_len)])
+                   widths or [min(positions, cfg.max_seq_len)], _kept_outputs(ctx))
+
+
+def _kept_outputs(ctx) -> dict:
+    """compress's full-dev outputs of its FP32 baseline and selected candidate, by the hash of their model's bytes."""
+    from pipeline import dev_outputs
+
+    folder = ctx.optional_artifact("compress", "dev_outputs")
+    files = sorted(folder.glob("*.npz")) if folder is not None and folder.is_dir() else []
+    return {key: f for f in files if (key := dev_outputs.kept_form(f))}
 
 
 def _time_cpu_engines(ctx, inp: _Inputs, runtimes, make):
@@ -283,7 +295,6 @@ def _parity_estimate(inp: _Inputs, paired, name: str) -> float | None:
 def _measure(ctx, inp: _Inputs, rt, make, paired):
     """One runtime: parity on the full dev set, the fixed-shape grid, batch-1 latency (its dev-length throughput is
     the interleaved rounds', when it was in them).  Returns (its row, its benchmark)."""
-    from pipeline.evaluation import evaluate_session
     from pipeline.validation.benchmark import BenchmarkSettings, benchmark_backend
     from pipeline.validation.parity import compare_outputs
     from pipeline.validation.rows import BackendRow
@@ -295,11 +306,8 @@ def _measure(ctx, inp: _Inputs, rt, make, paired):
                            f"{inp.widths}, {vcfg.repeats} repeats"):
         bench = benchmark_backend(rt.name, make, inp.tokenizer.vocab_size, inp.dev, settings, rt.artifact(inp.layout.root),
                                   dev_timing=paired.result(rt.name) if rt.name in paired.rates else None)
-    with ctx.phase("parity", f"{rt.name}: parity on {len(inp.data.dev.examples)} dev examples",
-                   _parity_estimate(inp, paired, rt.name)):
-        session = make()
-        ev = evaluate_session(session, inp.dev, vcfg.dev_batch_size, desc=f"parity {rt.name}")
-        del session
+    with ctx.phase("parity"):
+        ev, outputs_from = _dev_evaluation(ctx, inp, rt, make, paired)
     b1 = [c for c in bench.grid if c.batch_size == 1 and c.seq_len <= cfg.max_seq_len] or \
          [c for c in bench.grid if c.batch_size == 1]
     dev = bench.dev
@@ -309,8 +317,31 @@ def _measure(ctx, inp: _Inputs, rt, make, paired):
                      latency_ms_p95=dev.latency_ms_p95 if dev else None, latency_ms_p99=dev.latency_ms_p99 if dev else None,
                      batch1_p99_ms=max(b1, key=lambda c: c.seq_len).latency_ms_p99 if b1 else None,
                      dev_batch1_p99_ms=bench.dev_batch1.latency_ms_p99 if bench.dev_batch1 else None,
-                     peak_rss_mb=bench.peak_rss_mb, model_mb=inp.layout.bytes(rt.form) / 2**20)
+                     peak_rss_mb=bench.peak_rss_mb, model_mb=inp.layout.bytes(rt.form) / 2**20, dev_outputs=outputs_from)
     return row, bench
+
+
+def _dev_evaluation(ctx, inp: _Inputs, rt, make, paired):
+    """(``rt``'s outputs on the full dev set, where they came from): compress's, when it kept the outputs of a model
+    with these very bytes in these batches and ``rt``'s session gives them again on the first batch
+    (``pipeline.dev_outputs``); else this session's, over every dev example."""
+    from pipeline import dev_outputs
+    from pipeline.evaluation import evaluate_session
+    from pipeline.progress import duration
+
+    batch, what = ctx.cfg.validate.dev_batch_size, f"[validate] {rt.name}: parity on {len(inp.data.dev.examples)} dev examples"
+    kept = inp.kept.get(dev_outputs.form_key(inp.layout.files(rt.form))) if inp.kept else None
+    session = make()
+    if kept is not None:
+        ev, how = dev_outputs.reuse(kept, inp.dev, session.run, batch, made_by="compress's evaluation of the same file",
+                                    desc=f"parity {rt.name} (compress's outputs, one batch)")
+        if ev is not None:
+            ctx.log(f"{what}: {how}")
+            return ev, how
+        ctx.log(f"[validate] {rt.name}: compress's dev outputs not reused: {how}")
+    est = _parity_estimate(inp, paired, rt.name)
+    ctx.log(what + (f" (about {duration(est)})" if est is not None else ""))
+    return evaluate_session(session, inp.dev, batch, desc=f"parity {rt.name}"), "evaluated here"
 
 
 def _fill_ratios(rows: list, benches: dict, paired) -> None:
@@ -414,10 +445,10 @@ def _write_reports(ctx, inp: _Inputs, report, rows: list, benches: dict, skipped
 STAGE = Stage(
     name="validate",
     description="parity and benchmarks per backend; regression gates",
-    requires=("export", "finetune-check"),
+    requires=("export", "finetune-check", "compress"),  # compress: its kept dev outputs of the forms that ship
     params=params,
     inputs=inputs,
     run=run,
     check=check,
-    version="7",  # the last bump: report.md names the anchor's own accuracy, drop and x FP32 (earlier: git log)
+    version="8",  # the last bump: parity reuses compress's outputs of the same files; rows say whose (earlier: git log)
 )

@@ -112,6 +112,9 @@ def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[di
         lines.append(f"| {name} | skipped: {reason} |" + " |" * 12)
     for name, reason in ((checked or {}).get("not_checked") or {}).items():
         lines.append(f"| {name} | not checked: {reason} (validate.backends: all measures it) |" + " |" * 12)
+    reused = [f"{r['backend']}: {r['dev_outputs']}" for r in rows if r.get("dev_outputs", "evaluated here") != "evaluated here"]
+    if reused:
+        lines += ["", "Dev outputs (every example; the others were evaluated here): " + "; ".join(reused) + "."]
     lines += ["", f"![accuracy vs throughput]({PLOT_FILE})", "", "## Fixed-shape grid (sentences/s, median of repeats)", ""]
     lines += _grid_lines(grid)
     lines += ["## Files", "", "| artifact | MB |", "|---|---|"]

@@ -32,6 +32,7 @@ class BackendRow:
     anchor_ratio: float | None = None  # vs ORT's quantize_dynamic one-liner, same rounds
     anchor_ratio_range: list[float] | None = None
     grid_ratios: dict[str, float | None] = field(default_factory=dict)
+    dev_outputs: str = "evaluated here"  # or whose full-dev evaluation of the same file parity read (pipeline.dev_outputs)
 
     @property
     def accuracy(self) -> float:
@@ -48,7 +49,7 @@ class BackendRow:
                "latency_ms_p95": self.latency_ms_p95, "latency_ms_p99": self.latency_ms_p99,
                "batch1_p99_ms": self.batch1_p99_ms, "dev_batch1_p99_ms": self.dev_batch1_p99_ms,
                "peak_rss_mb": self.peak_rss_mb, "model_mb": self.model_mb, "throughput_ratio": self.throughput_ratio,
-               "grid_ratios": self.grid_ratios}
+               "grid_ratios": self.grid_ratios, "dev_outputs": self.dev_outputs}
         for key in ("throughput_ratio_range", "throughput_rounds", "anchor_ratio", "anchor_ratio_range"):
             if getattr(self, key) is not None:  # only rows timed in the interleaved rounds have them
                 out[key] = getattr(self, key)
