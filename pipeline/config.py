@@ -247,6 +247,8 @@ class TaskConfig:
             raise ConfigError("labels: duplicate label values")
         if not 8 <= self.max_seq_len <= 512:
             raise ConfigError(f"max_seq_len must be in [8, 512], got {self.max_seq_len}")
+        if self.compress.eval_batch_size is None:  # compress scores in validate's batches: validate reads its outputs
+            self.compress.eval_batch_size = self.validate.dev_batch_size
 
     def data_dir(self) -> Path | None:
         if not self.data.dir:

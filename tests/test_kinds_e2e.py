@@ -229,6 +229,9 @@ def test_ner_bundle_end_to_end(tmp_path, capsys):
     assert metrics["summary"]["checked"]["setting"] == "shipped" and metrics["summary"]["anchor"]["accuracy"] > 0
     fp32 = next(r for r in metrics["backends"] if r["backend"] == "onnxruntime-cpu-fp32")
     assert fp32["argmax_agreement"] == 1.0 and abs(fp32["accuracy"] - baseline["accuracy"]) < 1e-9
+    # per-token outputs too: compress scored in validate's batches (compress.eval_batch_size follows
+    # validate.dev_batch_size), so validate read its outputs of both files (served == validated is checked below)
+    assert all(r["dev_outputs"].startswith("compress's evaluation of the same file") for r in metrics["backends"])
 
     bundle = tmp_path / "repo" / "tinyner"
     manifest = json.loads((bundle / "bundle.json").read_text())
@@ -292,6 +295,8 @@ def test_reading_bundle_end_to_end(tmp_path, capsys):
     assert baseline["dev_features"] > baseline["dev_examples"]  # long passages: several windows per question
     meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
     assert meta["task_type"] == "reading_comprehension" and meta["reading"]["doc_stride"] == 12
+    metrics = json.loads((runs / "validate" / "out" / "metrics.json").read_text())  # windows' span scores too
+    assert all(r["dev_outputs"].startswith("compress's evaluation of the same file") for r in metrics["backends"])
 
     bundle = tmp_path / "repo" / "tinymrc"
     manifest = json.loads((bundle / "bundle.json").read_text())
@@ -312,7 +317,7 @@ def test_uie_bundle_end_to_end(tmp_path, capsys):
             "uie": {"doc_stride": 8, "max_prompt_len": 6},
             "compress": {"strategy": "dynabert+ptq", "width_mult_list": ["1/2"]}}
     task_yaml, runs, cfg = _run_bundle(tmp_path, task, {"finetune.epochs": 8, "gates.min_accuracy": 0.5,
-                                                        "validate.dev_batch_size": 8})
+                                                        "validate.dev_batch_size": 8, "compress.eval_batch_size": 8})
     baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
     assert baseline["metric"] == "f1" and {"precision", "recall"} <= set(baseline["metrics"]), baseline
     assert baseline["dev_examples"] == 2 * 60  # every dev text asked both prompts

@@ -39,6 +39,7 @@ from pipeline.tokenizer import Tokenizer
 class CompressionArguments(CompressConfig):
     # Trainer.compress() makes Paddle models, and custom_evaluate receives a Paddle Inference session.
     candidate_format: str = "paddle"
+    eval_batch_size: int = 64  # no validate stage here whose batches to share
     output_dir: str = "compress_output"
     max_seq_length: int = 128
     max_accuracy_drop: float = 0.5  # points below the FP32 model that a candidate may lose

@@ -128,9 +128,9 @@ class CompressConfig:
     throughput_batch_size: int = 32
     throughput_batches: int = 8  # batches per candidate in each timing round
     timing_rounds: int = 5  # interleaved rounds over every candidate: medians and the spread decide
-    # Validate's batches (validate.dev_batch_size): validate reuses compress's outputs of the files it ships only when
-    # they were made in the same batches (pipeline.dev_outputs).
-    eval_batch_size: int = 32
+    # None: validate.dev_batch_size (TaskConfig fills it in).  Validate reads compress's outputs of the files it ships
+    # only when they were made in its batches (pipeline.dev_outputs).
+    eval_batch_size: int | None = None
     keep_all_candidates: bool = False  # False: delete non-selected quantized models (the FP32 baseline stays)
 
     def __post_init__(self) -> None:
@@ -208,7 +208,7 @@ class CompressConfig:
                                       f"paddle ({paddle_only[part]}); with onnx use dynabert and/or ptq")
         for key in ("num_train_epochs", "per_device_train_batch_size", "throughput_batch_size", "throughput_batches",
                     "eval_batch_size", "timing_rounds", "distill_eval_steps"):
-            if getattr(self, key) < 1:
+            if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ConfigError(f"compress.{key} must be >= 1, got {getattr(self, key)}")
         if self.distill_patience < 0:
             raise ConfigError(f"compress.distill_patience must be >= 0 (0: distill the whole budget), got {self.distill_patience}")
