@@ -42,13 +42,9 @@ def features_key(fs: FeatureSet) -> str:
 def form_key(files: Sequence[Path]) -> str:
     """A hash of a model's files' contents, in order (a directory: its files by name), not of their names: compress's
     ``candidates/w0.5833-int8/model.onnx`` and the export's ``onnx/int8.onnx`` are the same model when their bytes are."""
-    from pipeline.hashing import file_sha256
+    from pipeline.hashing import json_sha256, tree_hashes
 
-    h = hashlib.sha256()
-    for f in files:
-        for p in sorted(q for q in Path(f).rglob("*") if q.is_file()) if Path(f).is_dir() else [Path(f)]:
-            h.update(file_sha256(p).encode() + b";")
-    return h.hexdigest()
+    return json_sha256([list(tree_hashes(f).values()) for f in files])
 
 
 def save(path: Path, ev: Evaluation, fs: FeatureSet, batch_size: int, form: str = "") -> None:

@@ -217,13 +217,15 @@ def _keep_dev_outputs(ctx, evaluations: dict, cands, dev) -> dict:
     them over dev again.  Returns the stage's artifact for them ({} when none was scored here: an accuracy_fn)."""
     from pipeline import dev_outputs
 
+    kept = {c.name: c for c in cands if c.name in evaluations and c.kept}  # the FP32 baseline may be the selected one
+    if not kept:
+        return {}
     out = ctx.out_dir / DEV_OUTPUTS_DIR
-    for c in cands:
-        if c.name in evaluations and c.kept:
-            out.mkdir(exist_ok=True)
-            dev_outputs.save(out / f"{c.name}.npz", evaluations[c.name], dev, ctx.cfg.compress.eval_batch_size,
-                             dev_outputs.form_key(c.files))
-    return {"dev_outputs": DEV_OUTPUTS_DIR} if out.is_dir() else {}
+    out.mkdir()
+    for name, c in kept.items():
+        dev_outputs.save(out / f"{name}.npz", evaluations[name], dev, ctx.cfg.compress.eval_batch_size,
+                         dev_outputs.form_key(c.files))
+    return {"dev_outputs": DEV_OUTPUTS_DIR}
 
 
 def _drop_unselected_programs(cands, chosen, keep_all: bool) -> None:
