@@ -196,11 +196,28 @@ def sign_test(wins: int, n: int, rounds: int) -> bool:
     return n > 0 and sum(math.comb(n, k) for k in range(wins, n + 1)) <= 2 ** (n - rounds)
 
 
+def wait_until_idle(window_s: float = 0.005, limit_s: float = 0.5) -> float:
+    """Block until this process has used (almost) no CPU for ``window_s``, or ``limit_s`` has passed; the seconds
+    waited.  An engine's pool threads keep spinning after its last call returns, on the cores the next session timed
+    needs: ONNX Runtime's ~45 ms, OpenVINO's ~5-10 ms (Zen 4), Intel OpenMP's (Paddle) up to its 200 ms block time."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit_s:
+        cpu = time.process_time()
+        time.sleep(window_s)
+        if time.process_time() - cpu < window_s / 10:
+            break
+    return time.perf_counter() - start
+
+
 def interleaved_throughput(sessions: dict[str, object], fs: FeatureSet, batch_size: int, *, rounds: int = 5,
                            max_batches: int = 40, warmup: int = 2) -> Interleaved:
     """Each round times every session once over the same pre-built batches (real dev lengths, dynamic
     padding).  One sample per candidate decided selections before: the same candidate measured 0.95x and
-    1.31x FP32 in two runs; rounds interleaved across candidates and paired ratios fix that."""
+    1.31x FP32 in two runs; rounds interleaved across candidates and paired ratios fix that.
+
+    Each session's turn starts once the process is idle (``wait_until_idle``): otherwise the one timed right after an
+    ONNX Runtime session ran ~5-10% slower on its 8 batches, whichever it was, and the order of the rounds decided a
+    close pair (TNEWS w7/12 against w2/3 OpenVINO INT8, Zen 4: 1.00x and 1.16x by order; 1.09x either way once idle)."""
     encoded = timing_batches(fs, batch_size, max_batches)
     for s in sessions.values():
         for b in warmup_batches(encoded, warmup):
@@ -210,6 +227,7 @@ def interleaved_throughput(sessions: dict[str, object], fs: FeatureSet, batch_si
     n = sum(len(b.indices) for b in encoded)
     for _ in progress(range(rounds), total=rounds, desc="interleaved timing", unit="round"):
         for name, s in sessions.items():
+            wait_until_idle()
             t_round = 0.0
             for b in encoded:
                 t0 = time.perf_counter()

@@ -578,6 +578,38 @@ def test_a_duel_times_the_two_sessions_alone_once_per_pair():
     assert duel("b", "a") is t and len(lines) == 1 and lines[0].startswith("[compress] screen: a against b alone: ")
 
 
+def test_each_sessions_turn_in_the_rounds_waits_until_the_last_ones_threads_stop_spinning():
+    """evaluation.interleaved_throughput: a session's pool threads that keep burning CPU after its call returned (ONNX
+    Runtime's spin, ~45 ms) would run on the cores the next session is timed on; every turn starts once the process is
+    idle (wait_until_idle), so no timed batch of one session overlaps the other's spinning threads."""
+    import threading
+
+    from pipeline.evaluation import interleaved_throughput, wait_until_idle
+
+    spinning: list[threading.Thread] = []
+    overlapped = []
+
+    class Spinner:  # returns at once, leaving a thread busy for 60 ms, as a spinning pool does
+        def run(self, input_ids, token_type_ids):
+            def spin(until=time.perf_counter() + 0.06):
+                while time.perf_counter() < until:
+                    pass
+            spinning.append(threading.Thread(target=spin))
+            spinning[-1].start()
+
+    class Timed:
+        def run(self, input_ids, token_type_ids):
+            overlapped.append(any(t.is_alive() for t in spinning))
+
+    t = interleaved_throughput({"spinner": Spinner(), "timed": Timed()}, _feature_set([5, 7, 9, 11] * 4), 4, rounds=3,
+                               max_batches=2, warmup=0)
+    assert len(t.rates["timed"]) == 3 and len(overlapped) == 3 * 2
+    assert not any(overlapped)
+    for th in spinning:
+        th.join()
+    assert wait_until_idle(limit_s=1.0) < 1.0  # an idle process is not held to the limit
+
+
 def test_a_duel_the_rounds_leave_open_is_timed_for_more_rounds_while_more_could_settle_it(monkeypatch):
     """screen.duels: 4 of 5 rounds is timed again (9 of 10 settles it, as surely as 5 of 5; 8 of 10 goes on to 12 of 15);
     3 of 5, then 6 of 10, stops there: 5 more rounds won by either could not reach 12 of 15; 5 of 5 and 0 of 5 need no
