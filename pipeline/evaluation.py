@@ -237,3 +237,42 @@ def interleaved_throughput(sessions: dict[str, object], fs: FeatureSet, batch_si
                 t_round += dt
             rates[name].append(n / t_round if t_round > 0 else 0.0)
     return Interleaved(rates, next(iter(sessions)), lat, batch_size, len(encoded))
+
+
+# A duel the rounds leave open is timed again, ``rounds`` at a time, up to this many sets in all
+DUEL_SETS = 3
+
+
+def duels(sessions: dict, fs: FeatureSet, *, batch_size: int, batches: int, rounds: int,
+          log: Callable[[str], None] = print, label: str = "") -> Callable[[str, str], Interleaved]:
+    """``duel(a, b)``: sessions ``a`` and ``b`` alone in interleaved rounds over the same batches as the rounds of
+    every session (already warmed on them), each pair timed once (the sessions stay open while ``duel`` is held).
+    Each round of every session runs them all in turn, so the machine's drift between two of them is seconds wide;
+    timed alone, back to back, they are told apart where those rounds could not.  While neither is faster as surely as
+    by every one of ``rounds`` rounds (``sign_test``) and more rounds could still settle it, ``rounds`` more are timed
+    (up to ``DUEL_SETS`` sets): seconds of timing, against minutes of distillation for a candidate that cannot win or
+    a shipped model slower than the one beside it.  ``label`` starts its log line."""
+    done: dict[frozenset, Interleaved] = {}
+
+    def settles(wins: int, n: int) -> bool:
+        return sign_test(wins, n, rounds) or sign_test(n - wins, n, rounds)
+
+    def duel(a: str, b: str) -> Interleaved:
+        key = frozenset((a, b))
+        if key not in done:
+            t = None
+            for _ in range(DUEL_SETS):
+                # warmup=0: the rounds of every session warmed these very sessions on these batches, every padded width
+                more = interleaved_throughput({a: sessions[a], b: sessions[b]}, fs, batch_size, rounds=rounds,
+                                              max_batches=batches, warmup=0)
+                t = more if t is None else t.extended(more)
+                n, wins, left = len(t.rates[a]), t.wins(a, b), rounds * DUEL_SETS - len(t.rates[a])
+                if settles(wins, n) or not (settles(wins + left, n + left) or settles(wins, n + left)):
+                    break
+            done[key] = t
+            med, lo, hi = t.ratio(a, b)
+            log(f"{label}{a} against {b} alone: {med:.2f}x [{lo:.2f}-{hi:.2f}], faster in {t.wins(a, b)} of "
+                f"{len(t.rates[a])} rounds")
+        return done[key]
+
+    return duel

@@ -421,6 +421,29 @@ def test_selection_rule_and_gate(tmp_path):
     cands[3].accuracy = 0.899
     clear = Interleaved({"fp32": [100] * 3, "fast-bad": [400] * 3, "ok": [250] * 3, "slower-ok": [200] * 3}, "fp32")
     assert select(cands, 0.5, clear).selected.name == "ok"  # the rounds agree: the faster one, even if larger
+    # A duel (the two timed alone, evaluation.duels) decides what the rounds could not: shown faster as surely as by
+    # every one of the 3 rounds, the faster one ships even though less accurate; a duel that cannot tell them apart
+    # leaves the tie to accuracy; one showing the slower median faster makes it the fastest.
+    asked = []
+
+    def duel(wins_for_ok):
+        def timed(a, b):
+            asked.append(frozenset((a, b)))
+            ok_rates = [110] * wins_for_ok + [90] * (3 - wins_for_ok)
+            return Interleaved({"ok": ok_rates, "slower-ok": [100] * 3} if a == "ok" else
+                               {"slower-ok": [100] * 3, "ok": ok_rates}, a)
+        return timed
+
+    told = select(cands, 0.5, noisy, duel(3))
+    assert told.selected.name == "ok" and told.within_noise == () and set(asked) == {frozenset(("ok", "slower-ok"))}
+    assert "ok is 1.10x slower-ok timed alone [1.10-1.10; faster in 3 of 3 rounds]" in told.message
+    untold = select(cands, 0.5, noisy, duel(2))
+    assert untold.selected.name == "slower-ok" and untold.within_noise == ("ok",)
+    reversed_ = select(cands, 0.5, noisy, duel(0))
+    assert reversed_.selected.name == "slower-ok" and reversed_.within_noise == ()
+    assert "slower-ok is 1.11x ok timed alone" in reversed_.message
+    asked.clear()
+    assert select(cands, 0.5, clear, duel(0)).selected.name == "ok" and asked == []  # the rounds told them apart: no duel
     none = select(cands[1:2], 0.5)
     assert none.selected is None and "fast-bad" in none.message and "no candidate is within 0.5" in none.message
     write_table(tmp_path, cands[1:2], none, 0.9, 0.5)

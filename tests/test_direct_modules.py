@@ -554,10 +554,10 @@ def test_screen_skips_only_what_a_qualifying_candidate_beats_in_every_round():
 
 
 def test_a_duel_times_the_two_sessions_alone_once_per_pair():
-    """screen.duels: the two screened sessions, and only they, in interleaved rounds over the screen's batches; a pair
-    asked again (either way round) is not timed again.  (Which of the two is faster is Screen.cannot_win's to judge,
+    """evaluation.duels (the screen's and compress's selection's): the two sessions, and only they, in interleaved rounds
+    over the batches of every session's rounds; a pair asked again (either way round) is not timed again.  (Which of the two is faster is Screen.cannot_win's to judge,
     tested above on fixed rates: a test never asserts on wall-clock time.)"""
-    from pipeline.compress.screen import duels
+    from pipeline.evaluation import duels
 
     ran, lines = [], []
 
@@ -569,7 +569,8 @@ def test_a_duel_times_the_two_sessions_alone_once_per_pair():
             ran.append((self.name, input_ids.shape[0]))
 
     sessions = {n: Session(n) for n in ("a", "b", "other")}
-    duel = duels(sessions, _feature_set([5, 7, 9, 11] * 4), batch_size=4, batches=3, rounds=4, log=lines.append)
+    duel = duels(sessions, _feature_set([5, 7, 9, 11] * 4), batch_size=4, batches=3, rounds=4, log=lines.append,
+                 label="[compress] screen: ")
     t = duel("a", "b")
     # 4 rounds, or 8 or 12 where the rounds left it open (which one won is wall-clock: not asserted)
     assert set(t.rates) == {"a", "b"} and len(t.rates["a"]) == len(t.rates["b"]) in (4, 8, 12) and t.base == "a"
@@ -611,10 +612,10 @@ def test_each_sessions_turn_in_the_rounds_waits_until_the_last_ones_threads_stop
 
 
 def test_a_duel_the_rounds_leave_open_is_timed_for_more_rounds_while_more_could_settle_it(monkeypatch):
-    """screen.duels: 4 of 5 rounds is timed again (9 of 10 settles it, as surely as 5 of 5; 8 of 10 goes on to 12 of 15);
+    """evaluation.duels: 4 of 5 rounds is timed again (9 of 10 settles it, as surely as 5 of 5; 8 of 10 goes on to 12 of 15);
     3 of 5, then 6 of 10, stops there: 5 more rounds won by either could not reach 12 of 15; 5 of 5 and 0 of 5 need no
     more."""
-    from pipeline.compress import screen
+    from pipeline import evaluation
     from pipeline.evaluation import Interleaved
 
     def timed(*scripted):
@@ -627,9 +628,10 @@ def test_a_duel_the_rounds_leave_open_is_timed_for_more_rounds_while_more_could_
         return fake
 
     def duel(*scripted):
-        monkeypatch.setattr(screen, "interleaved_throughput", timed(*scripted))
+        monkeypatch.setattr(evaluation, "interleaved_throughput", timed(*scripted))
         lines = []
-        t = screen.duels({"a": None, "b": None}, None, batch_size=4, batches=3, rounds=5, log=lines.append)("a", "b")
+        t = evaluation.duels({"a": None, "b": None}, None, batch_size=4, batches=3, rounds=5, log=lines.append,
+                             label="[compress] screen: ")("a", "b")
         return len(t.rates["a"]), t.wins("a", "b"), lines[-1]
 
     assert duel(4, 5) == (10, 9, "[compress] screen: a against b alone: 1.10x [0.90-1.10], faster in 9 of 10 rounds")

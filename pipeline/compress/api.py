@@ -146,7 +146,8 @@ def compress(
     work = out / ".work"
     built = build_and_evaluate(args, inp, out, work, log=log, accuracy_fn=accuracy_fn, max_accuracy_drop=args.max_accuracy_drop)
     cands = built.candidates
-    selection = select(cands, args.max_accuracy_drop, built.timing)
+    selection = select(cands, args.max_accuracy_drop, built.timing, built.duel)
+    built = dataclasses.replace(built, duel=None)  # closes the candidates' sessions
     write_table(out, cands, selection, cands[0].accuracy, args.max_accuracy_drop, screen=built.screen, skipped=built.skipped)
     if selection.selected is not None:
         (out / "selected.json").write_text(selected_candidate(selection.selected).to_json(), encoding="utf-8")

@@ -73,6 +73,7 @@ class Built:
     screen: object | None = None  # screen.Screen
     skipped: list = field(default_factory=list)  # screen.Skipped
     evaluations: dict = field(default_factory=dict)  # candidate name -> its full-dev Evaluation (not with accuracy_fn)
+    duel: Callable | None = field(default=None, compare=False, repr=False)  # two candidates alone (evaluation.duels)
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,8 @@ def build_and_evaluate(
         b.qat(sources)
     if "embeddings" in parts:
         b.int8_embeddings()
-    return Built(*b.timed(), evaluations=b.evaluations)
+    cands, timing, duel = b.timed()
+    return Built(cands, timing, evaluations=b.evaluations, duel=duel)
 
 
 def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: int, budget: float | None,
@@ -228,8 +230,8 @@ def _onnx_route(b: "_Candidates", baseline: Source, searches: Sequence, opset: i
     if screened is not None:
         screened = dataclasses.replace(screened, duel=None)  # closes the screen's sessions
     b.cands.sort(key=lambda c: [x.name for x in planned].index(c.name))  # the table in plan order
-    cands, timing = b.timed()
-    return Built(cands, timing, screened, skipped, b.evaluations)
+    cands, timing, duel = b.timed()
+    return Built(cands, timing, screened, skipped, b.evaluations, duel)
 
 
 class _Candidates:
@@ -259,14 +261,14 @@ class _Candidates:
             self.baseline_accuracy, c.accuracy_drop_points = c.accuracy, 0.0
         self.cands.append(c)
 
-    def timed(self) -> tuple[list[Candidate], object]:
+    def timed(self) -> tuple[list[Candidate], object, Callable]:
         cfg = self.cfg
         self.log(f"[compress] timing {len(self.cands)} candidates in {cfg.timing_rounds} interleaved rounds "
                  f"({cfg.throughput_batches} batches of {cfg.throughput_batch_size} each)")
         with self.phase("timing"):
-            timing = time_candidates(self.cands, self.inp.dev, batch_size=cfg.throughput_batch_size,
-                                     batches=cfg.throughput_batches, rounds=cfg.timing_rounds, log=self.log)
-        return self.cands, timing
+            timing, duel = time_candidates(self.cands, self.inp.dev, batch_size=cfg.throughput_batch_size,
+                                           batches=cfg.throughput_batches, rounds=cfg.timing_rounds, log=self.log)
+        return self.cands, timing, duel
 
     def baseline(self) -> Source:
         """The FP32 baseline as a static program: exported from the dygraph model, or the given static model."""

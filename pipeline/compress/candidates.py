@@ -6,8 +6,9 @@ CPU bundle: FP32 ONNX per architecture and each engine's searched INT8 form) or 
 throughput comes from interleaved rounds over every candidate (dev lengths, dynamic padding), so machine
 noise hits all alike: the median and the min-max of the per-round ratios to FP32 are reported.
 Selection: the highest median throughput among candidates at most ``max_accuracy_drop`` points below the
-FP32 baseline; candidates whose rounds disagree with it on which is faster are within noise, and the
-smallest of those wins.  None qualifying is reported plainly, with the best one found.
+FP32 baseline; a candidate whose rounds disagree with it on which is faster is timed against it alone (a duel), and
+those no duel tells apart are within noise: the most accurate of them wins.  None qualifying is reported plainly,
+with the best one found.
 """
 
 from __future__ import annotations
@@ -153,25 +154,33 @@ def evaluate(
 
 def time_candidates(cands: Sequence[Candidate], dev: FeatureSet, *, batch_size: int, batches: int, rounds: int,
                     log: Callable[[str], None] = print):
-    """Interleaved rounds over every candidate (the first is FP32): median sent/s and paired ratios."""
-    from pipeline.evaluation import interleaved_throughput
+    """Interleaved rounds over every candidate (the first is FP32): median sent/s and paired ratios.  Returns the
+    rounds and ``duel(a, b)`` (``evaluation.duels``: two of these sessions alone, for ``select``)."""
+    from pipeline.evaluation import duels, interleaved_throughput
 
-    timing = interleaved_throughput({c.name: make_session(c) for c in cands}, dev, batch_size, rounds=rounds,
-                                    max_batches=batches)
+    sessions = {c.name: make_session(c) for c in cands}
+    timing = interleaved_throughput(sessions, dev, batch_size, rounds=rounds, max_batches=batches)
     for c in cands:
         c.throughput = timing.median(c.name)
         med, lo, hi = timing.ratio(c.name)
         c.throughput_ratio, c.throughput_ratio_range = med, [lo, hi]
         log(f"[compress] {c.name}: {c.throughput:.0f} sent/s (median of {rounds} rounds, batch {batch_size}), "
             f"{med:.2f}x FP32 [{lo:.2f}-{hi:.2f}]")
-    return timing
+    return timing, duels(sessions, dev, batch_size=batch_size, batches=batches, rounds=rounds, log=log,
+                         label="[compress] ")
 
 
-def select(cands: Sequence[Candidate], max_accuracy_drop: float, timing=None) -> Selection:
-    """Fastest median within the budget; with ``timing`` (the interleaved rounds) the candidates it cannot
-    tell from the fastest are within noise, and the most accurate of them is chosen (then the smallest).  Accuracy
-    before size: TNEWS on Zen 4 tied w1/2 ONNX Runtime INT8 (0.44 points below FP32, 13.5 MiB) with w2/3 OpenVINO
-    INT8 (0.11 below, 15.5 MiB, the faster median), and size would have shipped the worse answers for 2 MiB."""
+def select(cands: Sequence[Candidate], max_accuracy_drop: float, timing=None, duel=None) -> Selection:
+    """Fastest median within the budget.  With ``timing`` (the interleaved rounds), a candidate whose rounds disagree
+    with the fastest's on which is faster is timed against it alone (``duel``, when given: ``evaluation.duels``), and
+    one a duel shows faster, as surely as by every one of the rounds, is the fastest.  Those neither the rounds nor a
+    duel can tell from the fastest are within noise, and the most accurate of them is chosen (then the smallest).
+
+    Accuracy before size: TNEWS on Zen 4 tied w1/2 ONNX Runtime INT8 (0.44 points below FP32, 13.5 MiB) with w2/3
+    OpenVINO INT8 (0.11 below, 15.5 MiB, the faster median), and size would have shipped the worse answers for 2 MiB.
+    The duel before accuracy: TNEWS w7/12 in ONNX Runtime and OpenVINO INT8 (Zen 4) tied in the rounds of every
+    candidate, the more accurate (by 0.09 points) ONNX Runtime form shipped, and validate had it 1.87x the anchor;
+    OpenVINO's form was faster in 28 of 35 rounds timed beside it (MEASUREMENTS.md)."""
     evaluated = [c for c in cands if c.accuracy is not None]
     if not evaluated:
         return Selection(None, None, 0, "no candidate was evaluated")
@@ -184,12 +193,27 @@ def select(cands: Sequence[Candidate], max_accuracy_drop: float, timing=None) ->
             f"{best.name} (accuracy {best.accuracy:.4f}, {best.accuracy_drop_points:.2f} points below)",
         )
     fastest = max(ok, key=lambda c: (c.throughput or 0.0, c.accuracy))
-    tied = [c for c in ok if c is fastest or (timing is not None and timing.within_noise(c.name, fastest.name))]
+    close = [c for c in ok if c is not fastest and timing is not None and timing.within_noise(c.name, fastest.name)]
+    tied, told = [fastest, *close], []
+    if duel is not None and close:
+        rounds = len(timing.rates[timing.base])  # as sure as every one of the rounds
+        contenders = tied
+        for c in close:
+            if duel(c.name, fastest.name).surely_faster(c.name, fastest.name, rounds):
+                fastest = c
+        tied = [fastest]
+        for c in contenders:
+            if c is not fastest:
+                d = duel(fastest.name, c.name)
+                if d.surely_faster(fastest.name, c.name, rounds):
+                    told.append(_told(d, fastest.name, c.name))
+                else:
+                    tied.append(c)
     chosen = min(tied, key=lambda c: (-c.accuracy, c.size_bytes or 0))
-    noise = ""
+    noise = "".join(f"; {line}" for line in told)
     if len(tied) > 1:
         others = ", ".join(c.name for c in tied if c is not chosen)
-        noise = f"; within timing noise of {others}: the most accurate is chosen (then the smallest)"
+        noise += f"; within timing noise of {others}: the most accurate is chosen (then the smallest)"
     ratio = f" ({chosen.throughput_ratio:.2f}x FP32 [{chosen.throughput_ratio_range[0]:.2f}-{chosen.throughput_ratio_range[1]:.2f}])" \
         if chosen.throughput_ratio_range else ""
     return Selection(
@@ -198,6 +222,11 @@ def select(cands: Sequence[Candidate], max_accuracy_drop: float, timing=None) ->
         f"(drop {chosen.accuracy_drop_points:+.2f} pts vs FP32; {len(ok)}/{len(evaluated)} candidates within {max_accuracy_drop:g}){noise}",
         tuple(c.name for c in tied if c is not chosen),
     )
+
+
+def _told(d, a: str, b: str) -> str:
+    med, lo, hi = d.ratio(a, b)
+    return f"{a} is {med:.2f}x {b} timed alone [{lo:.2f}-{hi:.2f}; faster in {d.wins(a, b)} of {len(d.rates[a])} rounds]"
 
 
 def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection, baseline_value: float | None,

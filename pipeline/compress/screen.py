@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 from pipeline.compress.architecture import Architecture
 from pipeline.compress.onnx_candidates import ONNX_FILE, Planned
-from pipeline.evaluation import Interleaved, interleaved_throughput, sign_test
+from pipeline.evaluation import Interleaved, duels, interleaved_throughput
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Skipped:
 @dataclass(frozen=True)
 class Screen:
     timing: Interleaved  # one entry per planned candidate, the unpruned FP32 first
-    # duel(a, b): the two screened architectures timed again, alone and back to back (``duels``); None: no second look
+    # duel(a, b): the two screened architectures timed again, alone and back to back (``evaluation.duels``); None: no second look
     duel: Callable[[str, str], Interleaved] | None = field(default=None, compare=False, repr=False)
 
     def ratio(self, name: str) -> tuple[float, float, float]:
@@ -65,7 +65,7 @@ class Screen:
 
     def cannot_win(self, name: str, qualifying: Sequence[str]) -> str | None:
         """Why ``name`` cannot be selected, or None: a built candidate within budget is faster in every round of the
-        screen, or, where those rounds disagree, as surely in a duel of the two (``duels``; an unscreened candidate can
+        screen, or, where those rounds disagree, as surely in a duel of the two (``evaluation.duels``; an unscreened candidate can
         always win)."""
         if name not in self.timing.rates:
             return None
@@ -130,47 +130,12 @@ def screen(planned: Sequence[Planned], architecture: Callable[[Architecture], Pa
     log(f"[compress] speed-first screen: {len(sessions)} architectures ({', '.join(sessions)}) in {rounds} interleaved "
         f"rounds of {batches} batches of {batch_size}")
     timing = interleaved_throughput(sessions, dev, batch_size, rounds=rounds, max_batches=batches)
-    out = Screen(timing, duels(sessions, dev, batch_size=batch_size, batches=batches, rounds=rounds, log=log))
+    out = Screen(timing, duels(sessions, dev, batch_size=batch_size, batches=batches, rounds=rounds, log=log,
+                               label="[compress] screen: "))
     for name in sessions:
         med, lo, hi = out.ratio(name)
         log(f"[compress] screen {name}: {timing.median(name):.0f} sent/s, {med:.2f}x FP32 [{lo:.2f}-{hi:.2f}]")
     return out
-
-
-# A duel the rounds leave open is timed again, ``rounds`` at a time, up to this many sets in all
-DUEL_SETS = 3
-
-
-def duels(sessions: dict, dev, *, batch_size: int, batches: int, rounds: int,
-          log: Callable[[str], None] = print) -> Callable[[str, str], Interleaved]:
-    """``duel(a, b)``: sessions ``a`` and ``b`` alone in interleaved rounds over the screen's batches, each pair timed
-    once (the screen's sessions stay open until its Screen is dropped).  While neither is faster as surely as by every
-    one of ``rounds`` rounds (``sign_test``) and more rounds could still settle it, ``rounds`` more are timed (up to
-    ``DUEL_SETS`` sets): seconds of timing against minutes of distillation for a candidate that cannot win."""
-    done: dict[frozenset, Interleaved] = {}
-
-    def settles(wins: int, n: int) -> bool:
-        return sign_test(wins, n, rounds) or sign_test(n - wins, n, rounds)
-
-    def duel(a: str, b: str) -> Interleaved:
-        key = frozenset((a, b))
-        if key not in done:
-            t = None
-            for _ in range(DUEL_SETS):
-                # warmup=0: the screen warmed these very sessions on these batches, every padded width included
-                more = interleaved_throughput({a: sessions[a], b: sessions[b]}, dev, batch_size, rounds=rounds,
-                                              max_batches=batches, warmup=0)
-                t = more if t is None else t.extended(more)
-                n, wins, left = len(t.rates[a]), t.wins(a, b), rounds * DUEL_SETS - len(t.rates[a])
-                if settles(wins, n) or not (settles(wins + left, n + left) or settles(wins, n + left)):
-                    break
-            done[key] = t
-            med, lo, hi = t.ratio(a, b)
-            log(f"[compress] screen: {a} against {b} alone: {med:.2f}x [{lo:.2f}-{hi:.2f}], faster in {t.wins(a, b)} of "
-                f"{len(t.rates[a])} rounds")
-        return done[key]
-
-    return duel
 
 
 def narrowed_onnx(model_dir: Path, num_labels: int, arch: Architecture, work_dir: Path, input_dtype: str, opset: int,

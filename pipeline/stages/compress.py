@@ -95,7 +95,9 @@ def run(ctx):
                                opset=cfg.export.opset, phase=ctx.phase, max_accuracy_drop=cfg.gates.max_accuracy_drop,
                                min_throughput_ratio=cfg.gates.min_throughput_ratio)
     cands = built.candidates
-    selection = select(cands, cfg.gates.max_accuracy_drop, built.timing)
+    with ctx.phase("timing"):  # a duel of two candidates the rounds could not tell apart is timing too
+        selection = select(cands, cfg.gates.max_accuracy_drop, built.timing, built.duel)
+    built = dataclasses.replace(built, duel=None)  # closes the candidates' sessions
     chosen = selection.selected
     ctx.log(f"[compress] {selection.message}")
     if chosen is not None:
@@ -267,5 +269,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    version="10",  # the last bump: ONNX Runtime sessions without the SkipLayerNorm fusion (earlier: git log)
+    version="11",  # the last bump: rounds timed once idle, and a duel before a tie (earlier: git log)
 )
