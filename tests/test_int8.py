@@ -144,7 +144,8 @@ def test_fixed_scale_matmuls_run_fused(tiny_onnx, tmp_path, monkeypatch):
 def test_cpu_sessions_leave_out_skip_layernorm_and_the_anchor_keeps_ort_defaults(tiny_onnx, tmp_path, monkeypatch):
     """The pipeline's ONNX Runtime sessions on CPU and the served engine run the INT8 form without
     SkipLayerNormalization (``served.CPU_DISABLED_OPTIMIZERS``: its CPU kernel is 4-12x slower than the Add and
-    LayerNormalization it replaces, MEASUREMENTS.md); the anchor runs with ORT's defaults, as its users run it.
+    LayerNormalization it replaces, MEASUREMENTS.md) and with threads that do not spin (``served.SESSION_CONFIG``:
+    what compress and validate time is what is served); the anchor runs with ORT's defaults, as its users run it.
 
     Pinned upstream: with its defaults ORT does fuse them in this form, and the name we disable is the fusion's (a
     renamed fusion would leave SkipLayerNormalization in the sessions, and this test would say so)."""
@@ -161,9 +162,15 @@ def test_cpu_sessions_leave_out_skip_layernorm_and_the_anchor_keeps_ort_defaults
     int8 = build(tiny_onnx["fp32"], tmp_path / "int8.onnx", tiny_onnx["ranges"], Int8Recipe(smooth_alpha=0.5))
     real, ran = ort.InferenceSession, []
 
+    spins = []
+
     def keeping_the_graph_it_runs(path, sess_options, *args, **kwargs):
         sess_options.optimized_model_filepath = str(tmp_path / f"ran{len(ran)}.onnx")
         ran.append(sess_options.optimized_model_filepath)
+        try:
+            spins.append(sess_options.get_session_config_entry("session.intra_op.allow_spinning"))
+        except Exception:  # not set: ORT's default, spinning
+            spins.append("default")
         return real(path, sess_options, *args, **kwargs)
 
     monkeypatch.setattr(ort, "InferenceSession", keeping_the_graph_it_runs)
@@ -175,6 +182,7 @@ def test_cpu_sessions_leave_out_skip_layernorm_and_the_anchor_keeps_ort_defaults
     assert ops_of(lambda: session(int8, precision="int8", ort_defaults=True))["SkipLayerNormalization"] > 0
     for ops in (ops_of(lambda: session(int8, precision="int8")), ops_of(lambda: Engine(int8, 1, False, {}))):
         assert ops["SkipLayerNormalization"] == 0 and ops["LayerNormalization"] > 0 and ops["MatMulIntegerToFloat"] > 0
+    assert spins == ["default", "0", "0"]
     b = tiny_onnx["dev"].batch(range(8))
     np.testing.assert_allclose(session(int8, precision="int8").run(b.input_ids, b.token_type_ids),
                                session(int8, precision="int8", ort_defaults=True).run(b.input_ids, b.token_type_ids),

@@ -269,5 +269,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    version="11",  # the last bump: rounds timed once idle, and a duel before a tie (earlier: git log)
+    version="12",  # the last bump: rounds timed once idle, a duel before a tie, ORT sessions not spinning (earlier: git log)
 )

@@ -13,6 +13,14 @@ from __future__ import annotations
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 
+# ORT's pool threads spin between ops by default: alone on a machine that buys a little latency, but in a server they
+# burn the cores the tokenizer, post-processing and Triton itself need, so the served engine does not spin.  The
+# pipeline's ONNX Runtime sessions do not either: spinning, an INT8 form ran 2-11% faster offline than served (TNEWS
+# w7/12, Zen 4), which flattered ONNX Runtime against OpenVINO in compress's selection; and its threads spun on for
+# ~45 ms after each call, on the cores of whatever was timed next (MEASUREMENTS.md, Method).
+SESSION_CONFIG = {"session.intra_op.allow_spinning": "0"}
+
+
 def disabled_optimizers(providers: list) -> list:
     """The graph fusions a session on ``providers`` leaves out: ``CPU_DISABLED_OPTIMIZERS`` on the CPU alone (CUDA's
     SkipLayerNormalization kernel is not the slow one)."""
@@ -27,9 +35,8 @@ class Engine:
         if threads:
             so.intra_op_num_threads = threads
             so.inter_op_num_threads = 1
-        # ORT's pool threads spin between ops by default: alone on a machine that buys a little latency, but in a
-        # server they burn the cores the tokenizer, post-processing and Triton itself need.
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        for key, value in SESSION_CONFIG.items():
+            so.add_session_config_entry(key, value)
         providers = ["CPUExecutionProvider"]
         if gpu and "CUDAExecutionProvider" in ort.get_available_providers():
             providers.insert(0, "CUDAExecutionProvider")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from pipeline.backends.onnxruntime.convert import OUTPUT_NAME, check_io_names, load_onnx
-from pipeline.backends.onnxruntime.served import disabled_optimizers
+from pipeline.backends.onnxruntime.served import SESSION_CONFIG, disabled_optimizers
 from pipeline.errors import ConfigError, ModelError
 
 if TYPE_CHECKING:
@@ -28,8 +28,9 @@ ORT_GPU_PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecu
 
 class Session:
     """One ONNX Runtime session (CPU unless ``providers`` says otherwise).  On CPU alone it leaves out the graph
-    fusions the served engine leaves out (``served.disabled_optimizers``) unless ``ort_defaults``: the anchor
-    is ORT's one-liner as its users run it, with ORT's own defaults."""
+    fusions the served engine leaves out (``served.disabled_optimizers``), and its threads do not spin, as served
+    (``served.SESSION_CONFIG``), unless ``ort_defaults``: the anchor is ORT's one-liner as its users run it, with
+    ORT's own defaults."""
 
     def __init__(self, model_path: Path, precision: str, threads: int | None, providers: Sequence | None = None,
                  name: str | None = None, ort_defaults: bool = False):
@@ -48,6 +49,8 @@ class Session:
         so.log_severity_level = 3
         providers = list(providers or ["CPUExecutionProvider"])
         disabled = [] if ort_defaults else disabled_optimizers(providers)
+        for key, value in ({} if ort_defaults else SESSION_CONFIG).items():
+            so.add_session_config_entry(key, value)
         try:
             self._sess = ort.InferenceSession(str(self.model_path), so, providers=providers, disabled_optimizers=disabled)
         except Exception as exc:
