@@ -177,6 +177,11 @@ class Interleaved:
         """The rounds in which ``a`` was faster than ``b``."""
         return sum(r > 1.0 for r in self.ratios(a, b))
 
+    def spread(self, a: str, b: str) -> str:
+        """``a`` against ``b`` as the reports write it: "[min-max of the per-round ratios; faster in W of N rounds]"."""
+        _, lo, hi = self.ratio(a, b)
+        return f"[{lo:.2f}-{hi:.2f}; faster in {self.wins(a, b)} of {len(self.ratios(a, b))} rounds]"
+
     def surely_faster(self, a: str, b: str, rounds: int) -> bool:
         """Whether ``a`` is faster than ``b`` as surely as by being faster in every one of ``rounds`` rounds
         (``sign_test``: 5 of 5, 9 of 10, 12 of 15 for 5)."""
@@ -199,7 +204,8 @@ def sign_test(wins: int, n: int, rounds: int) -> bool:
 def wait_until_idle(window_s: float = 0.005, limit_s: float = 0.5) -> float:
     """Block until this process has used (almost) no CPU for ``window_s``, or ``limit_s`` has passed; the seconds
     waited.  An engine's pool threads keep spinning after its last call returns, on the cores the next session timed
-    needs: ONNX Runtime's ~45 ms, OpenVINO's ~5-10 ms (Zen 4), Intel OpenMP's (Paddle) up to its 200 ms block time."""
+    needs: ONNX Runtime's ~45 ms at its defaults (the anchor's), OpenVINO's ~5-10 ms (Zen 4), Intel OpenMP's (Paddle)
+    up to its 200 ms block time."""
     start = time.perf_counter()
     while time.perf_counter() - start < limit_s:
         cpu = time.process_time()

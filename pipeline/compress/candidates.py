@@ -225,8 +225,7 @@ def select(cands: Sequence[Candidate], max_accuracy_drop: float, timing=None, du
 
 
 def _told(d, a: str, b: str) -> str:
-    med, lo, hi = d.ratio(a, b)
-    return f"{a} is {med:.2f}x {b} timed alone [{lo:.2f}-{hi:.2f}; faster in {d.wins(a, b)} of {len(d.rates[a])} rounds]"
+    return f"{a} is {d.ratio(a, b)[0]:.2f}x {b} timed alone {d.spread(a, b)}"
 
 
 def write_table(out_dir: Path, cands: Sequence[Candidate], selection: Selection, baseline_value: float | None,

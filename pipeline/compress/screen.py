@@ -80,9 +80,7 @@ class Screen:
                 timing, where = self.duel(q, name), "this CPU, the two timed alone (the screen could not tell them apart)"
                 if not timing.surely_faster(q, name, rounds):
                     continue
-            med, lo, hi = timing.ratio(q, name)
-            return (f"{q} is within budget and {med:.2f}x its speed on {where} [{lo:.2f}-{hi:.2f}; faster in "
-                    f"{timing.wins(q, name)} of {len(timing.rates[name])} rounds]")
+            return f"{q} is within budget and {timing.ratio(q, name)[0]:.2f}x its speed on {where} {timing.spread(q, name)}"
         return None
 
     def short_of(self, min_ratio: float) -> str | None:
