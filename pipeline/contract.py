@@ -198,6 +198,14 @@ def write_meta(path: Path, meta: dict[str, Any]) -> Path:
 # int16 pair sums can saturate), AMX, and bf16 (OpenVINO computes in bf16 by default where the CPU has it).
 CPU_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 INT8_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile", "amx_int8")  # what int8 speed hangs on
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")  # any int8 dot product into int32: no int16 pair sums to saturate
+# AVX-VNNI is AVX512-VNNI's dot product in VEX (256-bit) form: the engines take it only on CPUs without AVX-512 VNNI, so
+# a bundle validated on a CPU with both (Zen 5, Sapphire Rapids) runs the same kernels on one with AVX512-VNNI alone.
+COVERED_BY = {"avx_vnni": "avx512_vnni"}
+
+
+def has_vnni(flags) -> bool:
+    return any(f in flags for f in VNNI_FLAGS)
 
 
 @dataclass(frozen=True)
@@ -208,7 +216,7 @@ class CpuInfo:
 
     @property
     def vnni(self) -> bool:
-        return any(f in self.flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+        return has_vnni(self.flags)
 
     @property
     def int8_saturates(self) -> bool:
@@ -264,5 +272,6 @@ def cpu_key() -> list[str]:
 
 def missing_int8_flags(validated, here: set[str] | tuple[str, ...]) -> list[str]:
     """The int8 instruction sets a bundle was validated with that this CPU lacks (speed, and on AVX2 the u8s8
-    numerics, differ)."""
-    return [f for f in validated if f in INT8_FLAGS and f not in set(here)]
+    numerics, differ); one this CPU has a wider form of (``COVERED_BY``) is not lacking."""
+    here = set(here)
+    return [f for f in validated if f in INT8_FLAGS and f not in here and COVERED_BY.get(f) not in here]

@@ -27,7 +27,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.contract import cpu_flags, missing_int8_flags
+from pipeline.contract import cpu_flags, has_vnni, missing_int8_flags
 from serving.process_group import SHM_PREFIX, die_with_parent_preexec, process_start_time, reap_group
 from serving.procfs import cmdline
 from serving.triton.integrity import BundleIntegrityError, clear_bytecode, verify_bundle
@@ -197,7 +197,8 @@ def cpu_warnings(manifest: dict, flags: set[str] | None = None) -> list[str]:
     engine = f" ({manifest['engine']}, chosen by measurement there)" if manifest.get("engine") else ""
     return [f"this CPU lacks {', '.join(missing)}, which the bundle's INT8 model{engine} was validated with "
             f"({(manifest.get('cpu') or {}).get('model', '?')}): expect lower throughput than bundle.json's "
-            "validated numbers" + (", and on CPUs without VNNI int8 sums may saturate" if any("vnni" in m for m in missing) else "")]
+            "validated numbers" + (", and without VNNI int8 sums may saturate" if has_vnni(validated) and not has_vnni(flags)
+                                   else "")]
 
 
 def _spawn(cmd: list[str], env: dict, log_path: Path, die_with_parent: bool) -> subprocess.Popen:

@@ -410,6 +410,9 @@ def test_export_config_refuses_bad_int8_settings(tiny_finetuned):
 
 CPUINFO_AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC 7B12\nflags\t\t: fpu sse2 avx avx2 fma\n"
 CPUINFO_VNNI = "processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: avx2 avx512f avx512bw avx512_vnni\n"
+CPUINFO_ZEN5 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: avx2 avx512f avx512bw avx512_vnni avx_vnni avx512_bf16\n"
+CPUINFO_SPR = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C\n"
+               "flags\t\t: avx2 avx512f avx512bw avx512_vnni avx_vnni avx512_bf16 amx_tile amx_int8 amx_bf16\n")
 
 
 def test_what_is_measured_here_is_keyed_on_the_cpu(tiny_onnx, tiny_finetuned, tmp_path, monkeypatch):
@@ -451,6 +454,16 @@ def test_cpu_flags_decide_reduce_range_and_serving_warns():
     assert "avx512_vnni" in line and "saturate" in line
     assert cpu_warnings(manifest, flags=set(vnni.flags)) == []
     assert cpu_warnings({**manifest, "precision": "fp32"}, flags=set(avx2.flags)) == []
+    # A CPU with AVX-VNNI beside AVX512-VNNI (Zen 5, Sapphire Rapids): on one with AVX512-VNNI alone (Zen 4) the engines
+    # run the same AVX-512 VNNI kernels: nothing lacking, and no saturation where a VNNI dot product is there.
+    zen5, spr = parse_cpuinfo(CPUINFO_ZEN5, 2), parse_cpuinfo(CPUINFO_SPR, 2)
+    assert missing_int8_flags(zen5.flags, vnni.flags) == []
+    assert cpu_warnings({"precision": "int8", "cpu": zen5.as_dict()}, flags=set(vnni.flags)) == []
+    (line,) = cpu_warnings({"precision": "int8", "cpu": spr.as_dict()}, flags=set(vnni.flags))
+    assert "lacks amx_tile, amx_int8," in line and "avx_vnni" not in line and "saturate" not in line
+    (line,) = cpu_warnings({"precision": "int8", "cpu": zen5.as_dict()}, flags=set(avx2.flags))
+    assert "avx512_vnni, avx_vnni" in line and "saturate" in line  # AVX2 alone: the VEX form is lacking too
+    assert missing_int8_flags(avx2.flags, vnni.flags) == []  # validated without VNNI: nothing this CPU lacks
 
 
 def test_bench_refuses_a_task_without_an_export(tmp_path, capsys):
