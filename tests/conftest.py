@@ -8,8 +8,10 @@ export or quantization shows up as an accuracy drop.
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,21 @@ from serving.tools.client import without_grpc_fork_handlers  # noqa: E402
 # Tests open gRPC clients in this process and then start tritonserver / perf_analyzer with a preexec_fn (a fork):
 # gRPC's fork handlers can wait forever there (serving.tools.client.grpc_module says why); before any gRPC import.
 without_grpc_fork_handlers()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temp_files_stay_under_pytests_basetemp(tmp_path_factory):
+    """What the code under test and its servers leave in the temp dir (tritonserver logs, a killed run's work dirs,
+    the python backend's ``python_env_*``) lands under pytest's base temp, which pytest prunes, not in /tmp."""
+    root = str(tmp_path_factory.mktemp("tmpdir"))
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = root, root
+    yield
+    if saved[0] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved[0]
+    tempfile.tempdir = saved[1]
 
 LABELS = ["100", "101", "102"]
 LABEL_NAMES = ["news_sports", "news_finance", "news_tech"]
