@@ -27,8 +27,9 @@ without_grpc_fork_handlers()
 
 @pytest.fixture(scope="session", autouse=True)
 def temp_files_stay_under_pytests_basetemp(tmp_path_factory):
-    """What the code under test and its servers leave in the temp dir (tritonserver logs, a killed run's work dirs,
-    the python backend's ``python_env_*``) lands under pytest's base temp, which pytest prunes, not in /tmp."""
+    """What the code under test and its servers leave in the temp dir (tritonserver logs, a killed run's work dirs)
+    lands under pytest's base temp, which pytest prunes, not in /tmp.  Not the python backend's ``python_env_*``: Triton
+    fixes their path, and leaves them (empty) only where a test kills a stub."""
     root = str(tmp_path_factory.mktemp("tmpdir"))
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"], tempfile.tempdir = root, root
