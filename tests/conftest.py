@@ -8,7 +8,6 @@ export or quantization shows up as an accuracy drop.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -31,14 +30,11 @@ def temp_files_stay_under_pytests_basetemp(tmp_path_factory):
     lands under pytest's base temp, which pytest prunes, not in /tmp.  Not the python backend's ``python_env_*``: Triton
     fixes their path, and leaves them (empty) only where a test kills a stub."""
     root = str(tmp_path_factory.mktemp("tmpdir"))
-    saved = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"], tempfile.tempdir = root, root
-    yield
-    if saved[0] is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = saved[0]
-    tempfile.tempdir = saved[1]
+    with pytest.MonkeyPatch.context() as mp:  # restores both afterwards
+        mp.setenv("TMPDIR", root)
+        mp.setattr(tempfile, "tempdir", root)
+        yield
+
 
 LABELS = ["100", "101", "102"]
 LABEL_NAMES = ["news_sports", "news_finance", "news_tech"]
