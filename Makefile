@@ -12,6 +12,10 @@ STRATEGY ?=
 # A PaddleSlim auto-compression (ACT) YAML, e.g. pipeline/tasks/act/uie.yaml; STRATEGY and ARGS' --set win over it.
 ACT_CONFIG ?=
 
+# TASK is a task's name (pipeline/tasks/<name>.yaml) or a task YAML of your own; runs/, the bundle's folder and the
+# served models take its name (the YAML's task:), so every target takes the same TASK.
+TASK_NAME = $(or $(if $(filter %.yaml %.yml,$(TASK)),$(shell $(BIN)/ernie-bundle tasks --name '$(TASK)'),$(TASK)),$(error TASK=$(TASK) names no task (the line above says why)))
+
 # MODEL=dir picks a model; MODEL= (empty, on the command line) the small scratch model; unset, the task's default.
 RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command line,$(origin MODEL)),--model '')) \
             $(if $(DATA_DIR),--data-dir $(DATA_DIR)) \
@@ -22,6 +26,7 @@ RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command 
 
 help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ACT_CONFIG=act.yaml] [ARGS='--set finetune.epochs=1']"
+	@echo "                     TASK: a task's name, or a task YAML of your own (then the same file for every target below)"
 	@echo "make test            run the test suite"
 	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
 	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again, + helm-values.yaml for serving/bundle/chart (ARGS='--set deploy.key=value')"
@@ -49,7 +54,7 @@ bundle: setup
 	$(BIN)/ernie-bundle run $(RUN_FLAGS) $(ARGS)
 
 status: setup
-	$(BIN)/ernie-bundle status $(RUN_FLAGS)
+	$(BIN)/ernie-bundle status $(RUN_FLAGS) $(ARGS)
 
 # Quoted: TASK is one name (the CLI refuses anything but a plain task name or a task YAML), never more flags.
 clean: setup
@@ -63,16 +68,16 @@ stop: setup
 	$(BIN)/python -m serving.server --repository $(REPO) --task $(TASK) --stop
 
 # The serving image's Python environment, rebuilt here without Docker (the Dockerfile's Python, only its install
-# lines); serve the bundle in it with  make serve ARGS="--python .venv-image/$(TASK)/bin/python"
+# lines); serve the bundle in it with  make serve ARGS="--python .venv-image/<task>/bin/python"
 image-env: setup
-	$(BIN)/python -m serving.image_env --bundle $(REPO)/$(TASK) --out .venv-image/$(TASK)
+	$(BIN)/python -m serving.image_env --bundle $(REPO)/$(TASK_NAME) --out .venv-image/$(TASK_NAME)
 
 # Whole dev set through the running server: served predictions must equal the validated offline ones.
 smoke: setup
-	$(BIN)/python -m serving.tools.smoke --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/smoke.json $(ARGS)
+	$(BIN)/python -m serving.tools.smoke --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK_NAME)/smoke.json $(ARGS)
 
 loadtest: setup
-	$(BIN)/python -m serving.tools.loadtest --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --concurrency 1 4 16 --seconds 10 --json-out runs/$(TASK)/loadtest.json $(ARGS)
+	$(BIN)/python -m serving.tools.loadtest --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --concurrency 1 4 16 --seconds 10 --json-out runs/$(TASK_NAME)/loadtest.json $(ARGS)
 
 # Release gate for CI: fails when accuracy or throughput regressed against a previous bundle's report.  make
 # exits 2 for any failed recipe; `ernie-bundle gate` itself exits 3 for a regression and 2 for bad input.
@@ -82,7 +87,7 @@ gate: setup
 
 # Kubernetes / KServe / Helm output for a packaged bundle (also written by the package stage).
 manifests: setup
-	$(BIN)/python -m serving.bundle.manifests --bundle $(REPO)/$(TASK) --out runs/$(TASK)/deploy $(ARGS)
+	$(BIN)/python -m serving.bundle.manifests --bundle $(REPO)/$(TASK_NAME) --out runs/$(TASK_NAME)/deploy $(ARGS)
 
 # Every INT8 form vs ORT's quantize_dynamic one-liner (the anchor), on this CPU, after `make bundle`.
 bench: setup
@@ -136,10 +141,10 @@ $(HELM_DIR)/.installed: Makefile
 helm-tools: setup $(HELM_DIR)/.installed
 
 replicas: lb-tools
-	$(BIN)/python -m serving.tools.replicas --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/replicas.json $(ARGS)
+	$(BIN)/python -m serving.tools.replicas --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK_NAME)/replicas.json $(ARGS)
 
 perf: perf-tools
-	$(BIN)/python -m serving.tools.perf --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK)/perf.json $(ARGS)
+	$(BIN)/python -m serving.tools.perf --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK_NAME)/perf.json $(ARGS)
 
 # Serving settings (engine instances x threads) chosen by measurement on this CPU; the next make bundle packages with them.
 tune: perf-tools

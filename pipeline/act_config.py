@@ -355,7 +355,9 @@ class _Translation:
 
 def _task_name(task: str | None) -> str | None:
     """The task's name: ``task`` itself, or the ``task:`` of a task YAML file (None when it cannot be read)."""
-    if task is None or Path(task).suffix not in (".yaml", ".yml"):
+    from pipeline.config import is_task_yaml
+
+    if task is None or not is_task_yaml(task):
         return task
     try:
         raw = yaml_input.load_file(Path(task))

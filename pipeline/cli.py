@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--stage", choices=STAGE_NAMES, help="only this stage (and its resumable state)")
     which.add_argument("--cache", action="store_true",
                        help="only the run cache (INT8 candidates, pruned models: runs/<task>/cache), not the stages")
-    sub.add_parser("tasks", help="list the task configs")
+    t = sub.add_parser("tasks", help="list the task configs")
+    t.add_argument("--name", metavar="TASK", help="print only the name TASK (a task name or a task YAML) stands for: "
+                   "what runs/<task> and the bundle's folder are called")
     # Parsed by pipeline.validation.release (see main); declared here so --help lists it.
     sub.add_parser("gate", help="release gate: compare this bundle's validate report with a previous one "
                    "(ernie-bundle gate --task T --baseline PREVIOUS/gates.json; see gate --help)", add_help=False)
@@ -147,6 +149,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     from pipeline.runner import Runner, format_table, select_stages
 
     if args.command == "tasks":
+        if args.name is not None:
+            from pipeline.config import check_task_name, task_name
+
+            print(check_task_name(task_name(args.name), "--name"))
+            return 0
         return _tasks()
     if args.command == "clean":
         return _clean(args)
@@ -207,15 +214,12 @@ def _clean(args: argparse.Namespace) -> int:
     a forged mark, or a user's file beside a real one, keeps it), never through a symbolic link and never while a run
     holds it: `--task ..`, `--task /`, a mistyped --runs-dir or a project folder that happens to have an ``export/``
     must not be deleted."""
-    from pipeline.config import check_task_name
+    from pipeline.config import check_task_name, task_name
     from pipeline.errors import UserInputError
     from pipeline.run_cache import CACHE
     from pipeline.run_lock import MARKER_NAME, foreign_entry, is_runs_dir, run_lock
 
-    task = args.task
-    if Path(task).suffix in (".yaml", ".yml"):  # as run and status read --task: the YAML's task name
-        task = load_task_config(task).task
-    check_task_name(task, "--task")
+    task = check_task_name(task_name(args.task), "--task")  # as run and status read --task: a YAML's task name
     task_dir = Path(args.runs_dir).expanduser() / task
     victim = task_dir / args.stage if args.stage else task_dir / CACHE if args.cache else task_dir
     for p in (task_dir, victim):

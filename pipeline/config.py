@@ -264,13 +264,24 @@ def known_tasks() -> list[str]:
     return sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
 
 
+def is_task_yaml(task: str) -> bool:
+    """``--task`` names a task YAML (a task of the user's own), not one of ``pipeline/tasks/``."""
+    return Path(task).suffix in (".yaml", ".yml")
+
+
+def task_name(task: str) -> str:
+    """The name ``--task`` stands for: a task's name, or a task YAML's ``task:``.  ``runs/<name>/``, the bundle
+    ``<repository>/<name>/`` and its served models are named by it, so every tool takes either form."""
+    return load_task_config(task).task if is_task_yaml(task) else task
+
+
 def load_task_config(task: str, overrides: dict[str, Any] | None = None,
                      given_by: dict[str, str] | None = None) -> TaskConfig:
     """Load ``pipeline/tasks/<task>.yaml`` (or a YAML path) and apply dotted-key overrides.  ``given_by``: where each
     override came from (``--set`` when not listed: an ACT file, ``--model``, ...), which a bad value's error names
     instead of the task file, which never held it."""
     path = Path(task)
-    if path.suffix in (".yaml", ".yml"):
+    if is_task_yaml(task):
         if not path.is_file():
             raise ConfigError(f"task config not found: {path}")
     else:

@@ -187,7 +187,7 @@ def _offline_comparison(repo: Path, texts: list, rows: list, seconds: float) -> 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m serving.tools.loadtest", description=__doc__.split("\n")[0])
-    p.add_argument("--task", help="ensemble name, and the dev set to draw texts from")
+    p.add_argument("--task", help="task name or task YAML: the ensemble's name, and the dev set to draw texts from")
     p.add_argument("--model", help="ensemble name (default: --task)")
     p.add_argument("--data-dir")
     p.add_argument("--file", help="texts, one per line (instead of the dev set)")
@@ -201,17 +201,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-offline", action="store_true", help="skip the offline model-only throughput measurement")
     p.add_argument("--json-out")
     args = p.parse_args(argv)
-    model = args.model or args.task
-    if not model:
+    if not (args.model or args.task):
         p.error("--task or --model is required")
-    from serving.server import running_url
-
-    url = args.url or running_url(Path(args.repository) / model, args.protocol) or DEFAULT_URLS[args.protocol]
     try:
         import pipeline  # noqa: F401  (process setup before anything imports paddle)
+        from pipeline.config import task_name
         from pipeline.errors import UserInputError
-    except ImportError:  # serving installed on its own: only its own errors
-        UserInputError = ClientError
+    except ImportError:  # serving installed on its own: only its own errors, and task names alone
+        UserInputError, task_name = ClientError, str
+    from serving.server import running_url
+
+    try:
+        model = args.model or task_name(args.task)  # a task YAML: the name make bundle gave its bundle
+    except UserInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    url = args.url or running_url(Path(args.repository) / model, args.protocol) or DEFAULT_URLS[args.protocol]
     try:
         _check_args(args)
         check_loopback(url)

@@ -525,7 +525,7 @@ def _check_args(args) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m serving.tools.perf", description=__doc__.split("\n")[0])
-    p.add_argument("--task", required=True)
+    p.add_argument("--task", required=True, help="task name or task YAML")
     p.add_argument("--repository", default="model_repository", help="folder holding <task>/ (or the bundle itself)")
     p.add_argument("--data-dir")
     p.add_argument("--url", help="gRPC host:port of a running server (default: start one on the bundle, with the floor)")
@@ -548,12 +548,13 @@ def main(argv: list[str] | None = None) -> int:
     from serving.server import ServerError, resolve_repository
     from serving.tools.client import ClientError
     from serving.tools.kinds import tool_kind
+    from pipeline.config import task_name
     from serving.tools.smoke import check_out_file
 
-    out = Path(args.json_out or f"runs/{args.task}/perf.json")
     try:
         find_perf_analyzer()  # first: the install hint is the useful message on a new machine
         _check_args(args)
+        out = Path(args.json_out or f"runs/{task_name(args.task)}/perf.json")
         check_out_file(str(out))
         repo = resolve_repository(Path(args.repository), args.task)
         task_type = json.loads((repo / "bundle.json").read_text()).get("task_type", TaskKind.CLASSIFICATION.value)

@@ -193,8 +193,8 @@ def _dev_items(task: str, data_dir: str | Path | None, task_type: str, sets: lis
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m serving.tools.smoke", description=__doc__.split("\n")[0])
-    p.add_argument("--task", required=True)
-    p.add_argument("--repository", default="model_repository")
+    p.add_argument("--task", required=True, help="task name or task YAML (its dev set and config)")
+    p.add_argument("--repository", default="model_repository", help="folder holding <task>/ (or the bundle itself)")
     p.add_argument("--data-dir", help="dev data dir (default: the task config's)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument("--url", help="host:port (default: the server `make serve` started for this bundle, else 127.0.0.1:8000 / :8001)")
@@ -207,12 +207,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="task config override, as given to the pipeline run (so the same dev set is scored)")
     args = p.parse_args(argv)
     import pipeline  # noqa: F401  (process setup before anything imports paddle)
+    from pipeline.config import task_name
     from pipeline.errors import UserInputError
 
     try:
         check_args(args)
-        repo = Path(args.repository)
-        bundle = BundleModel.open(repo / args.task if (repo / args.task / "bundle.json").is_file() else repo)
+        repo, name = Path(args.repository), task_name(args.task)
+        bundle = BundleModel.open(repo / name if (repo / name / "bundle.json").is_file() else repo)
         if bundle.manifest.get("api", "ernie-bundle") != "ernie-bundle":
             raise ClientError(f"{bundle.root}: packaged with package.api {bundle.manifest['api']} (model "
                               f"{bundle.names.ensemble}); the smoke test speaks package.api ernie-bundle: package it with "
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         with BundleClient(args.url, args.protocol, bundle.manifest["task"]) as client:
             client.wait_ready(30)
             result = kind.smoke(bundle, client, list(data.dev.examples), _batch_size(bundle, args.batch_size))
-        kind.print_smoke(args.task, args.protocol, result, (bundle.manifest.get("validated") or {}).get("backend"))
+        kind.print_smoke(name, args.protocol, result, (bundle.manifest.get("validated") or {}).get("backend"))
         concurrent = _concurrent(args, bundle, items)
         _write(args, result, concurrent)
     except (ClientError, BundleIntegrityError, UserInputError) as exc:

@@ -174,7 +174,7 @@ def _shape(text: str) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m serving.tools.tune", description=__doc__.split("\n")[0])
-    p.add_argument("--task", required=True)
+    p.add_argument("--task", required=True, help="task name or task YAML")
     p.add_argument("--repository", default="model_repository", help="folder holding <task>/ (or the bundle itself)")
     p.add_argument("--data-dir")
     p.add_argument("--shapes", type=_shape, nargs="+", default=list(SHAPES), metavar="NxC",
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             raise TuneError(f"--delays: microseconds from 0 to 100000, got {args.delays}")
         repo = resolve_repository(Path(args.repository), args.task)
         t0 = time.monotonic()
-        record = tune(repo, json.loads((repo / "bundle.json").read_text())["task"], args.data_dir, args.shapes,
+        record = tune(repo, args.task, args.data_dir, args.shapes,
                       args.rounds, args.seconds, args.delays)
     except (TuneError, PerfError, ServerError, UserInputError, FileNotFoundError, ValueError) as exc:
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)

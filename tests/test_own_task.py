@@ -1,0 +1,130 @@
+"""A task of the user's own: ``make bundle TASK=path/to/support-tickets.yaml``, then the same ``TASK`` for every other
+make target.  ``runs/``, the bundle's folder and its served models take the YAML's ``task:`` name, which need not be
+its file's name: serve, smoke, loadtest and stop found no bundle, and smoke wrote ``runs/path/to/x.yaml/smoke.json``.
+
+Real commands: ``make -n`` for what the Makefile runs, the tools' ``main([...])`` against a real tritonserver."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import pipeline  # noqa: F401  (before paddle)
+from conftest import refusal_line, run_cli, write_tiny_task_yaml
+from serving_fixtures import tiny_export  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+FREE_PORTS = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+
+
+@pytest.fixture(scope="module")
+def own_task(tiny_finetuned, tmp_path_factory) -> Path:
+    """The tiny task's config under a file name that is not its task name."""
+    root = tmp_path_factory.mktemp("own_task")
+    return write_tiny_task_yaml(root / "support-tickets.yaml", tiny_finetuned["data_dir"])
+
+
+@pytest.fixture(scope="module")
+def own_repository(tiny_export, tmp_path_factory) -> Path:
+    """A model repository holding the bundle `make bundle TASK=<own_task>` packages: ``<repository>/tiny``."""
+    from serving.bundle.config import PackageConfig
+    from serving.bundle.repository import ExportArtifacts, Provenance, write_repository
+
+    repo = tmp_path_factory.mktemp("own_repo")
+    pc = PackageConfig(threads=1, max_batch_size=8, preferred_batch_size=4, top_k=2, max_text_bytes=4096)
+    write_repository(repo, "tiny", ExportArtifacts.from_dir(tiny_export), pc, Provenance())
+    return repo
+
+
+def test_a_task_yaml_stands_for_its_task_name(own_task, tmp_path, capsys):
+    from pipeline.config import task_name
+
+    assert task_name(str(own_task)) == "tiny" and task_name("tnews") == "tnews"
+    assert run_cli(capsys, "tasks", "--name", str(own_task))[:2] == (0, "tiny\n")
+    rc, _, err = run_cli(capsys, "tasks", "--name", str(tmp_path / "missing.yaml"))
+    assert rc == 2 and "task config not found" in refusal_line(err)
+    rc, _, err = run_cli(capsys, "tasks", "--name", "../tnews")
+    assert rc == 2 and "--name: '../tnews' is not a plain task name" in refusal_line(err)
+
+
+def _make_n(*args: str) -> subprocess.CompletedProcess:
+    if subprocess.run(["make", "-q", "setup"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("the venv is not up to date: make would install it first")
+    return subprocess.run(["make", "-n", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def _command(out: str, module: str) -> str:
+    lines = [" ".join(line.split()) for line in out.splitlines() if module in line]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+def test_every_make_target_names_runs_and_the_bundle_by_the_yamls_task_name(own_task):
+    done = _make_n("smoke", "loadtest", "manifests", "image-env", "perf", "replicas", f"TASK={own_task}", "REPO=repo")
+    assert done.returncode == 0, done.stderr
+    assert f"--task {own_task} --repository repo " in _command(done.stdout, "serving.tools.smoke")
+    for module, out in (("serving.tools.smoke", "runs/tiny/smoke.json"), ("serving.tools.loadtest", "runs/tiny/loadtest.json"),
+                        ("serving.tools.perf", "runs/tiny/perf.json"), ("serving.tools.replicas", "runs/tiny/replicas.json")):
+        assert f"--json-out {out}" in _command(done.stdout, module)
+    assert "--bundle repo/tiny --out runs/tiny/deploy" in _command(done.stdout, "serving.bundle.manifests")
+    assert "--bundle repo/tiny --out .venv-image/tiny" in _command(done.stdout, "serving.image_env")
+    plain = _make_n("smoke", "TASK=tnews")  # a task's name is its own name: no python to ask
+    assert "--task tnews --repository model_repository --json-out runs/tnews/smoke.json" in " ".join(plain.stdout.split())
+
+
+def test_a_make_target_refuses_a_task_yaml_that_is_not_there(tmp_path):
+    done = _make_n("smoke", f"TASK={tmp_path / 'missing.yaml'}")
+    assert done.returncode == 2 and "serving.tools.smoke" not in done.stdout
+    assert f"error: task config not found: {tmp_path / 'missing.yaml'}" in done.stderr
+    assert "names no task" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_serve_smoke_loadtest_and_stop_take_the_task_yaml(own_task, own_repository, tmp_path, capsys):
+    """`make serve TASK=<yaml>` said "no bundle at <yaml>"; smoke looked for <repository>/<yaml>; loadtest asked for
+    a model named after the YAML's path."""
+    from serving import server
+    from serving.tools import loadtest, smoke
+
+    assert server.main(["--repository", str(own_repository), "--task", str(own_task), "--detach", *FREE_PORTS]) == 0
+    try:
+        state = server.ServerState.read(server.state_file((own_repository / "tiny").resolve()))
+        capsys.readouterr()
+        rc = smoke.main(["--task", str(own_task), "--repository", str(own_repository),
+                         "--json-out", str(tmp_path / "smoke.json")])
+        out, err = capsys.readouterr()
+        assert rc == 0 and "PASS" in out and out.startswith("smoke tiny:"), out + err
+        assert f"server: {state.http} (http), the one `make serve` started for" in err
+        assert json.loads((tmp_path / "smoke.json").read_text())["examples"] == 90
+        rc = loadtest.main(["--task", str(own_task), "--repository", str(own_repository), "--concurrency", "1",
+                            "--seconds", "0.5", "--no-offline"])
+        out, err = capsys.readouterr()
+        assert rc == 0 and f"load test tiny via grpc at {state.grpc}" in out, out + err
+    finally:
+        assert server.main(["--repository", str(own_repository), "--task", str(own_task), "--stop"]) == 0
+    assert server.running_url(own_repository / "tiny", "http") is None
+
+
+def test_serve_refuses_a_task_yaml_that_is_not_there_in_one_line(own_repository, tmp_path, capsys):
+    from serving import server
+
+    for argv in (["--detach", *FREE_PORTS], ["--stop"]):
+        rc = server.main(["--repository", str(own_repository), "--task", str(tmp_path / "missing.yaml"), *argv])
+        assert rc == 2 and "task config not found" in refusal_line(capsys.readouterr().err)
+
+
+def test_a_bundle_copied_under_another_name_is_not_found_by_the_yamls(own_task, own_repository, tmp_path):
+    """The name, not the file: a repository whose bundle folder is the YAML's file stem is not the YAML's bundle."""
+    from pipeline.errors import UserInputError
+    from serving.server import ServerError, resolve_repository
+
+    assert resolve_repository(own_repository, str(own_task)) == own_repository / "tiny"
+    other = tmp_path / "repo"
+    shutil.copytree(own_repository / "tiny", other / "support-tickets")
+    with pytest.raises(ServerError, match="no bundle at .*/repo/tiny "):
+        resolve_repository(other, str(own_task))
+    with pytest.raises(UserInputError, match="task config not found"):
+        resolve_repository(other, str(tmp_path / "missing.yaml"))
