@@ -215,6 +215,12 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         check_task_name(self.task)
+        from serving.bundle.manifests import ManifestError, object_name
+
+        try:  # before any stage runs: package names every Kubernetes object after the task, and refused it last
+            object_name(self.task)
+        except ManifestError as exc:
+            raise ConfigError(f"task: {str(exc).replace(f'task {self.task!r}: ', '', 1)}") from None
         from pipeline.kinds import kind_class
 
         kind = kind_class(self.type)  # ConfigError naming the kinds for an unknown type

@@ -128,3 +128,14 @@ def test_a_bundle_copied_under_another_name_is_not_found_by_the_yamls(own_task, 
         resolve_repository(other, str(own_task))
     with pytest.raises(UserInputError, match="task config not found"):
         resolve_repository(other, str(tmp_path / "missing.yaml"))
+
+
+@pytest.mark.parametrize("name", ["news.v2", "n" * 51, "tickets-"])
+def test_a_task_name_kubernetes_would_refuse_is_refused_before_any_stage_runs(tiny_finetuned, tmp_path, capsys, name):
+    """The package stage names every Kubernetes object ``ernie-bundle-<task>``: a name that is no DNS-1035 label
+    failed there, after fine-tuning, compress and validate (twenty minutes and more on a real model)."""
+    task = write_tiny_task_yaml(tmp_path / "own.yaml", tiny_finetuned["data_dir"], task=name)
+    rc, _, err = run_cli(capsys, "run", "--task", str(task), "--runs-dir", str(tmp_path / "runs"))
+    assert rc == 2 and refusal_line(err).startswith(f"error: task: the objects' name 'ernie-bundle-{name}' is not a "
+                                                    "DNS-1035 label")
+    assert not (tmp_path / "runs").exists()
