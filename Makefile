@@ -62,10 +62,10 @@ clean: setup
 
 # Serving: a real Triton server on the bundle (started in the background; `make stop` ends it).
 serve: setup
-	$(BIN)/python -m serving.server --repository $(REPO) --task $(TASK) --detach $(ARGS)
+	$(BIN)/python -m serving.server --repository $(REPO) --task $(TASK_NAME) --detach $(ARGS)
 
 stop: setup
-	$(BIN)/python -m serving.server --repository $(REPO) --task $(TASK) --stop
+	$(BIN)/python -m serving.server --repository $(REPO) --task $(TASK_NAME) --stop
 
 # The serving image's Python environment, rebuilt here without Docker (the Dockerfile's Python, only its install
 # lines); serve the bundle in it with  make serve ARGS="--python .venv-image/<task>/bin/python"

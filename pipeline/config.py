@@ -23,7 +23,7 @@ from pipeline.contract import TaskKind
 from pipeline.errors import ConfigError
 from pipeline.quantization.config import QuantizationConfig
 from pipeline.validation.config import ExportConfig, ValidateConfig
-from serving.bundle.config import DeployConfig, PackageConfig
+from serving.bundle.config import DeployConfig, PackageConfig, object_name_refused
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 HEAD_CHOICES = ("keep", "replace")  # model.head
@@ -215,12 +215,9 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         check_task_name(self.task)
-        from serving.bundle.manifests import ManifestError, object_name
-
-        try:  # before any stage runs: package names every Kubernetes object after the task, and refused it last
-            object_name(self.task)
-        except ManifestError as exc:
-            raise ConfigError(f"task: {str(exc).replace(f'task {self.task!r}: ', '', 1)}") from None
+        refused = object_name_refused(self.task)  # package names the Kubernetes objects after it: said here, not last
+        if refused:
+            raise ConfigError(refused)
         from pipeline.kinds import kind_class
 
         kind = kind_class(self.type)  # ConfigError naming the kinds for an unknown type

@@ -168,7 +168,7 @@ def format_markdown(report: dict) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scripts/perf_lab.py", description=__doc__.split("\n")[0])
-    p.add_argument("--task", required=True)
+    p.add_argument("--task", required=True, help="task name or task YAML")
     p.add_argument("--repository", default="model_repository", help="folder holding <task>/ (or the bundle itself)")
     p.add_argument("--data-dir")
     p.add_argument("--concurrency", type=int, default=16, help="perf_analyzer's load while py-spy samples (1: also "
@@ -193,6 +193,7 @@ def check(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from pipeline.config import task_name
     from pipeline.errors import UserInputError
     from serving.server import ServerError, resolve_repository
     from serving.tools.client import ClientError
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         perf.find_perf_analyzer()
         py_spy()
         check(args)
-        repo = resolve_repository(Path(args.repository), args.task)
+        repo = resolve_repository(Path(args.repository), task_name(args.task))
         report = lab(repo, args.task, args.data_dir, args.concurrency, args.seconds, args.rate, args.window)
     except (perf.PerfError, ServerError, ClientError, UserInputError, FileNotFoundError, ValueError) as exc:
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)

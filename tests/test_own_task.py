@@ -72,6 +72,9 @@ def test_every_make_target_names_runs_and_the_bundle_by_the_yamls_task_name(own_
         assert f"--json-out {out}" in _command(done.stdout, module)
     assert "--bundle repo/tiny --out runs/tiny/deploy" in _command(done.stdout, "serving.bundle.manifests")
     assert "--bundle repo/tiny --out .venv-image/tiny" in _command(done.stdout, "serving.image_env")
+    for target in ("serve", "stop"):  # the launcher takes the name
+        served = _make_n(target, f"TASK={own_task}", "REPO=repo")
+        assert "--repository repo --task tiny " in _command(served.stdout, "serving.server")
     plain = _make_n("smoke", "TASK=tnews")  # a task's name is its own name: no python to ask
     assert "--task tnews --repository model_repository --json-out runs/tnews/smoke.json" in " ".join(plain.stdout.split())
 
@@ -83,13 +86,12 @@ def test_a_make_target_refuses_a_task_yaml_that_is_not_there(tmp_path):
     assert "names no task" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_serve_smoke_loadtest_and_stop_take_the_task_yaml(own_task, own_repository, tmp_path, capsys):
-    """`make serve TASK=<yaml>` said "no bundle at <yaml>"; smoke looked for <repository>/<yaml>; loadtest asked for
-    a model named after the YAML's path."""
+def test_smoke_and_loadtest_take_the_task_yaml_and_find_its_bundle_and_server(own_task, own_repository, tmp_path, capsys):
+    """smoke looked for <repository>/<the YAML's path>, loadtest asked for a model named after it."""
     from serving import server
     from serving.tools import loadtest, smoke
 
-    assert server.main(["--repository", str(own_repository), "--task", str(own_task), "--detach", *FREE_PORTS]) == 0
+    assert server.main(["--repository", str(own_repository), "--task", "tiny", "--detach", *FREE_PORTS]) == 0  # as make serve
     try:
         state = server.ServerState.read(server.state_file((own_repository / "tiny").resolve()))
         capsys.readouterr()
@@ -104,30 +106,29 @@ def test_serve_smoke_loadtest_and_stop_take_the_task_yaml(own_task, own_reposito
         out, err = capsys.readouterr()
         assert rc == 0 and f"load test tiny via grpc at {state.grpc}" in out, out + err
     finally:
-        assert server.main(["--repository", str(own_repository), "--task", str(own_task), "--stop"]) == 0
+        assert server.main(["--repository", str(own_repository), "--task", "tiny", "--stop"]) == 0
     assert server.running_url(own_repository / "tiny", "http") is None
 
 
-def test_serve_refuses_a_task_yaml_that_is_not_there_in_one_line(own_repository, tmp_path, capsys):
+def test_the_launcher_takes_the_name_and_says_so_for_a_task_yaml(own_task, own_repository, capsys):
+    """The launcher reads no task config (it runs beside a bundle alone): given the YAML, one line says how to get
+    the name; `make serve TASK=<yaml>` passes the name."""
     from serving import server
 
     for argv in (["--detach", *FREE_PORTS], ["--stop"]):
-        rc = server.main(["--repository", str(own_repository), "--task", str(tmp_path / "missing.yaml"), *argv])
-        assert rc == 2 and "task config not found" in refusal_line(capsys.readouterr().err)
+        assert server.main(["--repository", str(own_repository), "--task", str(own_task), *argv]) == 2
+        assert f"`ernie-bundle tasks --name {own_task}` prints it" in refusal_line(capsys.readouterr().err)
 
 
-def test_a_bundle_copied_under_another_name_is_not_found_by_the_yamls(own_task, own_repository, tmp_path):
-    """The name, not the file: a repository whose bundle folder is the YAML's file stem is not the YAML's bundle."""
-    from pipeline.errors import UserInputError
-    from serving.server import ServerError, resolve_repository
+def test_smoke_finds_the_bundle_by_the_yamls_task_name_not_its_file_name(own_task, own_repository, tmp_path, capsys):
+    from serving.tools import smoke
 
-    assert resolve_repository(own_repository, str(own_task)) == own_repository / "tiny"
     other = tmp_path / "repo"
     shutil.copytree(own_repository / "tiny", other / "support-tickets")
-    with pytest.raises(ServerError, match="no bundle at .*/repo/tiny "):
-        resolve_repository(other, str(own_task))
-    with pytest.raises(UserInputError, match="task config not found"):
-        resolve_repository(other, str(tmp_path / "missing.yaml"))
+    assert smoke.main(["--task", str(own_task), "--repository", str(other), "--url", "127.0.0.1:1"]) == 2
+    assert f"{other}/bundle.json: missing" in refusal_line(capsys.readouterr().err)
+    assert smoke.main(["--task", str(tmp_path / "missing.yaml"), "--repository", str(own_repository)]) == 2
+    assert "task config not found" in refusal_line(capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("name", ["news.v2", "n" * 51, "tickets-"])
@@ -136,6 +137,6 @@ def test_a_task_name_kubernetes_would_refuse_is_refused_before_any_stage_runs(ti
     failed there, after fine-tuning, compress and validate (twenty minutes and more on a real model)."""
     task = write_tiny_task_yaml(tmp_path / "own.yaml", tiny_finetuned["data_dir"], task=name)
     rc, _, err = run_cli(capsys, "run", "--task", str(task), "--runs-dir", str(tmp_path / "runs"))
-    assert rc == 2 and refusal_line(err).startswith(f"error: task: the objects' name 'ernie-bundle-{name}' is not a "
-                                                    "DNS-1035 label")
+    assert rc == 2 and refusal_line(err).startswith(f"error: task: {name!r} would name the bundle's Kubernetes objects "
+                                                    f"'ernie-bundle-{name}', not a DNS-1035 label")
     assert not (tmp_path / "runs").exists()

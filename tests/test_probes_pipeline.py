@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -135,10 +134,15 @@ def test_task_config_refuses_a_non_plain_name(name):
 
 
 def test_task_config_takes_plain_names():
-    from pipeline.config import load_task_config
+    from pipeline.config import check_task_name, load_task_config
+    from pipeline.errors import ConfigError
 
-    for name in ("tnews", "my-task_2.v1", "x" * 64):
+    for name in ("tnews", "my-task_2-v1", "x" * 50):
         assert load_task_config("tnews", {"task": name}).task == name
+    for name in ("my-task_2.v1", "x" * 64):  # plain names of runs/ folders, but no Kubernetes object's (test_own_task)
+        assert check_task_name(name) == name
+        with pytest.raises(ConfigError, match="not a DNS-1035 label"):
+            load_task_config("tnews", {"task": name})
 
 
 # -- 3. package replaces only a bundle of ours ------------------------------------------------------------------

@@ -228,6 +228,22 @@ QUANTITY_BOUNDS = {"cpu": (0.1, 256.0, "cores"), "memory": (256 * 2**20, 4 * 2**
 STORAGE_SCHEMES = ("pvc", "s3", "gs", "hdfs", "webhdfs", "https", "http", "oci", "hf")
 
 
+def object_name(task: str) -> str:
+    """Every Kubernetes object's name for ``task``'s bundle: ``ernie-bundle-<task>``."""
+    return f"ernie-bundle-{task}".replace("_", "-").lower()
+
+
+def object_name_refused(task: str) -> str | None:
+    """Why Kubernetes would refuse ``object_name(task)``, None when it takes it: a Service's name must be a DNS-1035
+    label, and Kubernetes checks names on apply (the schemas do not).  The task config asks before any stage runs;
+    the manifests ask again for a bundle's recorded task."""
+    name = object_name(task)
+    if len(name) <= 63 and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name):
+        return None
+    return (f"task: {task!r} would name the bundle's Kubernetes objects {name!r}, not a DNS-1035 label (letters, "
+            "digits and '-', at most 63 characters): Kubernetes would refuse the Service")
+
+
 @dataclass
 class DeployConfig:
     """The ``deploy:`` section: what the Kubernetes / KServe manifests written beside a bundle say

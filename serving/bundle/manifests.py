@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from serving.bundle import crd_schemas
-from serving.bundle.config import DeployConfig
+from serving.bundle.config import DeployConfig, object_name_refused
+from serving.bundle.config import object_name as config_object_name
 from serving.bundle.helm_chart import CHART_DIR, VALUES_FILE
 from serving.bundle.served_memory import ServedMemory
 
@@ -202,15 +203,11 @@ def _scratch_volumes():
 
 
 def object_name(task: str) -> str:
-    """Every object's name: ``ernie-bundle-<task>``, a DNS-1035 label as a Service's name must be (Kubernetes checks
-    names on apply, the schemas do not); ManifestError naming the task otherwise."""
-    import re
-
-    name = f"ernie-bundle-{task}".replace("_", "-").lower()
-    if len(name) > 63 or not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name):
-        raise ManifestError(f"task {task!r}: the objects' name {name!r} is not a DNS-1035 label (letters, digits and "
-                            "'-', at most 63 characters): Kubernetes would refuse the Service")
-    return name
+    """Every object's name (``serving.bundle.config.object_name``); ManifestError when Kubernetes would refuse it."""
+    refused = object_name_refused(task)
+    if refused:
+        raise ManifestError(refused)
+    return config_object_name(task)
 
 
 def build(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> tuple[list[dict], list[dict], Sizing]:

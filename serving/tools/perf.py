@@ -554,9 +554,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         find_perf_analyzer()  # first: the install hint is the useful message on a new machine
         _check_args(args)
-        out = Path(args.json_out or f"runs/{task_name(args.task)}/perf.json")
+        name = task_name(args.task)
+        out = Path(args.json_out or f"runs/{name}/perf.json")
         check_out_file(str(out))
-        repo = resolve_repository(Path(args.repository), args.task)
+        repo = resolve_repository(Path(args.repository), name)
         task_type = json.loads((repo / "bundle.json").read_text()).get("task_type", TaskKind.CLASSIFICATION.value)
         seconds = args.seconds or tool_kind(task_type).perf_seconds
         record = measure(repo, args.task, args.data_dir, args.concurrency, seconds, args.url, rounds=args.rounds,

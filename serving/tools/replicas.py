@@ -263,7 +263,7 @@ def format_report(r: ReplicaReport) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", required=True)
+    p.add_argument("--task", required=True, help="task name or task YAML")
     p.add_argument("--repository", default="model_repository")
     p.add_argument("--data-dir")
     p.add_argument("--concurrency", type=int, default=8)
@@ -278,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     from serving.tools.smoke import check_out_file, dev_items
 
     import pipeline  # noqa: F401  (process setup before anything imports paddle)
+    from pipeline.config import task_name
     from pipeline.errors import UserInputError
 
     try:
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 < args.kill_at < args.seconds:
             raise ReplicaError(f"--kill-at {args.kill_at} must be inside the run (0, {args.seconds:g})")
         check_out_file(args.json_out)
-        bundle_dir = resolve_repository(args.repository, args.task)
+        bundle_dir = resolve_repository(args.repository, task_name(args.task))
         items = dev_items(args.task, bundle_dir, args.data_dir)[: args.items]
         if not items:
             raise ReplicaError(f"no dev items for task {args.task}: nothing to send")

@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0, help="perf_analyzer measurement window")
     args = p.parse_args(argv)
     import pipeline  # noqa: F401
+    from pipeline.config import task_name
     from pipeline.errors import UserInputError
     from serving.bundle.serving_tune import tune_file
     from serving.server import ServerError, resolve_repository
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             raise TuneError(f"--seconds {args.seconds}: 0.5 to 600")
         if any(not 0 <= d <= 100_000 for d in args.delays):
             raise TuneError(f"--delays: microseconds from 0 to 100000, got {args.delays}")
-        repo = resolve_repository(Path(args.repository), args.task)
+        repo = resolve_repository(Path(args.repository), task_name(args.task))
         t0 = time.monotonic()
         record = tune(repo, args.task, args.data_dir, args.shapes,
                       args.rounds, args.seconds, args.delays)
