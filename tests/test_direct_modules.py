@@ -540,6 +540,10 @@ def test_screen_skips_only_what_a_qualifying_candidate_beats_in_every_round():
     assert asked == [("ov-int8", "int8")]
     assert s.cannot_win("ov-int8", ["w0.5-ov-int8"]).endswith("on this CPU's screen [1.67-2.08; faster in 3 of 3 rounds]")
     assert len(asked) == 1  # the screen told those apart: no duel
+    # one the screen's rounds are sure of decides before any duel, wherever it stands among the qualifying
+    assert s.cannot_win("int8", ["ov-int8", "w0.5-ov-int8"]).startswith("w0.5-ov-int8 is within budget and 2.00x its "
+                                                                         "speed on this CPU's screen")
+    assert len(asked) == 1
     assert Screen(Interleaved(rates, "fp32"), lambda a, b: duel(a, b, (130, 99, 128))).cannot_win("int8", ["ov-int8"]) is None
     five_of_six = Screen(Interleaved(rates, "fp32"), lambda a, b: duel(a, b, (130, 99, 128, 110, 120, 125)))
     assert five_of_six.cannot_win("int8", ["ov-int8"]).endswith("[0.99-1.30; faster in 5 of 6 rounds]")

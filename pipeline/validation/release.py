@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = Path(args.runs_dir) if args.runs_dir else PROJECT_ROOT / "runs"
         current_path = Path(args.current) if args.current else runs / cfg.task / "validate" / "out" / "gates.json"
         if not current_path.is_file() and not args.current:
-            raise DataError(f"no current report at {current_path}: run the validate stage first (make bundle TASK={cfg.task})")
+            raise DataError(f"no current report at {current_path}: run the validate stage first (make bundle TASK={args.task})")
         current = read_report(current_path)
         baseline = read_report(Path(args.baseline))
         gates = compare_reports(current, baseline, max_accuracy_drop=cfg.gates.release_max_accuracy_drop,
