@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--runs-dir", default=str(PROJECT_ROOT / "runs"),
                         help="where stage outputs go (default: ./runs); the bundle goes to package.repository")
         sp.add_argument("--model", help="PaddleNLP model dir or name (default: the task config's; none = scratch model)")
-        sp.add_argument("--data-dir", help="directory with CLUE JSON lines (train.json, dev.json[, labels.json])")
+        sp.add_argument("--data-dir", help="the task's data directory: data.train_file, data.dev_file[, labels.json] "
+                        "in its data.format (CLUE JSON lines by default; csv, tsv)")
         sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a task config value, e.g. finetune.epochs=1 (repeatable)")
         sp.add_argument("--act-config", metavar="PATH",

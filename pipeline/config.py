@@ -45,8 +45,10 @@ class DataConfig:
     label_field: str = "label"
     join: str = "；"
     skip_labels: list[str] = field(default_factory=list)  # rows with these labels are skipped (and counted)
-    # File format: clue (JSON lines, classification), cluener / msra_bio (sequence labeling), squad (reading)
+    # File format: clue (JSON lines), csv or tsv (a header row names the columns the fields name) for classification;
+    # cluener / msra_bio (sequence labeling), squad (reading), uie
     format: str = "clue"
+    columns: list[str] | None = None  # a CSV/TSV file without a header row: its columns' names, in order
 
     def __post_init__(self) -> None:
         if not self.text_a:
@@ -54,6 +56,14 @@ class DataConfig:
         from pipeline.kinds import data_formats
 
         one_of("data.format", self.format, data_formats())  # which kind reads it: TaskConfig checks
+        if self.columns is not None:
+            from pipeline.data import TABLE_DELIMITERS
+
+            if self.format not in TABLE_DELIMITERS:
+                raise ConfigError(f"data.columns: names a CSV/TSV file's columns; data.format is {self.format!r}")
+            if not self.columns or len(set(self.columns)) != len(self.columns) or not all(
+                    isinstance(c, str) and c for c in self.columns):
+                raise ConfigError(f"data.columns: a list of distinct column names, got {self.columns!r}")
 
 
 @dataclass

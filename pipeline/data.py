@@ -1,4 +1,5 @@
-"""Reading task data: CLUE-format JSON lines from a local directory, or paddlenlp's CLUE loader online.
+"""Reading task data: CLUE-format JSON lines, or CSV/TSV tables, from a local directory, or paddlenlp's CLUE loader
+online.
 
 Every problem is reported as a ``DataError`` naming the file and the line or field, before any
 training starts.  Labels are mapped to ids through ``labels.json`` order when the data directory has
@@ -7,7 +8,9 @@ one (CLUE ships it for TNEWS and IFLYTEK), otherwise through the task config's `
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence
@@ -15,6 +18,9 @@ from typing import Any, Protocol, Sequence
 from pipeline.env import is_online
 from pipeline.errors import DataError
 from pipeline.labels_file import json_lines, read_labels
+
+# data.format -> the delimiter of a table; every other classification format is JSON lines
+TABLE_DELIMITERS = {"csv": ",", "tsv": "\t"}
 
 
 class TaskConfigView(Protocol):
@@ -101,8 +107,13 @@ def load_classification_data(cfg: TaskConfigView) -> TaskDataset:
     if data_dir is not None and data_dir.exists():
         return _load_local(cfg, data_dir)
     if data_dir is not None and explicit and not _is_default_dir(cfg):
-        raise DataError(f"data dir not found: {data_dir} (set DATA_DIR=... or --data-dir to CLUE JSON lines)")
+        raise DataError(f"data dir not found: {data_dir} (set DATA_DIR=... or --data-dir to {_format_words(cfg)})")
     return _load_online(cfg, data_dir)
+
+
+def _format_words(cfg: TaskConfigView) -> str:
+    fmt = cfg.data.format
+    return f"{fmt.upper()} files with a header row (data.format: {fmt})" if fmt in TABLE_DELIMITERS else "CLUE JSON lines"
 
 
 def _is_default_dir(cfg: TaskConfigView) -> bool:
@@ -116,7 +127,7 @@ def _load_online(cfg: TaskConfigView, tried: Path | None) -> TaskDataset:
         f"no local data for task {cfg.task!r}"
         + (f" ({tried} does not exist)" if tried else "")
         + f": pass DATA_DIR=<dir> (make) or --data-dir <dir> with {cfg.data.train_file} and "
-        f"{cfg.data.dev_file} in CLUE JSON-lines format"
+        f"{cfg.data.dev_file} in {_format_words(cfg)}"
     )
     if not cfg.data.clue_name:
         raise DataError(hint)
@@ -157,8 +168,9 @@ def _load_local(cfg: TaskConfigView, data_dir: Path) -> TaskDataset:
     for split_name, file_name in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file)):
         path = data_dir / file_name
         if not path.is_file():
-            raise DataError(f"{path}: split {split_name!r} not found in data dir {data_dir}")
-        splits[split_name] = read_jsonl_split(cfg, path, split_name, labels, digest)
+            raise DataError(f"{path}: split {split_name!r} not found in data dir {data_dir} "
+                            f"(data.{split_name}_file names it)")
+        splits[split_name] = read_split(cfg, path, split_name, labels, digest)
     return TaskDataset(labels, _names(cfg, labels), splits["train"], splits["dev"], digest.hexdigest())
 
 
@@ -181,20 +193,24 @@ def _read_labels(cfg: TaskConfigView, data_dir: Path, digest) -> tuple[str, ...]
     return tuple(labels)
 
 
-def read_jsonl_split(cfg: TaskConfigView, path: Path, split_name: str, labels: tuple[str, ...], digest=None) -> Split:
+def read_split(cfg: TaskConfigView, path: Path, split_name: str, labels: tuple[str, ...], digest=None) -> Split:
+    """One split's examples, from JSON lines or a CSV/TSV table (``data.format``); a bad row raises naming file:line."""
     raw = path.read_bytes()
     if digest is not None:
         digest.update(path.name.encode())
         digest.update(raw)
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark (what spreadsheet programs write) is not part of line 1
     except UnicodeDecodeError as exc:
         lineno = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"{path}:{lineno}: not valid UTF-8") from None
+    fmt = cfg.data.format
+    if fmt in TABLE_DELIMITERS:
+        rows = table_rows(text, path, TABLE_DELIMITERS[fmt], cfg.data.columns, _fields_named(cfg))
+    else:
+        rows = _json_rows(text, path)
     examples, skipped, index = [], 0, _label_index(labels)
-    for lineno, row in json_lines(text, path, DataError):
-        if not isinstance(row, dict):
-            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+    for lineno, row in rows:
         if cfg.data.label_field not in row:
             raise DataError(f"{path}:{lineno}: field {cfg.data.label_field!r} missing")
         ex = _example(cfg, row, str(row[cfg.data.label_field]), index, f"{path}:{lineno}")
@@ -205,6 +221,63 @@ def read_jsonl_split(cfg: TaskConfigView, path: Path, split_name: str, labels: t
     if not examples:
         raise DataError(f"{path}: split {split_name!r} is empty")
     return Split(split_name, tuple(examples), str(path), _skip_labels(skipped))
+
+
+def _json_rows(text: str, path: Path):
+    for lineno, row in json_lines(text, path, DataError):
+        if not isinstance(row, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        yield lineno, row
+
+
+def _fields_named(cfg: TaskConfigView) -> list[str]:
+    """The columns a classification row is read from: text_a's, text_b's and the label's."""
+    named = []
+    for spec in (cfg.data.text_a, cfg.data.text_b, cfg.data.label_field):
+        named.extend([spec] if isinstance(spec, str) else spec or [])
+    return named
+
+
+def table_rows(text: str, path: Path, delimiter: str, columns: Sequence[str] | None, needed: Sequence[str]):
+    """(line, {column: value}) for each row of a CSV or TSV text.  The first non-blank line names the columns, unless
+    ``columns`` does (a file without a header).  CSV quotes as RFC 4180 does (a quoted field may hold commas and line
+    breaks; the line given is the row's first); TSV has no quoting, as PaddleNLP's TSV datasets have none (a text may
+    hold a ``"``), so a tab inside a text shows as a row with a column too many, refused naming its line."""
+    kind = "TSV" if delimiter == "\t" else "CSV"
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=True)
+    header, header_line, last_line = (list(columns) if columns else None), 0, 0
+    if header is not None:
+        _check_header(f"{path}: data.columns", header, needed, kind)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise DataError(f"{path}:{reader.line_num}: malformed {kind} ({exc})") from None
+        first_line, last_line = last_line + 1, reader.line_num
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue  # a blank line
+        if header is None:
+            header, header_line = row, first_line
+            _check_header(f"{path}:{header_line}: the {kind} header", header, needed, kind)
+            continue
+        if len(row) != len(header):
+            said = f"the header (line {header_line})" if header_line else "data.columns"
+            hint = ": a tab inside a text?" if delimiter == "\t" and len(row) > len(header) else ""
+            raise DataError(f"{path}:{first_line}: {len(row)} columns where {said} has {len(header)}{hint}")
+        yield first_line, dict(zip(header, row))
+
+
+def _check_header(where: str, header: list[str], needed: Sequence[str], kind: str) -> None:
+    dup = sorted({c for c in header if header.count(c) > 1})
+    if dup:
+        raise DataError(f"{where} repeats column(s) {dup}")
+    missing = [c for c in needed if c not in header]
+    if missing:
+        raise DataError(f"{where} {header[:8]} has no column {missing[0]!r} (the task's data.text_a / text_b / "
+                        f"label_field name columns; a {kind} file without a header: data.columns lists them)")
 
 
 def _skip_labels(count: int) -> dict[str, int]:
@@ -258,7 +331,7 @@ def _field(row: dict, spec: str | list[str], join: str, where: str) -> str:
     if isinstance(spec, list):
         return join.join(_field(row, s, join, where) for s in spec)
     node = row
-    for part in spec.split("."):
+    for part in ([spec] if spec in row else spec.split(".")):  # a key with a dot in it (a table's column) is one key
         if not isinstance(node, dict) or part not in node:
             raise DataError(f"{where}: field {spec!r} missing")
         node = node[part]

@@ -125,3 +125,122 @@ def test_labels_json_that_cannot_be_read_is_one_line(tmp_path, text, says):
     (d / "labels.json").write_text(text)
     with pytest.raises(DataError, match=says):
         load_task_data(_cfg(tmp_path, d))
+
+
+# -- CSV and TSV tables (data.format: csv / tsv), as a task of the user's own often has its data ----------------------
+
+def _as_table(src, dst, delimiter, header=True, newline="\n", bom=False):
+    """The tiny JSON-lines data written as a table (csv.writer quotes where CSV needs it; TSV rows are joined as
+    PaddleNLP's TSV files are: no quoting)."""
+    import csv
+    import io
+
+    dst.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev"):
+        rows = [json.loads(line) for line in (src / f"{split}.json").read_text(encoding="utf-8").splitlines()]
+        cols = ["label", "sentence"]
+        body = [cols] if header else []
+        body += [[r[c] for c in cols] for r in rows]
+        if delimiter == ",":
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator=newline).writerows(body)
+            text = buf.getvalue()
+        else:
+            text = "".join("\t".join(r) + newline for r in body)
+        (dst / f"{split}.{'csv' if delimiter == ',' else 'tsv'}").write_text(("\ufeff" if bom else "") + text,
+                                                                             encoding="utf-8", newline="")
+    (dst / "labels.json").write_text((src / "labels.json").read_text())
+    return dst
+
+
+def _table_cfg(tmp_path, d, fmt, **data):
+    return _cfg(tmp_path, d, data={"dir": str(d), "clue_name": None, "text_a": "sentence", "format": fmt,
+                                   "train_file": f"train.{fmt}", "dev_file": f"dev.{fmt}", **data})
+
+
+@pytest.mark.parametrize("fmt, header, newline, bom", [
+    ("csv", True, "\n", False), ("csv", True, "\r\n", True), ("tsv", True, "\n", False), ("tsv", True, "\r\n", True),
+    ("tsv", False, "\n", False),
+])
+def test_a_csv_or_tsv_table_reads_as_its_json_lines_do(tmp_path, fmt, header, newline, bom):
+    src = write_tiny_data(tmp_path / "json", n_train=30, n_dev=9)
+    d = _as_table(src, tmp_path / "table", "," if fmt == "csv" else "\t", header, newline, bom)
+    want = load_task_data(_cfg(tmp_path, src))
+    got = load_task_data(_table_cfg(tmp_path, d, fmt, **({} if header else {"columns": ["label", "sentence"]})))
+    assert got.labels == want.labels and got.dev.examples == want.dev.examples and got.train.examples == want.train.examples
+    first_row = 2 if header else 1
+    assert got.dev.examples[0].where == f"{d / f'dev.{fmt}'}:{first_row}"
+    assert got.fingerprint != want.fingerprint  # the stage caches see other bytes
+
+
+def test_a_csv_field_may_hold_commas_quotes_and_line_breaks_and_rows_keep_their_line(tmp_path):
+    d = write_tiny_data(tmp_path / "d", n_train=30, n_dev=9)
+    dev = d / "dev.csv"
+    dev.write_text('sentence,label,note\n"第一行,带逗号\n第二行",100,\n"他说""好""",101,x\n\n普通的句子,102,\n',
+                   encoding="utf-8")
+    (d / "train.csv").write_text(dev.read_text(encoding="utf-8"), encoding="utf-8")
+    ds = load_task_data(_table_cfg(tmp_path, d, "csv"))
+    assert [(e.text_a, ds.labels[e.label], e.where.rsplit(":", 1)[1]) for e in ds.dev.examples] == [
+        ("第一行,带逗号\n第二行", "100", "2"), ('他说"好"', "101", "4"), ("普通的句子", "102", "6")]
+
+
+def test_a_tsv_text_may_hold_quotes_and_a_pair_task_reads_its_second_column(tmp_path):
+    d = tmp_path / "pairs"
+    d.mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (d / name).write_text('query\ttitle\tlabel\n"引号"开头的句子\t另一句\t1\n今天天气\t明天下雨\t0\n', encoding="utf-8")
+    cfg = load_task_config("afqmc", {"data.dir": str(d), "data.format": "tsv", "data.train_file": "train.tsv",
+                                     "data.dev_file": "dev.tsv", "data.text_a": "query", "data.text_b": "title"})
+    ds = load_task_data(cfg)
+    assert [(e.text_a, e.text_b, ds.labels[e.label]) for e in ds.dev.examples] == [
+        ('"引号"开头的句子', "另一句", "1"), ("今天天气", "明天下雨", "0")]
+
+
+@pytest.mark.parametrize("fmt, dev, data, says", [
+    ("tsv", "label\tsentence\n100\t好的\n101\t一句\t带了制表符\n", {}, r"dev.tsv:3: 3 columns where the header \(line 1\) has 2: a tab inside a text\?"),
+    ("tsv", "label\ttext\n100\t好的\n", {}, r"dev.tsv:1: the TSV header \['label', 'text'\] has no column 'sentence'"),
+    ("csv", "label,sentence,label\n100,好的,1\n", {}, r"dev.csv:1: the CSV header repeats column\(s\) \['label'\]"),
+    ("csv", 'label,sentence\n100,"好的\n', {}, r"dev.csv:\d+: malformed CSV"),
+    ("csv", "label,sentence\n100,好的\n999,坏的\n", {}, r"dev.csv:3: field 'label': label '999' is not one of"),
+    ("tsv", "100\t好的\n101\n", {"columns": ["label", "sentence"]}, r"dev.tsv:2: 1 columns where data.columns has 2"),
+    ("tsv", "100\t好的\n", {"columns": ["label", "text"]}, r"train.tsv: data.columns \['label', 'text'\] has no column 'sentence'"),
+    ("csv", "label,sentence\n100,   \n", {}, r"dev.csv:2: field 'sentence' is only whitespace"),
+])
+def test_a_bad_table_row_is_named_by_file_and_line(tmp_path, fmt, dev, data, says):
+    src = write_tiny_data(tmp_path / "json", n_train=30, n_dev=9)
+    d = _as_table(src, tmp_path / "table", "," if fmt == "csv" else "\t", header="columns" not in data)
+    (d / f"dev.{fmt}").write_text(dev, encoding="utf-8")
+    with pytest.raises(DataError, match=says):
+        load_task_data(_table_cfg(tmp_path, d, fmt, **data))
+
+
+@pytest.mark.parametrize("data, says", [
+    ({"columns": ["label", "sentence"]}, r"data.columns: names a CSV/TSV file's columns; data.format is 'clue'"),
+    ({"format": "tsv", "columns": ["a", "a"]}, r"data.columns: a list of distinct column names"),
+])
+def test_table_columns_are_checked_when_the_config_loads(tmp_path, data, says):
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=says):
+        _cfg(tmp_path, tmp_path, data={"dir": str(tmp_path), "text_a": "sentence", **data})
+
+
+def test_a_table_format_is_refused_for_a_kind_that_reads_spans(tmp_path):
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"data.format: 'tsv' does not fit type 'token_classification'"):
+        load_task_config("cluener", {"data.format": "tsv"})
+
+
+def test_a_tables_columns_are_part_of_every_data_stages_key(tmp_path):
+    """The same bytes read with other data.columns are other examples (a pair's two texts swapped): every stage that
+    reads the data runs again."""
+    from pipeline.stages import compress, export, finetune, finetune_check
+
+    data = {"dir": str(tmp_path), "format": "tsv", "text_a": "a", "text_b": "b", "columns": ["a", "b", "label"]}
+    one = _cfg(tmp_path, tmp_path, data=data)
+    other = _cfg(tmp_path, tmp_path, data={**data, "columns": ["b", "a", "label"]})
+    for stage in (finetune, finetune_check, compress, export):
+        assert stage.params(one) != stage.params(other), stage.__name__
+    clue = _cfg(tmp_path, tmp_path)  # JSON lines: keys as they were, so cached results stay
+    assert "table" not in finetune.params(clue)

@@ -21,11 +21,29 @@ ROOT = Path(__file__).resolve().parent.parent
 FREE_PORTS = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
 
 
+def _tsv_data(json_dir: Path, out: Path) -> Path:
+    """The tiny data as a user's own often is: TSV with a header, its own column names (rows joined with tabs, as
+    PaddleNLP's TSV files are: no quoting)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev"):
+        rows = [json.loads(line) for line in (json_dir / f"{split}.json").read_text(encoding="utf-8").splitlines()]
+        (out / f"{split}.tsv").write_text("ticket\tqueue\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in rows),
+                                          encoding="utf-8")
+    shutil.copy(json_dir / "labels.json", out / "labels.json")
+    return out
+
+
+def _own_yaml(path: Path, data_dir: Path, **extra) -> Path:
+    data = {"dir": str(data_dir), "clue_name": None, "format": "tsv", "train_file": "train.tsv", "dev_file": "dev.tsv",
+            "text_a": "ticket", "label_field": "queue"}
+    return write_tiny_task_yaml(path, data_dir, data=data, **extra)
+
+
 @pytest.fixture(scope="module")
 def own_task(tiny_finetuned, tmp_path_factory) -> Path:
-    """The tiny task's config under a file name that is not its task name."""
+    """The tiny task's config under a file name that is not its task name, its data in TSV files."""
     root = tmp_path_factory.mktemp("own_task")
-    return write_tiny_task_yaml(root / "support-tickets.yaml", tiny_finetuned["data_dir"])
+    return _own_yaml(root / "support-tickets.yaml", _tsv_data(tiny_finetuned["data_dir"], root / "data"))
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +158,16 @@ def test_a_task_name_kubernetes_would_refuse_is_refused_before_any_stage_runs(ti
     assert rc == 2 and refusal_line(err).startswith(f"error: task: {name!r} would name the bundle's Kubernetes objects "
                                                     f"'ernie-bundle-{name}', not a DNS-1035 label")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_bad_row_in_a_tsv_of_ones_own_stops_the_run_naming_its_line(tiny_finetuned, tmp_path, capsys):
+    """A tab typed inside a text splits it into a column too many: the run stops before any stage, naming the line,
+    instead of training on half a text."""
+    data = _tsv_data(tiny_finetuned["data_dir"], tmp_path / "data")
+    lines = (data / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[4] = lines[4].replace("\t", "\t\t", 1)
+    (data / "train.tsv").write_text("".join(lines), encoding="utf-8")
+    task = _own_yaml(tmp_path / "own.yaml", data)
+    rc, _, err = run_cli(capsys, "run", "--task", str(task), "--runs-dir", str(tmp_path / "runs"), "--until", "finetune")
+    assert rc == 2 and refusal_line(err) == (f"error: {data / 'train.tsv'}:5: 3 columns where the header (line 1) has "
+                                             "2: a tab inside a text?")

@@ -15,8 +15,18 @@ class Classification(PipelineKind):
     name = "classification"
     metric = "accuracy"
     metric_label = "accuracy"
-    data_formats = ("clue",)
+    data_formats = ("clue", "csv", "tsv")
 
+
+    def feature_params(self, cfg) -> dict:
+        """A table's format and column names decide which of its cells are texts and labels: the same bytes read with
+        other ``data.columns`` are other examples (JSON lines: none beyond the shared text fields, so their cached
+        results stay)."""
+        from pipeline.data import TABLE_DELIMITERS
+
+        if cfg.data.format not in TABLE_DELIMITERS:
+            return {}
+        return {"table": {"format": cfg.data.format, "columns": cfg.data.columns, "label_field": cfg.data.label_field}}
 
     def baseline_details(self, ev, fs: FeatureSet, labels) -> tuple[dict, str]:
         """Macro-F1, the majority class's accuracy (what a model that learned nothing scores) and per-class recall."""
