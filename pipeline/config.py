@@ -300,7 +300,8 @@ def load_task_config(task: str, overrides: dict[str, Any] | None = None,
     else:
         path = TASKS_DIR / f"{task}.yaml"
         if not path.is_file():
-            raise ConfigError(f"unknown task {task!r}; known tasks: {', '.join(known_tasks())}")
+            raise ConfigError(f"unknown task {task!r}; known tasks: {', '.join(known_tasks())}; a task of your own: "
+                              "its YAML file (TASK=path/to/task.yaml)")
     raw = yaml_input.load_file(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")

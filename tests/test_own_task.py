@@ -144,7 +144,11 @@ def test_smoke_finds_the_bundle_by_the_yamls_task_name_not_its_file_name(own_tas
     other = tmp_path / "repo"
     shutil.copytree(own_repository / "tiny", other / "support-tickets")
     assert smoke.main(["--task", str(own_task), "--repository", str(other), "--url", "127.0.0.1:1"]) == 2
-    assert f"{other}/bundle.json: missing" in refusal_line(capsys.readouterr().err)
+    assert refusal_line(capsys.readouterr().err) == (f"error: no bundle for task 'tiny' at {other / 'tiny'}: run "
+                                                     f"`make bundle TASK={own_task}` first")
+    (other / "tiny").mkdir()  # the task's folder, broken: refused as such, naming the file
+    assert smoke.main(["--task", str(own_task), "--repository", str(other), "--url", "127.0.0.1:1"]) == 2
+    assert f"{other / 'tiny'}/bundle.json: missing; not a packaged bundle" in refusal_line(capsys.readouterr().err)
     assert smoke.main(["--task", str(tmp_path / "missing.yaml"), "--repository", str(own_repository)]) == 2
     assert "task config not found" in refusal_line(capsys.readouterr().err)
 

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_args(args)
         repo, name = Path(args.repository), task_name(args.task)
-        bundle = BundleModel.open(repo / name if (repo / name / "bundle.json").is_file() else repo)
+        bundle = BundleModel.open(_bundle_dir(repo, name, args.task))
         if bundle.manifest.get("api", "ernie-bundle") != "ernie-bundle":
             raise ClientError(f"{bundle.root}: packaged with package.api {bundle.manifest['api']} (model "
                               f"{bundle.names.ensemble}); the smoke test speaks package.api ernie-bundle: package it with "
@@ -240,6 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     failure = kind.smoke_failure if not result.ok else _concurrent_failure(concurrent)
     print(f"FAIL: {failure}" if failure else "PASS")  # the verdict the exit status gives, never PASS with status 1
     return 1 if failure else 0
+
+
+def _bundle_dir(repo: Path, name: str, given: str) -> Path:
+    """``<repository>/<name>``, or the repository itself when it is a bundle (``REPO=`` the bundle's folder).  A folder
+    of the task's without ``bundle.json`` is opened, to be refused as a broken bundle naming the file."""
+    if (repo / name).is_dir():
+        return repo / name
+    if (repo / "bundle.json").is_file():
+        return repo
+    raise ClientError(f"no bundle for task {name!r} at {repo / name}: run `make bundle TASK={given}` first")
 
 
 def _launched_url(bundle: Path, protocol: str) -> str | None:
