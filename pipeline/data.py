@@ -250,12 +250,15 @@ def table_rows(text: str, path: Path, delimiter: str, columns: Sequence[str] | N
     if header is not None:
         _check_header(f"{path}: data.columns", header, needed, kind)
     while True:
-        try:
+        limit = csv.field_size_limit(len(text) + 1)  # the csv module's 128 KiB cap is no rule of ours: a long text is
+        try:                                          # cut to max_seq_len tokens like any other
             row = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
             raise DataError(f"{path}:{reader.line_num}: malformed {kind} ({exc})") from None
+        finally:
+            csv.field_size_limit(limit)  # a process-wide setting: put back before anything else reads a CSV
         first_line, last_line = last_line + 1, reader.line_num
         if not row or (len(row) == 1 and not row[0].strip()):
             continue  # a blank line

@@ -182,6 +182,12 @@ def test_a_csv_field_may_hold_commas_quotes_and_line_breaks_and_rows_keep_their_
     ds = load_task_data(_table_cfg(tmp_path, d, "csv"))
     assert [(e.text_a, ds.labels[e.label], e.where.rsplit(":", 1)[1]) for e in ds.dev.examples] == [
         ("第一行,带逗号\n第二行", "100", "2"), ('他说"好"', "101", "4"), ("普通的句子", "102", "6")]
+    import csv
+
+    long = "长" * 200_000  # over the csv module's default field cap (131,072), which stays as it was
+    dev.write_text(f"sentence,label\n{long},100\n", encoding="utf-8")
+    assert load_task_data(_table_cfg(tmp_path, d, "csv")).dev.examples[0].text_a == long
+    assert csv.field_size_limit() == 131_072
 
 
 def test_a_tsv_text_may_hold_quotes_and_a_pair_task_reads_its_second_column(tmp_path):
