@@ -1,4 +1,7 @@
-"""A Hugging Face head's labels matched to the task's: a trained head is kept, never silently dropped or misread.
+"""A trained head's labels matched to the task's: a trained head is kept, never silently dropped or misread.
+
+``match_labels``, the one rule for every checkpoint: by the task's label ids or names, in any order (a PaddleNLP
+checkpoint's labels.json gives ids and, as ``label_desc``, names; the finetune stage reorders its rows in a copy).
 
 ``map_head``: the head's ``id2label`` (``label2id`` must agree with it) is matched to the task's labels by their ids
 or by their names (``label_names``; BIO tags for a tagger) in any order, and the head's rows are put in the task's
@@ -68,17 +71,9 @@ def map_head(ckpt: Checkpoint, outputs: int, labels: Sequence[str], label_names:
     if outputs != len(labels):
         raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head has {outputs} outputs {_brief(head)} but the task "
                          f"has {task}: {refuse}")
-    ways = (("ids", labels), ("names", label_names)) if label_names != labels else (("labels", labels),)
-    for by, wanted in ways:
-        if len(set(wanted)) == len(wanted) and sorted(head) == sorted(wanted):
-            order = tuple(head.index(label) for label in wanted)
-            if list(order) == list(range(outputs)):
-                note = f"its head's labels are the task's {by} in the task's order: kept"
-            else:
-                moved = [f"{wanted[i]} <- output {o}" for i, o in enumerate(order) if o != i]
-                note = (f"its head's labels are the task's {by} in another order: its rows reordered to the task's "
-                        f"({len(moved)} moved: {', '.join(moved[:6])}{', ...' if len(moved) > 6 else ''})")
-            return HeadMapping(order, by, note)
+    mapping = match_labels(head, None, labels, label_names)
+    if mapping is not None:
+        return mapping
     if placeholder_id2label(by_id):
         note = (f"its head's labels are transformers' placeholders LABEL_0..LABEL_{outputs - 1}: assumed to be the "
                 f"task's {_brief(label_names)} in that order (checked on dev); {REPLACE_FLAG} fine-tunes a new "
@@ -87,6 +82,29 @@ def map_head(ckpt: Checkpoint, outputs: int, labels: Sequence[str], label_names:
     match = "match neither the ids nor the names of" if label_names != labels else "do not match"
     raise ModelError(f"{ckpt.path}: its {ckpt.architecture} head's labels {_brief(head)} (config.json id2label) "
                      f"{match} the task's {task}, in any order: {refuse}")
+
+
+def match_labels(head: Sequence[str], head_names: Sequence[str] | None, labels: Sequence[str],
+                 label_names: Sequence[str]) -> HeadMapping | None:
+    """How a head whose outputs are ``head`` (``head_names``: the names written beside them, a PaddleNLP
+    checkpoint's labels.json ``label_desc``) maps to the task's ``labels`` (``label_names``: their names): by ids
+    or by names, in any order; None when no way matches.  One rule for every checkpoint a trained head comes in."""
+    head, labels, label_names = [str(v) for v in head], [str(v) for v in labels], [str(v) for v in label_names]
+    ways = [("ids", head, labels)] if label_names == labels else [("ids", head, labels), ("names", head, label_names)]
+    if head_names is not None and list(head_names) != head:
+        ways += [("names", [str(v) for v in head_names], labels), ("names", [str(v) for v in head_names], label_names)]
+    for by, have, wanted in ways:
+        if len(set(wanted)) == len(wanted) == len(have) and sorted(have) == sorted(wanted):
+            order = tuple(have.index(label) for label in wanted)
+            by = by if label_names != labels or head_names is not None else "labels"
+            if list(order) == list(range(len(order))):
+                note = f"its head's labels are the task's {by} in the task's order: kept"
+            else:
+                moved = [f"{wanted[i]} <- output {o}" for i, o in enumerate(order) if o != i]
+                note = (f"its head's labels are the task's {by} in another order: its rows reordered to the task's "
+                        f"({len(moved)} moved: {', '.join(moved[:6])}{', ...' if len(moved) > 6 else ''})")
+            return HeadMapping(order, by, note)
+    return None
 
 
 def _head_labels(ckpt: Checkpoint, outputs: int) -> dict[int, str]:

@@ -20,7 +20,24 @@ from typing import Any
 
 def read_labels(path: Path, error: type[Exception], text: str | None = None) -> list[str]:
     """The labels in ``path`` in order (``text``: its content, when the caller already read it)."""
-    path = Path(path)
+    labels = [_label(obj, error, where) for obj, where in _entries(Path(path), error, text)]
+    if not labels:
+        raise error(f"{path}: no labels")
+    dup = sorted(x for x, n in Counter(labels).items() if n > 1)  # one pass: 100,000 labels are counted at once
+    if dup:
+        raise error(f"{path}: duplicate labels {dup[:5]}")
+    return labels
+
+
+def read_label_names(path: Path, error: type[Exception], text: str | None = None) -> list[str] | None:
+    """The name written beside each label in ``path`` (CLUE's ``label_desc``: ``news_story`` beside ``100``), in
+    :func:`read_labels`' order; None unless every label has one (a name that is no string counts as none)."""
+    names = [obj.get("label_desc") if isinstance(obj, dict) else None for obj, _ in _entries(Path(path), error, text)]
+    return [str(n) for n in names] if names and all(isinstance(n, str) and n for n in names) else None
+
+
+def _entries(path: Path, error: type[Exception], text: str | None) -> list[tuple[Any, str]]:
+    """Each entry of a labels file (an object or a bare value) with where it is, in label order."""
     text = path.read_text(encoding="utf-8", errors="replace") if text is None else text
     body = text.strip()
     if not body:
@@ -30,16 +47,9 @@ def read_labels(path: Path, error: type[Exception], text: str | None = None) -> 
             items = json.loads(body)
         except json.JSONDecodeError as exc:
             raise error(f"{path}: malformed JSON array (line {exc.lineno}: {exc.msg})") from None
-        labels = _from_array(path, items, error)
-    else:
-        labels = [_label(obj, error, f"{path}:{lineno}") for lineno, obj in
-                  json_lines(text, path, error, "; expected one label per line or one JSON array")]
-    if not labels:
-        raise error(f"{path}: no labels")
-    dup = sorted(x for x, n in Counter(labels).items() if n > 1)  # one pass: 100,000 labels are counted at once
-    if dup:
-        raise error(f"{path}: duplicate labels {dup[:5]}")
-    return labels
+        return _from_array(path, items, error)
+    return [(obj, f"{path}:{lineno}") for lineno, obj in
+            json_lines(text, path, error, "; expected one label per line or one JSON array")]
 
 
 def json_lines(text: str, path: Path, error: type[Exception], hint: str = ""):
@@ -73,13 +83,13 @@ def placeholder_id2label(id2label: Any) -> bool:
     return isinstance(id2label, dict) and all(str(v) == f"LABEL_{k}" for k, v in id2label.items())
 
 
-def _from_array(path: Path, items: Any, error: type[Exception]) -> list[str]:
+def _from_array(path: Path, items: Any, error: type[Exception]) -> list[tuple[Any, str]]:
     if not isinstance(items, list):
         raise error(f"{path}: expected a JSON array of labels")
     if items and all(isinstance(o, dict) and isinstance(o.get("index"), int) and not isinstance(o.get("index"), bool)
                      for o in items):
         items = sorted(items, key=lambda o: o["index"])
-    return [_label(obj, error, f"{path}: item {i}") for i, obj in enumerate(items)]
+    return [(obj, f"{path}: item {i}") for i, obj in enumerate(items)]
 
 
 def _label(obj: Any, error: type[Exception], where: str) -> str:

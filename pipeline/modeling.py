@@ -20,7 +20,7 @@ from typing import Sequence
 from pipeline import safe_weights
 from pipeline.config import ModelConfig, ScratchModelConfig
 from pipeline.errors import ModelError, shown_json
-from pipeline.labels_file import labels_from_id2label, placeholder_id2label, read_labels
+from pipeline.labels_file import labels_from_id2label, placeholder_id2label, read_label_names, read_labels
 
 CONFIG_FILES = ("config.json", "model_config.json")
 WEIGHTS_FILE = "model_state.pdparams"
@@ -46,6 +46,7 @@ class ModelInfo:
     head_classes: int | None  # classes of the classification head, None when there is no head
     labels: tuple[str, ...] | None  # from labels.json saved beside a fine-tuned model
     architecture: str | None = None  # config.json "architectures"[0], e.g. ErnieForTokenClassification
+    label_names: tuple[str, ...] | None = None  # labels.json's label_desc beside each label, when every one has one
 
 
 def quiet_paddlenlp() -> None:
@@ -113,9 +114,11 @@ def inspect_model(path: Path, *, weights: bool = True) -> ModelInfo:
         head_classes = _head_classes(path / WEIGHTS_FILE, state)
     else:
         _check_pickle_header(path / WEIGHTS_FILE)
-    labels = None
+    labels = names = None
     if _regular_file(path / LABELS_FILE, "the label file"):
-        labels = tuple(read_labels(path / LABELS_FILE, ModelError, read_text(path / LABELS_FILE, MAX_JSON_BYTES)))
+        text = read_text(path / LABELS_FILE, MAX_JSON_BYTES)
+        labels = tuple(read_labels(path / LABELS_FILE, ModelError, text))
+        names = read_label_names(path / LABELS_FILE, ModelError, text)
     elif config.get("id2label") and not placeholder_id2label(config["id2label"]):
         labels = tuple(labels_from_id2label(config_path, config["id2label"], ModelError))
     return ModelInfo(
@@ -126,6 +129,7 @@ def inspect_model(path: Path, *, weights: bool = True) -> ModelInfo:
         head_classes=head_classes,
         labels=labels,
         architecture=(architectures or [None])[0],
+        label_names=tuple(names) if names else None,
     )
 
 
@@ -245,8 +249,7 @@ def check_head(info: ModelInfo, labels: Sequence[str], max_seq_len: int, archite
     check_positions(info, max_seq_len)
     if info.head_classes is None:
         return False
-    if architecture and info.architecture and info.architecture != architecture and info.architecture.startswith("ErnieFor"):
-        raise ModelError(f"model {info.path}: has a {info.architecture} head but the task needs {architecture}")
+    check_head_class(info, architecture)
     if info.head_classes != len(labels):
         raise ModelError(
             f"model {info.path}: num_classes mismatch: its classification head has {info.head_classes} "
@@ -258,6 +261,13 @@ def check_head(info: ModelInfo, labels: Sequence[str], max_seq_len: int, archite
             f"{list(labels)[:5]}..."
         )
     return True
+
+
+def check_head_class(info: ModelInfo, architecture: str | None) -> None:
+    """Refuse a model saved with another kind of head than ``architecture`` (a sentence classifier given to a NER
+    task) rather than re-head it silently."""
+    if architecture and info.architecture and info.architecture != architecture and info.architecture.startswith("ErnieFor"):
+        raise ModelError(f"model {info.path}: has a {info.architecture} head but the task needs {architecture}")
 
 
 def check_positions(info: ModelInfo, max_seq_len: int) -> None:
@@ -379,6 +389,42 @@ def save_classifier(model, out_dir: Path, vocab_dir: Path, labels: Sequence[str]
         if src.is_file() and src.resolve() != (out_dir / name).resolve():
             shutil.copyfile(src, out_dir / name)
     write_labels(out_dir / LABELS_FILE, labels, label_names)
+
+
+def write_reordered_head(src: Path, dst: Path, order: Sequence[int], labels: Sequence[str],
+                         label_names: Sequence[str]) -> Path:
+    """``src``'s model with its head's outputs in the task's order (``order[i]``: ``src``'s output for label ``i``),
+    the task's labels written beside it (labels.json, and config.json's id2label where it names them): its other
+    files copied as they are.  Written beside ``dst`` and renamed into place, so a half-written one never exists."""
+    import shutil
+
+    import paddle
+
+    src, dst = Path(src), Path(dst)
+    state = safe_weights.load_state_dict(src / WEIGHTS_FILE)
+    head = [k for k in state if any(k == h or k.endswith("." + h) for h in HEAD_KEYS)]
+    if len(head) != 1 or head[0].removesuffix("weight") + "bias" not in state:
+        raise ModelError(f"{src / WEIGHTS_FILE}: no single classifier weight and bias to reorder (found {head})")
+    weight, bias = head[0], head[0].removesuffix("weight") + "bias"
+    state[weight], state[bias] = state[weight][:, list(order)], state[bias][list(order)]
+    tmp = dst.with_name(dst.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name not in (WEIGHTS_FILE, LABELS_FILE):
+            shutil.copyfile(f, tmp / f.name)
+    paddle.save({k: paddle.to_tensor(v) for k, v in state.items()}, str(tmp / WEIGHTS_FILE))
+    for config_path in (tmp / n for n in CONFIG_FILES if (tmp / n).is_file()):
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        if config.get("id2label") and not placeholder_id2label(config["id2label"]):
+            config["id2label"] = {str(i): str(v) for i, v in enumerate(labels)}
+            config["label2id"] = {str(v): i for i, v in enumerate(labels)}
+            config_path.write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
+    write_labels(tmp / LABELS_FILE, labels, label_names)
+    if dst.exists():
+        shutil.rmtree(dst)
+    tmp.rename(dst)
+    return dst
 
 
 def write_labels(path: Path, labels: Sequence[str], label_names: Sequence[str]) -> None:

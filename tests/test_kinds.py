@@ -197,7 +197,7 @@ def test_each_kind_class_declares_what_the_task_config_checks_of_it():
         if c.first_segment:
             key, _ = c.first_segment
             assert isinstance(getattr(c.settings[1](), key), int)
-    with pytest.raises(ConfigError, match="data.format: 'csv' is not one of clue, cluener, msra_bio, squad, uie"):
-        DataConfig(format="csv")
+    with pytest.raises(ConfigError, match="data.format: 'xml' is not one of clue, csv, tsv, cluener, msra_bio, squad, uie"):
+        DataConfig(format="xml")
     with pytest.raises(ConfigError, match="type: 'summarization' is not one of"):
         kind_class("summarization")

@@ -343,3 +343,55 @@ def test_config_fields_of_the_wrong_type_name_the_file_and_field(tiny_model_copy
     path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
     with pytest.raises(ModelError, match=re.escape(f"{path}: {message}")):
         inspect_model(tiny_model_copy, weights=False)
+
+
+def _data_without_label_file(tiny_finetuned, dst: Path) -> Path:
+    shutil.copytree(tiny_finetuned["data_dir"], dst)
+    (dst / "labels.json").unlink()  # the config's labels give the ids, in its order
+    return dst
+
+
+@pytest.mark.parametrize("how", ["another order", "names"])
+def test_a_paddlenlp_head_is_kept_when_its_labels_are_the_tasks_in_another_order_or_by_name(tiny_finetuned, tmp_path,
+                                                                                           capsys, how):
+    """A PaddleNLP classifier's labels.json (``label`` and ``label_desc``) was held to the task's labels in the same
+    order: the task's labels in another order, or its data labelled by the names, refused the trained head.  It is
+    matched as a Hugging Face head is, its rows put in the task's order in a copy: the same dev accuracy."""
+    from conftest import LABEL_NAMES, LABELS, run_cli, write_tiny_task_yaml
+
+    data = _data_without_label_file(tiny_finetuned, tmp_path / "data")
+    if how == "another order":
+        extra = {"labels": LABELS[::-1], "label_names": LABEL_NAMES[::-1]}
+    else:  # the data's labels are the names: the model's labels.json label_desc
+        names = [LABEL_NAMES[1], LABEL_NAMES[2], LABEL_NAMES[0]]
+        extra = {"labels": names, "label_names": names,
+                 "data": {"dir": str(data), "clue_name": None, "text_a": "sentence", "label_field": "label_desc"}}
+    task = write_tiny_task_yaml(tmp_path / "t.yaml", data, **extra)
+    source = tiny_finetuned["model_dir"]
+    before = (source / "labels.json").read_bytes()
+    rc, out, err = run_cli(capsys, "run", "--task", str(task), "--runs-dir", str(tmp_path / "runs"), "--model",
+                           str(source), "--until", "finetune-check")
+    assert rc == 0, err
+    by = "ids" if how == "another order" else "names"
+    assert f"its head's labels are the task's {by} in another order: its rows reordered to the task's" in out
+    baseline = json.loads((tmp_path / "runs" / "tiny" / "finetune-check" / "out" / "baseline.json").read_text())
+    original = json.loads(tiny_finetuned["baseline"].read_text())
+    assert baseline["accuracy"] == pytest.approx(original["accuracy"], abs=1e-9) and baseline["accuracy"] > 0.5
+    assert baseline["labels"] == extra["labels"] and (source / "labels.json").read_bytes() == before
+    kept = inspect_model(tmp_path / "runs" / "tiny" / "finetune" / "out" / "model")
+    assert kept.labels == tuple(extra["labels"]) and kept.label_names == tuple(extra["label_names"])
+
+
+def test_a_paddlenlp_head_whose_labels_are_not_the_tasks_is_refused_in_one_line(tiny_model_copy, tmp_path, capsys):
+    from conftest import refusal_line, run_cli, write_tiny_task_yaml
+
+    (tiny_model_copy / "labels.json").write_text("".join(json.dumps({"label": v}) + "\n" for v in ("200", "201", "202")))
+    from conftest import write_tiny_data
+
+    task = write_tiny_task_yaml(tmp_path / "t.yaml", write_tiny_data(tmp_path / "data", n_train=30, n_dev=9))
+    rc, _, err = run_cli(capsys, "run", "--task", str(task), "--runs-dir", str(tmp_path / "runs"), "--model",
+                         str(tiny_model_copy), "--until", "finetune")
+    assert rc == 2 and refusal_line(err) == (
+        f"error: model {tiny_model_copy}/labels.json: its head's labels ['200', '201', '202']... match neither the ids "
+        "nor the names of the task's ['100', '101', '102']..., in any order: not dropping a trained head; --set "
+        "model.head=replace fine-tunes a new one on its encoder")

@@ -22,14 +22,18 @@ from pipeline.config import PRETRAINED_LEARNING_RATE, SCRATCH_LEARNING_RATE, Tas
 from pipeline.hashing import tree_sha256
 from pipeline.data import data_hashes
 from pipeline.kinds import get_kind, load_task_data
+from pipeline.contract import LABELS_FILE
+from pipeline.errors import ModelError
 from pipeline.modeling import (
     check_head,
+    check_head_class,
     check_positions,
     create_scratch_classifier,
     inspect_model,
     load_classifier,
     resolve_model_dir,
     save_classifier,
+    write_reordered_head,
 )
 from pipeline.tokenizer import Tokenizer, build_char_vocab, write_vocab
 from pipeline.training import finetune as train_loop
@@ -160,7 +164,10 @@ def _check_assumed_order(ctx, hf_dir: Path, model_dir: Path, data) -> None:
 
 
 def _model_as_is(ctx, model_dir: Path, data):
-    """The model already has the task's head over exactly its labels: nothing to train (None otherwise)."""
+    """The model already has the task's head: nothing to train (None otherwise).  Its labels (labels.json, or
+    config.json's id2label) are matched to the task's by ids or by names in any order, as a Hugging Face head's are
+    (``hf_heads.match_labels``: labels.json's ``label_desc`` are names); in another order, a copy with its rows in
+    the task's order is written to out/ (``_reordered``)."""
     from pipeline.records import StageResult
 
     cfg, kind = ctx.cfg, get_kind(ctx.cfg)
@@ -168,11 +175,35 @@ def _model_as_is(ctx, model_dir: Path, data):
     if cfg.model.head == "replace" and info.head_classes is not None:
         check_positions(info, cfg.max_seq_len)
         return None
+    if (info.labels is not None and info.head_classes == len(data.labels) == len(info.labels)
+            and tuple(info.labels) != tuple(data.labels)):
+        return _reordered(ctx, model_dir, info, data)
     if not check_head(info, data.labels, cfg.max_seq_len, kind.model_class().__name__):
         return None
     ctx.log(f"[finetune] {model_dir} already has the task's {len(data.labels)}-output head: no training needed")
     return StageResult(artifacts={"model_dir": str(model_dir)}, external_outputs={str(model_dir): tree_sha256(model_dir)},
                        message="skipped training: model already has the task's head", metrics={"trained": 0})
+
+
+def _reordered(ctx, model_dir: Path, info, data):
+    """A trained head whose labels are the task's ids or names in another order (or its names in the task's order):
+    written to out/model with its rows in the task's order and the task's labels; refused in one line when its
+    labels match the task's in no way."""
+    from pipeline.records import StageResult
+
+    cfg, kind = ctx.cfg, get_kind(ctx.cfg)
+    check_positions(info, cfg.max_seq_len)
+    check_head_class(info, kind.model_class().__name__)
+    mapping = hf_heads.match_labels(info.labels, info.label_names, data.labels, data.label_names)
+    if mapping is None:
+        names = f" (names {list(info.label_names)[:5]}...)" if info.label_names else ""
+        raise ModelError(f"model {model_dir}/{LABELS_FILE}: its head's labels {list(info.labels)[:5]}...{names} match "
+                         f"neither the ids nor the names of the task's {list(data.labels)[:5]}..., in any order: not "
+                         f"dropping a trained head; {hf_heads.REPLACE_FLAG} fine-tunes a new one on its encoder")
+    write_reordered_head(model_dir, ctx.out_dir / "model", mapping.order, data.labels, data.label_names)
+    ctx.log(f"[finetune] {model_dir}: {mapping.note}")
+    return StageResult(artifacts={"model_dir": "model"}, metrics={"trained": 0, "converted": 1},
+                       message=f"kept the model's head, its labels mapped to the task's by {mapping.by}: no training")
 
 
 def _model_to_train(ctx, model_dir: Path | None, data):

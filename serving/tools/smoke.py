@@ -243,12 +243,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bundle_dir(repo: Path, name: str, given: str) -> Path:
-    """``<repository>/<name>``, or the repository itself when it is a bundle (``REPO=`` the bundle's folder).  A folder
-    of the task's without ``bundle.json`` is opened, to be refused as a broken bundle naming the file."""
-    if (repo / name).is_dir():
+    """``<repository>/<name>``, or the repository itself when it is a bundle (``REPO=`` the bundle's folder, which
+    holds a model folder of that name too).  A folder of the task's without ``bundle.json`` is opened, to be refused
+    as a broken bundle naming the file."""
+    if (repo / name / "bundle.json").is_file():
         return repo / name
     if (repo / "bundle.json").is_file():
         return repo
+    if (repo / name).is_dir():
+        return repo / name
     raise ClientError(f"no bundle for task {name!r} at {repo / name}: run `make bundle TASK={given}` first")
 
 
