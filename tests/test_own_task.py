@@ -123,6 +123,12 @@ def test_smoke_and_loadtest_take_the_task_yaml_and_find_its_bundle_and_server(ow
                             "--seconds", "0.5", "--no-offline"])
         out, err = capsys.readouterr()
         assert rc == 0 and f"load test tiny via grpc at {state.grpc}" in out, out + err
+        from serving.tools import client_cli  # python -m serving.client: no --url either, ports of the server's choosing
+
+        rc = client_cli.main(["classify", "--model", "tiny", "--repository", str(own_repository), "--json", "体育比赛"])
+        out, err = capsys.readouterr()
+        assert rc == 0 and json.loads(out.splitlines()[0])["text"] == "体育比赛", out + err
+        assert f"server: {state.http} (http), the one `make serve` started for" in err
     finally:
         assert server.main(["--repository", str(own_repository), "--task", "tiny", "--stop"]) == 0
     assert server.running_url(own_repository / "tiny", "http") is None

@@ -92,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         sp = sub.add_parser(name, help=helps[name])
         sp.add_argument("--model", default="tnews", help="the ensemble (= task) name")
         sp.add_argument("--protocol", choices=("http", "grpc"), default="http")
-        sp.add_argument("--url", help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)")
+        sp.add_argument("--url", help="host:port (default: the server `make serve` started for <repository>/<model>, "
+                        "else 127.0.0.1:8000 for http, :8001 for grpc)")
+        sp.add_argument("--repository", default="model_repository",
+                        help="where `make serve` found the bundle, to find the server it started (without --url)")
         sp.add_argument("--timeout", type=float, default=60.0)
         if name == "health":
             continue
@@ -112,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     args = p.parse_args(argv)
     try:
-        client = BundleClient(args.url, args.protocol, args.model, args.timeout, getattr(args, "retries", 3))
+        url = args.url or _launched_url(Path(args.repository) / args.model, args.protocol)
+        client = BundleClient(url, args.protocol, args.model, args.timeout, getattr(args, "retries", 3))
     except (ClientError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -120,6 +124,17 @@ def main(argv: list[str] | None = None) -> int:
         return _run_command(args, client)
     finally:
         client.close()  # an open HTTP connection would hold up the server's shutdown
+
+
+def _launched_url(bundle: Path, protocol: str) -> str | None:
+    """The server ``make serve`` started for ``bundle`` (on ports of its choosing with ``--http-port 0``), said on
+    stderr; None (the default ports) when there is none."""
+    from serving.server import running_url
+
+    url = running_url(bundle, protocol) if bundle.is_dir() else None
+    if url:
+        print(f"server: {url} ({protocol}), the one `make serve` started for {bundle}", file=sys.stderr)
+    return url
 
 
 def _run_command(args, client: BundleClient) -> int:
