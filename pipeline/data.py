@@ -17,7 +17,7 @@ from typing import Any, Protocol, Sequence
 
 from pipeline.env import is_online
 from pipeline.errors import DataError
-from pipeline.labels_file import json_lines, read_labels
+from pipeline.labels_file import json_lines, read_label_names, read_labels
 
 # data.format -> the delimiter of a table; every other classification format is JSON lines
 TABLE_DELIMITERS = {"csv": ",", "tsv": "\t"}
@@ -62,6 +62,7 @@ class TaskDataset:
     train: Split
     dev: Split
     fingerprint: str  # content hash of everything read; part of the stage cache keys
+    labels_from: str = ""  # said where the labels were read from the train split (none listed): the file
 
 
 def data_hashes(cfg: TaskConfigView) -> dict[str, str]:
@@ -163,26 +164,38 @@ def _load_local(cfg: TaskConfigView, data_dir: Path) -> TaskDataset:
     if not data_dir.is_dir():
         raise DataError(f"data dir is not a directory: {data_dir}")
     digest = hashlib.sha256()
-    labels = _read_labels(cfg, data_dir, digest)
-    splits = {}
+    labels, file_names = _read_labels(cfg, data_dir, digest)
+    splits, labels_from = {}, ""
     for split_name, file_name in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file)):
         path = data_dir / file_name
         if not path.is_file():
             raise DataError(f"{path}: split {split_name!r} not found in data dir {data_dir} "
                             f"(data.{split_name}_file names it)")
-        splits[split_name] = read_split(cfg, path, split_name, labels, digest)
-    return TaskDataset(labels, _names(cfg, labels), splits["train"], splits["dev"], digest.hexdigest())
+        rows = split_rows(cfg, path, digest)
+        if labels is None:  # neither a labels.json nor the config lists them: the train split's, sorted
+            labels, labels_from = _labels_in(cfg, rows), str(path)
+        splits[split_name] = split_examples(cfg, path, split_name, rows, labels, labels_from)
+    names = _names(cfg, labels) if cfg.label_names or not file_names else tuple(file_names)
+    return TaskDataset(labels, names, splits["train"], splits["dev"], digest.hexdigest(), labels_from)
 
 
-def _read_labels(cfg: TaskConfigView, data_dir: Path, digest) -> tuple[str, ...]:
+def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]]) -> tuple[str, ...]:
+    """The label values of the train split's rows, sorted (``data.skip_labels`` left out): the ids are their order,
+    the same whatever order the rows come in."""
+    field_name = cfg.data.label_field
+    return tuple(sorted({str(row[field_name]) for _, row in rows if field_name in row} - set(cfg.data.skip_labels)))
+
+
+def _read_labels(cfg: TaskConfigView, data_dir: Path, digest) -> tuple[tuple[str, ...] | None, list[str] | None]:
+    """(the labels in labels.json's order, else the config's, None when neither lists them: the train split's, then;
+    the names labels.json gives them, its ``label_desc``, the labels' names where the config gives none)."""
     path = data_dir / cfg.data.labels_file if cfg.data.labels_file else None
     if path is None or not path.is_file():
-        if not cfg.labels:
-            raise DataError(f"{path or data_dir}: no labels.json and the task config lists no labels")
-        return tuple(cfg.labels)
+        return (tuple(cfg.labels) if cfg.labels else None), None
     raw = path.read_bytes()
     digest.update(raw)
-    labels = read_labels(path, DataError, raw.decode("utf-8", errors="replace"))
+    text = raw.decode("utf-8", errors="replace")
+    labels = read_labels(path, DataError, text)
     if cfg.labels and set(cfg.labels) != set(labels):
         extra = sorted(set(labels) - set(cfg.labels))
         missing = sorted(set(cfg.labels) - set(labels))
@@ -190,11 +203,16 @@ def _read_labels(cfg: TaskConfigView, data_dir: Path, digest) -> tuple[str, ...]
             f"{path}: label set does not match task {cfg.task!r} config "
             f"({len(labels)} vs {len(cfg.labels)} labels; only in file: {extra[:5]}, only in config: {missing[:5]})"
         )
-    return tuple(labels)
+    return tuple(labels), read_label_names(path, DataError, text)
 
 
 def read_split(cfg: TaskConfigView, path: Path, split_name: str, labels: tuple[str, ...], digest=None) -> Split:
     """One split's examples, from JSON lines or a CSV/TSV table (``data.format``); a bad row raises naming file:line."""
+    return split_examples(cfg, path, split_name, split_rows(cfg, path, digest), labels)
+
+
+def split_rows(cfg: TaskConfigView, path: Path, digest=None) -> list[tuple[int, dict]]:
+    """(line, row) for each row of a split's file, JSON lines or a CSV/TSV table (``data.format``)."""
     raw = path.read_bytes()
     if digest is not None:
         digest.update(path.name.encode())
@@ -206,14 +224,20 @@ def read_split(cfg: TaskConfigView, path: Path, split_name: str, labels: tuple[s
         raise DataError(f"{path}:{lineno}: not valid UTF-8") from None
     fmt = cfg.data.format
     if fmt in TABLE_DELIMITERS:
-        rows = table_rows(text, path, TABLE_DELIMITERS[fmt], cfg.data.columns, _fields_named(cfg))
-    else:
-        rows = _json_rows(text, path)
+        return list(table_rows(text, path, TABLE_DELIMITERS[fmt], cfg.data.columns, _fields_named(cfg)))
+    return list(_json_rows(text, path))
+
+
+def split_examples(cfg: TaskConfigView, path: Path, split_name: str, rows: list[tuple[int, dict]],
+                   labels: tuple[str, ...], labels_from: str = "") -> Split:
+    """The examples of a split's rows, each label looked up in ``labels`` (``labels_from``: the file they were read
+    from, when neither labels.json nor the config lists them); a bad row raises naming file:line and field."""
     examples, skipped, index = [], 0, _label_index(labels)
+    known = f"read from {labels_from}: no labels.json or config labels" if labels_from else "labels.json / config"
     for lineno, row in rows:
         if cfg.data.label_field not in row:
             raise DataError(f"{path}:{lineno}: field {cfg.data.label_field!r} missing")
-        ex = _example(cfg, row, str(row[cfg.data.label_field]), index, f"{path}:{lineno}")
+        ex = _example(cfg, row, str(row[cfg.data.label_field]), index, f"{path}:{lineno}", known)
         if ex is None:
             skipped += 1
         else:
@@ -292,13 +316,14 @@ def _label_index(labels: Sequence[str]) -> dict[str, int]:
     return {v: i for i, v in enumerate(labels)}
 
 
-def _example(cfg: TaskConfigView, row: dict, label_value: str, index: dict[str, int], where: str) -> Example | None:
+def _example(cfg: TaskConfigView, row: dict, label_value: str, index: dict[str, int], where: str,
+             known: str = "labels.json / config") -> Example | None:
     if label_value in cfg.data.skip_labels:
         return None
     if label_value not in index:
         raise DataError(
             f"{where}: field {cfg.data.label_field!r}: label {label_value!r} is not one of the task's "
-            f"{len(index)} labels (labels.json / config)"
+            f"{len(index)} labels ({known})"
         )
     text_a = _text(row, cfg.data.text_a, cfg.data.join, where)
     text_b = _text(row, cfg.data.text_b, cfg.data.join, where) if cfg.data.text_b else None

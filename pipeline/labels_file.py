@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 
+NAME_FIELDS = ("label_desc", "label_des")  # a label's name beside it: TNEWS's labels.json, IFLYTEK's
+
+
 def read_labels(path: Path, error: type[Exception], text: str | None = None) -> list[str]:
     """The labels in ``path`` in order (``text``: its content, when the caller already read it)."""
     labels = [_label(obj, error, where) for obj, where in _entries(Path(path), error, text)]
@@ -30,9 +33,11 @@ def read_labels(path: Path, error: type[Exception], text: str | None = None) -> 
 
 
 def read_label_names(path: Path, error: type[Exception], text: str | None = None) -> list[str] | None:
-    """The name written beside each label in ``path`` (CLUE's ``label_desc``: ``news_story`` beside ``100``), in
-    :func:`read_labels`' order; None unless every label has one (a name that is no string counts as none)."""
-    names = [obj.get("label_desc") if isinstance(obj, dict) else None for obj, _ in _entries(Path(path), error, text)]
+    """The name written beside each label in ``path`` (CLUE's ``label_desc``: ``news_story`` beside TNEWS's ``100``;
+    IFLYTEK's is ``label_des``), in :func:`read_labels`' order; None unless every label has one (a name that is no
+    string counts as none)."""
+    names = [next((obj[k] for k in NAME_FIELDS if k in obj), None) if isinstance(obj, dict) else None
+             for obj, _ in _entries(Path(path), error, text)]
     return [str(n) for n in names] if names and all(isinstance(n, str) and n for n in names) else None
 
 

@@ -19,6 +19,10 @@ def test_reads_clue_jsonl_and_maps_labels_through_labels_json(tmp_path):
     ds = load_task_data(_cfg(tmp_path, d))
     assert ds.labels == ("102", "100", "101")
     first = json.loads((d / "train.json").read_text().splitlines()[0])
+    cfg = _cfg(tmp_path, d, label_names=[])  # none in the config: labels.json's label_desc, where each has one
+    for name in ("label_desc", "label_des"):  # TNEWS's labels.json, IFLYTEK's
+        (d / "labels.json").write_text("\n".join(json.dumps({"label": v, name: f"n{v}"}) for v in ["102", "100", "101"]))
+        assert load_task_data(cfg).label_names == ("n102", "n100", "n101")
     assert ds.train.examples[0].label == ds.labels.index(first["label"])
     assert ds.train.examples[0].text_a == first["sentence"]
     assert len(ds.train.examples) == 30 and len(ds.dev.examples) == 9
@@ -250,3 +254,23 @@ def test_a_tables_columns_are_part_of_every_data_stages_key(tmp_path):
         assert stage.params(one) != stage.params(other), stage.__name__
     clue = _cfg(tmp_path, tmp_path)  # JSON lines: keys as they were, so cached results stay
     assert "table" not in finetune.params(clue)
+
+
+def test_labels_listed_nowhere_are_the_train_splits_sorted(tmp_path):
+    """No labels.json and no `labels:` in the config (a task of one's own, its data a table): the labels are the
+    train split's, sorted, whatever order its rows come in; a dev label train never has is refused naming its line."""
+    src = write_tiny_data(tmp_path / "json", n_train=30, n_dev=9)
+    d = _as_table(src, tmp_path / "table", "\t")
+    (d / "labels.json").unlink()
+    lines = (d / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (d / "train.tsv").write_text(lines[0] + "".join(reversed(lines[1:])), encoding="utf-8")
+    cfg = _table_cfg(tmp_path, d, "tsv", skip_labels=["101"])
+    cfg.labels, cfg.label_names = [], []
+    ds = load_task_data(cfg)
+    assert ds.labels == ("100", "102") and ds.labels_from == str(d / "train.tsv") and ds.label_names == ds.labels
+    assert ds.train.skipped == 10 and {ds.labels[e.label] for e in ds.dev.examples} == {"100", "102"}
+    with open(d / "dev.tsv", "a", encoding="utf-8") as f:
+        f.write("103\t一个新的类别\n")
+    with pytest.raises(DataError, match=r"dev.tsv:11: field 'label': label '103' is not one of the task's 2 labels "
+                                        r"\(read from .*train.tsv: no labels.json or config labels\)"):
+        load_task_data(cfg)

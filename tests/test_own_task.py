@@ -29,14 +29,13 @@ def _tsv_data(json_dir: Path, out: Path) -> Path:
         rows = [json.loads(line) for line in (json_dir / f"{split}.json").read_text(encoding="utf-8").splitlines()]
         (out / f"{split}.tsv").write_text("ticket\tqueue\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in rows),
                                           encoding="utf-8")
-    shutil.copy(json_dir / "labels.json", out / "labels.json")
-    return out
+    return out  # no labels.json: the config lists none either, so they are the train split's
 
 
 def _own_yaml(path: Path, data_dir: Path, **extra) -> Path:
     data = {"dir": str(data_dir), "clue_name": None, "format": "tsv", "train_file": "train.tsv", "dev_file": "dev.tsv",
             "text_a": "ticket", "label_field": "queue"}
-    return write_tiny_task_yaml(path, data_dir, data=data, **extra)
+    return write_tiny_task_yaml(path, data_dir, data=data, **{"labels": [], "label_names": [], **extra})
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +180,15 @@ def test_a_bad_row_in_a_tsv_of_ones_own_stops_the_run_naming_its_line(tiny_finet
     rc, _, err = run_cli(capsys, "run", "--task", str(task), "--runs-dir", str(tmp_path / "runs"), "--until", "finetune")
     assert rc == 2 and refusal_line(err) == (f"error: {data / 'train.tsv'}:5: 3 columns where the header (line 1) has "
                                              "2: a tab inside a text?")
+
+
+def test_a_task_of_ones_own_needs_no_label_list(own_task, tiny_finetuned, tmp_path, capsys):
+    """Neither a labels.json nor `labels:` in the config: the train split's labels, sorted, said in one line; the
+    trained head whose labels they are is kept."""
+    rc, out, err = run_cli(capsys, "run", "--task", str(own_task), "--runs-dir", str(tmp_path / "runs"), "--model",
+                           str(tiny_finetuned["model_dir"]), "--until", "finetune")
+    assert rc == 0, err
+    train = own_task.parent / "data" / "train.tsv"
+    assert (f"[data] labels: the 3 in {train}, sorted (no labels.json, and the task config lists none; `labels:` in it "
+            "fixes their order): 100, 101, 102") in out
+    assert "already has the task's 3-output head: no training needed" in out

@@ -91,6 +91,10 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
     if model_dir is not None and get_kind(cfg).uses_uie_checkpoints and is_paddlenlp_uie(model_dir):
         return _convert_uie(ctx, model_dir)
     data = load_task_data(cfg)
+    if data.labels_from:
+        shown = ", ".join(data.labels[:8]) + (f", ... {len(data.labels) - 8} more" if len(data.labels) > 8 else "")
+        ctx.log(f"[data] labels: the {len(data.labels)} in {data.labels_from}, sorted (no labels.json, and the task "
+                f"config lists none; `labels:` in it fixes their order): {shown}")
     if model_dir is not None and hf_import.is_hugging_face(model_dir):
         model_dir, ready = _imported(ctx, model_dir, data)
         if ready is not None:
