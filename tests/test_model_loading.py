@@ -395,3 +395,27 @@ def test_a_paddlenlp_head_whose_labels_are_not_the_tasks_is_refused_in_one_line(
         f"error: model {tiny_model_copy}/labels.json: its head's labels ['200', '201', '202']... match neither the ids "
         "nor the names of the task's ['100', '101', '102']..., in any order: not dropping a trained head; --set "
         "model.head=replace fine-tunes a new one on its encoder")
+
+
+def test_a_paddlenlp_head_named_in_config_json_is_matched_by_the_same_rule(tiny_model_copy, tmp_path, capsys):
+    """No labels.json: config.json's id2label names the outputs (PaddleNLP's save_pretrained writes it); in another
+    order than the task's they are reordered, and the copy's config.json names the task's order."""
+    from conftest import LABELS, run_cli, write_tiny_data, write_tiny_task_yaml
+
+    (tiny_model_copy / "labels.json").unlink()
+    config = json.loads((tiny_model_copy / "config.json").read_text())
+    config["id2label"] = {str(i): v for i, v in enumerate(LABELS[::-1])}  # the head's outputs are not in this order...
+    (tiny_model_copy / "config.json").write_text(json.dumps(config))
+    task = write_tiny_task_yaml(tmp_path / "t.yaml", write_tiny_data(tmp_path / "data", n_train=30, n_dev=9))
+    rc, out, err = run_cli(capsys, "run", "--task", str(task), "--runs-dir", str(tmp_path / "runs"), "--model",
+                           str(tiny_model_copy), "--until", "finetune")
+    assert rc == 0, err  # ...so the copy's rows are in the wrong order: what is said and written is what matters here
+    assert "its head's labels are the task's ids in another order: its rows reordered to the task's (2 moved" in out
+    copy = tmp_path / "runs" / "tiny" / "finetune" / "out" / "model"
+    assert json.loads((copy / "config.json").read_text())["id2label"] == {str(i): v for i, v in enumerate(LABELS)}
+    assert inspect_model(copy).labels == tuple(LABELS)
+    config["id2label"] = {"0": "a", "1": "b", "2": "c"}
+    (tiny_model_copy / "config.json").write_text(json.dumps(config))
+    rc, _, err = run_cli(capsys, "run", "--task", str(task), "--runs-dir", str(tmp_path / "runs2"), "--model",
+                         str(tiny_model_copy), "--until", "finetune")
+    assert rc == 2 and f"model {tiny_model_copy}/config.json (id2label): its head's labels ['a', 'b', 'c']..." in err

@@ -201,7 +201,8 @@ def _reordered(ctx, model_dir: Path, info, data):
     mapping = hf_heads.match_labels(info.labels, info.label_names, data.labels, data.label_names)
     if mapping is None:
         names = f" (names {list(info.label_names)[:5]}...)" if info.label_names else ""
-        raise ModelError(f"model {model_dir}/{LABELS_FILE}: its head's labels {list(info.labels)[:5]}...{names} match "
+        source = LABELS_FILE if (model_dir / LABELS_FILE).is_file() else "config.json (id2label)"
+        raise ModelError(f"model {model_dir}/{source}: its head's labels {list(info.labels)[:5]}...{names} match "
                          f"neither the ids nor the names of the task's {list(data.labels)[:5]}..., in any order: not "
                          f"dropping a trained head; {hf_heads.REPLACE_FLAG} fine-tunes a new one on its encoder")
     write_reordered_head(model_dir, ctx.out_dir / "model", mapping.order, data.labels, data.label_names)
