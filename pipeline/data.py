@@ -21,6 +21,8 @@ from pipeline.labels_file import json_lines, read_label_names, read_labels
 
 # data.format -> the delimiter of a table; every other classification format is JSON lines
 TABLE_DELIMITERS = {"csv": ",", "tsv": "\t"}
+# labels read from the train split (none listed): more distinct values than this share of its rows is no label column
+MAX_INFERRED_LABEL_SHARE = 0.5
 
 
 class TaskConfigView(Protocol):
@@ -173,17 +175,34 @@ def _load_local(cfg: TaskConfigView, data_dir: Path) -> TaskDataset:
                             f"(data.{split_name}_file names it)")
         rows = split_rows(cfg, path, digest)
         if labels is None:  # neither a labels.json nor the config lists them: the train split's, sorted
-            labels, labels_from = _labels_in(cfg, rows), str(path)
+            labels, labels_from = _labels_in(cfg, rows, path), str(path)
         splits[split_name] = split_examples(cfg, path, split_name, rows, labels, labels_from)
     names = _names(cfg, labels) if cfg.label_names or not file_names else tuple(file_names)
     return TaskDataset(labels, names, splits["train"], splits["dev"], digest.hexdigest(), labels_from)
 
 
-def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]]) -> tuple[str, ...]:
+def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path) -> tuple[str, ...]:
     """The label values of the train split's rows, sorted (``data.skip_labels`` left out): the ids are their order,
-    the same whatever order the rows come in."""
+    the same whatever order the rows come in.  Nobody checked them against a list, so two that differ only in spaces
+    (``positive`` and ``positive `` would be two classes) and a column of mostly distinct values (a text named as
+    the label field) are refused naming the file."""
     field_name = cfg.data.label_field
-    return tuple(sorted({str(row[field_name]) for _, row in rows if field_name in row} - set(cfg.data.skip_labels)))
+    first: dict[str, int] = {}
+    for lineno, row in rows:
+        if field_name in row:
+            first.setdefault(str(row[field_name]), lineno)
+    labels = sorted(set(first) - set(cfg.data.skip_labels))
+    by_stripped: dict[str, str] = {}
+    for label in labels:
+        other = by_stripped.setdefault(label.strip(), label)
+        if other != label:
+            a, b = sorted((other, label), key=first.get)
+            raise DataError(f"{path}:{first[b]}: label {b!r} differs from {a!r} (line {first[a]}) only in spaces: fix "
+                            "the data, or list the task's labels in its config (labels:)")
+    if len(labels) > MAX_INFERRED_LABEL_SHARE * len(rows) and len(labels) > 100:
+        raise DataError(f"{path}: field {field_name!r} holds {len(labels)} distinct values in {len(rows)} rows: not a "
+                        "label column? (data.label_field names it; labels: in the config lists the labels)")
+    return tuple(labels)
 
 
 def _read_labels(cfg: TaskConfigView, data_dir: Path, digest) -> tuple[tuple[str, ...] | None, list[str] | None]:

@@ -274,3 +274,19 @@ def test_labels_listed_nowhere_are_the_train_splits_sorted(tmp_path):
     with pytest.raises(DataError, match=r"dev.tsv:11: field 'label': label '103' is not one of the task's 2 labels "
                                         r"\(read from .*train.tsv: no labels.json or config labels\)"):
         load_task_data(cfg)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda lines: lines[:3] + ["101 \t带空格的标签\n"] + lines[3:], r"train.tsv:4: label '101 ' differs from '101' \(line \d\) only in spaces"),
+    (lambda lines: [lines[0]] + [f"{i}\t句子{i}\n" for i in range(300)], r"train.tsv: field 'label' holds 300 distinct values in 300 rows: not a label column\?"),
+])
+def test_labels_read_from_the_train_split_are_checked_as_no_list_checks_them(tmp_path, edit, says):
+    src = write_tiny_data(tmp_path / "json", n_train=30, n_dev=9)
+    d = _as_table(src, tmp_path / "table", "\t")
+    (d / "labels.json").unlink()
+    lines = (d / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (d / "train.tsv").write_text("".join(edit(lines)), encoding="utf-8")
+    cfg = _table_cfg(tmp_path, d, "tsv")
+    cfg.labels, cfg.label_names = [], []
+    with pytest.raises(DataError, match=says):
+        load_task_data(cfg)
