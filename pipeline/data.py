@@ -172,13 +172,23 @@ def _load_local(cfg: TaskConfigView, data_dir: Path) -> TaskDataset:
         path = data_dir / file_name
         if not path.is_file():
             raise DataError(f"{path}: split {split_name!r} not found in data dir {data_dir} "
-                            f"(data.{split_name}_file names it)")
+                            f"(data.{split_name}_file names it{_other_forms(path, split_name)})")
         rows = split_rows(cfg, path, digest)
         if labels is None:  # neither a labels.json nor the config lists them: the train split's, sorted
             labels, labels_from = _labels_in(cfg, rows, path), str(path)
         splits[split_name] = split_examples(cfg, path, split_name, rows, labels, labels_from)
     names = _names(cfg, labels) if cfg.label_names or not file_names else tuple(file_names)
     return TaskDataset(labels, names, splits["train"], splits["dev"], digest.hexdigest(), labels_from)
+
+
+def _other_forms(path: Path, split_name: str) -> str:
+    """What the data dir holds under the split file's name in another form (train.tsv beside a missing train.json):
+    the settings that read it."""
+    for other in sorted(path.parent.glob(f"{path.stem}.*")):
+        fmt = {".csv": "csv", ".tsv": "tsv", ".json": "clue", ".jsonl": "clue"}.get(other.suffix)
+        if fmt and other.is_file():
+            return f"; the dir has {other.name}: data.format: {fmt}, data.{split_name}_file: {other.name}"
+    return ""
 
 
 def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path) -> tuple[str, ...]:

@@ -43,7 +43,11 @@ def test_missing_data_dir(tmp_path):
 def test_missing_split(tmp_path):
     d = write_tiny_data(tmp_path / "d", 30, 9)
     (d / "dev.json").unlink()
-    with pytest.raises(DataError, match=r"dev.json: split 'dev' not found"):
+    with pytest.raises(DataError, match=r"dev.json: split 'dev' not found in data dir .*\(data.dev_file names it\)$"):
+        load_task_data(_cfg(tmp_path, d))
+    (d / "dev.tsv").write_text("label\tsentence\n100\t好\n", encoding="utf-8")  # the split, in another form: said how
+    with pytest.raises(DataError, match=r"dev.json: split 'dev' not found .*\(data.dev_file names it; the dir has "
+                                        r"dev.tsv: data.format: tsv, data.dev_file: dev.tsv\)$"):
         load_task_data(_cfg(tmp_path, d))
 
 
