@@ -194,7 +194,8 @@ class _Translation:
         task_name = g.take("task_name")
         if task_name is not None and self.task is not None and str(task_name) != self.task:
             raise g.error("task_name", f"{yaml_input.short(task_name)} but the task is {self.task!r} (--task)")
-        g.only("dataset", ("clue",), "the task's own data is read here (data.dir: CLUE JSON lines)")
+        g.only("dataset", ("clue",), "the task's own data is read here (data.dir: CLUE JSON lines, or a CSV/TSV "
+                                     "table: data.format)")
         batch = g.number("batch_size", integer=True, minimum=1)
         if batch is not None:  # ACT's loaders train and evaluate with it
             self.out["compress.per_device_train_batch_size"] = self.out["compress.eval_batch_size"] = batch
