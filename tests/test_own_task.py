@@ -192,3 +192,25 @@ def test_a_task_of_ones_own_needs_no_label_list(own_task, tiny_finetuned, tmp_pa
     assert (f"[data] labels: the 3 in {train}, sorted (no labels.json, and the task config lists none; `labels:` in it "
             "fixes their order): 100, 101, 102") in out
     assert "already has the task's 3-output head: no training needed" in out
+
+
+def test_the_readmes_task_of_ones_own_loads_and_reads_its_table(tiny_finetuned, tmp_path):
+    """The README's example config is a config: loaded as written (its data dir moved here), it reads a TSV of its
+    columns, its labels the train split's."""
+    import re
+
+    import yaml
+
+    from pipeline.config import load_task_config
+    from pipeline.kinds import load_task_data
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```yaml\n(# configs/support-tickets.yaml\n.*?)```", readme, re.S)
+    assert block, "the README's task-of-your-own YAML example"
+    raw = yaml.safe_load(block.group(1))
+    data = _tsv_data(tiny_finetuned["data_dir"], tmp_path / "tickets")  # its header: ticket<TAB>queue
+    raw["data"]["dir"] = str(data)
+    (tmp_path / "support-tickets.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    cfg = load_task_config(str(tmp_path / "support-tickets.yaml"))
+    ds = load_task_data(cfg)
+    assert cfg.task == "support-tickets" and ds.labels == ("100", "101", "102") and len(ds.dev.examples) == 90
