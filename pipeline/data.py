@@ -17,7 +17,7 @@ from typing import Any, Protocol, Sequence
 
 from pipeline.env import is_online
 from pipeline.errors import DataError
-from pipeline.labels_file import json_lines, read_label_names, read_labels
+from pipeline.labels_file import json_lines, read_label_file
 
 # data.format -> the delimiter of a table; every other classification format is JSON lines
 TABLE_DELIMITERS = {"csv": ",", "tsv": "\t"}
@@ -224,7 +224,7 @@ def _read_labels(cfg: TaskConfigView, data_dir: Path, digest) -> tuple[tuple[str
     raw = path.read_bytes()
     digest.update(raw)
     text = raw.decode("utf-8", errors="replace")
-    labels = read_labels(path, DataError, text)
+    labels, names = read_label_file(path, DataError, text)
     if cfg.labels and set(cfg.labels) != set(labels):
         extra = sorted(set(labels) - set(cfg.labels))
         missing = sorted(set(cfg.labels) - set(labels))
@@ -232,12 +232,7 @@ def _read_labels(cfg: TaskConfigView, data_dir: Path, digest) -> tuple[tuple[str
             f"{path}: label set does not match task {cfg.task!r} config "
             f"({len(labels)} vs {len(cfg.labels)} labels; only in file: {extra[:5]}, only in config: {missing[:5]})"
         )
-    return tuple(labels), read_label_names(path, DataError, text)
-
-
-def read_split(cfg: TaskConfigView, path: Path, split_name: str, labels: tuple[str, ...], digest=None) -> Split:
-    """One split's examples, from JSON lines or a CSV/TSV table (``data.format``); a bad row raises naming file:line."""
-    return split_examples(cfg, path, split_name, split_rows(cfg, path, digest), labels)
+    return tuple(labels), names
 
 
 def split_rows(cfg: TaskConfigView, path: Path, digest=None) -> list[tuple[int, dict]]:

@@ -276,7 +276,7 @@ def convert(src: Path, dst: Path, allow_pickle: bool = False, keep_head: bool = 
     written beside and renamed into place, so a half-written ``dst`` never exists.  ``keep_head`` False: the encoder
     alone (the task fine-tunes its own head).  ``labels`` (the task's, ``label_names`` their names): a labelled head
     is mapped to them (``map_head``: rows reordered to the task's order, or refused) and written with them."""
-    from pipeline.modeling import write_labels
+    from pipeline.modeling import label_maps, reorder_head, save_state_dict, write_labels
     from pipeline.tokenizer import write_vocab
 
     ckpt = inspect(src, allow_pickle)
@@ -289,16 +289,14 @@ def convert(src: Path, dst: Path, allow_pickle: bool = False, keep_head: bool = 
     mapping = None
     if labels is not None and ckpt.head in LABELLED_HEADS:
         mapping = map_head(ckpt, int(state["classifier.weight"].shape[1]), labels, label_names or labels)
-        state["classifier.weight"] = state["classifier.weight"][:, list(mapping.order)]
-        state["classifier.bias"] = state["classifier.bias"][list(mapping.order)]
+        state = reorder_head(state, mapping.order, ckpt.weights)
     tmp = Path(dst).with_name(Path(dst).name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    _save_paddle(state, tmp / PADDLE_WEIGHTS)
+    save_state_dict(state, tmp / PADDLE_WEIGHTS)
     config = paddle_config(ckpt, state)
     if mapping is not None:
-        config["id2label"] = {str(i): str(v) for i, v in enumerate(labels)}
-        config["label2id"] = {str(v): i for i, v in enumerate(labels)}
+        config.update(label_maps(labels))
     (tmp / CONFIG).write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
     write_vocab(list(ckpt.vocab), tmp, ckpt.tokenizer)
     if mapping is not None:
@@ -502,12 +500,6 @@ def paddle_config(ckpt: HFCheckpoint, state: dict) -> dict:
 def head_mapping(converted_dir: Path) -> dict | None:
     """The head mapping a converted directory was written with (its ``hf_import.json``), None when none."""
     return json.loads((Path(converted_dir) / RECORD).read_text(encoding="utf-8")).get("head_labels")
-
-
-def _save_paddle(state: dict, path: Path) -> None:
-    import paddle
-
-    paddle.save({k: paddle.to_tensor(v) for k, v in state.items()}, str(path))
 
 
 def converted(src: Path, work_dir: Path, allow_pickle: bool = False, log=print, keep_head: bool = True,

@@ -23,22 +23,23 @@ NAME_FIELDS = ("label_desc", "label_des")  # a label's name beside it: TNEWS's l
 
 def read_labels(path: Path, error: type[Exception], text: str | None = None) -> list[str]:
     """The labels in ``path`` in order (``text``: its content, when the caller already read it)."""
-    labels = [_label(obj, error, where) for obj, where in _entries(Path(path), error, text)]
+    return read_label_file(path, error, text)[0]
+
+
+def read_label_file(path: Path, error: type[Exception], text: str | None = None) -> tuple[list[str], list[str] | None]:
+    """(the labels in ``path`` in order, the name written beside each: CLUE's ``label_desc``, ``news_story`` beside
+    TNEWS's ``100``, IFLYTEK's ``label_des``; None unless every label has one, a name that is no string counting as
+    none), from one reading of the file."""
+    entries = _entries(Path(path), error, text)
+    labels = [_label(obj, error, where) for obj, where in entries]
     if not labels:
         raise error(f"{path}: no labels")
     dup = sorted(x for x, n in Counter(labels).items() if n > 1)  # one pass: 100,000 labels are counted at once
     if dup:
         raise error(f"{path}: duplicate labels {dup[:5]}")
-    return labels
-
-
-def read_label_names(path: Path, error: type[Exception], text: str | None = None) -> list[str] | None:
-    """The name written beside each label in ``path`` (CLUE's ``label_desc``: ``news_story`` beside TNEWS's ``100``;
-    IFLYTEK's is ``label_des``), in :func:`read_labels`' order; None unless every label has one (a name that is no
-    string counts as none)."""
     names = [next((obj[k] for k in NAME_FIELDS if k in obj), None) if isinstance(obj, dict) else None
-             for obj, _ in _entries(Path(path), error, text)]
-    return [str(n) for n in names] if names and all(isinstance(n, str) and n for n in names) else None
+             for obj, _ in entries]
+    return labels, ([str(n) for n in names] if all(isinstance(n, str) and n for n in names) else None)
 
 
 def _entries(path: Path, error: type[Exception], text: str | None) -> list[tuple[Any, str]]:

@@ -20,7 +20,7 @@ from typing import Sequence
 from pipeline import safe_weights
 from pipeline.config import ModelConfig, ScratchModelConfig
 from pipeline.errors import ModelError, shown_json
-from pipeline.labels_file import labels_from_id2label, placeholder_id2label, read_label_names, read_labels
+from pipeline.labels_file import labels_from_id2label, placeholder_id2label, read_label_file
 
 CONFIG_FILES = ("config.json", "model_config.json")
 WEIGHTS_FILE = "model_state.pdparams"
@@ -116,9 +116,8 @@ def inspect_model(path: Path, *, weights: bool = True) -> ModelInfo:
         _check_pickle_header(path / WEIGHTS_FILE)
     labels = names = None
     if _regular_file(path / LABELS_FILE, "the label file"):
-        text = read_text(path / LABELS_FILE, MAX_JSON_BYTES)
-        labels = tuple(read_labels(path / LABELS_FILE, ModelError, text))
-        names = read_label_names(path / LABELS_FILE, ModelError, text)
+        labels, names = read_label_file(path / LABELS_FILE, ModelError, read_text(path / LABELS_FILE, MAX_JSON_BYTES))
+        labels = tuple(labels)
     elif config.get("id2label") and not placeholder_id2label(config["id2label"]):
         labels = tuple(labels_from_id2label(config_path, config["id2label"], ModelError))
     return ModelInfo(
@@ -398,33 +397,49 @@ def write_reordered_head(src: Path, dst: Path, order: Sequence[int], labels: Seq
     files copied as they are.  Written beside ``dst`` and renamed into place, so a half-written one never exists."""
     import shutil
 
-    import paddle
-
     src, dst = Path(src), Path(dst)
-    state = safe_weights.load_state_dict(src / WEIGHTS_FILE)
-    head = [k for k in state if any(k == h or k.endswith("." + h) for h in HEAD_KEYS)]
-    if len(head) != 1 or head[0].removesuffix("weight") + "bias" not in state:
-        raise ModelError(f"{src / WEIGHTS_FILE}: no single classifier weight and bias to reorder (found {head})")
-    weight, bias = head[0], head[0].removesuffix("weight") + "bias"
-    state[weight], state[bias] = state[weight][:, list(order)], state[bias][list(order)]
+    state = reorder_head(safe_weights.load_state_dict(src / WEIGHTS_FILE), order, src / WEIGHTS_FILE)
     tmp = dst.with_name(dst.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for f in src.iterdir():
         if f.is_file() and f.name not in (WEIGHTS_FILE, LABELS_FILE):
             shutil.copyfile(f, tmp / f.name)
-    paddle.save({k: paddle.to_tensor(v) for k, v in state.items()}, str(tmp / WEIGHTS_FILE))
+    save_state_dict(state, tmp / WEIGHTS_FILE)
     for config_path in (tmp / n for n in CONFIG_FILES if (tmp / n).is_file()):
         config = json.loads(config_path.read_text(encoding="utf-8"))
         if config.get("id2label") and not placeholder_id2label(config["id2label"]):
-            config["id2label"] = {str(i): str(v) for i, v in enumerate(labels)}
-            config["label2id"] = {str(v): i for i, v in enumerate(labels)}
+            config.update(label_maps(labels))
             config_path.write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
     write_labels(tmp / LABELS_FILE, labels, label_names)
     if dst.exists():
         shutil.rmtree(dst)
     tmp.rename(dst)
     return dst
+
+
+def reorder_head(state: dict, order: Sequence[int], where: Path) -> dict:
+    """``state`` with its classifier's outputs in ``order`` (``order[i]``: the output that becomes ``i``): the
+    [hidden, outputs] weight's columns and the bias."""
+    head = [k for k in state if any(k == h or k.endswith("." + h) for h in HEAD_KEYS)]
+    if len(head) != 1 or head[0].removesuffix("weight") + "bias" not in state:
+        raise ModelError(f"{where}: no single classifier weight and bias to reorder (found {head})")
+    weight, bias = head[0], head[0].removesuffix("weight") + "bias"
+    state[weight], state[bias] = state[weight][:, list(order)], state[bias][list(order)]
+    return state
+
+
+def save_state_dict(state: dict, path: Path) -> None:
+    """A state dict of numpy arrays saved as Paddle's weights file."""
+    import paddle
+
+    paddle.save({k: paddle.to_tensor(v) for k, v in state.items()}, str(path))
+
+
+def label_maps(labels: Sequence[str]) -> dict:
+    """config.json's ``id2label`` and ``label2id`` for a head whose outputs are ``labels`` in order."""
+    return {"id2label": {str(i): str(v) for i, v in enumerate(labels)},
+            "label2id": {str(v): i for i, v in enumerate(labels)}}
 
 
 def write_labels(path: Path, labels: Sequence[str], label_names: Sequence[str]) -> None:

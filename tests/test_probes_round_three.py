@@ -132,7 +132,7 @@ def test_a_hundred_thousand_labels_are_read_at_once(tmp_path, capsys):
 @pytest.mark.timeout(30)
 def test_rows_find_their_label_among_a_hundred_thousand_at_once(tmp_path):
     """The data loader looked each row's label up in a tuple (twice): rows x labels."""
-    from pipeline.data import read_split
+    from pipeline.data import split_examples, split_rows
 
     class Cfg:
         class data:
@@ -142,7 +142,7 @@ def test_rows_find_their_label_among_a_hundred_thousand_at_once(tmp_path):
     labels = tuple(f"L{i}" for i in range(100_000))
     path = tmp_path / "train.json"
     path.write_text("".join(json.dumps({"label": f"L{99_999 - i}", "sentence": "字"}) + "\n" for i in range(20_000)))
-    split = read_split(Cfg, path, "train", labels)
+    split = split_examples(Cfg, path, "train", split_rows(Cfg, path), labels)
     assert len(split.examples) == 20_000 and split.examples[0].label == 99_999
 
 

@@ -44,6 +44,20 @@ def without_grpc_fork_handlers() -> None:
 
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+def launched_url(bundle, protocol: str) -> str | None:
+    """The server ``make serve`` started for ``bundle`` (on ports of its choosing with ``--http-port 0``), said on
+    stderr; None (the default ports) when there is none.  The tools and ``python -m serving.client`` ask it when no
+    ``--url`` is given."""
+    import sys
+
+    from serving.server import running_url
+
+    url = running_url(bundle, protocol)
+    if url:
+        print(f"server: {url} ({protocol}), the one `make serve` started for {bundle}", file=sys.stderr)
+    return url
+
+
 class ClientError(RuntimeError):
     """The server could not be reached or is not ready."""
 

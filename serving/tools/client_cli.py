@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from serving.tools.client import BundleClient, ClientError, RequestRejected
+from serving.tools.client import BundleClient, ClientError, RequestRejected, launched_url
 from serving.tools.kinds import commands, kind_of_outputs, tool_kind
 
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     args = p.parse_args(argv)
     try:
-        url = args.url or _launched_url(Path(args.repository) / args.model, args.protocol)
+        url = args.url or launched_url(Path(args.repository) / args.model, args.protocol)
         client = BundleClient(url, args.protocol, args.model, args.timeout, getattr(args, "retries", 3))
     except (ClientError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -124,17 +124,6 @@ def main(argv: list[str] | None = None) -> int:
         return _run_command(args, client)
     finally:
         client.close()  # an open HTTP connection would hold up the server's shutdown
-
-
-def _launched_url(bundle: Path, protocol: str) -> str | None:
-    """The server ``make serve`` started for ``bundle`` (on ports of its choosing with ``--http-port 0``), said on
-    stderr; None (the default ports) when there is none."""
-    from serving.server import running_url
-
-    url = running_url(bundle, protocol) if bundle.is_dir() else None
-    if url:
-        print(f"server: {url} ({protocol}), the one `make serve` started for {bundle}", file=sys.stderr)
-    return url
 
 
 def _run_command(args, client: BundleClient) -> int:

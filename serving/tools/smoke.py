@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from serving.tools.client import BundleClient, ClientError
+from serving.tools.client import BundleClient, ClientError, launched_url
 from serving.tools.kinds import tool_kind
 from serving.triton.integrity import BundleIntegrityError
 from serving.tools.offline import BundleModel
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         problem = kind.smoke_problem(bundle, data)
         if problem:
             raise ClientError(problem)
-        args.url = args.url or _launched_url(bundle.root, args.protocol)  # for the batched and the concurrent phase
+        args.url = args.url or launched_url(bundle.root, args.protocol)  # for the batched and the concurrent phase
         with BundleClient(args.url, args.protocol, bundle.manifest["task"]) as client:
             client.wait_ready(30)
             result = kind.smoke(bundle, client, list(data.dev.examples), _batch_size(bundle, args.batch_size))
@@ -253,16 +253,6 @@ def _bundle_dir(repo: Path, name: str, given: str) -> Path:
     if (repo / name).is_dir():
         return repo / name
     raise ClientError(f"no bundle for task {name!r} at {repo / name}: run `make bundle TASK={given}` first")
-
-
-def _launched_url(bundle: Path, protocol: str) -> str | None:
-    """The server ``make serve`` started for this bundle, said; None (the default ports) when there is none."""
-    from serving.server import running_url
-
-    url = running_url(bundle, protocol)
-    if url:
-        print(f"server: {url} ({protocol}), the one `make serve` started for {bundle}", file=sys.stderr)
-    return url
 
 
 def refused_example(examples: Sequence, manifest: dict | None) -> str | None:
