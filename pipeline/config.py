@@ -245,6 +245,7 @@ class TaskConfig:
             section, first = kind.settings[0], getattr(self.kind_settings, key)
             if first + 3 >= self.max_seq_len:
                 raise ConfigError(f"{section}.{key} {first} leaves no room for the {text} in max_seq_len {self.max_seq_len}")
+        kind.check_config(self)
         from serving.bundle.kinds import check_api
 
         check_api(self.type, self.package)  # package.api fastdeploy: only the kinds FastDeploy's examples serve

@@ -3,7 +3,8 @@ online.
 
 Every problem is reported as a ``DataError`` naming the file and the line or field, before any
 training starts.  Labels are mapped to ids through ``labels.json`` order when the data directory has
-one (CLUE ships it for TNEWS and IFLYTEK), otherwise through the task config's ``labels``.
+one (CLUE ships it for TNEWS and IFLYTEK), otherwise through the task config's ``labels``.  A multi-label
+classifier's row holds a set of labels: a JSON list, or one string cut at a separator (a table's cell).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class TaskConfigView(Protocol):
 class Example:
     text_a: str
     text_b: str | None
-    label: int  # index into TaskDataset.labels
+    # index into TaskDataset.labels; a multi-label row's set: 0/1 per label, in TaskDataset.labels order
+    label: int | tuple[int, ...]
     where: str = field(default="", compare=False, repr=False)  # file:line it was read from (smoke names it)
 
 
@@ -104,13 +106,17 @@ def data_fingerprint(paths: Sequence[Path], extra: str = "") -> str:
     return digest.hexdigest()
 
 
-def load_classification_data(cfg: TaskConfigView) -> TaskDataset:
+def load_classification_data(cfg: TaskConfigView, separator: str | None = None) -> TaskDataset:
+    """A classifier's splits: one label per row, or with ``separator`` a set per row (multi-label: a JSON list, or a
+    string cut at ``separator``; an empty one is no label)."""
     data_dir = cfg.data_dir()
     explicit = cfg.data.dir is not None
     if data_dir is not None and data_dir.exists():
-        return _load_local(cfg, data_dir)
+        return _load_local(cfg, data_dir, separator)
     if data_dir is not None and explicit and not _is_default_dir(cfg):
         raise DataError(f"data dir not found: {data_dir} (set DATA_DIR=... or --data-dir to {_format_words(cfg)})")
+    if separator is not None:
+        raise DataError(f"data dir not found: {data_dir}: a multi-label task's data is read from local files")
     return _load_online(cfg, data_dir)
 
 
@@ -162,7 +168,7 @@ def _load_online(cfg: TaskConfigView, tried: Path | None) -> TaskDataset:
     return TaskDataset(labels, _names(cfg, labels), splits["train"], splits["dev"], fp)
 
 
-def _load_local(cfg: TaskConfigView, data_dir: Path) -> TaskDataset:
+def _load_local(cfg: TaskConfigView, data_dir: Path, separator: str | None) -> TaskDataset:
     if not data_dir.is_dir():
         raise DataError(f"data dir is not a directory: {data_dir}")
     digest = hashlib.sha256()
@@ -175,8 +181,8 @@ def _load_local(cfg: TaskConfigView, data_dir: Path) -> TaskDataset:
                             f"(data.{split_name}_file names it{_other_forms(path, split_name)})")
         rows = split_rows(cfg, path, digest)
         if labels is None:  # neither a labels.json nor the config lists them: the train split's, sorted
-            labels, labels_from = _labels_in(cfg, rows, path), str(path)
-        splits[split_name] = split_examples(cfg, path, split_name, rows, labels, labels_from)
+            labels, labels_from = _labels_in(cfg, rows, path, separator), str(path)
+        splits[split_name] = split_examples(cfg, path, split_name, rows, labels, labels_from, separator)
     names = _names(cfg, labels) if cfg.label_names or not file_names else tuple(file_names)
     return TaskDataset(labels, names, splits["train"], splits["dev"], digest.hexdigest(), labels_from)
 
@@ -191,7 +197,7 @@ def _other_forms(path: Path, split_name: str) -> str:
     return ""
 
 
-def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path) -> tuple[str, ...]:
+def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path, separator: str | None) -> tuple[str, ...]:
     """The label values of the train split's rows, sorted (``data.skip_labels`` left out): the ids are their order,
     the same whatever order the rows come in.  Nobody checked them against a list, so two that differ only in spaces
     (``positive`` and ``positive `` would be two classes) and a column of mostly distinct values (a text named as
@@ -200,7 +206,8 @@ def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path) ->
     first: dict[str, int] = {}
     for lineno, row in rows:
         if field_name in row:
-            first.setdefault(str(row[field_name]), lineno)
+            for value in row_labels(row[field_name], separator, f"{path}:{lineno}", field_name):
+                first.setdefault(value, lineno)
     labels = sorted(set(first) - set(cfg.data.skip_labels))
     by_stripped: dict[str, str] = {}
     for label in labels:
@@ -253,15 +260,21 @@ def split_rows(cfg: TaskConfigView, path: Path, digest=None) -> list[tuple[int, 
 
 
 def split_examples(cfg: TaskConfigView, path: Path, split_name: str, rows: list[tuple[int, dict]],
-                   labels: tuple[str, ...], labels_from: str = "") -> Split:
+                   labels: tuple[str, ...], labels_from: str = "", separator: str | None = None) -> Split:
     """The examples of a split's rows, each label looked up in ``labels`` (``labels_from``: the file they were read
-    from, when neither labels.json nor the config lists them); a bad row raises naming file:line and field."""
+    from, when neither labels.json nor the config lists them; ``separator``: a row holds a set of labels); a bad row
+    raises naming file:line and field."""
     examples, skipped, index = [], 0, _label_index(labels)
     known = f"read from {labels_from}: no labels.json or config labels" if labels_from else "labels.json / config"
     for lineno, row in rows:
         if cfg.data.label_field not in row:
             raise DataError(f"{path}:{lineno}: field {cfg.data.label_field!r} missing")
-        ex = _example(cfg, row, str(row[cfg.data.label_field]), index, f"{path}:{lineno}", known)
+        where, value = f"{path}:{lineno}", row[cfg.data.label_field]
+        if separator is not None:
+            examples.append(_labeled_set(cfg, row, row_labels(value, separator, where, cfg.data.label_field), index,
+                                         where, known))
+            continue
+        ex = _example(cfg, row, str(value), index, where, known)
         if ex is None:
             skipped += 1
         else:
@@ -338,6 +351,38 @@ def _skip_labels(count: int) -> dict[str, int]:
 def _label_index(labels: Sequence[str]) -> dict[str, int]:
     """label value -> id: one dict, so that a row's label is found at once however many labels there are."""
     return {v: i for i, v in enumerate(labels)}
+
+
+def row_labels(value: Any, separator: str | None, where: str, field_name: str) -> list[str]:
+    """A row's label values: the one value (``separator`` None), or a multi-label row's set: a JSON list's items, or a
+    string cut at ``separator`` with the spaces around each part cut off (an empty string: no label)."""
+    if separator is None:
+        return [str(value)]
+    if isinstance(value, list):
+        parts = [str(v) for v in value]
+    elif isinstance(value, (str, int)) and not isinstance(value, bool):
+        parts = [p.strip() for p in str(value).split(separator)] if str(value).strip() else []
+    else:
+        raise DataError(f"{where}: field {field_name!r} must be a list of labels or a string of them, got "
+                        f"{type(value).__name__}")
+    if any(not p.strip() for p in parts):
+        raise DataError(f"{where}: field {field_name!r}: an empty label in {value!r} (separator {separator!r})")
+    return parts
+
+
+def _labeled_set(cfg: TaskConfigView, row: dict, values: list[str], index: dict[str, int], where: str,
+                 known: str) -> Example:
+    """A multi-label row: its texts and its set of labels as 0/1 per label (none is a row too: a text no label fits)."""
+    unknown = [v for v in values if v not in index]
+    if unknown:
+        raise DataError(f"{where}: field {cfg.data.label_field!r}: label {unknown[0]!r} is not one of the task's "
+                        f"{len(index)} labels ({known})")
+    chosen = [0] * len(index)
+    for v in values:
+        chosen[index[v]] = 1
+    text_a = _text(row, cfg.data.text_a, cfg.data.join, where)
+    text_b = _text(row, cfg.data.text_b, cfg.data.join, where) if cfg.data.text_b else None
+    return Example(text_a, text_b, tuple(chosen), where)
 
 
 def _example(cfg: TaskConfigView, row: dict, label_value: str, index: dict[str, int], where: str,

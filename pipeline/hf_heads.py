@@ -152,12 +152,16 @@ def _head_labels(ckpt: Checkpoint, outputs: int) -> dict[int, str]:
 
 
 def dev_confusion(outputs: Sequence, targets: Sequence, n: int):
-    """[n, n] counts of (true label, predicted output) over dev features (per token for a tagger, -100 skipped)."""
+    """[n, n] counts of (true label, predicted output) over dev features (per token for a tagger, -100 skipped; for a
+    multi-label text, each of its labels against each output above 0, a probability above 0.5)."""
     import numpy as np
 
     confusion = np.zeros((n, n), dtype=np.int64)
     for out, target in zip(outputs, targets):
         out, target = np.asarray(out), np.asarray(target)
+        if out.ndim == 1 and target.ndim == 1:  # a label set: 0/1 per label
+            confusion[np.ix_(np.flatnonzero(target[:n] == 1), np.flatnonzero(out[:n] > 0))] += 1
+            continue
         pred = out.argmax(-1)
         if target.ndim == 0:
             true, pred = target.reshape(1), pred.reshape(1)

@@ -110,7 +110,7 @@ def test_reading_eval_cap_and_config_checks(tmp_path):
         load_task_config("cmrc2018", {"reading.doc_stride": 0})
     with pytest.raises(ConfigError, match=r"unknown key reading.doc_strid \(valid: reading.dev_for_training, "):
         load_task_config("cmrc2018", {"reading.doc_strid": 64})
-    assert load_task_config("tnews").kind_settings is None  # a kind without a section of its own
+    assert load_task_config("cluener").kind_settings is None  # a kind without a section of its own
     with pytest.raises(ConfigError, match="does not fit type"):
         load_task_config("cmrc2018", {"data.format": "cluener"})
 
@@ -192,7 +192,9 @@ def test_each_kind_class_declares_what_the_task_config_checks_of_it():
     assert all(c.data_formats and c.name == name for name, c in classes.items())
     assert set(data_formats()) == {f for c in classes.values() for f in c.data_formats}
     assert {n for n, c in classes.items() if c.first_segment} == {Kind.READING_COMPREHENSION.value, Kind.UIE.value}
-    assert {n for n, c in classes.items() if c.settings} == {Kind.READING_COMPREHENSION.value, Kind.UIE.value}
+    assert {n for n, c in classes.items() if c.settings} == {Kind.CLASSIFICATION.value, Kind.READING_COMPREHENSION.value,
+                                                              Kind.UIE.value}
+    assert {c.settings[0] for c in classes.values() if c.settings} == {"classification", "reading", "uie"}  # YAML keys
     for c in classes.values():  # a first segment names a key of the kind's own section
         if c.first_segment:
             key, _ = c.first_segment

@@ -121,7 +121,12 @@ class PipelineKind:
     first_segment: tuple[str, str] | None = None
 
     def __init__(self, cfg=None):
-        """A kind that reads nothing of the task config beyond what each call is given (classification)."""
+        """A kind that reads nothing of the task config beyond what each call is given."""
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """What the task config (``TaskConfig.__post_init__``) is refused for by this kind beyond its own section's
+        checks, naming the key: nothing by default."""
 
     # -- data ---------------------------------------------------------------------------------------
     uses_uie_checkpoints: bool = False  # finetune takes a PaddleNLP UIE checkpoint directory as is (converted)

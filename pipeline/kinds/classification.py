@@ -1,14 +1,51 @@
-"""Sequence classification (single texts and sentence pairs): TNEWS, IFLYTEK, AFQMC, OCNLI, ..."""
+"""Sequence classification (single texts and sentence pairs): TNEWS, IFLYTEK, AFQMC, OCNLI, ...
+
+A text has one label (softmax over the labels, cross-entropy, accuracy), or with ``classification.multi_label`` a
+set of them: none, one or several (a sigmoid per label, binary cross-entropy, micro-F1 over (text, label) decisions;
+PaddleNLP's multi_label application and Hugging Face's ``problem_type: multi_label_classification``).  The model and
+its ``[B, C]`` logits are the same; only what a logit decides differs, so every stage runs both.
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import asdict, dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
 
+from pipeline.config_checks import number
+from pipeline.errors import ConfigError
 from pipeline.kinds.base import Feature, FeatureSet, Score, PipelineKind
 
 ENCODE_CHUNK = 1024
+
+
+@dataclass
+class ClassificationConfig:
+    """The task config's ``classification:`` section: one label per text, or a set (multi_label)."""
+
+    multi_label: bool = False  # each text has a set of labels (none, one or several): a sigmoid per label
+    threshold: float = 0.5  # multi_label: a label is predicted when its sigmoid probability is above this
+    label_separator: str = ","  # multi_label: cuts a label field that is a string (a table's cell); JSON lists need none
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.multi_label, bool):
+            raise ConfigError(f"classification.multi_label must be true or false, got {self.multi_label!r}")
+        number("classification.threshold", self.threshold, above=0.0)
+        if self.threshold >= 1:
+            raise ConfigError(f"classification.threshold must be below 1, got {self.threshold}")
+        if not isinstance(self.label_separator, str) or not self.label_separator:
+            raise ConfigError(f"classification.label_separator must be a non-empty string, got {self.label_separator!r}")
+        if not self.multi_label and (self.threshold, self.label_separator) != (0.5, ","):
+            raise ConfigError("classification.threshold and label_separator are for multi_label: true (a text with "
+                              "one label takes the most probable)")
+
+    @property
+    def cut(self) -> float:
+        """The logit above which a label is predicted: the threshold's log-odds (0.0 exactly at 0.5), so that offline
+        scoring and the served post-processing compare the same float32 logits with the same number."""
+        return math.log(self.threshold / (1 - self.threshold))
 
 
 class Classification(PipelineKind):
@@ -16,7 +53,26 @@ class Classification(PipelineKind):
     metric = "accuracy"
     metric_label = "accuracy"
     data_formats = ("clue", "csv", "tsv")
+    settings = ("classification", ClassificationConfig)  # the task config's classification: section
 
+    def __init__(self, cfg=None):
+        self.cc = (cfg.kind_settings if cfg is not None else None) or ClassificationConfig()
+        self.multi = self.cc.multi_label
+        if self.multi:
+            self.metric, self.metric_label = "micro_f1", "micro-F1"
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """A multi-label task keeps every row (no ``data.skip_labels``) and is served with label sets, which
+        FastDeploy's ernie_seqcls has no outputs for."""
+        if not cfg.kind_settings.multi_label:
+            return
+        if cfg.data.skip_labels:
+            raise ConfigError("data.skip_labels: a multi-label task keeps every row (a label it should not learn: "
+                              "leave it out of labels:, and out of the data)")
+        if cfg.package.api == "fastdeploy":
+            raise ConfigError("package.api: fastdeploy: FastDeploy's ernie_seqcls answers one label per text; a "
+                              "multi-label classifier is packaged with package.api ernie-bundle")
 
     def feature_params(self, cfg) -> dict:
         """A table's format and column names decide which of its cells are texts and labels: the same bytes read with
@@ -24,12 +80,20 @@ class Classification(PipelineKind):
         results stay)."""
         from pipeline.data import TABLE_DELIMITERS
 
+        params = {"multi_label": asdict(self.cc)} if self.multi else {}  # other targets, loss and decisions
         if cfg.data.format not in TABLE_DELIMITERS:
-            return {}
-        return {"table": {"format": cfg.data.format, "columns": cfg.data.columns, "label_field": cfg.data.label_field}}
+            return params
+        return {**params, "table": {"format": cfg.data.format, "columns": cfg.data.columns,
+                                    "label_field": cfg.data.label_field}}
 
     def baseline_details(self, ev, fs: FeatureSet, labels) -> tuple[dict, str]:
-        """Macro-F1, the majority class's accuracy (what a model that learned nothing scores) and per-class recall."""
+        """Macro-F1, the majority class's accuracy (what a model that learned nothing scores) and per-class recall;
+        multi-label: every metric and each label's F1."""
+        if self.multi:
+            details, line = super().baseline_details(ev, fs, labels)
+            targets = np.array([f.target for f in fs.features], dtype=np.int64).reshape(len(fs), -1)
+            pred = ev.flat() > self.cc.cut
+            return {**details, "per_label_f1": dict(zip(labels, label_f1s(pred, targets)))}, line
         targets = np.array([f.target for f in fs.features], dtype=np.int64)
         pred = ev.flat().argmax(-1)
         majority = float(max((targets == c).mean() for c in range(len(labels))))
@@ -40,13 +104,15 @@ class Classification(PipelineKind):
 
     def manifest_sections(self, cfg) -> dict:
         """A pair task's served model takes ``text`` and ``text_pair`` (meta.json ``text_pair``), and a field that holds
-        a list (CSL's keywords) was joined with ``text_pair_join``: clients send it joined the same way."""
-        return {"text_pair": True, "text_pair_join": cfg.data.join} if cfg.data.text_b else {}
+        a list (CSL's keywords) was joined with ``text_pair_join``: clients send it joined the same way.  A multi-label
+        one answers label sets cut at ``multi_label.threshold``."""
+        pair = {"text_pair": True, "text_pair_join": cfg.data.join} if cfg.data.text_b else {}
+        return {**pair, "multi_label": {"threshold": self.cc.threshold}} if self.multi else pair
 
     def load(self, cfg):
         from pipeline.data import load_classification_data
 
-        return load_classification_data(cfg)
+        return load_classification_data(cfg, self.cc.label_separator if self.multi else None)
 
     def featurize(self, tokenizer, examples: Sequence, cfg=None) -> FeatureSet:
         feats = []
@@ -74,17 +140,56 @@ class Classification(PipelineKind):
         import paddle
         import paddle.nn.functional as F
 
+        if self.multi:  # a sigmoid per label
+            return F.binary_cross_entropy_with_logits(logits, paddle.to_tensor(batch.targets.astype(np.float32)))
         return F.cross_entropy(logits, paddle.to_tensor(batch.targets))
 
+    def decisions(self, output: np.ndarray) -> np.ndarray:
+        """The class; multi-label: each label's yes or no."""
+        return output > self.cc.cut if self.multi else super().decisions(output)
+
+    def distill_loss(self, student_logits, teacher_logits, input_ids, pad_id: int):
+        """Soft cross-entropy (DynaBERT); multi-label: each label's binary cross-entropy against the teacher's
+        probability of it."""
+        if not self.multi:
+            return super().distill_loss(student_logits, teacher_logits, input_ids, pad_id)
+        import paddle.nn.functional as F
+
+        return F.binary_cross_entropy_with_logits(student_logits, F.sigmoid(teacher_logits))
+
     def score(self, outputs, fs: FeatureSet) -> Score:
+        if self.multi:
+            return self._score_sets(outputs, fs)
         logits = np.stack(outputs) if len(outputs) else np.zeros((0, 0), np.float32)
         labels = np.array([f.target for f in fs.features], dtype=np.int64)
         pred = logits.argmax(-1) if len(logits) else np.zeros(0, np.int64)
         acc = float((pred == labels).mean()) if len(labels) else 0.0
         return Score("accuracy", acc, {"accuracy": acc, "macro_f1": macro_f1(pred, labels, logits.shape[-1] if logits.ndim == 2 else 0)})
 
+    def _score_sets(self, outputs, fs: FeatureSet) -> Score:
+        """Micro-F1 over every (text, label) decision (PaddleNLP's multi_label metric), macro-F1 over the labels any
+        dev text has or any is given, and the share of texts whose whole set is right."""
+        width = len(fs.features[0].target) if len(fs) else 0
+        targets = np.array([f.target for f in fs.features], dtype=np.int64).reshape(len(fs), width) == 1
+        pred = (np.stack(outputs) if len(outputs) else np.zeros((0, width), np.float32)) > self.cc.cut
+        tp, fp, fn = float((pred & targets).sum()), float((pred & ~targets).sum()), float((~pred & targets).sum())
+        micro = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0
+        f1s = [f for f in label_f1s(pred, targets) if f is not None]
+        exact = float((pred == targets).all(axis=1).mean()) if len(fs) else 0.0
+        return Score("micro_f1", micro, {"micro_f1": micro, "macro_f1": float(np.mean(f1s)) if f1s else 0.0,
+                                         "exact_match": exact})
+
     def predictions(self, outputs, fs: FeatureSet) -> list:
+        if self.multi:
+            return [tuple(int(i) for i in np.flatnonzero(o > self.cc.cut)) for o in outputs]
         return [int(np.argmax(o)) for o in outputs]
+
+
+def label_f1s(pred: np.ndarray, targets: np.ndarray) -> list[float | None]:
+    """Each label's F1 over texts (``pred``, ``targets``: bool/0-1 [N, C]); None where no text has it or is given it."""
+    pred, targets = pred.astype(bool), targets.astype(bool)
+    tp, fp, fn = ((pred & targets).sum(0), (pred & ~targets).sum(0), (~pred & targets).sum(0))
+    return [float(2 * t / (2 * t + p + n)) if t + p + n else None for t, p, n in zip(tp, fp, fn)]
 
 
 def macro_f1(pred: np.ndarray, labels: np.ndarray, num_labels: int) -> float:

@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 CLASS_OUTPUTS = ("label", "label_desc", "confidence", "probs", "topk_label", "topk_prob")
+SET_OUTPUTS = ("labels", "label_descs", "label_probs", "count", "probs")  # a multi-label classifier's
 NER_OUTPUTS = ("entities",)
 MRC_OUTPUTS = ("answer", "start", "end", "score")
 UIE_OUTPUTS = ("results",)
@@ -77,6 +78,18 @@ class ServedClass:
     probs: tuple[float, ...]
     top_k: tuple[tuple[str, float], ...]
     text_pair: str | None = None  # a pair classifier's second text
+
+
+@dataclass(frozen=True)
+class ServedLabels:
+    """One text's answer from a multi-label classification bundle: its labels (none, one or several)."""
+
+    text: str
+    labels: tuple[str, ...]  # the predicted ones, most probable first
+    label_descs: tuple[str, ...]
+    probs: tuple[float, ...]  # theirs
+    ranked: tuple[tuple[str, float], ...]  # every label with its probability, most probable first
+    text_pair: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +169,7 @@ class BundleClient:
             tc = grpc_module()
             self._client = tc.InferenceServerClient(self.url)
         self._tc = tc
+        self._label_sets: bool | None = None  # answers_label_sets, once asked
 
     # -- health ---------------------------------------------------------------------------
     def health(self) -> dict[str, bool]:
@@ -190,7 +204,13 @@ class BundleClient:
         arrays = {"text": np.array([[_as_bytes(t)] for t in texts], dtype=np.object_)}
         if pairs is not None:
             arrays["text_pair"] = np.array([[_as_bytes(t)] for t in pairs], dtype=np.object_)
-        return self.infer(arrays, CLASS_OUTPUTS)
+        return self.infer(arrays, SET_OUTPUTS if self.answers_label_sets() else CLASS_OUTPUTS)
+
+    def answers_label_sets(self) -> bool:
+        """The served classifier is multi-label (its outputs are ``SET_OUTPUTS``); asked of the server once."""
+        if self._label_sets is None:
+            self._label_sets = "count" in self.output_names()
+        return self._label_sets
 
     def _metadata_names(self, side: str) -> list[str]:
         """The served model's input or output names (``side``: inputs | outputs), over HTTP (dicts) or gRPC."""
@@ -229,10 +249,13 @@ class BundleClient:
                 time.sleep(self.backoff * (2**attempt))
                 attempt += 1
 
-    def classify_batch(self, texts: Sequence, pairs: Sequence | None = None) -> list[ServedClass]:
-        """One request; ``texts`` are texts, or (text, text_pair) tuples for a pair classifier (or give ``pairs``)."""
+    def classify_batch(self, texts: Sequence, pairs: Sequence | None = None) -> list[ServedClass] | list[ServedLabels]:
+        """One request; ``texts`` are texts, or (text, text_pair) tuples for a pair classifier (or give ``pairs``).
+        A multi-label classifier answers ``ServedLabels``."""
         texts, pairs = split_pairs(texts, pairs)
         out = self.classify_raw(texts, pairs)
+        if "count" in out:
+            return [_label_set(out, i, t, None if pairs is None else _as_str(pairs[i])) for i, t in enumerate(texts)]
         preds = []
         for i, t in enumerate(texts):
             preds.append(ServedClass(
@@ -310,6 +333,16 @@ class BundleClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _label_set(out: dict[str, np.ndarray], i: int, text, pair: str | None) -> ServedLabels:
+    """Text ``i``'s answer from a multi-label classifier's outputs: the first ``count`` of its ranked labels."""
+    n = int(out["count"][i, 0])
+    names = [lab.decode("utf-8") for lab in out["labels"][i]]
+    probs = [float(p) for p in out["label_probs"][i]]
+    return ServedLabels(text=_as_str(text), labels=tuple(names[:n]),
+                        label_descs=tuple(d.decode("utf-8") for d in out["label_descs"][i][:n]), probs=tuple(probs[:n]),
+                        ranked=tuple(zip(names, probs)), text_pair=pair)
 
 
 def split_pairs(texts: Sequence, pairs: Sequence | None = None) -> tuple[list, list | None]:

@@ -1,4 +1,5 @@
-"""The bundle side of text classification (one text, or a text pair, -> label, probabilities, top-k)."""
+"""The bundle side of text classification (one text, or a text pair, -> label, probabilities, top-k; a multi-label
+classifier's text -> its labels ranked by probability and how many of them it predicts)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.contract import TaskKind
 from serving.bundle import fastdeploy_api as fd
 from serving.bundle import model_config as mcfg
-from serving.bundle.config import PackageConfig
+from serving.bundle.config import PackageConfig, _config_error
 from serving.bundle.kinds.base import BundleKind, PythonModels
 from serving.bundle.model_config import BundleShape
 
 # The ensemble's outputs, in the order clients see them.
 LABEL, LABEL_DESC, CONFIDENCE, PROBS, TOPK_LABEL, TOPK_PROB = "label", "label_desc", "confidence", "probs", "topk_label", "topk_prob"
+# A multi-label classifier's (meta.json multi_label): the labels ranked, their descriptions and probabilities, how many
+# of the first are predicted, and every label's probability in labels.json order.
+LABELS, LABEL_DESCS, LABEL_PROBS, COUNT = "labels", "label_descs", "label_probs", "count"
 
 
 class Classification(BundleKind):
@@ -37,13 +41,24 @@ class Classification(BundleKind):
     def label_problem(self, rows: list[str]) -> str | None:
         return None
 
+    def meta_problem(self, meta: dict) -> str | None:
+        """A multi-label classifier's section: the threshold its label sets are cut at, a probability."""
+        if "multi_label" not in meta:
+            return None
+        t = meta["multi_label"].get("threshold") if isinstance(meta["multi_label"], dict) else None
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1:
+            return f"multi_label.threshold must be a number between 0 and 1, got {t!r}"
+        return None
+
     def meta_sections(self, meta: dict) -> dict[str, Any]:
+        sets = {"multi_label": {"threshold": float(meta["multi_label"]["threshold"])}} if "multi_label" in meta else {}
         if not meta.get("text_pair"):
-            return {}
-        return {"text_pair": True, "text_pair_join": str(meta.get("text_pair_join", ""))}
+            return sets
+        return {"text_pair": True, "text_pair_join": str(meta.get("text_pair_join", "")), **sets}
 
     def shape_fields(self, meta: dict) -> dict[str, Any]:
-        return {"text_pair": bool(meta.get("text_pair"))}
+        threshold = float(meta["multi_label"]["threshold"]) if "multi_label" in meta else None
+        return {"text_pair": bool(meta.get("text_pair")), "threshold": threshold}
 
     def fused_configs(self, shape: BundleShape, pc: PackageConfig) -> tuple:
         return (fused_config(shape, pc),)
@@ -58,19 +73,26 @@ class Classification(BundleKind):
                 else "")
         io = (f"input `text` (TYPE_STRING, a batch of UTF-8 texts){pair} -> outputs `label` (label id), `label_desc`, "
               "`confidence` (FP32), `probs` (all classes), `topk_label`/`topk_prob`.")
+        steps = f"softmax, label mapping, top-{k}"
+        if "multi_label" in meta:
+            t = meta["multi_label"]["threshold"]
+            io = (f"input `text` (TYPE_STRING, a batch of UTF-8 texts){pair} -> outputs `labels`, `label_descs` and "
+                  "`label_probs` (every label, most probable first), `count` (INT32: the text's labels are the first "
+                  f"`count`, those above probability {t}), `probs` (FP32, labels.json order).")
+            steps = f"a sigmoid per label, labels ranked, those above {t} counted"
         if self.layout(pc) == "fused":
             return [
                 f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: tokenizer, model and "
                 f"post-processing in one process): {io}",
                 f"- Inside: PaddleNLP WordPiece (max_seq_len {meta['max_seq_len']}), the {choice.precision} model from "
-                f"`{choice.form}`, softmax, label mapping, top-{k}.",
+                f"`{choice.form}`, {steps}.",
                 batching,
             ]
         return [
             f"- Ensemble `{names.ensemble}`: {io}",
             f"- `{names.tokenizer}` (python): WordPiece, max_seq_len {meta['max_seq_len']}, padding to the longest text of a request.",
             model_line,
-            f"- `{names.postprocess}` (python): softmax, label mapping, top-{k}.",
+            f"- `{names.postprocess}` (python): {steps}.",
             batching,
         ]
 
@@ -87,13 +109,28 @@ def postprocess_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     mcfg.schedule(cfg, pc)
     cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
     mcfg.param(cfg, "top_k", k)
+    _threshold_param(cfg, shape)
     mcfg.api_params(cfg, pc)
     return cfg
 
 
+def _threshold_param(cfg: mc.ModelConfig, shape: BundleShape) -> None:
+    """A multi-label classifier's threshold: its post-processing answers label sets (class_outputs.label_outputs)."""
+    if shape.settings.get("threshold") is not None:
+        mcfg.param(cfg, "threshold", shape.settings["threshold"])
+
+
 def _outputs(shape: BundleShape, pc: PackageConfig, k: int) -> list[mc.ModelOutput]:
     if pc.api == fd.API:  # FastDeploy's ernie_seqcls: the class index and its probability
+        if shape.settings.get("threshold") is not None:
+            raise _config_error("package.api: fastdeploy: FastDeploy's ernie_seqcls answers one label per text; a "
+                                "multi-label classifier is packaged with package.api ernie-bundle")
         return [mcfg.output_tensor(LABEL, mc.TYPE_INT64, [1], pc), mcfg.output_tensor(CONFIDENCE, mc.TYPE_FP32, [1], pc)]
+    if shape.settings.get("threshold") is not None:
+        n = shape.num_labels
+        return [mcfg.output_tensor(LABELS, mc.TYPE_STRING, [n], pc), mcfg.output_tensor(LABEL_DESCS, mc.TYPE_STRING, [n], pc),
+                mcfg.output_tensor(LABEL_PROBS, mc.TYPE_FP32, [n], pc), mcfg.output_tensor(COUNT, mc.TYPE_INT32, [1], pc),
+                mcfg.output_tensor(PROBS, mc.TYPE_FP32, [n], pc)]
     return [
         mcfg.output_tensor(LABEL, mc.TYPE_STRING, [1], pc),
         mcfg.output_tensor(LABEL_DESC, mc.TYPE_STRING, [1], pc),
@@ -136,6 +173,7 @@ def fused_config(shape: BundleShape, pc: PackageConfig) -> mc.ModelConfig:
     if pc.api == fd.API:
         mcfg.param(cfg, "text_input", fd.INPUT)
     mcfg.param(cfg, "top_k", k)
+    _threshold_param(cfg, shape)
     mcfg.fused_steps(cfg, shape, pc)
     return cfg
 

@@ -31,7 +31,7 @@ class TritonPythonModel(model_support.Batched):
         self.text_setup(params, truncate=True, pad=True)  # truncated as offline; a batch comes out padded
         self.top_k = int(params["top_k"])
         self.engine = self.runner_engine(params)
-        self.labels = self.class_outputs.Labels(HERE / "labels.json")
+        self.labels = self.class_outputs.label_outputs(HERE / "labels.json", params)  # one label, or a set
         self.input_name = params.get("text_input", "text")
 
     def take(self, request):

@@ -21,7 +21,7 @@ class TritonPythonModel(model_support.Batched):
 
     def setup(self, params):
         self.top_k = int(params["top_k"])
-        self.labels = self.class_outputs.Labels(HERE / "labels.json")
+        self.labels = self.class_outputs.label_outputs(HERE / "labels.json", params)  # one label, or a set
 
     def take(self, request):
         logits = self.tensor(request, "logits")

@@ -1,0 +1,161 @@
+"""Multi-label classification (``classification.multi_label``): a text has none, one or several labels.
+
+Data (a JSON list, or a table cell cut at ``classification.label_separator``), the config's checks, scoring (micro-F1
+over (text, label) decisions at the threshold's log-odds), and a tiny task through every stage and the real Triton:
+served label sets equal the offline ones and validate's micro-F1.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FILLER, LABEL_NAMES, make_sentence
+from pipeline.config import load_task_config
+from pipeline.errors import ConfigError, DataError
+from pipeline.kinds import get_kind, load_task_data
+
+# each row's label set, in turn: none, one, two (label ids into LABEL_NAMES)
+SETS = [(), (0,), (1,), (2,), (0, 1), (1, 2), (0, 2)]
+
+
+def write_tiny_sets(root: Path, n_train: int = 420, n_dev: int = 84, seed: int = 0) -> Path:
+    """TSV files with a header (``text``, ``tags``: the set's names joined with ", "; empty for none), no labels.json:
+    the labels are read from train."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
+        lines = ["text\ttags"]
+        for i in range(n):
+            chosen = SETS[i % len(SETS)]
+            text = "".join(make_sentence(rng, y) for y in chosen) or "".join(rng.choice(FILLER) for _ in range(12))
+            lines.append(f"{text}\t{', '.join(LABEL_NAMES[y] for y in chosen)}")
+        (root / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def _task(data: Path, **extra) -> dict:
+    return {"task": "tinyml", "type": "classification", "max_seq_len": 48, "classification": {"multi_label": True},
+            "data": {"dir": str(data), "format": "tsv", "train_file": "train.tsv", "dev_file": "dev.tsv",
+                     "text_a": "text", "label_field": "tags", "labels_file": None}, **extra}
+
+
+def _config(tmp_path: Path, task: dict, **overrides):
+    import yaml
+
+    path = tmp_path / "tinyml.yaml"
+    path.write_text(yaml.safe_dump(task, allow_unicode=True), encoding="utf-8")
+    return load_task_config(str(path), overrides)
+
+
+def test_label_sets_are_read_from_table_cells_and_json_lists(tmp_path):
+    data = write_tiny_sets(tmp_path / "data", 14, 7)
+    cfg = _config(tmp_path, _task(data))
+    ds = load_task_data(cfg)
+    assert ds.labels == tuple(sorted(LABEL_NAMES)) and ds.labels_from.endswith("train.tsv")
+    index = {name: i for i, name in enumerate(ds.labels)}
+    for ex, chosen in zip(ds.train.examples, SETS * 2):
+        assert ex.label == tuple(int(index[LABEL_NAMES[y]] in {index[LABEL_NAMES[c]] for c in chosen})
+                                 for y in (LABEL_NAMES.index(name) for name in ds.labels))
+    # JSON lines: a list is the set as it is; a string is cut at the separator
+    (data / "train.json").write_text('{"sentence": "甲", "label": ["b", "a"]}\n{"sentence": "乙", "label": "a|c"}\n'
+                                     '{"sentence": "丙", "label": []}\n', encoding="utf-8")
+    (data / "dev.json").write_text('{"sentence": "丁", "label": ["c"]}\n', encoding="utf-8")
+    task = _task(data, classification={"multi_label": True, "label_separator": "|"})
+    task["data"] = {"dir": str(data), "labels_file": None}
+    ds = load_task_data(_config(tmp_path, task))
+    assert ds.labels == ("a", "b", "c") and [e.label for e in ds.train.examples] == [(1, 1, 0), (1, 0, 1), (0, 0, 0)]
+
+
+@pytest.mark.parametrize("cell, says", [
+    ("news_sports,,news_tech", "an empty label in"),
+    ("news_sport", "label 'news_sport' is not one of the task's 3 labels"),
+])
+def test_a_bad_label_set_is_refused_naming_file_and_line(tmp_path, cell, says):
+    data = write_tiny_sets(tmp_path / "data", 14, 7)
+    dev = (data / "dev.tsv").read_text(encoding="utf-8").splitlines()
+    dev[3] = dev[3].split("\t")[0] + "\t" + cell
+    (data / "dev.tsv").write_text("\n".join(dev) + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        load_task_data(_config(tmp_path, _task(data)))
+    assert f"dev.tsv:4: field 'tags'" in str(err.value) and says in str(err.value)
+
+
+@pytest.mark.parametrize("section, extra, says", [
+    ({"multi_label": False, "threshold": 0.3}, {}, "classification.threshold and label_separator are for multi_label"),
+    ({"multi_label": True, "threshold": 1.0}, {}, "classification.threshold must be below 1"),
+    ({"multi_label": True, "label_separator": ""}, {}, "classification.label_separator must be a non-empty string"),
+    ({"multi_label": True}, {"package": {"api": "fastdeploy"}}, "package.api: fastdeploy: FastDeploy's ernie_seqcls"),
+])
+def test_the_config_refuses_what_a_multi_label_task_cannot_do(tmp_path, section, extra, says):
+    with pytest.raises(ConfigError) as err:
+        _config(tmp_path, {**_task(tmp_path), "classification": section, **extra})
+    assert says in str(err.value)
+
+
+def test_sets_are_scored_by_micro_f1_at_the_thresholds_log_odds(tmp_path):
+    from pipeline.kinds.base import Feature, FeatureSet
+
+    cfg = _config(tmp_path, _task(tmp_path, classification={"multi_label": True, "threshold": 0.8}))
+    kind = get_kind(cfg)
+    assert (kind.metric, kind.metric_label) == ("micro_f1", "micro-F1")
+    targets = [(1, 0, 1), (0, 1, 0), (0, 0, 0)]
+    fs = FeatureSet(kind, [Feature(np.ones(3, np.int64), np.zeros(3, np.int64), np.array(t), i)
+                           for i, t in enumerate(targets)], [None] * 3, 0)
+    # log-odds of 0.8 is 1.386: 1.3 is below it, 1.4 above
+    outputs = [np.array([1.4, -2.0, 1.3], np.float32), np.array([0.0, 3.0, 2.0], np.float32), np.full(3, -1.0, np.float32)]
+    score = kind.score(outputs, fs)
+    # tp 2 (text 0 label 0, text 1 label 1), fp 1 (text 1 label 2), fn 1 (text 0 label 2)
+    assert score.value == pytest.approx(2 * 2 / (2 * 2 + 1 + 1)) and score.metrics["exact_match"] == pytest.approx(1 / 3)
+    assert kind.predictions(outputs, fs) == [(0,), (1, 2), ()]
+    assert kind.decisions(outputs[1]).tolist() == [False, True, True]
+    assert kind.feature_params(cfg)["multi_label"]["threshold"] == 0.8  # part of every data-reading stage's key
+
+
+@pytest.mark.slow
+def test_multi_label_bundle_end_to_end(tmp_path, capsys):
+    from test_kinds_e2e import _assert_one_selection, _run_bundle, _serve_and_smoke
+
+    data = write_tiny_sets(tmp_path / "data")
+    task = _task(data, compress={"strategy": "dynabert+ptq", "width_mult_list": ["1/2"]})
+    task_yaml, runs, cfg = _run_bundle(tmp_path, task, {"finetune.epochs": 20, "gates.min_accuracy": 0.5,
+                                                        "max_seq_len": 48})
+    baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
+    assert baseline["metric"] == "micro_f1" and baseline["accuracy"] > 0.7, baseline
+    assert set(baseline["per_label_f1"]) == set(LABEL_NAMES)
+    _assert_one_selection(runs)
+    metrics = json.loads((runs / "validate" / "out" / "metrics.json").read_text())
+    assert metrics["summary"]["metric"] == "micro_f1"
+
+    bundle = tmp_path / "repo" / "tinyml"
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    assert manifest["multi_label"] == {"threshold": 0.5} and manifest["validated"]["metric"] == "micro_f1"
+
+    def classify(server):
+        """serving.client: each text's labels, the first of every label ranked by probability, those above 0.5."""
+        from serving.tools import client_cli
+
+        capsys.readouterr()
+        texts = [line.split("\t")[0] for line in (data / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:15]]
+        assert client_cli.main(["classify", "--model", "tinyml", "--url", server.grpc_url, "--protocol", "grpc",
+                                "--json", "--batch-size", "7", *texts]) == 0
+        answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        for answer in answers:
+            ranked = [p for _, p in answer["ranked"]]
+            assert len(ranked) == 3 and ranked == sorted(ranked, reverse=True), answer
+            n = len(answer["labels"])
+            assert [lab for lab, _ in answer["ranked"][:n]] == answer["labels"] and answer["probs"] == ranked[:n]
+            assert all(p > 0.5 for p in ranked[:n]) and all(p <= 0.5 for p in ranked[n:]), answer
+        assert {len(a["labels"]) for a in answers} == {0, 1, 2}, answers  # none, one and two labels
+        none = next(a["text"] for a in answers if not a["labels"])
+        assert client_cli.main(["classify", "--model", "tinyml", "--url", server.grpc_url, "--protocol", "grpc", none]) == 0
+        assert capsys.readouterr().out == f"-\t-\t-\t{none}\n"  # no label: said, not left blank
+
+    out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys, while_served=classify)
+    assert "label sets differing: 0" in out, out
+    result = json.loads((tmp_path / "smoke.json").read_text())
+    assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)
