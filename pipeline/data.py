@@ -198,8 +198,8 @@ def _other_forms(path: Path, split_name: str) -> str:
 
 
 def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path, separator: str | None) -> tuple[str, ...]:
-    """The label values of the train split's rows, sorted (``data.skip_labels`` left out): the ids are their order,
-    the same whatever order the rows come in.  Nobody checked them against a list, so two that differ only in spaces
+    """The label values of the train split's rows, sorted (``sorted_labels``; ``data.skip_labels`` left out): the ids
+    are their order, the same whatever order the rows come in.  Nobody checked them against a list, so two that differ only in spaces
     (``positive`` and ``positive `` would be two classes) and a column of mostly distinct values (a text named as
     the label field) are refused naming the file."""
     field_name = cfg.data.label_field
@@ -208,7 +208,7 @@ def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path, se
         if field_name in row:
             for value in row_labels(row[field_name], separator, f"{path}:{lineno}", field_name):
                 first.setdefault(value, lineno)
-    labels = sorted(set(first) - set(cfg.data.skip_labels))
+    labels = sorted_labels(set(first) - set(cfg.data.skip_labels))
     by_stripped: dict[str, str] = {}
     for label in labels:
         other = by_stripped.setdefault(label.strip(), label)
@@ -220,6 +220,15 @@ def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path, se
         raise DataError(f"{path}: field {field_name!r} holds {len(labels)} distinct values in {len(rows)} rows: not a "
                         "label column? (data.label_field names it; labels: in the config lists the labels)")
     return tuple(labels)
+
+
+def sorted_labels(values) -> list[str]:
+    """Labels in the order their ids take: as numbers when every one is an integer (``2`` before ``10``: ids that
+    follow a dataset's own numbering), else as strings."""
+    values = list(values)
+    if values and all(v.strip().lstrip("-").isdigit() and v == v.strip() for v in values):
+        return sorted(values, key=lambda v: (int(v), v))
+    return sorted(values)
 
 
 def _read_labels(cfg: TaskConfigView, data_dir: Path, digest) -> tuple[tuple[str, ...] | None, list[str] | None]:

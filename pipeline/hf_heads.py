@@ -56,6 +56,19 @@ def check_head_kind(ckpt: Checkpoint, needed: str, kind: str) -> None:
                          "fine-tunes a new one on its encoder")
 
 
+def check_problem_type(ckpt: Checkpoint, needed: str | None, setting: str) -> None:
+    """Refuse a sequence classifier trained for one label per text given to a multi-label task, or the other way
+    (config.json's ``problem_type``, when it says): a softmax head read as sigmoids, or sigmoids as a softmax, answers
+    what it was never trained to.  ``setting`` is the task config's key that says which the task is."""
+    given = ckpt.config.get("problem_type")
+    kinds = ("single_label_classification", "multi_label_classification")
+    if needed is None or given not in kinds or given == needed:
+        return
+    raise ModelError(f"{ckpt.path}: config.json problem_type is {given!r} but the task's {setting} makes it "
+                     f"{needed!r}: not reading a trained head as what it was not trained for; set {setting} to match "
+                     f"the model, or {REPLACE_FLAG} fine-tunes a new head on its encoder")
+
+
 def map_head(ckpt: Checkpoint, outputs: int, labels: Sequence[str], label_names: Sequence[str]) -> HeadMapping:
     """How the checkpoint's ``outputs`` head outputs map to the task's ``labels`` (``label_names``: their names),
     read from ``id2label`` (``label2id`` must agree with it): by ids or by names in any order, or LABEL_i placeholders

@@ -280,6 +280,15 @@ def test_labels_listed_nowhere_are_the_train_splits_sorted(tmp_path):
         load_task_data(cfg)
 
 
+def test_labels_read_from_train_sort_as_numbers_when_all_are_integers():
+    """Integer labels take the ids of their own numbering (2 before 10); any other label makes them strings."""
+    from pipeline.data import sorted_labels
+
+    assert sorted_labels({"10", "2", "0", "1", "-1"}) == ["-1", "0", "1", "2", "10"]
+    assert sorted_labels({"10", "2", "b"}) == ["10", "2", "b"] and sorted_labels({"2", " 10"}) == [" 10", "2"]
+    assert sorted_labels(set()) == []
+
+
 @pytest.mark.parametrize("edit, says", [
     (lambda lines: lines[:3] + ["101 \t带空格的标签\n"] + lines[3:], r"train.tsv:4: label '101 ' differs from '101' \(line \d\) only in spaces"),
     (lambda lines: [lines[0]] + [f"{i}\t句子{i}\n" for i in range(300)], r"train.tsv: field 'label' holds 300 distinct values in 300 rows: not a label column\?"),

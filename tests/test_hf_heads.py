@@ -225,6 +225,10 @@ def test_dev_confusion_counts_sentences_and_real_tokens():
     assert sentences.tolist() == [[0, 0], [1, 1]]
     tokens = hf_heads.dev_confusion([np.array([[1, 0], [0, 1], [0, 1]])], [np.array([-100, 0, 1])], 2)
     assert tokens.tolist() == [[0, 1], [0, 1]]
+    # a multi-label text: each of its labels against each output above 0 (a probability above 0.5)
+    sets = hf_heads.dev_confusion([np.array([2.0, -1.0, 0.5]), np.array([-3.0, 1.0, -1.0])],
+                                  [np.array([1, 0, 1]), np.array([0, 1, 0])], 3)
+    assert sets.tolist() == [[1, 0, 1], [0, 1, 0], [1, 0, 1]]
 
 
 # --- through the pipeline --------------------------------------------------------------------------------------------
@@ -283,6 +287,21 @@ def test_an_unmappable_head_is_exit_2_and_replaced_only_when_asked(tmp_path, cap
     assert _run(tmp_path, task, src, "model.head=replace", until="finetune") == 0
     record = json.loads((tmp_path / "runs" / "tiny" / "finetune" / "record.json").read_text())
     assert record["metrics"]["trained"] == 1
+
+
+@pytest.mark.parametrize("problem_type, multi_label", [("multi_label_classification", False),
+                                                       ("single_label_classification", True)])
+def test_a_head_trained_for_the_other_problem_type_is_refused(tmp_path, capsys, problem_type, multi_label):
+    """A softmax head read as sigmoids (or the other way) answers what it was never trained to: config.json's
+    problem_type, when it says, must be the task's (classification.multi_label)."""
+    src = variant(tmp_path, "bert-sequence", NAMES)
+    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    (src / "config.json").write_text(json.dumps({**config, "problem_type": problem_type}), encoding="utf-8")
+    task = _task(tmp_path, _own_rows(labels=NAMES) * 2, labels=NAMES)
+    assert _run(tmp_path, task, src, f"classification.multi_label={str(multi_label).lower()}", until="finetune") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"config.json problem_type is {problem_type!r}" in err[0], err
+    assert "classification.multi_label" in err[0] and "--set model.head=replace" in err[0]
 
 
 def test_placeholder_labels_in_the_right_order_pass_the_dev_check(tmp_path, capsys):

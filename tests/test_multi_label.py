@@ -57,10 +57,9 @@ def test_label_sets_are_read_from_table_cells_and_json_lists(tmp_path):
     cfg = _config(tmp_path, _task(data))
     ds = load_task_data(cfg)
     assert ds.labels == tuple(sorted(LABEL_NAMES)) and ds.labels_from.endswith("train.tsv")
-    index = {name: i for i, name in enumerate(ds.labels)}
-    for ex, chosen in zip(ds.train.examples, SETS * 2):
-        assert ex.label == tuple(int(index[LABEL_NAMES[y]] in {index[LABEL_NAMES[c]] for c in chosen})
-                                 for y in (LABEL_NAMES.index(name) for name in ds.labels))
+    for ex, chosen in zip(ds.train.examples, SETS * 2):  # 0/1 per label, in the labels' (sorted) order
+        assert ex.label == tuple(int(name in {LABEL_NAMES[c] for c in chosen}) for name in ds.labels)
+    assert ds.train.examples[0].label == (0, 0, 0) and ds.train.examples[4].label == (1, 1, 0)  # none; sports+finance
     # JSON lines: a list is the set as it is; a string is cut at the separator
     (data / "train.json").write_text('{"sentence": "甲", "label": ["b", "a"]}\n{"sentence": "乙", "label": "a|c"}\n'
                                      '{"sentence": "丙", "label": []}\n', encoding="utf-8")
@@ -82,7 +81,7 @@ def test_a_bad_label_set_is_refused_naming_file_and_line(tmp_path, cell, says):
     (data / "dev.tsv").write_text("\n".join(dev) + "\n", encoding="utf-8")
     with pytest.raises(DataError) as err:
         load_task_data(_config(tmp_path, _task(data)))
-    assert f"dev.tsv:4: field 'tags'" in str(err.value) and says in str(err.value)
+    assert "dev.tsv:4: field 'tags'" in str(err.value) and says in str(err.value)
 
 
 @pytest.mark.parametrize("section, extra, says", [

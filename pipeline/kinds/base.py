@@ -128,6 +128,10 @@ class PipelineKind:
         """What the task config (``TaskConfig.__post_init__``) is refused for by this kind beyond its own section's
         checks, naming the key: nothing by default."""
 
+    # (Hugging Face config.json's problem_type a trained head must have when it says one, the task config key that
+    # decides it): a sequence classifier's single- or multi-label; (None, "") for kinds it does not apply to
+    hf_problem_type: tuple[str | None, str] = (None, "")
+
     # -- data ---------------------------------------------------------------------------------------
     uses_uie_checkpoints: bool = False  # finetune takes a PaddleNLP UIE checkpoint directory as is (converted)
 

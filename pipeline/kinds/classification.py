@@ -60,6 +60,8 @@ class Classification(PipelineKind):
         self.multi = self.cc.multi_label
         if self.multi:
             self.metric, self.metric_label = "micro_f1", "micro-F1"
+        self.hf_problem_type = (f"{'multi' if self.multi else 'single'}_label_classification",
+                                "classification.multi_label")
 
     @classmethod
     def check_config(cls, cfg) -> None:

@@ -137,6 +137,7 @@ def _imported(ctx, hf_dir: Path, data):
         check_positions(inspect_model(model_dir), cfg.max_seq_len)
         return model_dir, None
     hf_heads.check_head_kind(ckpt, kind.model_class().__name__, kind.name)
+    hf_heads.check_problem_type(ckpt, *kind.hf_problem_type)
     model_dir = hf_import.converted(hf_dir, ctx.work_dir, allow, ctx.log, labels=data.labels,
                                     label_names=data.label_names)
     info = inspect_model(model_dir)

@@ -9,6 +9,8 @@ longest; ERNIE masks [PAD], so a text's logits do not depend on its batch beyond
 classifier (OCNLI, AFQMC) takes ``text`` and ``text_pair``, one of each per item, encoded as offline
 (``[CLS] a [SEP] b [SEP]``, PaddleNLP's longest_first cut).
 
+With the parameter ``threshold`` (a multi-label classifier) it answers label sets (``class_outputs.LabelSets``).
+
 Bad input is refused per request (that request gets an error, the others and the instance go on).
 With the parameter ``api`` fastdeploy it is FastDeploy's ernie_seqcls: input ``INPUT`` (parameter ``text_input``),
 outputs ``label`` (class index) and ``confidence`` (class_outputs.index_outputs).

@@ -3,6 +3,8 @@
 Labels come from the bundle's labels.json (JSON lines ``{"label", "label_desc"}``) in model
 output order; the outputs are computed by the copy of ``class_outputs.py`` (in this folder) next to this file
 (softmax in float64, label = argmax of the logits: exactly the offline prediction).  With the parameter
+``threshold`` (a multi-label classifier) it answers every label ranked and how many are above it
+(``class_outputs.LabelSets``: the logits compared with the threshold's log-odds, as offline).  With the parameter
 ``api`` fastdeploy it answers FastDeploy's ernie_seqcls outputs instead: ``label`` (class index) and ``confidence``.
 """
 
