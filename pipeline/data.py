@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from pipeline.env import is_online
-from pipeline.errors import DataError
+from pipeline.errors import DataError, shown_json
 from pipeline.labels_file import json_lines, read_label_file
 
 # data.format -> the delimiter of a table; every other classification format is JSON lines
@@ -283,7 +283,7 @@ def split_examples(cfg: TaskConfigView, path: Path, split_name: str, rows: list[
             examples.append(_labeled_set(cfg, row, row_labels(value, separator, where, cfg.data.label_field), index,
                                          where, known))
             continue
-        ex = _example(cfg, row, str(value), index, where, known)
+        ex = _example(cfg, row, row_labels(value, None, where, cfg.data.label_field)[0], index, where, known)
         if ex is None:
             skipped += 1
         else:
@@ -366,6 +366,9 @@ def row_labels(value: Any, separator: str | None, where: str, field_name: str) -
     """A row's label values: the one value (``separator`` None), or a multi-label row's set: a JSON list's items, or a
     string cut at ``separator`` with the spaces around each part cut off (an empty string: no label)."""
     if separator is None:
+        if isinstance(value, list):
+            raise DataError(f"{where}: field {field_name!r} holds a list {shown_json(value)}: several labels per text? "
+                            "classification.multi_label: true reads it as a set (one label per text: a single value)")
         return [str(value)]
     if isinstance(value, list):
         parts = [str(v) for v in value]

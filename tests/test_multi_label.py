@@ -86,6 +86,21 @@ def test_a_bad_label_set_is_refused_naming_file_and_line(tmp_path, cell, says):
     assert "dev.tsv:4: field 'tags'" in str(err.value) and says in str(err.value)
 
 
+def test_a_list_of_labels_without_multi_label_is_refused_naming_the_setting(tmp_path):
+    """Several labels per text read as one would make each list a label of its own (or refuse it as unknown)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.json").write_text('{"sentence": "甲", "label": "a"}\n{"sentence": "乙", "label": ["a", "b"]}\n',
+                                     encoding="utf-8")
+    (data / "dev.json").write_text('{"sentence": "丁", "label": "a"}\n', encoding="utf-8")
+    task = {"task": "tinyml", "type": "classification", "data": {"dir": str(data), "labels_file": None}}
+    with pytest.raises(DataError) as err:
+        load_task_data(_config(tmp_path, task))
+    assert str(err.value).endswith('train.json:2: field \'label\' holds a list ["a", "b"]: several labels per text? '
+                                   "classification.multi_label: true reads it as a set (one label per text: a single "
+                                   "value)"), str(err.value)
+
+
 @pytest.mark.parametrize("section, extra, says", [
     ({"multi_label": False, "threshold": 0.3}, {}, "classification.threshold and label_separator are for multi_label"),
     ({"multi_label": True, "threshold": 1.0}, {}, "classification.threshold must be below 1"),
