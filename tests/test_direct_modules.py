@@ -755,6 +755,43 @@ def test_classification_bundle_serves_a_text_pair_as_a_second_input():
     assert KIND.label_problem(["anything"]) is None
 
 
+def test_a_multi_label_classifiers_bundle_answers_ranked_labels_and_their_count(tmp_path):
+    """meta.json multi_label: every layout's outputs are the ranked labels and ``count``, its post-processing gets the
+    threshold, FastDeploy's api is refused; ``LabelSets`` ranks by logit and counts those above the log-odds."""
+    import numpy as np
+
+    from serving.bundle.model_config import BundleShape
+    from serving.kinds.classification.bundle import KIND
+    from serving.kinds.classification.models.class_outputs import LabelSets
+
+    meta = {"multi_label": {"threshold": 0.7}}
+    assert KIND.meta_sections(meta) == meta and KIND.meta_problem(meta) is None
+    assert "between 0 and 1" in KIND.meta_problem({"multi_label": {"threshold": 1.5}})
+    ensemble = {c.name: c for c in KIND.configs(_shape(KIND, meta), _pc(runtime="python-onnxruntime", layout="ensemble"))}
+    fused = KIND.configs(_shape(KIND, meta), _pc(runtime="python-onnxruntime"))
+    names = ["labels", "label_descs", "label_probs", "count", "probs"]
+    assert [o.name for o in ensemble["t"].output] == names == [o.name for o in fused[0].output]
+    assert [list(o.dims) for o in fused[0].output] == [[5], [5], [5], [1], [5]]
+    assert ensemble["t_postprocess"].parameters["threshold"].string_value == "0.7"
+    assert fused[0].parameters["threshold"].string_value == "0.7"
+    assert "threshold" not in {c.name: c for c in KIND.configs(_shape(KIND), _pc(runtime="python-onnxruntime",
+                                                                                 layout="ensemble"))}["t_postprocess"].parameters
+    with pytest.raises(ConfigError, match="multi-label classifier is packaged with package.api ernie-bundle"):
+        KIND.configs(_shape(KIND, meta), _pc(api="fastdeploy", runtime="python-onnxruntime"))
+    shape = BundleShape(task="t", num_labels=5, max_seq_len=32, model_file="model.onnx", settings=KIND.shape_fields(meta))
+    assert shape.settings["threshold"] == 0.7 and KIND.shape_fields({})["threshold"] is None
+
+    (tmp_path / "labels.json").write_text("".join(json.dumps({"label": v, "label_desc": v.upper()}) + "\n"
+                                                  for v in "abc"), encoding="utf-8")
+    sets = LabelSets(tmp_path / "labels.json", 0.7)  # log-odds 0.847
+    out = sets.outputs(np.array([[0.9, -2.0, 3.0], [0.8, 0.1, -1.0]], np.float32))
+    assert out["labels"].tolist() == [[b"c", b"a", b"b"], [b"a", b"b", b"c"]] and out["count"].tolist() == [[2], [0]]
+    assert out["label_descs"][0].tolist() == [b"C", b"A", b"B"] and out["label_probs"].dtype == np.float32
+    np.testing.assert_allclose(out["probs"][0], 1 / (1 + np.exp(-np.array([0.9, -2.0, 3.0]))), rtol=1e-6)
+    assert np.all(np.diff(out["label_probs"], axis=1) <= 0)
+    assert list(sets.outputs(np.zeros((1, 3), np.float32), wanted={"count"})) == ["count"]
+
+
 def test_token_classification_bundle_checks_bio_tags_and_speaks_fastdeploys_names():
     from serving.kinds.token_classification.bundle import KIND
 

@@ -130,6 +130,13 @@ def test_sets_are_scored_by_micro_f1_at_the_thresholds_log_odds(tmp_path):
     assert kind.predictions(outputs, fs) == [(0,), (1, 2), ()]
     assert kind.decisions(outputs[1]).tolist() == [False, True, True]
     assert kind.feature_params(cfg)["multi_label"]["threshold"] == 0.8  # part of every data-reading stage's key
+    # the served post-processing cuts at the same number (its copy of class_outputs.py cannot import the pipeline)
+    from pipeline.kinds.classification import ClassificationConfig
+    from serving.kinds.classification.models.class_outputs import log_odds
+
+    for t in (0.5, 0.8, 0.1, 0.35):
+        assert ClassificationConfig(multi_label=True, threshold=t).cut == log_odds(t)
+    assert log_odds(0.5) == 0.0
 
 
 @pytest.mark.slow
