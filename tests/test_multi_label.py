@@ -150,6 +150,8 @@ def test_multi_label_bundle_end_to_end(tmp_path, capsys):
     baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
     assert baseline["metric"] == "micro_f1" and baseline["accuracy"] > 0.7, baseline
     assert set(baseline["per_label_f1"]) == set(LABEL_NAMES)
+    scanned = baseline["micro_f1_by_threshold"]  # what another classification.threshold would give on dev
+    assert len(scanned) == 7 and scanned["0.5"] == pytest.approx(baseline["accuracy"], abs=1e-12)
     _assert_one_selection(runs)
     metrics = json.loads((runs / "validate" / "out" / "metrics.json").read_text())
     assert metrics["summary"]["metric"] == "micro_f1"

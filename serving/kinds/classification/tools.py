@@ -87,13 +87,8 @@ def threshold(bundle: "BundleModel") -> float | None:
     return float(section["threshold"]) if isinstance(section, dict) else None
 
 
-def micro_f1(pred: np.ndarray, gold: np.ndarray) -> float:
-    """Over every (text, label) decision (``pred``, ``gold``: bool [N, C]), as pipeline/kinds/classification.py scores."""
-    tp, fp, fn = float((pred & gold).sum()), float((pred & ~gold).sum()), float((~pred & gold).sum())
-    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0
-
-
 def run_set_smoke(bundle: "BundleModel", client: "BundleClient", texts: Sequence, gold: Sequence, batch_size: int = 32) -> SetSmokeResult:
+    from pipeline.kinds.classification import set_micro_f1 as micro_f1  # the pipeline's score, served and offline
     from pipeline.progress import progress
     from serving.tools.offline import offline_logits
 
