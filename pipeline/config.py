@@ -38,7 +38,7 @@ class DataConfig:
     clue_name: str | None = None  # paddlenlp load_dataset("clue", name) when no local data
     train_file: str = "train.json"
     dev_file: str = "dev.json"
-    labels_file: str | None = "labels.json"  # label order; optional when `labels` lists them
+    labels_file: str | None = "labels.json"  # label order (a .txt: one label per line); optional when `labels` lists them
     # A field is a dotted path into the JSON object; a list of paths is joined with `join`.
     text_a: str | list[str] = "sentence"
     text_b: str | list[str] | None = None

@@ -5,7 +5,8 @@ Accepted (the label is the ``label`` field of an object, or the value itself):
 * JSON lines, one label per line: ``{"label": "100", "label_desc": "news_story"}`` or ``"100"``;
 * one JSON array, on one line or many: ``["100", "101"]`` or ``[{"index": 0, "label": "100"}, ...]``
   (objects that all carry an integer ``index`` are put in that order);
-* a model's ``config.json`` ``id2label`` map (``{"0": "100", ...}``), through :func:`labels_from_id2label`.
+* a model's ``config.json`` ``id2label`` map (``{"0": "100", ...}``), through :func:`labels_from_id2label`;
+* a ``.txt`` file, one label per line as plain text (PaddleNLP's text_classification applications' ``label.txt``).
 
 Anything else raises the caller's error type naming the file and the line (JSON lines) or the item (array).
 """
@@ -48,6 +49,8 @@ def _entries(path: Path, error: type[Exception], text: str | None) -> list[tuple
     body = text.strip()
     if not body:
         raise error(f"{path}: no labels")
+    if path.suffix == ".txt":  # plain text: each non-blank line is a label, the spaces around it not part of it
+        return [(line.strip(), f"{path}:{lineno}") for lineno, line in enumerate(text.splitlines(), 1) if line.strip()]
     if body.startswith("["):
         try:
             items = json.loads(body)

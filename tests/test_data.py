@@ -280,6 +280,22 @@ def test_labels_listed_nowhere_are_the_train_splits_sorted(tmp_path):
         load_task_data(cfg)
 
 
+def test_a_plain_text_label_file_lists_one_label_per_line(tmp_path):
+    """PaddleNLP's text_classification layout: label.txt, one label per line (blank lines and surrounding spaces are
+    not labels), read in its order; a label twice is refused naming the file."""
+    src = write_tiny_data(tmp_path / "json", n_train=30, n_dev=9)
+    d = _as_table(src, tmp_path / "table", "\t")
+    (d / "labels.json").unlink()
+    (d / "label.txt").write_text("102\n\n 100 \n101\n", encoding="utf-8")
+    cfg = _table_cfg(tmp_path, d, "tsv", labels_file="label.txt")
+    cfg.labels, cfg.label_names = [], []
+    ds = load_task_data(cfg)
+    assert ds.labels == ("102", "100", "101") and ds.label_names == ds.labels and not ds.labels_from
+    (d / "label.txt").write_text("102\n100\n101\n100\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"label.txt: duplicate labels \['100'\]"):
+        load_task_data(cfg)
+
+
 def test_labels_read_from_train_sort_as_numbers_when_all_are_integers():
     """Integer labels take the ids of their own numbering (2 before 10); any other label makes them strings."""
     from pipeline.data import sorted_labels

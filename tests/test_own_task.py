@@ -192,6 +192,12 @@ def test_a_task_of_ones_own_needs_no_label_list(own_task, tiny_finetuned, tmp_pa
     assert (f"[data] labels: the 3 in {train}, sorted (no labels.json, and the task config lists none; `labels:` in it "
             "fixes their order): 100, 101, 102") in out
     assert "already has the task's 3-output head: no training needed" in out
+    (own_task.parent / "data" / "label.txt").write_text("100\n101\n102\n", encoding="utf-8")  # PaddleNLP's layout
+    rc, out, err = run_cli(capsys, "run", "--task", str(own_task), "--runs-dir", str(tmp_path / "runs2"), "--model",
+                           str(tiny_finetuned["model_dir"]), "--until", "finetune")
+    (own_task.parent / "data" / "label.txt").unlink()
+    assert rc == 0 and ("`labels:` in it fixes their order; the data dir has label.txt: data.labels_file: label.txt "
+                        "reads it): 100, 101, 102") in out, err
 
 
 def test_the_readmes_task_of_ones_own_loads_and_reads_its_table(tiny_finetuned, tmp_path):

@@ -93,8 +93,10 @@ def run(ctx) -> "StageResult":  # noqa: F821 - imported lazily to keep the graph
     data = load_task_data(cfg)
     if data.labels_from:
         shown = ", ".join(data.labels[:8]) + (f", ... {len(data.labels) - 8} more" if len(data.labels) > 8 else "")
+        listed = [p.name for p in sorted(Path(data.labels_from).parent.glob("label*.txt"))]
+        hint = f"; the data dir has {listed[0]}: data.labels_file: {listed[0]} reads it" if listed else ""
         ctx.log(f"[data] labels: the {len(data.labels)} in {data.labels_from}, sorted (no labels.json, and the task "
-                f"config lists none; `labels:` in it fixes their order): {shown}")
+                f"config lists none; `labels:` in it fixes their order{hint}): {shown}")
     if model_dir is not None and hf_import.is_hugging_face(model_dir):
         model_dir, ready = _imported(ctx, model_dir, data)
         if ready is not None:
