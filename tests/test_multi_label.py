@@ -72,6 +72,22 @@ def test_label_sets_are_read_from_table_cells_and_json_lists(tmp_path):
     assert ds.labels == ("a", "b", "c") and [e.label for e in ds.train.examples] == [(1, 1, 0), (1, 0, 1), (0, 0, 0)]
 
 
+def test_paddlenlps_multi_label_layout_reads_as_it_is(tmp_path):
+    """PaddleNLP's multi_label application: train.txt and dev.txt (text TAB labels joined with ",", no header) and
+    label.txt (one label per line, their order)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.txt").write_text("相机和芯片\t相机,芯片\n只有芯片\t芯片\n", encoding="utf-8")
+    (data / "dev.txt").write_text("新相机\t相机\n", encoding="utf-8")
+    (data / "label.txt").write_text("芯片\n相机\n", encoding="utf-8")
+    task = _task(data)
+    task["data"] = {"dir": str(data), "format": "tsv", "train_file": "train.txt", "dev_file": "dev.txt",
+                    "columns": ["text", "label"], "text_a": "text", "labels_file": "label.txt"}
+    ds = load_task_data(_config(tmp_path, task))
+    assert ds.labels == ("芯片", "相机") and [e.label for e in ds.train.examples] == [(1, 1), (1, 0)]
+    assert [e.label for e in ds.dev.examples] == [(0, 1)]
+
+
 @pytest.mark.parametrize("cell, says", [
     ("news_sports,,news_tech", "an empty label in"),
     ("news_sport", "label 'news_sport' is not one of the task's 3 labels"),
