@@ -1,0 +1,53 @@
+"""A real multi-label task from CLUENER's texts: which of its 10 entity types a text mentions (a measurement tool).
+
+No CLUE dataset is multi-label; CLUENER's texts, each labelled with the set of entity types its spans have (1 to 5 of
+10), are real Chinese texts with real, overlapping labels.  MEASUREMENTS.md's multi-label figures come from it:
+
+    .venv/bin/python scripts/cluener_types.py ../shared/data/cluener /tmp/clutypes
+    make bundle TASK=/tmp/clutypes/clutypes.yaml
+
+It writes ``train.json`` and ``dev.json`` (``{"text": ..., "labels": [...]}``: JSON lists, read as sets) and the task
+config beside them, which fine-tunes ``../shared/models/e5-mini6-zh`` (3 epochs) with ``classification.multi_label``.
+Keep the written data out of the repository, as the shared data is.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+CONFIG = """\
+# Which of CLUENER's 10 entity types a text mentions (written by scripts/cluener_types.py).
+task: clutypes
+type: classification
+description: the entity types a CLUENER text mentions (multi-label, 10 labels)
+max_seq_len: 64
+classification: {{multi_label: true}}
+data: {{dir: {data}, text_a: text, label_field: labels, labels_file: null}}
+model: {{name_or_path: ../shared/models/e5-mini6-zh}}
+finetune: {{epochs: 3, batch_size: 32, learning_rate: 1.0e-4}}
+gates: {{min_accuracy: 0.5}}
+"""
+
+
+def write(cluener: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev"):
+        rows = [json.loads(line) for line in (cluener / f"{split}.json").read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+        with open(out / f"{split}.json", "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps({"text": row["text"], "labels": sorted(row["label"])}, ensure_ascii=False) + "\n")
+        sizes = Counter(len(row["label"]) for row in rows)
+        print(f"{split}: {len(rows)} texts; labels per text: "
+              + ", ".join(f"{n}: {sizes[n]}" for n in sorted(sizes)))
+    (out / "clutypes.yaml").write_text(CONFIG.format(data=out.resolve()), encoding="utf-8")
+    print(f"wrote {out}/train.json, dev.json and clutypes.yaml: make bundle TASK={out}/clutypes.yaml")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    write(Path(sys.argv[1]), Path(sys.argv[2]))
