@@ -116,7 +116,8 @@ def load_classification_data(cfg: TaskConfigView, separator: str | None = None) 
     if data_dir is not None and explicit and not _is_default_dir(cfg):
         raise DataError(f"data dir not found: {data_dir} (set DATA_DIR=... or --data-dir to {_format_words(cfg)})")
     if separator is not None:
-        raise DataError(f"data dir not found: {data_dir}: a multi-label task's data is read from local files")
+        raise DataError(f"task {cfg.task}: no local data{f' ({data_dir} does not exist)' if data_dir else ''}: a "
+                        "multi-label task's data is read from local files (DATA_DIR=<dir> or --data-dir <dir>)")
     return _load_online(cfg, data_dir)
 
 
@@ -199,9 +200,9 @@ def _other_forms(path: Path, split_name: str) -> str:
 
 def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path, separator: str | None) -> tuple[str, ...]:
     """The label values of the train split's rows, sorted (``sorted_labels``; ``data.skip_labels`` left out): the ids
-    are their order, the same whatever order the rows come in.  Nobody checked them against a list, so two that differ only in spaces
-    (``positive`` and ``positive `` would be two classes) and a column of mostly distinct values (a text named as
-    the label field) are refused naming the file."""
+    are their order, the same whatever order the rows come in.  Nobody checked them against a list, so two that
+    differ only in spaces (``positive`` and ``positive `` would be two classes) and a column of mostly distinct values
+    (a text named as the label field) are refused naming the file."""
     field_name = cfg.data.label_field
     first: dict[str, int] = {}
     for lineno, row in rows:
@@ -371,6 +372,9 @@ def row_labels(value: Any, separator: str | None, where: str, field_name: str) -
                             "classification.multi_label: true reads it as a set (one label per text: a single value)")
         return [str(value)]
     if isinstance(value, list):
+        if not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+            raise DataError(f"{where}: field {field_name!r}: a label list holds labels (strings or integers), got "
+                            f"{shown_json(value)}")
         parts = [str(v) for v in value]
     elif isinstance(value, (str, int)) and not isinstance(value, bool):
         parts = [p.strip() for p in str(value).split(separator)] if str(value).strip() else []

@@ -88,6 +88,20 @@ def test_paddlenlps_multi_label_layout_reads_as_it_is(tmp_path):
     assert [e.label for e in ds.dev.examples] == [(0, 1)]
 
 
+def test_a_label_list_of_other_things_and_no_local_data_are_refused(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.json").write_text('{"sentence": "甲", "label": ["a", {"b": 1}]}\n', encoding="utf-8")
+    (data / "dev.json").write_text('{"sentence": "丁", "label": ["a"]}\n', encoding="utf-8")
+    task = {**_task(data), "data": {"dir": str(data), "labels_file": None}}
+    with pytest.raises(DataError, match=r"train.json:1: field 'label': a label list holds labels \(strings or "
+                                        r"integers\), got \["):
+        load_task_data(_config(tmp_path, task))
+    task["data"] = {"dir": None, "labels_file": None}
+    with pytest.raises(DataError, match="task tinyml: no local data: a multi-label task's data is read from local files"):
+        load_task_data(_config(tmp_path, task))
+
+
 @pytest.mark.parametrize("cell, says", [
     ("news_sports,,news_tech", "an empty label in"),
     ("news_sport", "label 'news_sport' is not one of the task's 3 labels"),
