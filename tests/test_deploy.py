@@ -256,6 +256,23 @@ def test_the_memory_request_is_what_the_packaged_engine_held_when_loaded(tiny_fu
     assert f"memory: {memory.mib()}Mi" in (tmp_path / "out" / "kubernetes.yaml").read_text()
 
 
+def test_the_ensemble_layouts_model_step_is_measured_too(tiny_export, tmp_path):
+    """In the ensemble layout the engine runs in ``<task>_model``, whose model.py is the runner (no runner.py beside
+    it): measured as the fused model's is, where it used to fall back to the estimate, said as "no python model of the
+    bundle runs an engine" (a multi-label bundle of 17 MiB was sized 1,075 MiB; its engine holds 1,214)."""
+    from serving.bundle.config import DeployConfig, PackageConfig
+    from serving.bundle.repository import ExportArtifacts, write_repository
+    from serving.bundle.served_memory import ServedMemory
+
+    out = write_repository(tmp_path, "tiny", ExportArtifacts.from_dir(tiny_export),
+                           PackageConfig(runtime="python-onnxruntime", layout="ensemble"), deploy=DeployConfig())
+    memory = ServedMemory.from_dict(out.manifest["served_memory"])
+    (engine,) = memory.engines
+    assert engine.model == "tiny_model" and 40 < engine.peak_mib < 2000
+    assert memory.python_instances == 2 * engine.instances  # the tokenizer and post-processing, instanced alike
+    assert "tiny_model's engine, loaded and warmed: measured" in (out.path / "kubernetes.yaml").read_text()
+
+
 def test_memory_is_every_instance_s_engine_plus_the_server_and_an_estimate_says_so():
     from serving.bundle.config import DeployConfig
     from serving.bundle.manifests import sizing

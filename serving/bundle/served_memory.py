@@ -5,8 +5,9 @@ server warms every (rows, width) bucket at load (``pipeline/backends/openvino/se
 TNEWS engine holds ~1.4 GB where its model file is 16 MiB (MEASUREMENTS.md).  A size guessed from the bundle's files
 (the earlier "1 GiB + 3 x the bundle") put a pod under its own working set.
 
-So each python model folder that runs an engine (``runner.py`` beside its ``model.py``) is loaded in a fresh child
-process exactly as the stub loads it: the folder's own ``runner.make_engine`` with its config's parameters, warmed
+So each python model folder that runs an engine (``engine.py`` in it: the fused model's, with ``runner.py`` beside
+its ``model.py``, or the ensemble's ``<task>_model``, whose ``model.py`` is the runner) is loaded in a fresh child
+process exactly as the stub loads it: the folder's own ``make_engine`` with its config's parameters, warmed
 for its config's batch limit (an engine that does not warm runs its largest batch once instead).  The child's peak
 resident memory (``VmHWM``: Python, numpy, the engine and its kernels) is one instance's; the pod needs every
 instance's, plus an allowance for each other python model instance (tokenizer or post-processing stubs) and for
@@ -32,13 +33,13 @@ HEADROOM = 1.10  # the measured peak is one load on one machine; allocators and 
 _CHILD = r"""
 import json, sys
 from pathlib import Path
-folder, params, max_batch = Path(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3])
+folder, params, max_batch, runner = Path(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(folder))
 import numpy as np
 import model_support
 rows = model_support.engine_rows(max_batch)
-engine = model_support.sibling(folder, "runner").make_engine(folder, params, False, rows)
+engine = model_support.sibling(folder, runner).make_engine(folder, params, False, rows)
 width = int(params.get("max_seq_len", "0") or 0)
 if not hasattr(engine, "warm") and width:  # an engine that does not warm: its largest batch is its peak
     ids = np.zeros((rows, width), dtype=np.int64)
@@ -103,15 +104,17 @@ def measure(bundle: Path, timeout: float = 900) -> ServedMemory:
                                     "Triton lacks")
         instances = sum(g.count or 1 for g in cfg.instance_group) or 1
         version = folder / "1"
-        if not (version / "runner.py").is_file():
+        if not (version / "engine.py").is_file():  # a tokenizer or post-processing stub
             stubs += instances
             continue
+        runner = "runner" if (version / "runner.py").is_file() else "model"  # fused: runner.py; ensemble: the model
         if any(g.kind == g.KIND_GPU for g in cfg.instance_group):
             raise MemoryNotMeasured(f"{folder.name} runs on a GPU, which this machine cannot load it on")
         params = {k: v.string_value for k, v in cfg.parameters.items()}
         t0 = time.monotonic()
         try:
-            out = subprocess.run([sys.executable, "-B", "-c", _CHILD, str(version), json.dumps(params), str(cfg.max_batch_size)],
+            out = subprocess.run([sys.executable, "-B", "-c", _CHILD, str(version), json.dumps(params), str(cfg.max_batch_size),
+                                  runner],
                                  capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
         except subprocess.TimeoutExpired:
             raise MemoryNotMeasured(f"{folder.name}: loading its engine took over {timeout:g} s") from None
