@@ -189,6 +189,11 @@ def test_multi_label_bundle_end_to_end(tmp_path, capsys):
     bundle = tmp_path / "repo" / "tinyml"
     manifest = json.loads((bundle / "bundle.json").read_text())
     assert manifest["multi_label"] == {"threshold": 0.5} and manifest["validated"]["metric"] == "micro_f1"
+    card = (bundle / "README.md").read_text(encoding="utf-8")  # the model card: what ships, its numbers, on which CPU
+    assert f"| dev micro-F1 | {metrics['summary']['accuracy']:.4f} (FP32 " in card and "| dev exact_match |" in card
+    measured = card[card.index("## Measured numbers"):card.index("## Gates")]
+    assert "| throughput vs the anchor |" in measured and "| measured on |" in measured and "format_version" not in measured
+    assert "`labels`, `label_descs` and `label_probs` (every label, most probable first), `count`" in card
 
     def classify(server):
         """serving.client: each text's labels, the first of every label ranked by probability, those above 0.5."""

@@ -192,5 +192,5 @@ STAGE = Stage(
     run=run,
     check=check,
     external_intact=external_intact,
-    version="5",  # the last bump: the ensemble layout's engine memory measured (earlier: git log)
+    version="5",  # the last bump: an ensemble's engine memory measured, the card's numbers (earlier: git log)
 )

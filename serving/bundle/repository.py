@@ -453,6 +453,43 @@ def _fmt(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
+def _measured(metrics: dict) -> list[tuple[str, str]]:
+    """The model card's measured rows: from validate's metrics.json, what ships and how it scored and ran against its
+    FP32 and the anchor, on which CPU (its ``summary``); a record without one (older, or hand-made): its scalars."""
+    summary = metrics.get("summary")
+    if not isinstance(summary, dict):
+        return [(k, _fmt(v)) for k, v in metrics.items() if isinstance(v, (int, float, str))]
+
+    def ratio(key: str) -> str:
+        spread = summary.get(f"{key}_range")
+        return f"{summary[key]:.2f}x" + (f" [{spread[0]:.2f}-{spread[1]:.2f}]" if spread else "")
+
+    label = summary.get("metric_label", "accuracy")
+    rows = [("shipped", f"`{metrics.get('chosen_backend', '')}` ({metrics.get('chosen_by', '')})")]
+    if isinstance(summary.get("accuracy"), float):
+        against = [f"FP32 {summary['fp32_accuracy']:.4f}" if isinstance(summary.get("fp32_accuracy"), float) else "",
+                   f"drop {summary['accuracy_drop_points']:+.2f} points"
+                   if isinstance(summary.get("accuracy_drop_points"), float) else "",
+                   f"{summary['dev_examples']} examples" if summary.get("dev_examples") else ""]
+        said = "; ".join(a for a in against if a)
+        rows.append((f"dev {label}", f"{summary['accuracy']:.4f}" + (f" ({said})" if said else "")))
+    rows += [(f"dev {k}", _fmt(v)) for k, v in (summary.get("metrics") or {}).items() if k != summary.get("metric")]
+    if isinstance(summary.get("throughput_ratio"), float):
+        rows.append(("throughput vs FP32", f"{ratio('throughput_ratio')} (median [min-max] of interleaved rounds, "
+                                           f"batch {summary.get('batch_size')}, dev lengths)"))
+    if isinstance(summary.get("anchor_ratio"), float):
+        anchor = summary.get("anchor") or {}
+        rows.append(("throughput vs the anchor", f"{ratio('anchor_ratio')} ({anchor.get('what', 'the anchor')}: "
+                                                 f"{label} {_fmt(anchor.get('accuracy'))})"))
+    for key, name in (("batch1_p99_ms", "batch-1 p99 ms"), ("model_files_mib", "model files MiB")):
+        if isinstance(summary.get(key), (int, float)):
+            rows.append((name, f"{summary[key]:.2f}"))
+    cpu = summary.get("cpu") or {}
+    if cpu:
+        rows.append(("measured on", f"{cpu.get('model')} ({', '.join(cpu.get('flags') or [])}), {cpu.get('cores')} cores"))
+    return rows
+
+
 def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) -> list[str]:
     """The "What it is" lines of the model card: the kind's, around the lines every kind shares."""
     kind = _kind(meta)
@@ -488,9 +525,9 @@ def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, pr
     if prov.data_dir:
         lines.append(f"- Data: `{prov.data_dir}` (the serving tools' default dev set: `make smoke`, `make perf`, ...)")
     lines += ["", "## Measured numbers (validate stage)"]
-    flat = {k: v for k, v in prov.metrics.items() if isinstance(v, (int, float, str))}
-    if flat:
-        lines += ["| metric | value |", "| --- | --- |"] + [f"| {k} | {_fmt(v)} |" for k, v in flat.items()]
+    rows = _measured(prov.metrics)
+    if rows:
+        lines += ["| metric | value |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows]
     else:
         lines.append("No validation metrics were available when this bundle was packaged.")
     if prov.gates:
