@@ -345,6 +345,7 @@ class CheckpointDir:
         import paddle
 
         self.root.mkdir(parents=True, exist_ok=True)
+        self._recover()  # before the clean-up below, which would remove what a kill between the renames left
         # One run holds the runs dir (run_lock): any other partial checkpoint is an earlier try's, killed or out of
         # space; left there, ~25 MB each, they would keep the disk full for every later try.
         for stale in [*self.root.glob(".checkpoint-*"), *self.root.glob(".old-*")]:
@@ -365,8 +366,21 @@ class CheckpointDir:
         tmp.rename(self.current)
         shutil.rmtree(old, ignore_errors=True)
 
+    def _recover(self) -> None:
+        """A kill between ``save``'s two renames leaves no ``checkpoint``: the new one complete under ``.checkpoint-PID``
+        (its files are all written before the first rename) and the one it replaces under ``.old-PID``.  Put the new
+        one in place (the old one, when the new one has no state.json: a first save killed while writing it)."""
+        if self.current.exists() or not self.root.is_dir():
+            return
+        for pattern in (".checkpoint-*", ".old-*"):
+            for found in sorted(self.root.glob(pattern)):
+                if (found / "state.json").is_file():
+                    found.rename(self.current)
+                    return
+
     def state(self) -> TrainState | None:
         """The checkpoint's training state alone (None: none, or unreadable), nothing applied."""
+        self._recover()
         try:
             return self._read_state()
         except (OSError, ValueError, TypeError):
@@ -382,6 +396,7 @@ class CheckpointDir:
         checkpoint would train "from the start" from its weights."""
         from pipeline.safe_weights import UnsafeWeights, load
 
+        self._recover()
         if not (self.current / "state.json").is_file():
             return None
         try:

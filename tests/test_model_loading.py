@@ -272,6 +272,38 @@ def test_resume_checkpoint_that_would_run_code_is_refused(tiny_model_copy, tmp_p
     assert ckpt.load(model, opt, sched) is None
 
 
+def test_a_kill_between_the_checkpoints_two_renames_loses_neither(tiny_model_copy, tmp_path):
+    """save() moves ``checkpoint`` aside, then renames the complete new one into place: killed between the two, the
+    next run finds no ``checkpoint``.  It takes the new one (else the old one) instead of training from step 0, and
+    before the next save's clean-up would delete both."""
+    import json
+    import shutil
+
+    import numpy as np
+    import paddle
+
+    from pipeline.training import CheckpointDir, TrainState, make_optimizer
+
+    model = load_classifier(tiny_model_copy, 3)
+    opt, sched = make_optimizer(model, 1e-3, 10)
+    model(paddle.to_tensor(np.ones((2, 5), "int64"))).mean().backward()
+    opt.step()
+    root = tmp_path / "work"
+    CheckpointDir(root).save(model, opt, sched, TrainState(step=2))
+    current = root / "checkpoint"
+    shutil.copytree(current, root / ".checkpoint-999")  # the new one, written in full ...
+    (root / ".checkpoint-999" / "state.json").write_text(json.dumps({**json.loads((current / "state.json").read_text()),
+                                                                     "step": 3}), encoding="utf-8")
+    current.rename(root / ".old-999")  # ... and the old one moved aside: killed here
+    assert CheckpointDir(root).load(model, opt, sched).step == 3 and current.is_dir()
+    shutil.rmtree(current)  # only the old one left (the new one never got its state.json)
+    shutil.copytree(root / ".old-999", root / ".checkpoint-998")
+    (root / ".checkpoint-998" / "state.json").unlink()
+    assert CheckpointDir(root).state().step == 2
+    CheckpointDir(root).save(model, opt, sched, TrainState(step=4))  # and a save after a kill keeps going
+    assert CheckpointDir(root).state().step == 4 and sorted(p.name for p in root.iterdir()) == ["checkpoint"]
+
+
 def test_a_checkpoint_that_cannot_be_this_runs_is_applied_not_at_all(tiny_model_copy, tmp_path):
     """All or nothing: a checkpoint with one unreadable file, or made for another model (a narrower student, a
     moment of another shape), leaves the model's weights, the optimizer and the schedule as they were, and says why.
