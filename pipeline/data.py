@@ -396,9 +396,7 @@ def _labeled_set(cfg: TaskConfigView, row: dict, values: list[str], index: dict[
     chosen = [0] * len(index)
     for v in values:
         chosen[index[v]] = 1
-    text_a = _text(row, cfg.data.text_a, cfg.data.join, where)
-    text_b = _text(row, cfg.data.text_b, cfg.data.join, where) if cfg.data.text_b else None
-    return Example(text_a, text_b, tuple(chosen), where)
+    return Example(*_texts(cfg, row, where), tuple(chosen), where)
 
 
 def _example(cfg: TaskConfigView, row: dict, label_value: str, index: dict[str, int], where: str,
@@ -410,9 +408,13 @@ def _example(cfg: TaskConfigView, row: dict, label_value: str, index: dict[str, 
             f"{where}: field {cfg.data.label_field!r}: label {label_value!r} is not one of the task's "
             f"{len(index)} labels ({known})"
         )
+    return Example(*_texts(cfg, row, where), index[label_value], where)
+
+
+def _texts(cfg: TaskConfigView, row: dict, where: str) -> tuple[str, str | None]:
+    """A classifier row's text and, for a pair task, its second text."""
     text_a = _text(row, cfg.data.text_a, cfg.data.join, where)
-    text_b = _text(row, cfg.data.text_b, cfg.data.join, where) if cfg.data.text_b else None
-    return Example(text_a, text_b, index[label_value], where)
+    return text_a, (_text(row, cfg.data.text_b, cfg.data.join, where) if cfg.data.text_b else None)
 
 
 def served_text_problem(text: str) -> str | None:

@@ -172,7 +172,8 @@ class Classification(PipelineKind):
         labels = np.array([f.target for f in fs.features], dtype=np.int64)
         pred = logits.argmax(-1) if len(logits) else np.zeros(0, np.int64)
         acc = float((pred == labels).mean()) if len(labels) else 0.0
-        return Score("accuracy", acc, {"accuracy": acc, "macro_f1": macro_f1(pred, labels, logits.shape[-1] if logits.ndim == 2 else 0)})
+        classes = np.arange(logits.shape[-1] if logits.ndim == 2 else 0)
+        return Score("accuracy", acc, {"accuracy": acc, "macro_f1": macro_f1(pred[:, None] == classes, labels[:, None] == classes)})
 
     def _score_sets(self, outputs, fs: FeatureSet) -> Score:
         """Micro-F1 over every (text, label) decision (PaddleNLP's multi_label metric), macro-F1 over the labels any
@@ -181,10 +182,8 @@ class Classification(PipelineKind):
         targets = np.array([f.target for f in fs.features], dtype=np.int64).reshape(len(fs), width) == 1
         pred = (np.stack(outputs) if len(outputs) else np.zeros((0, width), np.float32)) > self.cc.cut
         micro = set_micro_f1(pred, targets)
-        f1s = [f for f in label_f1s(pred, targets) if f is not None]
         exact = float((pred == targets).all(axis=1).mean()) if len(fs) else 0.0
-        return Score("micro_f1", micro, {"micro_f1": micro, "macro_f1": float(np.mean(f1s)) if f1s else 0.0,
-                                         "exact_match": exact})
+        return Score("micro_f1", micro, {"micro_f1": micro, "macro_f1": macro_f1(pred, targets), "exact_match": exact})
 
     def predictions(self, outputs, fs: FeatureSet) -> list:
         if self.multi:
@@ -209,14 +208,10 @@ def label_f1s(pred: np.ndarray, targets: np.ndarray) -> list[float | None]:
     return [float(2 * t / (2 * t + p + n)) if t + p + n else None for t, p, n in zip(tp, fp, fn)]
 
 
-def macro_f1(pred: np.ndarray, labels: np.ndarray, num_labels: int) -> float:
-    f1s = []
-    for c in range(num_labels):
-        tp = float(((pred == c) & (labels == c)).sum())
-        fp = float(((pred == c) & (labels != c)).sum())
-        fn = float(((pred != c) & (labels == c)).sum())
-        if tp + fp + fn:
-            f1s.append(2 * tp / (2 * tp + fp + fn))
+def macro_f1(pred: np.ndarray, targets: np.ndarray) -> float:
+    """The mean of ``label_f1s`` over the labels some text has or is given (``pred``, ``targets``: bool [N, C]; one
+    label per text is its one-hot row)."""
+    f1s = [f for f in label_f1s(pred, targets) if f is not None]
     return float(np.mean(f1s)) if f1s else 0.0
 
 
