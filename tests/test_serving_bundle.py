@@ -344,3 +344,41 @@ def test_package_stage_runs_on_export_and_validate_records(tiny_export, tiny_fin
     pc = cfg.package.resolved("onnxruntime")  # runtime auto: the engine of the form validate chose
     assert m["runtime"] == "python-onnxruntime"
     assert {**dataclasses.asdict(pc), "instances": pc.instances, "engine_threads": pc.engine_threads} == m["package"]
+
+
+def test_a_bundle_written_by_other_code_is_packaged_again(tiny_finetuned, tiny_export, tmp_path, monkeypatch, capsys):
+    """The package stage keys on the code that writes a bundle (serving/ and pipeline/): after an upgrade or a fix to a
+    served model, the bundle in place is packaged again, and status says why; bytecode does not count."""
+    from conftest import tiny_cli_args
+    from serving_fixtures import QUICK_EXPORT
+    from pipeline.cli import main
+    from serving.bundle import repository
+
+    runs, repo = tmp_path / "runs", tmp_path / "repo"
+    shutil.copytree(Path(tiny_export).parents[2], runs)
+    task_yaml = tiny_finetuned["task_yaml"]
+    sets = {**QUICK_EXPORT, "package.runtime": "python-openvino", "gates.min_throughput_ratio": 0, "gates.min_anchor_ratio": 0,
+            "validate.batch_sizes": "[1]", "validate.seq_lens": "[16]", "validate.repeats": 1, "validate.warmup": 0,
+            "validate.dev_benchmark_limit": 32, "package.threads": 1, "package.repository": str(repo)}
+    args = [*tiny_cli_args(task_yaml, runs), *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))]
+    assert main(["run", *args, "--from", "validate"]) == 0
+    assert main(["run", *args, "--from", "validate"]) == 0
+    assert "[package] cached" in capsys.readouterr().out
+
+    code = tmp_path / "serving"
+    shutil.copytree(repository.SERVING_DIR, code, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(repository, "SERVING_DIR", code)
+    (code / "triton" / "__pycache__").mkdir()
+    (code / "triton" / "__pycache__" / "model_support.cpython-311.pyc").write_bytes(b"bytecode")
+    assert main(["run", *args, "--from", "validate"]) == 0
+    assert "[package] cached" in capsys.readouterr().out  # the same sources: bytecode beside them changes nothing
+
+    with open(code / "triton" / "model_support.py", "a", encoding="utf-8") as f:
+        f.write("\n# a fix\n")
+    assert main(["status", *args]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:] if line.split()}
+    assert "OK" in rows["validate"] and "STALE" in rows["package"]
+    assert "inputs changed: ernie-bundle's serving and pipeline code" in rows["package"]
+    assert main(["run", *args, "--from", "validate"]) == 0
+    out = capsys.readouterr().out
+    assert "[validate] cached" in out and "[package] running" in out

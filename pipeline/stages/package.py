@@ -47,14 +47,19 @@ def check(cfg: TaskConfig) -> None:
         raise ModelError(str(exc)) from None
 
 
+CODE_INPUT = "ernie-bundle's serving and pipeline code"
+
+
 def inputs(cfg: TaskConfig) -> dict[str, str]:
-    """Everything else comes from export and validate (the bundle itself is checked by external_intact); make tune's
-    record beside the bundle is an input: measured settings package the bundle again."""
+    """Everything else comes from export and validate (the bundle itself is checked by external_intact).  make tune's
+    record beside the bundle is an input: measured settings package the bundle again.  So is the code that writes
+    the bundle: after an upgrade or a fix to a served model, the bundle in place was written by other code."""
     from pipeline.hashing import file_sha256
+    from serving.bundle.repository import bundle_code_sha256
     from serving.bundle.serving_tune import tune_file
 
     record = tune_file(repository_dir(cfg) / cfg.task)
-    return {"serving_tune": file_sha256(record)} if record.is_file() else {}
+    return {CODE_INPUT: bundle_code_sha256(), **({"serving_tune": file_sha256(record)} if record.is_file() else {})}
 
 
 def external_intact(cfg: TaskConfig, external: dict[str, str]) -> bool:
@@ -192,5 +197,5 @@ STAGE = Stage(
     run=run,
     check=check,
     external_intact=external_intact,
-    version="5",  # the last bump: an ensemble's engine memory measured, the card's numbers (earlier: git log)
+    version="5",  # kept for the records; its code is an input (CODE_INPUT), so a change to it needs no bump
 )

@@ -56,6 +56,7 @@ from serving.triton import integrity, model_support, text_input
 # path, never imported from here).
 RUNNER = Path(model_support.__file__).resolve().parent / "models" / "runner.py"
 PIPELINE_DIR = Path(__file__).resolve().parents[2] / "pipeline"
+SERVING_DIR = Path(__file__).resolve().parents[1]
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 SERVING_PACKAGES = ("numpy", *(e.distribution for e in served_engines()), "tokenizers", "tritonclient", "nvidia-pytriton",
                     "protobuf")
@@ -264,6 +265,20 @@ def serving_versions() -> dict[str, str]:
     if out.get("nvidia-pytriton") in PYTRITON_TRITONSERVER:
         out["tritonserver (nvidia-pytriton)"] = PYTRITON_TRITONSERVER[out["nvidia-pytriton"]]
     return out
+
+
+def bundle_code_sha256() -> str:
+    """One hash of the code a bundle is written from: everything under serving/ (the python models, helpers, chart,
+    schemas and the writers) and under pipeline/ (the pure modules copied in, the package stage).  The package stage
+    keys on it, so a bundle packaged by other code (an upgraded ernie-bundle, a fix to a served model) is packaged
+    again instead of kept; it costs seconds, so the whole of both trees counts rather than a list that could miss a
+    file.  Bytecode does not count."""
+    from pipeline.hashing import json_sha256, tree_hashes
+
+    def sources(root: Path) -> dict[str, str]:
+        return {k: v for k, v in tree_hashes(root).items() if "__pycache__/" not in k and not k.endswith(".pyc")}
+
+    return json_sha256({"serving": sources(SERVING_DIR), "pipeline": sources(PIPELINE_DIR)})
 
 
 def _copy_python_model(version_dir: Path, source: Path, pure: tuple[str, ...] = ()) -> None:
