@@ -106,13 +106,15 @@ def data_fingerprint(paths: Sequence[Path], extra: str = "") -> str:
     return digest.hexdigest()
 
 
-def load_classification_data(cfg: TaskConfigView, separator: str | None = None) -> TaskDataset:
+def load_classification_data(cfg: TaskConfigView, separator: str | None = None,
+                             hierarchy: str | None = None) -> TaskDataset:
     """A classifier's splits: one label per row, or with ``separator`` a set per row (multi-label: a JSON list, or a
-    string cut at ``separator``; an empty one is no label)."""
+    string cut at ``separator``; an empty one is no label).  With ``hierarchy`` (``##``) a label is a path, and a text
+    with ``A##B`` has ``A`` too (``with_ancestors``)."""
     data_dir = cfg.data_dir()
     explicit = cfg.data.dir is not None
     if data_dir is not None and data_dir.exists():
-        return _load_local(cfg, data_dir, separator)
+        return _load_local(cfg, data_dir, separator, hierarchy)
     if data_dir is not None and explicit and not _is_default_dir(cfg):
         raise DataError(f"data dir not found: {data_dir} (set DATA_DIR=... or --data-dir to {_format_words(cfg)})")
     if separator is not None:
@@ -169,11 +171,14 @@ def _load_online(cfg: TaskConfigView, tried: Path | None) -> TaskDataset:
     return TaskDataset(labels, _names(cfg, labels), splits["train"], splits["dev"], fp)
 
 
-def _load_local(cfg: TaskConfigView, data_dir: Path, separator: str | None) -> TaskDataset:
+def _load_local(cfg: TaskConfigView, data_dir: Path, separator: str | None, hierarchy: str | None) -> TaskDataset:
     if not data_dir.is_dir():
         raise DataError(f"data dir is not a directory: {data_dir}")
     digest = hashlib.sha256()
     labels, file_names = _read_labels(cfg, data_dir, digest)
+    if labels is not None and hierarchy is not None:
+        listed = data_dir / cfg.data.labels_file if cfg.data.labels_file else None
+        _check_hierarchy(labels, hierarchy, listed if listed is not None and listed.is_file() else None)
     splits, labels_from = {}, ""
     for split_name, file_name in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file)):
         path = data_dir / file_name
@@ -182,8 +187,8 @@ def _load_local(cfg: TaskConfigView, data_dir: Path, separator: str | None) -> T
                             f"(data.{split_name}_file names it{_other_forms(path, split_name)})")
         rows = split_rows(cfg, path, digest)
         if labels is None:  # neither a labels.json nor the config lists them: the train split's, sorted
-            labels, labels_from = _labels_in(cfg, rows, path, separator), str(path)
-        splits[split_name] = split_examples(cfg, path, split_name, rows, labels, labels_from, separator)
+            labels, labels_from = _labels_in(cfg, rows, path, separator, hierarchy), str(path)
+        splits[split_name] = split_examples(cfg, path, split_name, rows, labels, labels_from, separator, hierarchy)
     names = _names(cfg, labels) if cfg.label_names or not file_names else tuple(file_names)
     return TaskDataset(labels, names, splits["train"], splits["dev"], digest.hexdigest(), labels_from)
 
@@ -198,16 +203,18 @@ def _other_forms(path: Path, split_name: str) -> str:
     return ""
 
 
-def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path, separator: str | None) -> tuple[str, ...]:
-    """The label values of the train split's rows, sorted (``sorted_labels``; ``data.skip_labels`` left out): the ids
-    are their order, the same whatever order the rows come in.  Nobody checked them against a list, so two that
+def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path, separator: str | None,
+               hierarchy: str | None = None) -> tuple[str, ...]:
+    """The label values of the train split's rows, sorted (``sorted_labels``; ``data.skip_labels`` left out; with
+    ``hierarchy``, every label's ancestors too): the ids are their order, the same whatever order the rows come in.  Nobody checked them against a list, so two that
     differ only in spaces (``positive`` and ``positive `` would be two classes) and a column of mostly distinct values
     (a text named as the label field) are refused naming the file."""
     field_name = cfg.data.label_field
     first: dict[str, int] = {}
     for lineno, row in rows:
         if field_name in row:
-            for value in row_labels(row[field_name], separator, f"{path}:{lineno}", field_name):
+            where = f"{path}:{lineno}"
+            for value in with_ancestors(row_labels(row[field_name], separator, where, field_name), hierarchy, where):
                 first.setdefault(value, lineno)
     labels = sorted_labels(set(first) - set(cfg.data.skip_labels))
     by_stripped: dict[str, str] = {}
@@ -270,7 +277,8 @@ def split_rows(cfg: TaskConfigView, path: Path, digest=None) -> list[tuple[int, 
 
 
 def split_examples(cfg: TaskConfigView, path: Path, split_name: str, rows: list[tuple[int, dict]],
-                   labels: tuple[str, ...], labels_from: str = "", separator: str | None = None) -> Split:
+                   labels: tuple[str, ...], labels_from: str = "", separator: str | None = None,
+                   hierarchy: str | None = None) -> Split:
     """The examples of a split's rows, each label looked up in ``labels`` (``labels_from``: the file they were read
     from, when neither labels.json nor the config lists them; ``separator``: a row holds a set of labels); a bad row
     raises naming file:line and field."""
@@ -281,8 +289,8 @@ def split_examples(cfg: TaskConfigView, path: Path, split_name: str, rows: list[
             raise DataError(f"{path}:{lineno}: field {cfg.data.label_field!r} missing")
         where, value = f"{path}:{lineno}", row[cfg.data.label_field]
         if separator is not None:
-            examples.append(_labeled_set(cfg, row, row_labels(value, separator, where, cfg.data.label_field), index,
-                                         where, known))
+            values = with_ancestors(row_labels(value, separator, where, cfg.data.label_field), hierarchy, where)
+            examples.append(_labeled_set(cfg, row, values, index, where, known))
             continue
         ex = _example(cfg, row, row_labels(value, None, where, cfg.data.label_field)[0], index, where, known)
         if ex is None:
@@ -384,6 +392,35 @@ def row_labels(value: Any, separator: str | None, where: str, field_name: str) -
     if any(not p.strip() for p in parts):
         raise DataError(f"{where}: field {field_name!r}: an empty label in {value!r} (separator {separator!r})")
     return parts
+
+
+def with_ancestors(values: list[str], hierarchy: str | None, where: str) -> list[str]:
+    """A row's labels and, with ``hierarchy``, each one's ancestors (``A##B##C``: ``A``, ``A##B``, ``A##B##C``), each
+    once, in the order met: PaddleNLP's hierarchical data lists them all, a row that names only its leaf means them
+    too.  An empty level (``A####B``, ``##B``) is refused naming the row."""
+    if hierarchy is None:
+        return values
+    out: dict[str, None] = {}
+    for value in values:
+        parts = value.split(hierarchy)
+        if any(not p.strip() for p in parts):
+            raise DataError(f"{where}: label {value!r} has an empty level (classification.hierarchy_separator "
+                            f"{hierarchy!r})")
+        for depth in range(1, len(parts) + 1):
+            out.setdefault(hierarchy.join(parts[:depth]))
+    return list(out)
+
+
+def _check_hierarchy(labels: Sequence[str], hierarchy: str, path: Path | None) -> None:
+    """Listed labels (a labels file, the config's ``labels:``) include every label's parent: a text with ``A##B`` has
+    ``A``, so ``A`` needs an id of its own."""
+    where = str(path) if path is not None else "labels: (the task config)"
+    listed = set(labels)
+    for label in labels:
+        for parent in with_ancestors([label], hierarchy, where)[:-1]:
+            if parent not in listed:
+                raise DataError(f"{where}: label {label!r}: its parent {parent!r} is not listed (classification."
+                                f"hierarchy_separator {hierarchy!r}: a text with {label!r} has {parent!r} too)")
 
 
 def _labeled_set(cfg: TaskConfigView, row: dict, values: list[str], index: dict[str, int], where: str,

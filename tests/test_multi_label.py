@@ -24,9 +24,9 @@ SETS = [(), (0,), (1,), (2,), (0, 1), (1, 2), (0, 2)]
 NO_LABEL = "天气温度阳光雨雪风云"  # what a text with none of the labels is about (beside the filler every text has)
 
 
-def write_tiny_sets(root: Path, n_train: int = 420, n_dev: int = 84, seed: int = 0) -> Path:
-    """TSV files with a header (``text``, ``tags``: the set's names joined with ", "; empty for none), no labels.json:
-    the labels are read from train."""
+def write_tiny_sets(root: Path, n_train: int = 420, n_dev: int = 84, seed: int = 0, names=LABEL_NAMES) -> Path:
+    """TSV files with a header (``text``, ``tags``: the set's ``names`` joined with ", "; empty for none), no
+    labels.json: the labels are read from train."""
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
     for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
@@ -35,7 +35,7 @@ def write_tiny_sets(root: Path, n_train: int = 420, n_dev: int = 84, seed: int =
             chosen = SETS[i % len(SETS)]
             text = "".join(make_sentence(rng, y) for y in chosen) or "".join(
                 rng.choice(NO_LABEL if rng.random() < 0.4 else FILLER) for _ in range(rng.randint(6, 20)))
-            lines.append(f"{text}\t{', '.join(LABEL_NAMES[y] for y in chosen)}")
+            lines.append(f"{text}\t{', '.join(names[y] for y in chosen)}")
         (root / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return root
 
@@ -88,6 +88,85 @@ def test_paddlenlps_multi_label_layout_reads_as_it_is(tmp_path):
     assert [e.label for e in ds.dev.examples] == [(0, 1)]
 
 
+def test_paddlenlps_hierarchical_layout_reads_as_it_is(tmp_path):
+    """PaddleNLP's hierarchical application: labels are paths (``A##B``) and a row lists each level's; a row that names
+    only its leaf has its ancestors too, and labels read from train include every ancestor."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.txt").write_text("通用汽车罢工裁员\t组织行为,组织行为##罢工,组织关系,组织关系##裁员\n"
+                                    "厂房坍塌\t灾害/意外##坍/垮塌\n", encoding="utf-8")
+    (data / "dev.txt").write_text("广本召回\t产品行为##召回\n", encoding="utf-8")
+    (data / "label.txt").write_text("组织行为\n组织行为##罢工\n组织关系\n组织关系##裁员\n灾害/意外\n灾害/意外##坍/垮塌\n"
+                                    "产品行为\n产品行为##召回\n", encoding="utf-8")
+    task = _task(data, classification={"multi_label": True, "hierarchy_separator": "##"})
+    task["data"] = {"dir": str(data), "format": "tsv", "train_file": "train.txt", "dev_file": "dev.txt",
+                    "columns": ["text", "label"], "text_a": "text", "labels_file": "label.txt"}
+    ds = load_task_data(_config(tmp_path, task))
+    assert len(ds.labels) == 8 and ds.train.examples[0].label == (1, 1, 1, 1, 0, 0, 0, 0)
+    assert ds.train.examples[1].label == (0, 0, 0, 0, 1, 1, 0, 0)  # the leaf alone: its parent too
+    assert ds.dev.examples[0].label == (0, 0, 0, 0, 0, 0, 1, 1)
+    task["data"]["labels_file"] = None  # read from train: every ancestor has an id, each path sorted under its parent
+    with pytest.raises(DataError, match=r"dev.txt:1: field 'label': label '产品行为' is not one of the task's 6 labels"):
+        load_task_data(_config(tmp_path, task))  # the dev row's ancestor is unknown as its leaf is
+    (data / "dev.txt").write_text("罢工\t组织行为##罢工\n", encoding="utf-8")
+    ds = load_task_data(_config(tmp_path, task))
+    assert ds.labels == ("灾害/意外", "灾害/意外##坍/垮塌", "组织关系", "组织关系##裁员", "组织行为", "组织行为##罢工")
+    assert ds.train.examples[1].label == (1, 1, 0, 0, 0, 0) and ds.dev.examples[0].label == (0, 0, 0, 0, 1, 1)
+
+    (data / "label.txt").write_text("组织行为##罢工\n", encoding="utf-8")
+    task["data"]["labels_file"] = "label.txt"
+    with pytest.raises(DataError) as err:
+        load_task_data(_config(tmp_path, task))
+    assert str(err.value) == (f"{data / 'label.txt'}: label '组织行为##罢工': its parent '组织行为' is not listed "
+                              "(classification.hierarchy_separator '##': a text with '组织行为##罢工' has '组织行为' too)")
+    (data / "label.txt").write_text("组织行为\n组织行为##罢工\n", encoding="utf-8")
+    (data / "train.txt").write_text("罢工\t组织行为####罢工\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"train.txt:1: label '组织行为####罢工' has an empty level \(classification."
+                                        r"hierarchy_separator '##'\)"):
+        load_task_data(_config(tmp_path, task))
+
+
+def test_each_level_of_a_hierarchy_is_scored_on_its_own():
+    """PaddleNLP's per-level report: a level's micro-F1, macro-F1 and exact match over its labels alone; a text given
+    a label without its parent is counted."""
+    from pipeline.kinds.classification import hierarchy_scores
+
+    labels = ("a", "a##x", "a##y", "b", "b##z")
+    targets = np.array([[1, 1, 0, 0, 0], [0, 0, 0, 1, 1], [1, 0, 1, 1, 0]], bool)
+    pred = np.array([[1, 1, 0, 0, 0], [0, 0, 0, 1, 0], [1, 0, 1, 0, 1]], bool)  # text 2: b##z without b
+    got = hierarchy_scores(pred, targets, labels, "##")
+    assert got["texts_with_orphans"] == 1
+    one, two = got["per_level"]["1"], got["per_level"]["2"]
+    assert (one["labels"], two["labels"]) == (2, 3)
+    # level 1: tp 3 (a, b, a), fn 1 (text 2's b) -> 6/7; texts 0 and 1 right
+    assert one["micro_f1"] == pytest.approx(6 / 7) and one["exact_match"] == pytest.approx(2 / 3)
+    # level 2: tp 2 (a##x, a##y), fn 1 (text 1's b##z), fp 1 (text 2's b##z) -> 4/6; b##z's F1 is 0
+    assert two["micro_f1"] == pytest.approx(4 / 6) and two["macro_f1"] == pytest.approx((1 + 1 + 0) / 3)
+    assert two["exact_match"] == pytest.approx(1 / 3)
+
+
+def test_a_hierarchy_through_finetune_check(tmp_path, capsys):
+    """A tiny hierarchical task fine-tuned and checked: rows name leaves and tops, each path's parent is learned too;
+    finetune-check reports every level as PaddleNLP's evaluate does, and the export's meta carries the separator."""
+    from conftest import TINY_MODEL_OVERRIDES
+    from pipeline.cli import main
+    from pipeline.kinds import get_kind
+
+    data = write_tiny_sets(tmp_path / "data", names=["news##sports", "news##finance", "tech"])
+    task = _task(data, classification={"multi_label": True, "hierarchy_separator": "##"})
+    cfg = _config(tmp_path, task)
+    assert load_task_data(cfg).labels == ("news", "news##finance", "news##sports", "tech")
+    assert get_kind(cfg).manifest_sections(cfg)["multi_label"] == {"threshold": 0.5, "hierarchy_separator": "##"}
+    sets = {**TINY_MODEL_OVERRIDES, "finetune.epochs": 8, "gates.min_accuracy": 0.1}
+    assert main(["run", "--task", str(tmp_path / "tinyml.yaml"), "--runs-dir", str(tmp_path / "runs"), "--until",
+                 "finetune-check", *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))]) == 0
+    baseline = json.loads((tmp_path / "runs" / "tinyml" / "finetune-check" / "out" / "baseline.json").read_text())
+    levels = baseline["per_level"]
+    assert (levels["1"]["labels"], levels["2"]["labels"]) == (2, 2) and isinstance(baseline["texts_with_orphans"], int)
+    out = capsys.readouterr().out
+    assert f"level 1 micro-F1 {levels['1']['micro_f1']:.4f}, level 2 micro-F1 {levels['2']['micro_f1']:.4f}" in out
+
+
 def test_a_label_list_of_other_things_and_no_local_data_are_refused(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -132,7 +211,11 @@ def test_a_list_of_labels_without_multi_label_is_refused_naming_the_setting(tmp_
 
 
 @pytest.mark.parametrize("section, extra, says", [
-    ({"multi_label": False, "threshold": 0.3}, {}, "classification.threshold and label_separator are for multi_label"),
+    ({"multi_label": False, "threshold": 0.3}, {}, "classification.threshold, label_separator and hierarchy_separator "
+                                                   "are for multi_label"),
+    ({"multi_label": False, "hierarchy_separator": "##"}, {}, "hierarchy_separator are for multi_label: true"),
+    ({"multi_label": True, "hierarchy_separator": " "}, {}, "hierarchy_separator must be a non-empty string"),
+    ({"multi_label": True, "hierarchy_separator": ",,"}, {}, "hierarchy_separator ',,' and label_separator ',' must not"),
     ({"multi_label": True, "threshold": 1.0}, {}, "classification.threshold must be below 1"),
     ({"multi_label": True, "label_separator": ""}, {}, "classification.label_separator must be a non-empty string"),
     ({"multi_label": True}, {"package": {"api": "fastdeploy"}}, "package.api: fastdeploy: FastDeploy's ernie_seqcls"),

@@ -28,6 +28,9 @@ class ClassificationConfig:
     multi_label: bool = False  # each text has a set of labels (none, one or several): a sigmoid per label
     threshold: float = 0.5  # multi_label: a label is predicted when its sigmoid probability is above this
     label_separator: str = ","  # multi_label: cuts a label field that is a string (a table's cell); JSON lists need none
+    # multi_label: labels are paths in a hierarchy (PaddleNLP's hierarchical application: "A##B" under "A"); a text
+    # with a label has its ancestors too, and each level is scored on its own
+    hierarchy_separator: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.multi_label, bool):
@@ -37,9 +40,17 @@ class ClassificationConfig:
             raise ConfigError(f"classification.threshold must be below 1, got {self.threshold}")
         if not isinstance(self.label_separator, str) or not self.label_separator:
             raise ConfigError(f"classification.label_separator must be a non-empty string, got {self.label_separator!r}")
-        if not self.multi_label and (self.threshold, self.label_separator) != (0.5, ","):
-            raise ConfigError("classification.threshold and label_separator are for multi_label: true (a text with "
-                              "one label takes the most probable)")
+        if self.hierarchy_separator is not None:
+            if not isinstance(self.hierarchy_separator, str) or not self.hierarchy_separator.strip():
+                raise ConfigError("classification.hierarchy_separator must be a non-empty string (PaddleNLP's is "
+                                  f"'##'), got {self.hierarchy_separator!r}")
+            if self.hierarchy_separator in self.label_separator or self.label_separator in self.hierarchy_separator:
+                raise ConfigError(f"classification.hierarchy_separator {self.hierarchy_separator!r} and label_separator "
+                                  f"{self.label_separator!r} must not contain each other (one cuts a set, the other a path)")
+        if not self.multi_label and (self.threshold, self.label_separator, self.hierarchy_separator) != (0.5, ",", None):
+            raise ConfigError("classification.threshold, label_separator and hierarchy_separator are for multi_label: "
+                              "true (a text with one label takes the most probable; a hierarchy's text has a label at "
+                              "each level)")
 
     @property
     def cut(self) -> float:
@@ -82,7 +93,8 @@ class Classification(PipelineKind):
         results stay)."""
         from pipeline.data import TABLE_DELIMITERS
 
-        params = {"multi_label": asdict(self.cc)} if self.multi else {}  # other targets, loss and decisions
+        # other targets, loss and decisions (a setting left unset is left out: adding one keeps the cached results)
+        params = {"multi_label": {k: v for k, v in asdict(self.cc).items() if v is not None}} if self.multi else {}
         if cfg.data.format not in TABLE_DELIMITERS:
             return params
         return {**params, "table": {"format": cfg.data.format, "columns": cfg.data.columns,
@@ -100,8 +112,16 @@ class Classification(PipelineKind):
             if by_threshold[best] > ev.score.value:
                 line += (f"; at classification.threshold {best} it would be {by_threshold[best]:.4f} (chosen on this "
                          "dev set, so an optimistic number)")
-            return {**details, "per_label_f1": dict(zip(labels, label_f1s(logits > self.cc.cut, targets))),
-                    "micro_f1_by_threshold": {str(t): f for t, f in by_threshold.items()}}, line
+            details = {**details, "per_label_f1": dict(zip(labels, label_f1s(logits > self.cc.cut, targets))),
+                       "micro_f1_by_threshold": {str(t): f for t, f in by_threshold.items()}}
+            if self.cc.hierarchy_separator is not None:
+                levels = hierarchy_scores(logits > self.cc.cut, targets, labels, self.cc.hierarchy_separator)
+                details.update(levels)
+                line += "; " + ", ".join(f"level {d} micro-F1 {v['micro_f1']:.4f}" for d, v in levels["per_level"].items())
+                if levels["texts_with_orphans"]:
+                    line += (f"; {levels['texts_with_orphans']} dev texts are given a label without its parent (each "
+                             "label is its own decision, as PaddleNLP's)")
+            return details, line
         targets = np.array([f.target for f in fs.features], dtype=np.int64)
         pred = ev.flat().argmax(-1)
         majority = float(max((targets == c).mean() for c in range(len(labels))))
@@ -115,12 +135,15 @@ class Classification(PipelineKind):
         a list (CSL's keywords) was joined with ``text_pair_join``: clients send it joined the same way.  A multi-label
         one answers label sets cut at ``multi_label.threshold``."""
         pair = {"text_pair": True, "text_pair_join": cfg.data.join} if cfg.data.text_b else {}
-        return {**pair, "multi_label": {"threshold": self.cc.threshold}} if self.multi else pair
+        if not self.multi:
+            return pair
+        tree = {"hierarchy_separator": self.cc.hierarchy_separator} if self.cc.hierarchy_separator else {}
+        return {**pair, "multi_label": {"threshold": self.cc.threshold, **tree}}
 
     def load(self, cfg):
         from pipeline.data import load_classification_data
 
-        return load_classification_data(cfg, self.cc.label_separator if self.multi else None)
+        return load_classification_data(cfg, self.cc.label_separator if self.multi else None, self.cc.hierarchy_separator)
 
     def featurize(self, tokenizer, examples: Sequence, cfg=None) -> FeatureSet:
         feats = []
@@ -206,6 +229,25 @@ def label_f1s(pred: np.ndarray, targets: np.ndarray) -> list[float | None]:
     pred, targets = pred.astype(bool), targets.astype(bool)
     tp, fp, fn = ((pred & targets).sum(0), (pred & ~targets).sum(0), (~pred & targets).sum(0))
     return [float(2 * t / (2 * t + p + n)) if t + p + n else None for t, p, n in zip(tp, fp, fn)]
+
+
+def hierarchy_scores(pred: np.ndarray, targets: np.ndarray, labels: Sequence[str], separator: str) -> dict:
+    """PaddleNLP's per-level report for a hierarchy (``pred``, ``targets``: bool [N, C]; a label's level is its
+    depth, ``A##B`` is 2): each level's micro-F1, macro-F1 and exact match over that level's labels alone, and how many
+    texts were given a label whose parent they were not given."""
+    depth = np.array([len(label.split(separator)) for label in labels])
+    per_level = {}
+    for d in sorted(set(depth.tolist())):
+        cols = depth == d
+        p, t = pred[:, cols], targets[:, cols]
+        per_level[str(d)] = {"labels": int(cols.sum()), "micro_f1": set_micro_f1(p, t), "macro_f1": macro_f1(p, t),
+                             "exact_match": float((p == t).all(axis=1).mean()) if len(p) else 0.0}
+    index = {label: i for i, label in enumerate(labels)}
+    parent = [(i, index[up]) for i, label in enumerate(labels) if (up := label.rpartition(separator)[0]) in index]
+    orphans = np.zeros(len(pred), dtype=bool)
+    for child, up in parent:
+        orphans |= pred[:, child] & ~pred[:, up]
+    return {"per_level": per_level, "texts_with_orphans": int(orphans.sum())}
 
 
 def macro_f1(pred: np.ndarray, targets: np.ndarray) -> float:

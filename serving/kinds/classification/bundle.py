@@ -48,10 +48,17 @@ class Classification(BundleKind):
         t = meta["multi_label"].get("threshold") if isinstance(meta["multi_label"], dict) else None
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1:
             return f"multi_label.threshold must be a number between 0 and 1, got {t!r}"
+        tree = meta["multi_label"].get("hierarchy_separator")
+        if tree is not None and (not isinstance(tree, str) or not tree):
+            return f"multi_label.hierarchy_separator must be a non-empty string, got {tree!r}"
         return None
 
     def meta_sections(self, meta: dict) -> dict[str, Any]:
-        sets = {"multi_label": {"threshold": float(meta["multi_label"]["threshold"])}} if "multi_label" in meta else {}
+        sets = {}
+        if "multi_label" in meta:  # the hierarchy's separator, when there is one: how a client reads a label's path
+            tree = meta["multi_label"].get("hierarchy_separator")
+            sets = {"multi_label": {"threshold": float(meta["multi_label"]["threshold"]),
+                                    **({"hierarchy_separator": tree} if tree else {})}}
         if not meta.get("text_pair"):
             return sets
         return {"text_pair": True, "text_pair_join": str(meta.get("text_pair_join", "")), **sets}
@@ -80,6 +87,10 @@ class Classification(BundleKind):
                   "`label_probs` (every label, most probable first), `count` (INT32: the text's labels are the first "
                   f"`count`, those above probability {t}), `probs` (FP32, labels.json order).")
             steps = f"a sigmoid per label, labels ranked, those above {t} counted"
+            tree = meta["multi_label"].get("hierarchy_separator")
+            if tree:
+                io += (f" Labels are paths in a hierarchy (`A{tree}B` is under `A`); each is its own decision, so a text "
+                       "may be given a label without its parent.")
         if self.layout(pc) == "fused":
             return [
                 f"- `{names.ensemble}` (python backend, runtime `{pc.runtime}`, layout fused: tokenizer, model and "
