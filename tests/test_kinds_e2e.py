@@ -132,6 +132,13 @@ def _assert_one_selection(runs: Path) -> None:
     assert chosen.runtime == selected["runtime"] and (chosen.precision == "fp32") == (selected["quantization"] == "none")
     bundle = json.loads((runs.parent.parent / "repo" / runs.name / "bundle.json").read_text())
     assert bundle["validated"]["backend"] == metrics["chosen_backend"]
+    # the answers the shipped form changed: as many as parity counts, each with both answers and which is right
+    row = next(r for r in metrics["backends"] if r["backend"] == metrics["chosen_backend"])
+    changes = metrics["summary"]["answers_changed"]
+    changed = [json.loads(line) for line in (runs / "validate" / "out" / "changed.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert changes["changed"] == len(changed) == round((1 - row["argmax_agreement"]) * changes["examples"]), changes
+    assert changes["now_right"] == sum(r["shipped_right"] and not r["fp32_right"] for r in changed)
+    assert all(r["fp32"] != r["shipped"] and "gold" in r for r in changed), changed[:3]
 
 
 def _assert_batch_independent(runs: Path, cfg) -> None:

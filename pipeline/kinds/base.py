@@ -194,6 +194,19 @@ class PipelineKind:
         """One comparable prediction per example (parity between backends counts equal ones)."""
         raise NotImplementedError
 
+    # -- an example as a person reads it (validate's changed.jsonl: the answers compression changed) --------------
+    def shown(self, example, labels: Sequence[str]) -> dict:
+        """The example's input and its gold answer (``gold``), in words."""
+        raise NotImplementedError
+
+    def shown_answer(self, example, prediction, labels: Sequence[str]):
+        """One of ``predictions``' items for ``example``, in words (as ``shown`` gives the gold)."""
+        raise NotImplementedError
+
+    def is_right(self, example, prediction) -> bool:
+        """Whether a prediction is the example's gold answer whole (the class, the label set, every entity, the span)."""
+        raise NotImplementedError
+
     def describe(self, score: Score) -> str:
         return f"{self.metric_label} {score.value:.4f}"
 

@@ -213,6 +213,19 @@ class Classification(PipelineKind):
             return [tuple(int(i) for i in np.flatnonzero(o > self.cc.cut)) for o in outputs]
         return [int(np.argmax(o)) for o in outputs]
 
+    def _gold(self, example):
+        return tuple(i for i, v in enumerate(example.label) if v) if self.multi else example.label
+
+    def shown(self, example, labels) -> dict:
+        pair = {"text_pair": example.text_b} if example.text_b is not None else {}
+        return {"text": example.text_a, **pair, "gold": self.shown_answer(example, self._gold(example), labels)}
+
+    def shown_answer(self, example, prediction, labels):
+        return [labels[i] for i in prediction] if self.multi else labels[prediction]
+
+    def is_right(self, example, prediction) -> bool:
+        return prediction == self._gold(example)
+
 
 # the thresholds finetune-check scores the FP32 model's dev sets at, beside classification.threshold's
 SCANNED_THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)

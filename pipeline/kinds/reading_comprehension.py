@@ -175,5 +175,19 @@ class ReadingComprehension(PipelineKind):
     def predictions(self, outputs, fs: FeatureSet) -> list:
         return [(sp.start, sp.end) if sp else None for sp in self.spans(outputs, fs)]
 
+    def shown(self, example, labels) -> dict:
+        return {"id": example.id, "question": example.question, "gold": [[a.text, a.start] for a in example.answers]}
+
+    def shown_answer(self, example, prediction, labels):
+        """The span as [its text, its first character's offset] (the same text may stand elsewhere); None: no answer."""
+        return [example.context[prediction[0]:prediction[1]], prediction[0]] if prediction else None
+
+    def is_right(self, example, prediction) -> bool:
+        """CMRC2018's exact match (its normalization) with any gold answer's text."""
+        from pipeline.reading.metric import em_score
+
+        text = example.context[prediction[0]:prediction[1]] if prediction else ""
+        return em_score(text, [a.text for a in example.answers]) == 1.0
+
 
 KIND = ReadingComprehension  # what pipeline.kinds.kind_class finds in the module named after the kind

@@ -128,5 +128,19 @@ class TokenClassification(PipelineKind):
     def predictions(self, outputs, fs: FeatureSet) -> list:
         return [tuple((e.type, e.start, e.end) for e in ents) for ents in self.entities(outputs, fs)]
 
+    def shown(self, example, labels) -> dict:
+        return {"text": example.text, "gold": self.shown_answer(example, _gold(example), labels)}
+
+    def shown_answer(self, example, prediction, labels):
+        """Each entity as [type, its text, its first character's offset]."""
+        return [[t, example.text[s:e], s] for t, s, e in prediction]
+
+    def is_right(self, example, prediction) -> bool:
+        return set(prediction) == set(_gold(example))
+
+
+def _gold(example) -> tuple:
+    return tuple((e.type, e.start, e.end) for e in example.entities)
+
 
 KIND = TokenClassification  # what pipeline.kinds.kind_class finds in the module named after the kind

@@ -217,6 +217,17 @@ class UniversalExtraction(PipelineKind):
     def predictions(self, outputs, fs: FeatureSet) -> list:
         return [tuple((sp.start, sp.end) for sp in spans) for spans in self.spans(outputs, fs)]
 
+    def shown(self, example, labels) -> dict:
+        return {"prompt": example.prompt, "content": example.content,
+                "gold": self.shown_answer(example, example.spans, labels)}
+
+    def shown_answer(self, example, prediction, labels):
+        """Each span as [its text, its first character's offset]."""
+        return [[example.content[s:e], s] for s, e in prediction]
+
+    def is_right(self, example, prediction) -> bool:
+        return set(prediction) == set(example.spans)
+
 
 def pointer_targets(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:
     """int64 [L, 2]: 1 where a gold span starts (column 0) or ends (column 1) inside this window's content part.

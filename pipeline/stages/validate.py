@@ -193,6 +193,7 @@ def run(ctx):
     from pipeline.backends.registry import RunOptions, plan
     from pipeline.records import StageResult
     from pipeline.validation import gates as G
+    from pipeline.validation.changes import CHANGES_FILE, answer_changes
 
     cfg = ctx.cfg
     with ctx.phase("inputs"):
@@ -203,16 +204,20 @@ def run(ctx):
     opts = RunOptions(cfg.validate.threads or None, inp.dev.lengths(), cfg.max_seq_len, cfg.engine_settings)
     make = {rt.name: (lambda rt=rt: rt.session(rt.artifact(inp.layout.root), opts)) for rt in runtimes}
     paired, anchor_score = _time_cpu_engines(ctx, inp, runtimes, make)
-    rows, benches = zip(*(_measure(ctx, inp, rt, make[rt.name], paired) for rt in runtimes)) if runtimes else ((), ())
-    rows, benches = list(rows), dict(zip((r.backend for r in rows), benches))
+    rows, benches, answers = zip(*(_measure(ctx, inp, rt, make[rt.name], paired) for rt in runtimes)) if runtimes else ((), (), ())
+    rows, benches, answers = list(rows), dict(zip((r.backend for r in rows), benches)), dict(zip((r.backend for r in rows), answers))
     with ctx.phase("gates"):
         _fill_ratios(rows, benches, paired)
         chosen, why = backend_to_verify(rows, cfg.validate.chosen_backend, inp.meta.selected_candidate,
                                         cfg.package.runtime_device)
         ctx.log(f"[validate] verifying {chosen}: {why}")
         crow = next(r for r in rows if r.backend == chosen)
+        changes = answer_changes(inp.kind, inp.dev.examples, inp.data.labels, inp.reference.predictions, answers[chosen])
+        changes.write(ctx.out_dir / CHANGES_FILE)
+        ctx.log(f"[validate] {chosen}: {changes.line()}")
         gate_list = _gates(cfg, crow, inp.reference.score.value, checked.fp32)
-        summary = {**_summary(cfg, inp, crow, paired, anchor_score), "checked": checked.as_dict()}
+        summary = {**_summary(cfg, inp, crow, paired, anchor_score), "checked": checked.as_dict(),
+                   "answers_changed": changes.summary()}
         report = G.GateReport(cfg.task, chosen, gate_list, summary)
         _write_reports(ctx, inp, report, rows, benches, skipped, why, checked)
     for name, reason in skipped.items():
@@ -222,7 +227,8 @@ def run(ctx):
                "gates_passed": report.passed, "skipped": {k: f"skipped: {v}" for k, v in skipped.items()},
                "backends_checked": checked.measured, "not_checked": list(checked.not_checked)}
     return StageResult(metrics=metrics, gate_error=G.failure_message(gate_list),
-                       artifacts={"gates": G.GATES_FILE, "report": "report.md", "metrics": METRICS_FILE, "plot": "accuracy_vs_throughput.png"},
+                       artifacts={"gates": G.GATES_FILE, "report": "report.md", "metrics": METRICS_FILE, "plot": "accuracy_vs_throughput.png",
+                                  "answers_changed": CHANGES_FILE},
                        message=f"{chosen}: {inp.kind.metric_label} {crow.accuracy:.4f} (drop {crow.accuracy_drop_points:+.2f} pts vs FP32), "
                                f"{(crow.throughput_ratio or 0):.2f}x FP32")
 
@@ -294,7 +300,7 @@ def _parity_estimate(inp: _Inputs, paired, name: str) -> float | None:
 
 def _measure(ctx, inp: _Inputs, rt, make, paired):
     """One runtime: parity on the full dev set, the fixed-shape grid, batch-1 latency (its dev-length throughput is
-    the interleaved rounds', when it was in them).  Returns (its row, its benchmark)."""
+    the interleaved rounds', when it was in them).  Returns (its row, its benchmark, its dev predictions)."""
     from pipeline.validation.benchmark import BenchmarkSettings, benchmark_backend
     from pipeline.validation.parity import compare_outputs
     from pipeline.validation.rows import BackendRow
@@ -310,15 +316,15 @@ def _measure(ctx, inp: _Inputs, rt, make, paired):
         ev, outputs_from = _dev_evaluation(ctx, inp, rt, make, paired)
     b1 = [c for c in bench.grid if c.batch_size == 1 and c.seq_len <= cfg.max_seq_len] or \
          [c for c in bench.grid if c.batch_size == 1]
-    dev = bench.dev
+    dev, predictions = bench.dev, inp.dev.predictions(ev.outputs)
     row = BackendRow(rt.name, rt.runtime, rt.device, rt.form, rt.precision, rt.quantized, inp.kind.metric,
-                     compare_outputs(rt.name, ev, inp.reference, inp.dev).as_dict(), ev.score.metrics,
+                     compare_outputs(rt.name, ev, inp.reference, inp.dev, predictions).as_dict(), ev.score.metrics,
                      sentences_per_s=dev.sentences_per_s if dev else None, latency_ms_p50=dev.latency_ms_p50 if dev else None,
                      latency_ms_p95=dev.latency_ms_p95 if dev else None, latency_ms_p99=dev.latency_ms_p99 if dev else None,
                      batch1_p99_ms=max(b1, key=lambda c: c.seq_len).latency_ms_p99 if b1 else None,
                      dev_batch1_p99_ms=bench.dev_batch1.latency_ms_p99 if bench.dev_batch1 else None,
                      peak_rss_mb=bench.peak_rss_mb, model_mb=inp.layout.bytes(rt.form) / 2**20, dev_outputs=outputs_from)
-    return row, bench
+    return row, bench, predictions
 
 
 def _dev_evaluation(ctx, inp: _Inputs, rt, make, paired):
@@ -450,5 +456,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    version="8",  # the last bump: parity reuses compress's outputs of the same files; rows say whose (earlier: git log)
+    version="9",  # the last bump: the answers the shipped form changed, changed.jsonl (earlier: git log)
 )

@@ -58,14 +58,15 @@ def reference_for(flat: np.ndarray, fs) -> Reference:
     return Reference(flat, outputs, fs.score(outputs), fs.predictions(outputs))
 
 
-def compare_outputs(backend: str, ev, ref: Reference, fs) -> Parity:
-    """Parity of an ``Evaluation`` over ``fs`` with the reference: metric, predictions, raw outputs."""
+def compare_outputs(backend: str, ev, ref: Reference, fs, pred: list | None = None) -> Parity:
+    """Parity of an ``Evaluation`` over ``fs`` with the reference: metric, predictions (``pred``, when the caller
+    has them already: decoding spans costs), raw outputs."""
     flat = ev.flat()
     if flat.shape != ref.flat.shape:
         from pipeline.errors import ModelError
 
         raise ModelError(f"{backend}: outputs shape {flat.shape} != the FP32 reference's {ref.flat.shape} (finetune-check)")
-    pred = fs.predictions(ev.outputs)
+    pred = fs.predictions(ev.outputs) if pred is None else pred
     agree = float(np.mean([a == b for a, b in zip(pred, ref.predictions)])) if pred else 1.0
     diff = np.abs(flat.astype(np.float64) - ref.flat)
     return Parity(backend, ev.metric, ref.score.value, 100.0 * (ref.score.value - ev.metric), agree,

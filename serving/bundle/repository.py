@@ -489,6 +489,11 @@ def _measured(metrics: dict) -> list[tuple[str, str]]:
         said = "; ".join(a for a in against if a)
         rows.append((f"dev {label}", f"{summary['accuracy']:.4f}" + (f" ({said})" if said else "")))
     rows += [(f"dev {k}", _fmt(v)) for k, v in (summary.get("metrics") or {}).items() if k != summary.get("metric")]
+    changed = summary.get("answers_changed")
+    if isinstance(changed, dict) and isinstance(changed.get("changed"), int):
+        rows.append(("dev answers not FP32's", f"{changed['changed']} of {changed.get('examples')}: "
+                                               f"{changed.get('now_right')} now right, {changed.get('now_wrong')} now "
+                                               f"wrong (validate's {changed.get('file')})"))
     if isinstance(summary.get("throughput_ratio"), float):
         rows.append(("throughput vs FP32", f"{ratio('throughput_ratio')} (median [min-max] of interleaved rounds, "
                                            f"batch {summary.get('batch_size')}, dev lengths)"))
