@@ -206,9 +206,9 @@ def _other_forms(path: Path, split_name: str) -> str:
 def _labels_in(cfg: TaskConfigView, rows: list[tuple[int, dict]], path: Path, separator: str | None,
                hierarchy: str | None = None) -> tuple[str, ...]:
     """The label values of the train split's rows, sorted (``sorted_labels``; ``data.skip_labels`` left out; with
-    ``hierarchy``, every label's ancestors too): the ids are their order, the same whatever order the rows come in.  Nobody checked them against a list, so two that
-    differ only in spaces (``positive`` and ``positive `` would be two classes) and a column of mostly distinct values
-    (a text named as the label field) are refused naming the file."""
+    ``hierarchy``, every label's ancestors too): the ids are their order, the same whatever order the rows come in.
+    Nobody checked them against a list, so two that differ only in spaces (``positive`` and ``positive `` would be two
+    classes) and a column of mostly distinct values (a text named as the label field) are refused naming the file."""
     field_name = cfg.data.label_field
     first: dict[str, int] = {}
     for lineno, row in rows:

@@ -204,8 +204,10 @@ def run(ctx):
     opts = RunOptions(cfg.validate.threads or None, inp.dev.lengths(), cfg.max_seq_len, cfg.engine_settings)
     make = {rt.name: (lambda rt=rt: rt.session(rt.artifact(inp.layout.root), opts)) for rt in runtimes}
     paired, anchor_score = _time_cpu_engines(ctx, inp, runtimes, make)
-    rows, benches, answers = zip(*(_measure(ctx, inp, rt, make[rt.name], paired) for rt in runtimes)) if runtimes else ((), (), ())
-    rows, benches, answers = list(rows), dict(zip((r.backend for r in rows), benches)), dict(zip((r.backend for r in rows), answers))
+    measured = [_measure(ctx, inp, rt, make[rt.name], paired) for rt in runtimes]
+    rows = [row for row, _, _ in measured]
+    benches = {row.backend: bench for row, bench, _ in measured}
+    answers = {row.backend: predictions for row, _, predictions in measured}  # per dev example, as parity compared them
     with ctx.phase("gates"):
         _fill_ratios(rows, benches, paired)
         chosen, why = backend_to_verify(rows, cfg.validate.chosen_backend, inp.meta.selected_candidate,
