@@ -145,26 +145,34 @@ def test_each_level_of_a_hierarchy_is_scored_on_its_own():
     assert two["exact_match"] == pytest.approx(1 / 3)
 
 
-def test_a_hierarchy_through_finetune_check(tmp_path, capsys):
-    """A tiny hierarchical task fine-tuned and checked: rows name leaves and tops, each path's parent is learned too;
-    finetune-check reports every level as PaddleNLP's evaluate does, and the export's meta carries the separator."""
-    from conftest import TINY_MODEL_OVERRIDES
-    from pipeline.cli import main
-    from pipeline.kinds import get_kind
+def test_a_hierarchy_through_every_stage(tmp_path, capsys):
+    """A tiny hierarchical task (rows name leaves and tops; each path's parent is learned too) through every stage:
+    finetune-check reports each level as PaddleNLP's evaluate does, validate the shipped form's levels beside FP32's,
+    and the bundle says its labels are paths."""
+    from test_kinds_e2e import _run_bundle
 
     data = write_tiny_sets(tmp_path / "data", names=["news##sports", "news##finance", "tech"])
-    task = _task(data, classification={"multi_label": True, "hierarchy_separator": "##"})
+    task = _task(data, classification={"multi_label": True, "hierarchy_separator": "##"}, compress={"strategy": "ptq"})
     cfg = _config(tmp_path, task)
     assert load_task_data(cfg).labels == ("news", "news##finance", "news##sports", "tech")
-    assert get_kind(cfg).manifest_sections(cfg)["multi_label"] == {"threshold": 0.5, "hierarchy_separator": "##"}
-    sets = {**TINY_MODEL_OVERRIDES, "finetune.epochs": 8, "gates.min_accuracy": 0.1}
-    assert main(["run", "--task", str(tmp_path / "tinyml.yaml"), "--runs-dir", str(tmp_path / "runs"), "--until",
-                 "finetune-check", *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))]) == 0
-    baseline = json.loads((tmp_path / "runs" / "tinyml" / "finetune-check" / "out" / "baseline.json").read_text())
+    capsys.readouterr()
+    _, runs, _ = _run_bundle(tmp_path, task, {"finetune.epochs": 8, "gates.min_accuracy": 0.1})
+    out = capsys.readouterr().out
+    baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
     levels = baseline["per_level"]
     assert (levels["1"]["labels"], levels["2"]["labels"]) == (2, 2) and isinstance(baseline["texts_with_orphans"], int)
-    out = capsys.readouterr().out
     assert f"level 1 micro-F1 {levels['1']['micro_f1']:.4f}, level 2 micro-F1 {levels['2']['micro_f1']:.4f}" in out
+    summary = json.loads((runs / "validate" / "out" / "metrics.json").read_text())["summary"]
+    assert summary["levels"]["fp32"]["per_level"] == levels  # FP32's predictions, scored as finetune-check scored them
+    shipped = summary["levels"]["shipped"]["per_level"]
+    assert f"level 2 micro-F1 {shipped['2']['micro_f1']:.4f} (FP32 {levels['2']['micro_f1']:.4f})" in out
+
+    bundle = tmp_path / "repo" / "tinyml"
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    assert manifest["multi_label"] == {"threshold": 0.5, "hierarchy_separator": "##"}
+    card = (bundle / "README.md").read_text(encoding="utf-8")
+    assert f"| dev level 1 micro-F1 | {shipped['1']['micro_f1']:.4f} (FP32 {levels['1']['micro_f1']:.4f}; 2 labels) |" in card
+    assert "Labels are paths in a hierarchy (`A##B` is under `A`)" in card
 
 
 def test_a_label_list_of_other_things_and_no_local_data_are_refused(tmp_path):

@@ -210,6 +210,11 @@ class PipelineKind:
     def describe(self, score: Score) -> str:
         return f"{self.metric_label} {score.value:.4f}"
 
+    def level_scores(self, predictions: Sequence, examples: Sequence, labels: Sequence[str]) -> dict | None:
+        """Scores of ``predictions`` (one per dev example) by level of a label hierarchy, as finetune-check reports them
+        for FP32 (validate reports the shipped form's beside them); None: the task has no hierarchy."""
+        return None
+
 
 def span_feature_params(cfg) -> dict:
     """What changes the features of every kind but classification: its type, data format and files."""

@@ -213,6 +213,15 @@ class Classification(PipelineKind):
             return [tuple(int(i) for i in np.flatnonzero(o > self.cc.cut)) for o in outputs]
         return [int(np.argmax(o)) for o in outputs]
 
+    def level_scores(self, predictions, examples, labels) -> dict | None:
+        if self.cc.hierarchy_separator is None:
+            return None
+        pred = np.zeros((len(predictions), len(labels)), dtype=bool)
+        for i, chosen in enumerate(predictions):
+            pred[i, list(chosen)] = True
+        targets = np.array([e.label for e in examples], dtype=bool).reshape(len(examples), len(labels))
+        return hierarchy_scores(pred, targets, labels, self.cc.hierarchy_separator)
+
     def _gold(self, example):
         return tuple(i for i, v in enumerate(example.label) if v) if self.multi else example.label
 

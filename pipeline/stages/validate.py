@@ -220,6 +220,13 @@ def run(ctx):
         gate_list = _gates(cfg, crow, inp.reference.score.value, checked.fp32)
         summary = {**_summary(cfg, inp, crow, paired, anchor_score), "checked": checked.as_dict(),
                    "answers_changed": changes.summary()}
+        levels = {who: inp.kind.level_scores(pred, inp.dev.examples, inp.data.labels)
+                  for who, pred in (("shipped", answers[chosen]), ("fp32", inp.reference.predictions))}
+        if levels["shipped"] is not None:  # a label hierarchy: each level of what ships beside FP32's
+            summary["levels"] = levels
+            ctx.log(f"[validate] {chosen}: " + ", ".join(
+                f"level {d} micro-F1 {v['micro_f1']:.4f} (FP32 {levels['fp32']['per_level'][d]['micro_f1']:.4f})"
+                for d, v in levels["shipped"]["per_level"].items()))
         report = G.GateReport(cfg.task, chosen, gate_list, summary)
         _write_reports(ctx, inp, report, rows, benches, skipped, why, checked)
     for name, reason in skipped.items():
@@ -458,5 +465,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    version="9",  # the last bump: the answers the shipped form changed, changed.jsonl (earlier: git log)
+    version="9",  # the last bump: the answers the shipped form changed (changed.jsonl), a hierarchy's levels (earlier: git log)
 )

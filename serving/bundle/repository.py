@@ -489,6 +489,11 @@ def _measured(metrics: dict) -> list[tuple[str, str]]:
         said = "; ".join(a for a in against if a)
         rows.append((f"dev {label}", f"{summary['accuracy']:.4f}" + (f" ({said})" if said else "")))
     rows += [(f"dev {k}", _fmt(v)) for k, v in (summary.get("metrics") or {}).items() if k != summary.get("metric")]
+    levels = summary.get("levels") or {}
+    for depth, got in ((levels.get("shipped") or {}).get("per_level") or {}).items():
+        fp32 = ((levels.get("fp32") or {}).get("per_level") or {}).get(depth) or {}
+        rows.append((f"dev level {depth} micro-F1", f"{_fmt(got.get('micro_f1'))} (FP32 {_fmt(fp32.get('micro_f1'))}; "
+                                                   f"{got.get('labels')} labels)"))
     changed = summary.get("answers_changed")
     if isinstance(changed, dict) and isinstance(changed.get("changed"), int):
         rows.append(("dev answers not FP32's", f"{changed['changed']} of {changed.get('examples')}: "
