@@ -261,9 +261,11 @@ class Validation:
         return form(self.chosen_form).precision.value if self.chosen_form else None
 
     def by_form(self) -> dict[str, dict]:
-        """form -> {"backend", "metric", "value", "accuracy", <every metric>} (the bundle manifest's ``validated``)."""
-        return {f: {**m.metrics, "backend": m.backend, "metric": m.metric, "value": m.value, "accuracy": m.value}
-                for f, m in self.forms.items()}
+        """form -> {"backend", "metric", "metric_label", "value", "accuracy", <every metric>} (the bundle manifest's
+        ``validated``; ``metric_label``: how reports name the metric, "micro-F1" for "micro_f1")."""
+        label = str(self.summary.get("metric_label") or "")
+        return {f: {**m.metrics, "backend": m.backend, "metric": m.metric, **({"metric_label": label} if label else {}),
+                    "value": m.value, "accuracy": m.value} for f, m in self.forms.items()}
 
     @classmethod
     def from_dict(cls, d: dict, path: Path | str = "metrics.json") -> "Validation":

@@ -72,5 +72,7 @@ def test_validation_names_forms_and_precision_in_one_place():
     assert set(v.forms) == {"onnx_fp32", "onnx_int8"} and v.forms["onnx_int8"].throughput_ratio == 2.1
     assert v.by_form()["onnx_fp32"] == {"macro_f1": 0.4, "backend": "onnxruntime-cpu-fp32", "metric": "accuracy",
                                         "value": 0.52, "accuracy": 0.52}
+    labelled = Validation.from_dict({**data, "summary": {"accuracy": 0.5, "metric_label": "micro-F1"}}).by_form()
+    assert labelled["onnx_int8"]["metric_label"] == "micro-F1"  # how smoke and the card name it
     assert Validation.from_dict({**data, "chosen_backend": "onnxruntime-cpu-int8-qdq"}).chosen_precision == "int8_qdq"
     assert Validation.from_dict({**data, "chosen_backend": "?"}).chosen_precision is None

@@ -309,6 +309,6 @@ def test_multi_label_bundle_end_to_end(tmp_path, capsys):
         assert capsys.readouterr().out == f"-\t-\t-\t{none}\n"  # no label: said, not left blank
 
     out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys, while_served=classify)
-    assert "label sets differing: 0" in out, out
+    assert "label sets differing: 0" in out and f"validated micro-F1 {manifest['validated']['value']:.4f}" in out, out
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)

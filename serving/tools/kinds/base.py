@@ -6,7 +6,7 @@ One object per ``pipeline.contract.TaskKind`` (``serving.tools.kinds.tool_kind``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from pipeline.contract import TaskKind
@@ -127,6 +127,7 @@ class Validated:
     metric: str | None
     value: float | None
     note: str = ""  # validate scored another dev set (other_dev_set): said, not compared
+    label: str = field(default="", compare=False)  # how reports name the metric ("micro-F1"; bundles before: none)
 
     def agrees(self, served: float) -> bool:
         return self.value is None or abs(served - self.value) < 1e-9
@@ -134,7 +135,7 @@ class Validated:
     def print(self, backend: str | None) -> None:
         """The smoke printout's line for validate's number (and, when validate scored another dev set, why not)."""
         if self.value is not None:
-            print(f"  validated {self.metric} {self.value:.4f}  (validate stage, {backend})")
+            print(f"  validated {self.label or self.metric} {self.value:.4f}  (validate stage, {backend})")
         if self.note:
             print(self.note)
 
@@ -145,7 +146,7 @@ def validated(manifest: dict, scored: int | None = None, count_key: str = "") ->
     value, note = v.get("value", v.get("accuracy")), other_dev_set(manifest, scored, count_key)
     if not isinstance(value, (int, float)) or note:
         return Validated(None, None, note)
-    return Validated(str(v.get("metric", "accuracy")), float(value))
+    return Validated(str(v.get("metric", "accuracy")), float(value), label=str(v.get("metric_label") or ""))
 
 
 def other_dev_set(manifest: dict, scored: int | None, count_key: str) -> str:
