@@ -114,8 +114,8 @@ class Classification(PipelineKind):
                          "dev set, so an optimistic number)")
             details = {**details, "per_label_f1": dict(zip(labels, label_f1s(logits > self.cc.cut, targets))),
                        "micro_f1_by_threshold": {str(t): f for t, f in by_threshold.items()}}
-            if self.cc.hierarchy_separator is not None:
-                levels = hierarchy_scores(logits > self.cc.cut, targets, labels, self.cc.hierarchy_separator)
+            levels = self.level_scores(self.predictions(ev.outputs, fs), fs.examples, labels)
+            if levels is not None:  # one path for FP32's levels here and the shipped form's in validate
                 details.update(levels)
                 line += "; " + ", ".join(f"level {d} micro-F1 {v['micro_f1']:.4f}" for d, v in levels["per_level"].items())
                 if levels["texts_with_orphans"]:
