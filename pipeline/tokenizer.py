@@ -33,6 +33,7 @@ class Encoded:
     input_ids: np.ndarray  # int64 [batch, seq], padded with pad_id to the longest item
     token_type_ids: np.ndarray  # int64 [batch, seq]
     lengths: np.ndarray  # int64 [batch]
+    truncated: int = 0  # how many items were cut to max_seq_len
 
 
 class Tokenizer:
@@ -76,9 +77,10 @@ class Tokenizer:
 
     def encode(self, texts_a: Sequence[str], texts_b: Sequence[str | None] | None = None) -> Encoded:
         if texts_b is not None and any(t is not None for t in texts_b):
-            rows = self._pairs(texts_a, texts_b)
+            rows, cut = self._pairs(texts_a, texts_b)
         else:
-            rows = [(e.ids, e.type_ids) for e in self._single.encode_batch(list(texts_a))]
+            encodings = self._single.encode_batch(list(texts_a))
+            rows, cut = [(e.ids, e.type_ids) for e in encodings], sum(1 for e in encodings if e.overflowing)
         lengths = np.array([len(ids) for ids, _ in rows], dtype=np.int64)
         width = int(lengths.max()) if len(rows) else 0
         ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
@@ -86,14 +88,14 @@ class Tokenizer:
         for i, (row_ids, row_types) in enumerate(rows):
             ids[i, : len(row_ids)] = row_ids
             types[i, : len(row_types)] = row_types
-        return Encoded(ids, types, lengths)
+        return Encoded(ids, types, lengths, cut)
 
-    def _pairs(self, texts_a: Sequence[str], texts_b: Sequence[str | None]) -> list[tuple[list[int], list[int]]]:
-        """``[CLS] a [SEP] b [SEP]`` cut by the model's ``longest_first`` rule (``wordpiece.encode_pairs``, the code
-        the served pre-processing runs)."""
-        from pipeline.wordpiece import encode_pairs
+    def _pairs(self, texts_a: Sequence[str], texts_b: Sequence[str | None]) -> tuple[list[tuple[list[int], list[int]]], int]:
+        """``[CLS] a [SEP] b [SEP]`` cut by the model's ``longest_first`` rule (``wordpiece.encode_pairs_counted``, the
+        code the served pre-processing runs), and how many pairs were cut."""
+        from pipeline.wordpiece import encode_pairs_counted
 
-        return encode_pairs(self._raw, texts_a, [b or "" for b in texts_b], self.max_seq_len, self.rules)
+        return encode_pairs_counted(self._raw, texts_a, [b or "" for b in texts_b], self.max_seq_len, self.rules)
 
 
 def build_char_vocab(texts: Iterable[str], min_freq: int = 2) -> list[str]:

@@ -106,15 +106,22 @@ def encode_pairs(tok, texts_a, texts_b, max_seq_len: int, rules: str = "paddlenl
     ``longest_first`` rule (PaddleNLP's ``truncate_pair``, or HF's ``truncate_pair_balanced``); ``tok`` is ``build``'s
     tokenizer (no truncation, no padding).  The offline tokenizer (``pipeline.tokenizer``) and the served
     pre-processing both call this."""
+    return encode_pairs_counted(tok, texts_a, texts_b, max_seq_len, rules)[0]
+
+
+def encode_pairs_counted(tok, texts_a, texts_b, max_seq_len: int, rules: str = "paddlenlp"):
+    """``encode_pairs``'s rows, and how many pairs were cut (the served model counts them on /metrics, validate
+    counts dev's)."""
     cut = truncate_pair_balanced if rules == "huggingface" else truncate_pair
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     firsts = tok.encode_batch(list(texts_a), add_special_tokens=False)
     seconds = tok.encode_batch(list(texts_b), add_special_tokens=False)
-    rows = []
+    rows, n_cut = [], 0
     for a, b in zip(firsts, seconds):
         na, nb = cut(len(a.ids), len(b.ids), max_seq_len - 3)
+        n_cut += na < len(a.ids) or nb < len(b.ids)
         rows.append(([cls_id, *a.ids[:na], sep_id, *b.ids[:nb], sep_id], [0] * (na + 2) + [1] * (nb + 1)))
-    return rows
+    return rows, n_cut
 
 
 def truncate_pair_balanced(len_a: int, len_b: int, budget: int) -> tuple[int, int]:

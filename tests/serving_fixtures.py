@@ -10,7 +10,10 @@ INT8 ONNX, the OpenVINO IR) are the ones a real bundle ships.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import time
+import urllib.request
 from pathlib import Path
 
 import pipeline  # noqa: F401  (numpy before paddle)
@@ -315,3 +318,31 @@ def servers_on(repository: Path) -> list[int]:
     from serving.procfs import cmdline, processes
 
     return [p.pid for p in processes() if f"--model-repository={repository}".encode() in (cmdline(p.pid) or [])]
+
+
+_OUR_SAMPLE = re.compile(r'^(ernie_bundle_\w+)\{([^}]*)\} (\S+)$')
+
+
+def scrape_ours(srv) -> dict[tuple[str, frozenset], float]:
+    """Our series on the server's /metrics summed over the stub processes that count them (labels model_instance and
+    pid), as a dashboard sums them: (name, labels) -> value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = _OUR_SAMPLE.match(line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+            assert labels.pop("model_instance") and labels.pop("pid"), line  # every series is one process's
+            key = (m.group(1), frozenset(labels.items()))
+            out[key] = out.get(key, 0.0) + float(m.group(3))
+    return out
+
+
+def settled_scrape(srv, want, timeout: float = 10.0):
+    """The scrape once ``want(samples)`` holds (counts reach Triton within a second), else the last one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = scrape_ours(srv)
+        if want(samples) or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.2)

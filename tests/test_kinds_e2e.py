@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from conftest import TINY_MODEL_OVERRIDES
+from serving_fixtures import scrape_ours, settled_scrape
 
 NAMES = ["张三丰", "李四光", "王小明", "赵大海", "钱学森"]
 COMPANIES = ["华为公司", "腾讯集团", "阿里巴巴", "小米科技"]
@@ -192,11 +193,13 @@ def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys, whil
     server = start_server(bundle, log_path=tmp_path / "server.log", timeout=120)
     try:
         capsys.readouterr()
+        before = scrape_ours(server)
         rc = smoke.main(["--task", str(task_yaml), "--repository", str(bundle), "--url", server.grpc_url,
                          "--protocol", "grpc", "--json-out", str(tmp_path / "smoke.json")])
         captured = capsys.readouterr()
         out = captured.out
         assert rc == 0, out + captured.err
+        _smoke_moved_the_counters_as_validate_counted_dev(server, bundle, before)
         from serving.tools import loadtest
 
         rc = loadtest.main(["--task", str(task_yaml), "--model", bundle.name, "--url", server.grpc_url, "--protocol", "grpc",
@@ -243,11 +246,57 @@ def test_ner_bundle_end_to_end(tmp_path, capsys):
     bundle = tmp_path / "repo" / "tinyner"
     manifest = json.loads((bundle / "bundle.json").read_text())
     assert manifest["validated"]["metric"] == "f1"
-    out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys)
+    card = (bundle / "README.md").read_text(encoding="utf-8")  # dev's shares, for the served counters to be held to
+    assert "| dev texts cut to max_seq_len |" in card and "| dev answers by label | name " in card
+    out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys, while_served=_entities_are_counted_by_type)
     assert "texts whose entities differ: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["served_f1"] == result["offline_f1"] == pytest.approx(manifest["validated"]["value"], abs=1e-9)
     _assert_bench_rows(task_yaml, runs, tmp_path, metrics["chosen_backend"], manifest["validated"]["value"])
+
+
+def _smoke_moved_the_counters_as_validate_counted_dev(server, bundle: Path, before: dict) -> None:
+    """smoke sends the dev set validate scored: the served counters (every model of the bundle together) move by what
+    validate counted on dev for what ships (the model card's shares): texts cut, answers by label; nothing refused
+    or failed."""
+    dev = json.loads((bundle / "bundle.json").read_text())["metrics"]["summary"]["dev_counts"]
+    want = {("ernie_bundle_refused_requests_total", ""): 0, ("ernie_bundle_failed_requests_total", ""): 0,
+            **({("ernie_bundle_truncated_items_total", ""): dev["truncated"]} if "truncated" in dev else {}),
+            **{("ernie_bundle_answers_total", label): n for label, n in dev.get("answers", {}).items()}}
+
+    def moved(samples) -> dict:
+        got = dict.fromkeys(want, 0.0)
+        for (name, labels), v in samples.items():
+            key = (name, dict(labels).get("label", ""))
+            if key in got:
+                got[key] += v - before.get((name, labels), 0.0)
+        return got
+
+    after = settled_scrape(server, lambda s: moved(s) == want)
+    assert moved(after) == want
+    assert dev["items"] > 0 and (dev.get("answers") is None or sum(dev["answers"].values()) > 0)
+
+
+def _entities_are_counted_by_type(server) -> None:
+    """The tagger's /metrics: entities served by type, and texts cut to max_seq_len, equal to what a request got."""
+    from collections import Counter
+
+    from serving.tools.client import BundleClient
+
+    before = scrape_ours(server)
+    texts = ["张三在腾讯公司工作", "李四去了阿里巴巴", "王五和赵六" * 20]  # the last is cut to max_seq_len 32
+    with BundleClient(server.grpc_url, "grpc", "tinyner", retries=0) as client:
+        got = Counter(e.type for entities in client.extract_entities_batch(texts) for e in entities)
+
+    def moved(s, name, **labels):
+        key = (name, frozenset({"model": "tinyner", **labels}.items()))
+        return s.get(key, 0.0) - before.get(key, 0.0)
+
+    after = settled_scrape(server, lambda s: moved(s, "ernie_bundle_truncated_items_total") >= 1)
+    assert moved(after, "ernie_bundle_truncated_items_total") == 1
+    assert {t: moved(after, "ernie_bundle_answers_total", label=t) for t in ("name", "company")} == \
+        {t: got.get(t, 0) for t in ("name", "company")}
+    assert sum(got.values()) > 0  # the tiny tagger finds entities in these texts
 
 
 def _assert_bench_rows(task_yaml: Path, runs: Path, tmp_path: Path, chosen: str, validated: float) -> None:

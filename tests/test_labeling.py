@@ -74,7 +74,8 @@ def test_encode_adds_special_tokens_with_minus_one_offsets(tok):
 
 def test_encode_truncates_to_max_seq_len(tok):
     encoded = encode_token(tok, "我在北京玩游戏", 5)
-    assert len(encoded.input_ids) == 5
+    assert len(encoded.input_ids) == 5 and encoded.truncated
+    assert not encode_token(tok, "我在北京玩游戏", 9).truncated and encode_token(tok, "我在北京玩游戏", 8).truncated
     assert encoded.offsets.tolist() == [[-1, -1], [0, 1], [1, 2], [2, 3], [-1, -1]]
     empty = encode_token(tok, "", 8)
     assert empty.offsets.tolist() == [[-1, -1], [-1, -1]]

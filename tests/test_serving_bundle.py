@@ -295,7 +295,7 @@ def test_other_runtime_bundles_are_complete(tiny_export, tmp_path, runtime):
     model_files = sorted(f.split("/", 2)[2] for f in files if f.startswith("tiny_model/1/"))
     expected = {"onnxruntime": ["model.onnx"], "fastdeploy": ["model.onnx"],
                 "python-paddle": ["bundle_integrity.py", "engine.py", "model.pdiparams", "model.pdmodel", "model.py",
-                                  "model_support.py"]}[runtime]
+                                  "model_support.py", "served_metrics.py"]}[runtime]
     assert model_files == expected
     if runtime == "python-paddle":  # the engine runner.py runs: Paddle's served module, from its folder
         from pipeline.backends.registry import served_engine

@@ -88,6 +88,8 @@ def test_single_text_truncation_and_specials(vocab_file, oracle):
         want = oracle(text, max_length=8, truncation=True)["input_ids"]
         assert enc.input_ids[row, : enc.lengths[row]].tolist() == want
         assert (enc.input_ids[row, enc.lengths[row]:] == tok.pad_id).all()
+    # the texts cut (what validate counts on dev and the served model on /metrics): those with over 6 tokens
+    assert enc.truncated == sum(len(paddle_body(oracle, t)) > 6 for t in PINNED) > 0
 
 
 @pytest.mark.parametrize("max_len", [7, 9, 12, 64])
@@ -103,6 +105,8 @@ def test_pairs_are_cut_like_paddlenlp_longest_first(vocab_file, oracle, max_len)
         n = enc.lengths[row]
         assert enc.input_ids[row, :n].tolist() == want["input_ids"], (a, b)
         assert enc.token_type_ids[row, :n].tolist() == want["token_type_ids"], (a, b)
+    cut = sum(len(paddle_body(oracle, a)) + len(paddle_body(oracle, b)) > max_len - 3 for a, b in zip(firsts, seconds))
+    assert enc.truncated == cut and (cut == 0) == (max_len == 64)
 
 
 def test_truncate_pair_rule():

@@ -57,6 +57,7 @@ class FeatureSet:
     examples: Sequence[Any]
     pad_id: int
     extras: Sequence[Any] = ()  # per feature: token offsets (NER) or the window (reading)
+    truncated: int | None = None  # items cut to max_seq_len (classification, NER; the kinds that window cut none)
 
     def __len__(self) -> int:
         return len(self.features)
@@ -209,6 +210,11 @@ class PipelineKind:
 
     def describe(self, score: Score) -> str:
         return f"{self.metric_label} {score.value:.4f}"
+
+    def answer_counts(self, predictions: Sequence, labels: Sequence[str]) -> dict[str, int] | None:
+        """How often ``predictions`` (one per dev example) give each answer label, counted as the served model counts
+        ``ernie_bundle_answers_total`` (serving/triton/served_metrics.py); None: this kind's model counts none."""
+        return None
 
     def level_scores(self, predictions: Sequence, examples: Sequence, labels: Sequence[str]) -> dict | None:
         """Scores of ``predictions`` (one per dev example) by level of a label hierarchy, as finetune-check reports them

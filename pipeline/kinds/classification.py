@@ -146,15 +146,16 @@ class Classification(PipelineKind):
         return load_classification_data(cfg, self.cc.label_separator if self.multi else None, self.cc.hierarchy_separator)
 
     def featurize(self, tokenizer, examples: Sequence, cfg=None) -> FeatureSet:
-        feats = []
+        feats, cut = [], 0
         for start in range(0, len(examples), ENCODE_CHUNK):
             chunk = examples[start : start + ENCODE_CHUNK]
             enc = tokenizer.encode([e.text_a for e in chunk], [e.text_b for e in chunk])
+            cut += enc.truncated
             for j, e in enumerate(chunk):
                 n = int(enc.lengths[j])
                 feats.append(Feature(enc.input_ids[j, :n].copy(), enc.token_type_ids[j, :n].copy(),
                                      np.asarray(e.label, dtype=np.int64), start + j))
-        return FeatureSet(self, feats, examples, tokenizer.pad_id)
+        return FeatureSet(self, feats, examples, tokenizer.pad_id, truncated=cut)
 
     def training_texts(self, examples) -> Iterator[str]:
         for e in examples:
@@ -228,6 +229,13 @@ class Classification(PipelineKind):
     def shown(self, example, labels) -> dict:
         pair = {"text_pair": example.text_b} if example.text_b is not None else {}
         return {"text": example.text_a, **pair, "gold": self.shown_answer(example, self._gold(example), labels)}
+
+    def answer_counts(self, predictions, labels) -> dict[str, int]:
+        counts = dict.fromkeys(labels, 0)
+        for p in predictions:
+            for i in (p if self.multi else (p,)):
+                counts[labels[i]] += 1
+        return counts
 
     def shown_answer(self, example, prediction, labels):
         return [labels[i] for i in prediction] if self.multi else labels[prediction]

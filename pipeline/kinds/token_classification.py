@@ -73,13 +73,14 @@ class TokenClassification(PipelineKind):
         from pipeline.labeling.bio import encode_token, token_tags
 
         raw = tokenizer.raw
-        feats, offsets = [], []
+        feats, offsets, cut = [], [], 0
         for i, ex in enumerate(examples):
             t = encode_token(raw, ex.text, cfg.max_seq_len)
+            cut += t.truncated
             tags = token_tags(t.offsets, ex.entities, self.tag_index)
             feats.append(Feature(t.input_ids, np.zeros_like(t.input_ids), tags, i))
             offsets.append(t.offsets)
-        return FeatureSet(self, feats, examples, tokenizer.pad_id, offsets)
+        return FeatureSet(self, feats, examples, tokenizer.pad_id, offsets, truncated=cut)
 
     def eval_batches(self, fs: FeatureSet, batch_size: int) -> list[np.ndarray]:
         # Shaped like the served requests (data order, ``batch_size`` items each): with a per-batch INT8
@@ -130,6 +131,13 @@ class TokenClassification(PipelineKind):
 
     def shown(self, example, labels) -> dict:
         return {"text": example.text, "gold": self.shown_answer(example, _gold(example), labels)}
+
+    def answer_counts(self, predictions, labels) -> dict[str, int]:
+        counts = dict.fromkeys(self.entity_types, 0)  # entities by type, as the served tagger counts them
+        for entities in predictions:
+            for entity_type, _, _ in entities:
+                counts[entity_type] += 1
+        return counts
 
     def shown_answer(self, example, prediction, labels):
         """Each entity as [type, its text, its first character's offset]."""

@@ -37,6 +37,7 @@ class Entity:
 class TokenizedText:
     input_ids: np.ndarray  # int64 [L]: [CLS] tokens [SEP]
     offsets: np.ndarray  # int64 [L, 2]: char (start, end exclusive); (-1, -1) for special tokens
+    truncated: bool = False  # its tokens did not all fit in max_seq_len (the served model counts these)
 
 
 def tag_names(entity_types: Sequence[str]) -> list[str]:
@@ -81,7 +82,7 @@ def _with_specials(tok, encoding, max_seq_len: int) -> TokenizedText:
     body = encoding.offsets[:keep]
     if body:
         offsets[1:-1] = np.asarray(body, dtype=np.int64).reshape(-1, 2)
-    return TokenizedText(input_ids=np.asarray(ids, dtype=np.int64), offsets=offsets)
+    return TokenizedText(input_ids=np.asarray(ids, dtype=np.int64), offsets=offsets, truncated=len(encoding.ids) > keep)
 
 
 def pad_batch(items: Sequence[TokenizedText], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -219,7 +219,7 @@ def run(ctx):
         ctx.log(f"[validate] {chosen}: {changes.line()}")
         gate_list = _gates(cfg, crow, inp.reference.score.value, checked.fp32)
         summary = {**_summary(cfg, inp, crow, paired, anchor_score), "checked": checked.as_dict(),
-                   "answers_changed": changes.summary()}
+                   "answers_changed": changes.summary(), "dev_counts": _dev_counts(inp, answers[chosen])}
         levels = {who: inp.kind.level_scores(pred, inp.dev.examples, inp.data.labels)
                   for who, pred in (("shipped", answers[chosen]), ("fp32", inp.reference.predictions))}
         if levels["shipped"] is not None:  # a label hierarchy: each level of what ships beside FP32's
@@ -240,6 +240,18 @@ def run(ctx):
                                   "answers_changed": CHANGES_FILE},
                        message=f"{chosen}: {inp.kind.metric_label} {crow.accuracy:.4f} (drop {crow.accuracy_drop_points:+.2f} pts vs FP32), "
                                f"{(crow.throughput_ratio or 0):.2f}x FP32")
+
+
+def _dev_counts(inp: _Inputs, predictions) -> dict:
+    """What the served model's counters (serving/triton/served_metrics.py) read on dev, for what ships: texts cut to
+    max_seq_len and answers by label, where its kind counts them; traffic like dev's should move them in these shares."""
+    counts = {"items": len(inp.dev.examples)}
+    if inp.dev.truncated is not None:
+        counts["truncated"] = int(inp.dev.truncated)
+    answers = inp.kind.answer_counts(predictions, inp.data.labels)
+    if answers is not None:
+        counts["answers"] = answers
+    return counts
 
 
 def _read_inputs(ctx) -> _Inputs:
@@ -465,5 +477,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    version="9",  # the last bump: the answers the shipped form changed (changed.jsonl), a hierarchy's levels (earlier: git log)
+    version="10",  # the last bump: what the served counters read on dev (summary dev_counts) (earlier: git log)
 )

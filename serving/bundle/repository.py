@@ -5,11 +5,11 @@
       README.md                            model card
       meta.json                            the export stage's model description
       <task>/config.pbtxt, 1/              ensemble
-      <task>_tokenizer/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, vocab.txt, tokenizer_config.json, special_tokens_map.json}
+      <task>_tokenizer/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, served_metrics.py, vocab.txt, tokenizer_config.json, special_tokens_map.json}
       <task>_model/config.pbtxt, 1/{model.onnx | model.xml + model.bin | model.pdmodel + model.pdiparams
                                     [, model.py (runner.py), engine.py (the engine's served.py), bundle_integrity.py,
-                                    model_support.py]}
-      <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, labels.json}
+                                    model_support.py, served_metrics.py]}
+      <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, served_metrics.py, labels.json}
       kubernetes.yaml, kserve.yaml         deployment manifests (package stage; serving.bundle.manifests)
 
 Token classification / reading comprehension bundles (meta.json "task_type") have the same four
@@ -49,7 +49,7 @@ from serving.bundle import fastdeploy_api, model_io, requirements
 from serving.bundle.config import FASTDEPLOY, TRITON_ORT, DeployConfig, PackageConfig
 from serving.bundle.kinds import BundleKind, all_configs, bundle_kind, check_api, fused_kinds
 from serving.bundle.model_config import VERSION, BundleShape, ModelNames, to_pbtxt
-from serving.triton import integrity, model_support, text_input
+from serving.triton import integrity, model_support, served_metrics, text_input
 
 # Copied into bundles as files: the python models (the kind's, serving/kinds/<kind>/models, and the shared model
 # runner, serving/triton/models), the helpers beside them and the pipeline's pure modules (each kind's, found by
@@ -285,6 +285,7 @@ def _copy_python_model(version_dir: Path, source: Path, pure: tuple[str, ...] = 
     shutil.copyfile(source, version_dir / "model.py")
     shutil.copyfile(Path(integrity.__file__), version_dir / "bundle_integrity.py")
     shutil.copyfile(Path(model_support.__file__), version_dir / "model_support.py")
+    shutil.copyfile(Path(served_metrics.__file__), version_dir / "served_metrics.py")
     for rel in pure:
         src = PIPELINE_DIR / rel
         if not src.is_file():
@@ -499,6 +500,7 @@ def _measured(metrics: dict) -> list[tuple[str, str]]:
         rows.append(("dev answers not FP32's", f"{changed['changed']} of {changed.get('examples')}: "
                                                f"{changed.get('now_right')} now right, {changed.get('now_wrong')} now "
                                                f"wrong (validate's {changed.get('file')})"))
+    rows += _dev_count_rows(summary.get("dev_counts"))
     if isinstance(summary.get("throughput_ratio"), float):
         rows.append(("throughput vs FP32", f"{ratio('throughput_ratio')} (median [min-max] of interleaved rounds, "
                                            f"batch {summary.get('batch_size')}, dev lengths)"))
@@ -512,6 +514,23 @@ def _measured(metrics: dict) -> list[tuple[str, str]]:
     cpu = summary.get("cpu") or {}
     if cpu:
         rows.append(("measured on", f"{cpu.get('model')} ({', '.join(cpu.get('flags') or [])}), {cpu.get('cores')} cores"))
+    return rows
+
+
+def _dev_count_rows(counts) -> list[tuple[str, str]]:
+    """The model card's rows for what the served counters read on dev (validate's ``dev_counts``): the shares a user
+    holds ``ernie_bundle_truncated_items_total`` and ``ernie_bundle_answers_total`` to on traffic like dev's."""
+    if not isinstance(counts, dict) or not counts.get("items"):
+        return []
+    n, rows = counts["items"], []
+    if isinstance(counts.get("truncated"), int):
+        rows.append(("dev texts cut to max_seq_len", f"{counts['truncated']} of {n} ({100 * counts['truncated'] / n:.1f}%; "
+                                                     "served: `ernie_bundle_truncated_items_total`)"))
+    answers = counts.get("answers")
+    if isinstance(answers, dict) and answers:
+        total = sum(answers.values()) or 1
+        mix = ", ".join(f"{label} {100 * k / total:.1f}%" for label, k in answers.items())
+        rows.append(("dev answers by label", f"{mix} (of {sum(answers.values())}; served: `ernie_bundle_answers_total`)"))
     return rows
 
 

@@ -144,17 +144,29 @@ class PythonModel:
     what = "processing"
     refusals = (Refused,)
 
+    # What this model counts on /metrics (served_metrics.py): its answers' labels (set by a model that answers), and
+    # whether it cuts texts to max_seq_len (text_setup with truncate, or a model that cuts itself).
+    answer_labels = ()
+    truncates = False
+
     def initialize(self, args):
         params = start(self.folder, args)
         import triton_python_backend_utils  # Triton's python stub provides it; nothing else here needs it
 
         self.pb_utils = triton_python_backend_utils
+        self.metrics = None
         self.gpu = args.get("model_instance_kind") == "GPU"
         self.max_rows = engine_rows(json.loads(args["model_config"]).get("max_batch_size", 0))
         self.fastdeploy = params.get("api") == "fastdeploy"  # FastDeploy's example interface (package.api)
         for name in self.siblings:
             setattr(self, name, sibling(self.folder, name))
         self.setup(params)
+        self.metrics = sibling(self.folder, "served_metrics").ServedMetrics(
+            self.pb_utils, args.get("model_name", ""), args.get("model_instance_name", ""), self.answer_labels, self.truncates)
+
+    def finalize(self):
+        if self.metrics is not None:
+            self.metrics.close()
 
     def setup(self, params: dict) -> None:
         """The model's own set-up, from its config's parameters."""
@@ -172,6 +184,7 @@ class PythonModel:
         self.max_items = int(params.get("max_items", "0") or 0)
         self.pairs = params.get("text_pair") == "true"
         self.wordpiece = self.text_input.wordpiece_module(self.folder)
+        self.truncates = truncate or self.pairs
         if self.pairs:  # pairs are cut by the model's longest_first rule and padded here, not by the tokenizer
             truncate = pad = False
             self.pair_rules = self.text_input.wordpiece_options(self.folder, self.wordpiece)["rules"]
@@ -199,11 +212,14 @@ class PythonModel:
         """``input_ids``, ``token_type_ids`` (int64 [N, longest]) of every text of ``parts`` (``take_texts``'s
         results), in order: single texts in one padded ``encode_batch``, pairs by ``wordpiece.encode_pairs``."""
         if not self.pairs:
-            ids, types, _ = self.text_input.encode_padded(self.tok, [t for texts in parts for t in texts])
+            ids, types, encodings = self.text_input.encode_padded(self.tok, [t for texts in parts for t in texts])
+            if ids.shape[1] >= self.max_seq_len:  # only a batch at the limit can hold a cut text
+                self.metrics.count("truncated", sum(1 for e in encodings if e.overflowing))
             return ids, types
         firsts = [t for texts, _ in parts for t in texts]
         seconds = [t for _, texts in parts for t in texts]
-        rows = self.wordpiece.encode_pairs(self.tok, firsts, seconds, self.max_seq_len, self.pair_rules)
+        rows, n_cut = self.wordpiece.encode_pairs_counted(self.tok, firsts, seconds, self.max_seq_len, self.pair_rules)
+        self.metrics.count("truncated", n_cut)
         return self.text_input.pad_rows(rows, self.pad_id)
 
     def rows_of(self, parts) -> list:
@@ -259,8 +275,10 @@ class PerRequest(PythonModel):
             try:
                 responses.append(self.response(self.one(request)))
             except self.refusals as exc:
+                self.metrics.count("refused")
                 responses.append(refused(self.pb_utils, str(exc)))
             except Exception as exc:  # never let one request take the others or the instance down
+                self.metrics.count("failed")
                 responses.append(failed(self.pb_utils, self.what, exc))
         return responses
 
@@ -294,6 +312,7 @@ class Batched(PythonModel):
             try:
                 part = self.take(request)
             except self.refusals as exc:
+                self.metrics.count("refused")
                 responses[i] = refused(self.pb_utils, str(exc))
                 continue
             parts.append(part)
@@ -305,6 +324,7 @@ class Batched(PythonModel):
         try:
             result = self.run(parts)
         except Exception as exc:  # every request was checked: what fails here is the server's
+            self.metrics.count("failed", len(rows))
             for i in rows:
                 responses[i] = failed(self.pb_utils, self.what, exc)
             return responses

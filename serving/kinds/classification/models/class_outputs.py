@@ -44,6 +44,15 @@ class Labels:
     def __len__(self) -> int:
         return len(self.labels)
 
+    @property
+    def names(self) -> list[str]:
+        """The labels as str, in model output order (the ``label`` of ``ernie_bundle_answers_total``)."""
+        return [b.decode("utf-8") for b in self.labels]
+
+    def answer_counts(self, logits: np.ndarray) -> dict[str, int]:
+        """How many of ``logits``' rows [B, C] are answered with each label (the argmax)."""
+        return dict(zip(self.names, np.bincount(logits.argmax(axis=-1), minlength=len(self)).tolist()))
+
     def outputs(self, logits: np.ndarray, top_k: int, wanted=None) -> dict[str, np.ndarray]:
         """Output tensor name -> array for ``logits`` [B, C]: only the names in ``wanted`` (None: all six)."""
         def want(name: str) -> bool:
@@ -80,6 +89,10 @@ class LabelSets(Labels):
     def __init__(self, path: Path, threshold: float):
         super().__init__(path)
         self.cut = log_odds(threshold)
+
+    def answer_counts(self, logits: np.ndarray) -> dict[str, int]:
+        """How many of ``logits``' rows [B, C] have each label in their set."""
+        return dict(zip(self.names, (logits > self.cut).sum(axis=0).tolist()))
 
     def outputs(self, logits: np.ndarray, top_k: int = 0, wanted=None) -> dict[str, np.ndarray]:
         """Output tensor name -> array for ``logits`` [B, C]: ``labels``, ``label_descs`` and ``label_probs`` ranked

@@ -34,6 +34,7 @@ class TritonPythonModel(model_support.Batched):
         self.top_k = int(params["top_k"])
         self.engine = self.runner_engine(params)
         self.labels = self.class_outputs.label_outputs(HERE / "labels.json", params)  # one label, or a set
+        self.answer_labels = self.labels.names
         self.input_name = params.get("text_input", "text")
 
     def take(self, request):
@@ -42,6 +43,7 @@ class TritonPythonModel(model_support.Batched):
     def run(self, parts):
         ids, types = self.encode(parts)
         logits = np.asarray(self.engine({"input_ids": ids, "token_type_ids": types}), dtype=np.float32)
+        self.metrics.answers(self.labels.answer_counts(logits))
         if self.fastdeploy:
             return self.class_outputs.index_outputs(logits)
         return self.labels.outputs(logits, self.top_k, self.wanted)

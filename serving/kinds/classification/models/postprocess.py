@@ -24,6 +24,7 @@ class TritonPythonModel(model_support.Batched):
     def setup(self, params):
         self.top_k = int(params["top_k"])
         self.labels = self.class_outputs.label_outputs(HERE / "labels.json", params)  # one label, or a set
+        self.answer_labels = self.labels.names
 
     def take(self, request):
         logits = self.tensor(request, "logits")
@@ -34,6 +35,7 @@ class TritonPythonModel(model_support.Batched):
 
     def run(self, parts):
         logits = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        self.metrics.answers(self.labels.answer_counts(logits))
         if self.fastdeploy:
             return self.class_outputs.index_outputs(logits)
         return self.labels.outputs(logits, self.top_k, self.wanted)

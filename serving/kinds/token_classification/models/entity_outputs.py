@@ -33,9 +33,15 @@ class Entities:
         self.payload = entities_json if fastdeploy_payloads is None else fastdeploy_payloads.token_entities
         self.shape = (-1, 1) if fastdeploy_payloads is None else (-1,)
 
-    def rows(self, logits: np.ndarray, offsets: np.ndarray, texts) -> np.ndarray:
+    @property
+    def types(self) -> list[str]:
+        """The entity types of labels.json's tags, in order (the ``label`` of ``ernie_bundle_answers_total``)."""
+        return list(dict.fromkeys(tag[2:] for tag in self.tags if tag[:2] in ("B-", "I-")))
+
+    def rows(self, logits: np.ndarray, offsets: np.ndarray, texts, counts: dict | None = None) -> np.ndarray:
         """One payload per text (object array, ``shape``) from ``logits`` [N, T', C] and ``offsets`` [N, T, 2]
-        (T' >= T: the model may have run the texts padded wider); ValueError when the arrays do not fit labels.json."""
+        (T' >= T: the model may have run the texts padded wider); ValueError when the arrays do not fit labels.json.
+        ``counts`` (type -> n), where given, gains one per entity found."""
         if logits.shape[-1] != len(self.tags):
             raise ValueError(f"logits have {logits.shape[-1]} tags, labels.json has {len(self.tags)}")
         width = offsets.shape[1]
@@ -44,5 +50,9 @@ class Entities:
         tag_ids = logits[:, :width].argmax(axis=-1)
         out = np.empty(len(texts), dtype=np.object_)
         for i, text in enumerate(texts):
-            out[i] = self.payload(self.bio.decode_tags(tag_ids[i], offsets[i], text, self.tags))
+            entities = self.bio.decode_tags(tag_ids[i], offsets[i], text, self.tags)
+            if counts is not None:
+                for e in entities:
+                    counts[e.type] = counts.get(e.type, 0) + 1
+            out[i] = self.payload(entities)
         return out.reshape(self.shape)

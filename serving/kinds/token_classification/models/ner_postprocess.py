@@ -22,8 +22,12 @@ class TritonPythonModel(model_support.PerRequest):
     def setup(self, params):
         fastdeploy = model_support.sibling(HERE, "fastdeploy_payloads") if self.fastdeploy else None
         self.entities = self.entity_outputs.Entities(HERE / "labels.json", self.bio, fastdeploy)
+        self.answer_labels = self.entities.types
 
     def one(self, request):
         logits, offsets = self.tensor(request, "logits"), self.tensor(request, "offsets")
         texts = self.strings(request, "text")  # the tokenizer already checked them
-        return {"entities": self.entities.rows(logits, offsets, texts)}
+        counts = {}
+        rows = self.entities.rows(logits, offsets, texts, counts)
+        self.metrics.answers(counts)
+        return {"entities": rows}

@@ -23,12 +23,15 @@ class TritonPythonModel(model_support.Batched):
 
     def setup(self, params):
         self.text_setup(params)  # no truncation: encode_tokens cuts to max_seq_len itself and keeps the offsets straight
+        self.truncates = True
 
     def take(self, request):
         return self.texts(self.items(request, "text"), "text")
 
     def run(self, parts):  # the whole batch in one encode_batch call
-        return self.bio.encode_tokens(self.tok, [text for texts in parts for text in texts], self.max_seq_len)
+        items = self.bio.encode_tokens(self.tok, [text for texts in parts for text in texts], self.max_seq_len)
+        self.metrics.count("truncated", sum(item.truncated for item in items))
+        return items
 
     def split(self, items, parts):
         for rows in model_support.slices(parts):  # each request padded to its own longest text

@@ -32,6 +32,7 @@ class TritonPythonModel(model_support.Batched):
         self.engine = self.runner_engine(params)
         fastdeploy = model_support.sibling(HERE, "fastdeploy_payloads") if self.fastdeploy else None
         self.entities = self.entity_outputs.Entities(HERE / "labels.json", self.bio, fastdeploy)
+        self.answer_labels, self.truncates = self.entities.types, True
         self.input_name = params.get("text_input", "text")
         self.output_name = params.get("entities_output", "entities")
 
@@ -40,9 +41,14 @@ class TritonPythonModel(model_support.Batched):
 
     def run(self, parts):
         texts = [text for part in parts for text in part]
-        ids, types, offsets = self.bio.pad_batch(self.bio.encode_tokens(self.tok, texts, self.max_seq_len), self.pad_id)
+        items = self.bio.encode_tokens(self.tok, texts, self.max_seq_len)
+        self.metrics.count("truncated", sum(item.truncated for item in items))
+        ids, types, offsets = self.bio.pad_batch(items, self.pad_id)
         logits = np.asarray(self.engine({"input_ids": ids, "token_type_ids": types}), dtype=np.float32)
-        return self.entities.rows(logits, offsets, texts)
+        counts = {}
+        rows = self.entities.rows(logits, offsets, texts, counts)
+        self.metrics.answers(counts)
+        return rows
 
     def split(self, rows, parts):
         for part in model_support.slices(parts):
