@@ -469,9 +469,10 @@ def _fmt(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
-def _measured(metrics: dict) -> list[tuple[str, str]]:
+def _measured(metrics: dict, names: dict | None = None) -> list[tuple[str, str]]:
     """The model card's measured rows: from validate's metrics.json, what ships and how it scored and ran against its
-    FP32 and the anchor, on which CPU (its ``summary``); a record without one (older, or hand-made): its scalars."""
+    FP32 and the anchor, on which CPU (its ``summary``); a record without one (older, or hand-made): its scalars.
+    ``names``: a label's name where it is not the label itself (TNEWS's 100 is news_story)."""
     summary = metrics.get("summary")
     if not isinstance(summary, dict):
         return [(k, _fmt(v)) for k, v in metrics.items() if isinstance(v, (int, float, str))]
@@ -500,7 +501,7 @@ def _measured(metrics: dict) -> list[tuple[str, str]]:
         rows.append(("dev answers not FP32's", f"{changed['changed']} of {changed.get('examples')}: "
                                                f"{changed.get('now_right')} now right, {changed.get('now_wrong')} now "
                                                f"wrong (validate's {changed.get('file')})"))
-    rows += _dev_count_rows(summary.get("dev_counts"))
+    rows += _dev_count_rows(summary.get("dev_counts"), names or {})
     if isinstance(summary.get("throughput_ratio"), float):
         rows.append(("throughput vs FP32", f"{ratio('throughput_ratio')} (median [min-max] of interleaved rounds, "
                                            f"batch {summary.get('batch_size')}, dev lengths)"))
@@ -517,20 +518,28 @@ def _measured(metrics: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def _dev_count_rows(counts) -> list[tuple[str, str]]:
+def _share(k: int, n: int) -> str:
+    """``k`` of ``n`` in percent, to the first decimal that shows it is not zero (1 of 10,000 is 0.01%, not 0.0%)."""
+    pct = 100 * k / n if n else 0.0
+    return f"{pct:.1f}%" if pct >= 0.1 or not k else f"{pct:.1g}%"
+
+
+def _dev_count_rows(counts, names: dict) -> list[tuple[str, str]]:
     """The model card's rows for what the served counters read on dev (validate's ``dev_counts``): the shares a user
-    holds ``ernie_bundle_truncated_items_total`` and ``ernie_bundle_answers_total`` to on traffic like dev's."""
+    holds ``ernie_bundle_truncated_items_total`` and ``ernie_bundle_answers_total`` to on traffic like dev's; a label
+    shown with its name where it has one (``names``)."""
     if not isinstance(counts, dict) or not counts.get("items"):
         return []
     n, rows = counts["items"], []
     if isinstance(counts.get("truncated"), int):
-        rows.append(("dev texts cut to max_seq_len", f"{counts['truncated']} of {n} ({100 * counts['truncated'] / n:.1f}%; "
+        rows.append(("dev texts cut to max_seq_len", f"{counts['truncated']} of {n} ({_share(counts['truncated'], n)}; "
                                                      "served: `ernie_bundle_truncated_items_total`)"))
     answers = counts.get("answers")
     if isinstance(answers, dict) and answers:
-        total = sum(answers.values()) or 1
-        mix = ", ".join(f"{label} {100 * k / total:.1f}%" for label, k in answers.items())
-        rows.append(("dev answers by label", f"{mix} (of {sum(answers.values())}; served: `ernie_bundle_answers_total`)"))
+        total = sum(answers.values())
+        mix = ", ".join(f"{label}{f' {names[label]}' if names.get(label, label) != label else ''} {_share(k, total)}"
+                        for label, k in answers.items())
+        rows.append(("dev answers by label", f"{mix} (of {total}; served: `ernie_bundle_answers_total`)"))
     return rows
 
 
@@ -569,7 +578,7 @@ def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, pr
     if prov.data_dir:
         lines.append(f"- Data: `{prov.data_dir}` (the serving tools' default dev set: `make smoke`, `make perf`, ...)")
     lines += ["", "## Measured numbers (validate stage)"]
-    rows = _measured(prov.metrics)
+    rows = _measured(prov.metrics, dict(zip(meta.get("labels") or [], meta.get("label_names") or [])))
     if rows:
         lines += ["| metric | value |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows]
     else:
