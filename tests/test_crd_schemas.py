@@ -1,4 +1,4 @@
-"""The custom resources (ServingRuntime, InferenceService, ServiceMonitor) checked against their vendored CRD schemas, strictly
+"""The custom resources (ServingRuntime, InferenceService, ServiceMonitor, PrometheusRule) checked against their vendored CRD schemas, strictly
 (issue 33): each schema catches a broken object, and every object a bundle emits passes."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def test_vendored_schemas_are_the_upstream_files_the_readme_names():
         assert hashlib.sha256((SCHEMA_DIR / filename).read_bytes()).hexdigest() == sha, filename
 
 
-@pytest.mark.parametrize("kind", ["ServingRuntime", "InferenceService", "ServiceMonitor"])
+@pytest.mark.parametrize("kind", ["ServingRuntime", "InferenceService", "ServiceMonitor", "PrometheusRule"])
 def test_the_strict_schemas_are_valid_json_schemas(kind):
     from serving.bundle.crd_schemas import validator
 
@@ -52,6 +52,8 @@ def test_strict_closes_every_object_schema_that_lists_properties():
     assert "additionalProperties" not in out["properties"]["open"]
     assert out["properties"]["map"]["additionalProperties"] == {"type": "string"}
     assert "additionalProperties" not in schema  # the vendored schema is not changed
+    # Go's RE2 takes inline flags anywhere (the PrometheusRule CRD's partial_response_strategy), Python only first
+    assert strict({"type": "string", "pattern": "^(?i)(abort|warn)?$"})["pattern"] == "(?i)^(abort|warn)?$"
 
 
 def test_every_emitted_object_passes_its_schema():
@@ -61,11 +63,11 @@ def test_every_emitted_object_passes_its_schema():
         builtin, custom = _objects(**deploy)
         checks = validate(builtin, custom, "1.33")
         assert [c.kind for c in checks] == ["Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-                                            "ServiceMonitor", "ServingRuntime", "InferenceService"]
+                                            "ServiceMonitor", "PrometheusRule", "ServingRuntime", "InferenceService"]
         assert all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
         details = {c.kind: c.detail for c in checks}
         assert details["InferenceService"] == details["ServingRuntime"] == "KServe v0.20.0 CRD schema, strict"
-        assert details["ServiceMonitor"] == "prometheus-operator v0.93.0 CRD schema, strict"
+        assert details["ServiceMonitor"] == details["PrometheusRule"] == "prometheus-operator v0.93.0 CRD schema, strict"
 
 
 def _break(obj: dict, path: str, value=None, *, delete: bool = False, rename: str = "") -> dict:
@@ -118,10 +120,16 @@ MONITOR_BREAKS = [
     ("another kind", dict(path="kind", value="PodMonitor"), "no CRD schema"),
 ]
 
+RULE_BREAKS = [
+    ("a typo'd rule field", dict(path="spec.groups.0.rules.0.expr", rename="expression"), "'expression' was unexpected"),
+    ("a bad duration", dict(path="spec.groups.0.rules.1.for", value="15 minutes"), "spec/groups/0/rules/1/for"),
+    ("a group without a name", dict(path="spec.groups.0.name", delete=True), "'name' is a required"),
+]
+
 
 @pytest.mark.parametrize("kind, how, says", [pytest.param(k, how, says, id=f"{k}: {what}")
                                              for k, breaks in (("InferenceService", ISVC_BREAKS), ("ServingRuntime", RUNTIME_BREAKS),
-                                                              ("ServiceMonitor", MONITOR_BREAKS))
+                                                              ("ServiceMonitor", MONITOR_BREAKS), ("PrometheusRule", RULE_BREAKS))
                                              for what, how, says in breaks])
 def test_each_schema_catches_a_broken_object(kind, how, says):
     from serving.bundle.manifests import validate

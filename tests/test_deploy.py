@@ -29,7 +29,7 @@ def test_bundle_carries_valid_manifests_sized_from_the_bundle(tiny_fused_bundle)
     assert {"kubernetes.yaml", "kserve.yaml"} <= set(manifest["files"])
     objects = {(o["kind"], o["ok"]) for o in manifest["deploy"]["objects"]}
     assert objects == {(k, True) for k in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-                                            "ServiceMonitor", "ServingRuntime", "InferenceService")}
+                                            "ServiceMonitor", "PrometheusRule", "ServingRuntime", "InferenceService")}
     k8s = {d["kind"]: d for d in _docs(tiny_fused_bundle / "kubernetes.yaml")}
     pod = k8s["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -77,8 +77,10 @@ def test_schema_check_catches_what_kubernetes_would_refuse():
     assert all(c.ok for c in validate(builtin, custom, "1.33"))
     builtin[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGett"] = {}
     builtin[1]["spec"]["ports"][0]["port"] = "eight thousand"
-    del custom[2]["spec"]["predictor"]["model"]["storageUri"]
-    custom[1]["spec"]["containers"][0]["resources"]["requests"] = "two cores"
+    custom = {o["kind"]: o for o in custom}
+    del custom["InferenceService"]["spec"]["predictor"]["model"]["storageUri"]
+    custom["ServingRuntime"]["spec"]["containers"][0]["resources"]["requests"] = "two cores"
+    custom = list(custom.values())
     bad = {c.kind: c.detail for c in validate(builtin, custom, "1.33") if not c.ok}
     assert set(bad) == {"Deployment", "Service", "ServingRuntime", "InferenceService"}
     assert "httpGett" in bad["Deployment"] and "storageUri" in bad["InferenceService"]
@@ -295,3 +297,35 @@ def test_a_bundle_whose_engine_cannot_load_here_keeps_the_estimate_and_says_why(
     assert native.manifest["served_memory"] == {"not_measured": "tiny_model runs in Triton's onnxruntime backend, which "
                                                                 "this Triton lacks"}
     assert "an estimate: not measured (tiny_model runs in Triton's onnxruntime" in (native.path / "kubernetes.yaml").read_text()
+
+
+def test_the_alerts_hold_the_served_counters_to_the_bundles_own_numbers():
+    """The PrometheusRule beside the ServiceMonitor: server faults at all, refusals over 5% of the requests to the
+    model clients call, and (where the models count them) texts cut over twice dev's share, at least 1%; each on this
+    Deployment's series only (the namespace and service the ServiceMonitor's scrape labels them with)."""
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.manifests import build
+
+    def rules(bundle, **deploy):
+        _, custom, _ = build("tnews", {"package": {"instances": 1, "engine_threads": 2}, **bundle}, 10 * 2**20,
+                             DeployConfig(**deploy))
+        rule = next(o for o in custom if o["kind"] == "PrometheusRule")
+        assert rule["metadata"]["name"] == "ernie-bundle-tnews"
+        return {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}
+
+    def counted(items, truncated=None):
+        counts = {"items": items, **({"truncated": truncated} if truncated is not None else {})}
+        return {"metrics": {"summary": {"dev_counts": counts}}}
+
+    got = rules(counted(1000, 30), namespace="ml")
+    sel = 'namespace="ml",service="ernie-bundle-tnews"'
+    assert got["ErnieBundleServerFaults"]["expr"] == f"sum(increase(ernie_bundle_failed_requests_total{{{sel}}}[5m])) > 0"
+    refused = got["ErnieBundleRequestsRefused"]["expr"]
+    assert refused.startswith(f"sum(rate(ernie_bundle_refused_requests_total{{{sel}}}[15m])) / ") and refused.endswith("> 0.05")
+    assert f'nv_inference_request_failure{{{sel},model="tnews"}}' in refused
+    assert got["ErnieBundleTextsCut"]["expr"].endswith(f'nv_inference_count{{{sel},model="tnews"}}[1h])) > 0.06')
+    assert rules(counted(10000, 1))["ErnieBundleTextsCut"]["expr"].endswith("> 0.01")  # TNEWS: 1 of 10,000 cut
+    assert set(rules(counted(800))) == set(rules({})) == {"ErnieBundleServerFaults", "ErnieBundleRequestsRefused"}
+    # FastDeploy's interface: the clients call ernie_seqcls, whose request counts are the denominators
+    fastdeploy = rules({**counted(1000, 0), "models": {"ensemble": "ernie_seqcls"}})
+    assert 'model="ernie_seqcls"' in fastdeploy["ErnieBundleRequestsRefused"]["expr"]

@@ -13,6 +13,9 @@ import pipeline  # noqa: F401  (before paddle)
 from serving_fixtures import tiny_export, tiny_fused_bundle, tool_or_skip  # noqa: F401  (fixtures)
 
 BUNDLE = {"package": {"instances": 2, "engine_threads": 1}}
+# A bundle whose models count cut texts: validate counted 30 of 1,000 on dev, so the alert is at 2 x 3%.
+COUNTING = {**BUNDLE, "models": {"ensemble": "my_task"},
+            "metrics": {"summary": {"dev_counts": {"items": 1000, "truncated": 30, "answers": {"a": 600, "b": 400}}}}}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,7 @@ def test_a_bundles_values_render_the_bundles_manifests(helm, tiny_fused_bundle, 
     it gives the same objects (parsed, compared as dicts), with kserve.enabled the ServingRuntime and the
     InferenceService that names it alone."""
     from serving.bundle.helm_chart import VALUES_FILE, render
-    from serving.bundle.manifests import main, validate
+    from serving.bundle.manifests import MONITORING_KINDS, main, validate
 
     out = tmp_path / "deploy"
     assert main(["--bundle", str(tiny_fused_bundle), "--out", str(out), "--set", "deploy.queue_time_metric=true"]) == 0
@@ -46,37 +49,39 @@ def test_a_bundles_values_render_the_bundles_manifests(helm, tiny_fused_bundle, 
     assert rendered == _by_kind(_docs(out / "kubernetes.yaml"))
     isvc = _by_kind(render(helm, values, "1.33", sets=("kserve.enabled=true",)))
     assert isvc == _by_kind(_docs(out / "kserve.yaml"))
-    builtin = [o for o in rendered.values() if o["kind"] != "ServiceMonitor"]
+    builtin = [o for o in rendered.values() if o["kind"] not in MONITORING_KINDS]
     assert set(isvc) == {"ServingRuntime", "InferenceService"}
-    custom = [rendered["ServiceMonitor"], isvc["ServingRuntime"], isvc["InferenceService"]]
+    custom = [rendered["ServiceMonitor"], rendered["PrometheusRule"], isvc["ServingRuntime"], isvc["InferenceService"]]
     assert all(c.ok for c in validate(builtin, custom, "1.33"))
 
 
-@pytest.mark.parametrize("deploy", [
-    {},
-    {"namespace": "ml-serving", "min_replicas": 2, "max_replicas": 6, "cpu": "1500m", "memory": "3Gi",
-     "image": "registry.example.com:5000/ernie/{task}:v1", "bundle_claim": "models.v1",
-     "storage_uri": "s3://bundles/{task}", "target_cpu_utilization": 55, "queue_time_metric": True,
-     "kubernetes_version": "1.30"},
+@pytest.mark.parametrize("deploy, bundle", [
+    ({}, BUNDLE),
+    ({"namespace": "ml-serving", "min_replicas": 2, "max_replicas": 6, "cpu": "1500m", "memory": "3Gi",
+      "image": "registry.example.com:5000/ernie/{task}:v1", "bundle_claim": "models.v1",
+      "storage_uri": "s3://bundles/{task}", "target_cpu_utilization": 55, "queue_time_metric": True,
+      "kubernetes_version": "1.30"}, COUNTING),
 ], ids=["defaults", "every-value-set"])
-def test_chart_renders_what_build_builds_and_lints_strict(helm, tmp_path, deploy):
+def test_chart_renders_what_build_builds_and_lints_strict(helm, tmp_path, deploy, bundle):
     from serving.bundle.config import DeployConfig
     from serving.bundle.helm_chart import lint, render
     from serving.bundle.manifests import chart_values as values, chart_values_yaml as values_yaml
     from serving.bundle.manifests import build, validate
 
     cfg = DeployConfig(**deploy)
-    builtin, custom, size = build("my_task", BUNDLE, 300 * 2**20, cfg)
+    builtin, custom, size = build("my_task", bundle, 300 * 2**20, cfg)
     path = tmp_path / "values.yaml"
-    path.write_text(values_yaml(values("my_task", BUNDLE, 300 * 2**20, cfg), size.why), encoding="utf-8")
+    path.write_text(values_yaml(values("my_task", bundle, 300 * 2**20, cfg), size.why), encoding="utf-8")
     lint(helm, path, cfg.kubernetes_version)  # raises HelmError on any warning (--strict)
     rendered = render(helm, path, cfg.kubernetes_version) + render(helm, path, cfg.kubernetes_version,
                                                                    sets=("kserve.enabled=true",))
     assert _by_kind(rendered) == _by_kind(builtin + custom)
-    custom_kinds = ("ServiceMonitor", "ServingRuntime", "InferenceService")
+    rules = [r["alert"] for r in _by_kind(rendered)["PrometheusRule"]["spec"]["groups"][0]["rules"]]
+    assert rules == ["ErnieBundleServerFaults", "ErnieBundleRequestsRefused", *(["ErnieBundleTextsCut"] * (bundle is COUNTING))]
+    custom_kinds = ("ServiceMonitor", "PrometheusRule", "ServingRuntime", "InferenceService")
     checks = validate([o for o in rendered if o["kind"] not in custom_kinds],
                       [o for o in rendered if o["kind"] in custom_kinds], cfg.kubernetes_version)
-    assert len(checks) == 7 and all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
+    assert len(checks) == 8 and all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
 
 
 def test_chart_defaults_lint_strict_and_switches_drop_objects(helm):

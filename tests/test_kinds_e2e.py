@@ -248,6 +248,11 @@ def test_ner_bundle_end_to_end(tmp_path, capsys):
     assert manifest["validated"]["metric"] == "f1"
     card = (bundle / "README.md").read_text(encoding="utf-8")  # dev's shares, for the served counters to be held to
     assert "| dev texts cut to max_seq_len |" in card and "| dev answers by label | name " in card
+    # ... and the alerts beside the Deployment hold served traffic to them: a tagger counts cut texts
+    rule = next(d for d in yaml.safe_load_all((bundle / "kubernetes.yaml").read_text()) if d and d["kind"] == "PrometheusRule")
+    cut = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}["ErnieBundleTextsCut"]
+    dev = manifest["metrics"]["summary"]["dev_counts"]
+    assert cut["expr"].endswith(f'model="tinyner"}}[1h])) > {max(0.01, 2 * dev["truncated"] / dev["items"]):.4g}')
     out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys, while_served=_entities_are_counted_by_type)
     assert "texts whose entities differ: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())

@@ -1,5 +1,5 @@
 """Strict checks of the custom resources a bundle emits (KServe ServingRuntime and InferenceService, Prometheus
-operator ServiceMonitor)
+operator ServiceMonitor and PrometheusRule)
 against their CustomResourceDefinitions' schemas.
 
 ``kubernetes-validate`` knows the built-in kinds only.  The CRDs' ``openAPIV3Schema`` are vendored, unchanged, in
@@ -14,6 +14,7 @@ against their CustomResourceDefinitions' schemas.
   subdomain, any custom resource's rule), ``namespace`` a DNS-1123 label, ``labels`` / ``annotations`` string maps.
   The manifests set no other metadata; the rest of ObjectMeta is the server's.
 - what a bundle's object cannot do without, where the CRD leaves it optional (``BUNDLE_REQUIRED``).
+- patterns in Python's dialect where Go's differs (``python_pattern``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ CRDS: dict[str, tuple[str, str, str, int, str]] = {
                          "KServe v0.20.0 CRD schema, strict"),
     "ServiceMonitor": ("monitoring.coreos.com/v1", "servicemonitor-v1.json", DNS1123_SUBDOMAIN, 253,
                        "prometheus-operator v0.93.0 CRD schema, strict"),
+    "PrometheusRule": ("monitoring.coreos.com/v1", "prometheusrule-v1.json", DNS1123_SUBDOMAIN, 253,
+                       "prometheus-operator v0.93.0 CRD schema, strict"),
     "ServingRuntime": ("serving.kserve.io/v1alpha1", "servingruntime-v1alpha1.json", DNS1035_LABEL, 63,
                        "KServe v0.20.0 CRD schema, strict"),
 }
@@ -59,10 +62,21 @@ def strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: strict(v) for k, v in schema.items()}
+    if isinstance(out.get("pattern"), str):
+        out["pattern"] = python_pattern(out["pattern"])
     if ("properties" in schema and "additionalProperties" not in schema
             and not schema.get("x-kubernetes-preserve-unknown-fields")):
         out["additionalProperties"] = False
     return out
+
+
+def python_pattern(pattern: str) -> str:
+    """A CRD's pattern (Go's RE2) as Python's ``re`` reads it: RE2 takes inline flags anywhere, Python only at the
+    start, so the PrometheusRule CRD's ``^(?i)(abort|warn)?$`` becomes ``(?i)^(abort|warn)?$`` (the same language)."""
+    import re
+
+    m = re.match(r"\^(\(\?[aiLmsux]+\))", pattern)
+    return f"{m.group(1)}^{pattern[m.end():]}" if m else pattern
 
 
 def _metadata(name_pattern: str, name_max: int) -> dict:

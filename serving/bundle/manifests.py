@@ -1,6 +1,7 @@
 """Kubernetes and KServe objects for one bundle, built from typed models and validated offline.
 
-    <bundle>/kubernetes.yaml    Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, ServiceMonitor
+    <bundle>/kubernetes.yaml    Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, ServiceMonitor,
+                                PrometheusRule (alerts on the served models' counters)
     <bundle>/kserve.yaml        ServingRuntime (the bundle's image, started as the Deployment starts it) and the
                                 InferenceService that names it (protocol v2)
 
@@ -9,11 +10,11 @@ them (files at the bundle's top level: Triton takes every sub-folder of a reposi
 ``python -m serving.bundle.manifests --bundle DIR --out DIR [--set deploy.key=value]`` renders them again for
 other values, after checking the bundle's integrity.
 
-The built-in objects are ``kubernetes.client`` models; ServiceMonitor (Prometheus operator) and
-InferenceService (KServe) are custom resources, written as the dataclasses below (the ``kserve`` SDK
+The built-in objects are ``kubernetes.client`` models; ServiceMonitor and PrometheusRule (Prometheus operator),
+ServingRuntime and InferenceService (KServe) are custom resources, written as the dataclasses below (the ``kserve`` SDK
 pins versions of protobuf, pandas and httpx this project cannot take).  Every object is checked:
 built-in kinds against the Kubernetes OpenAPI schemas ``kubernetes-validate`` ships (strict: unknown
-fields are errors), the InferenceService and the ServiceMonitor against their CRDs' schemas, vendored in
+fields are errors), the custom resources against their CRDs' schemas, vendored in
 ``serving/bundle/schemas/`` and made as strict (``serving.bundle.crd_schemas``).
 
 The Helm chart ``serving/bundle/chart/ernie-bundle`` renders the same objects: the render command also writes
@@ -45,6 +46,7 @@ from serving.bundle.served_memory import ServedMemory
 KUBERNETES_FILE = "kubernetes.yaml"
 KSERVE_FILE = "kserve.yaml"
 KSERVE_KINDS = ("ServingRuntime", "InferenceService")
+MONITORING_KINDS = ("ServiceMonitor", "PrometheusRule")  # the Prometheus operator's, beside the Deployment
 HTTP, GRPC, METRICS = 8000, 8001, 8002
 KSERVE_HTTP, KSERVE_GRPC = 8080, 9000  # the ports KServe's Triton runtimes serve on (Knative routes HTTP to 8080)
 BUNDLE_MOUNT = "/models"
@@ -79,6 +81,78 @@ class ServiceMonitor:
                 "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
                 "spec": {"selector": {"matchLabels": dict(self.labels)},
                          "endpoints": [{"port": self.port, "path": "/metrics", "interval": self.interval}]}}
+
+
+# The alerts' thresholds (a share of requests, a share of texts served): refusals above REFUSED_SHARE for 15 minutes;
+# texts cut to max_seq_len above twice dev's share, and at least TRUNCATED_FLOOR, for 30 minutes.
+REFUSED_SHARE = 0.05
+TRUNCATED_FLOOR = 0.01
+
+
+def _share_text(x: float) -> str:
+    """A threshold as the rule's expression and the chart's values carry it (a string: the chart renders it as is)."""
+    return f"{x:.4g}"
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """What the PrometheusRule holds the served counters (serving/triton/served_metrics.py) to: ``model`` is the model
+    the clients call (Triton's request counts of it are the denominators); ``truncated_share`` is empty where the
+    bundle's models count no cut texts (reading comprehension, UIE) or validate counted none on dev."""
+
+    model: str
+    refused_share: str = _share_text(REFUSED_SHARE)
+    truncated_share: str = ""
+
+    @classmethod
+    def of(cls, task: str, bundle: dict) -> "Alerts":
+        counts = ((bundle.get("metrics") or {}).get("summary") or {}).get("dev_counts") or {}
+        cut = ""
+        if isinstance(counts.get("truncated"), int) and counts.get("items"):
+            cut = _share_text(max(TRUNCATED_FLOOR, 2 * counts["truncated"] / counts["items"]))
+        return cls((bundle.get("models") or {}).get("ensemble") or task, truncated_share=cut)
+
+
+@dataclass(frozen=True)
+class PrometheusRule:
+    """monitoring.coreos.com/v1 PrometheusRule: alerts on what the served models count, for this Deployment's pods
+    (the series the ServiceMonitor's scrape labels with its namespace and service): a server fault at all; refused
+    requests above a share of requests; texts cut to max_seq_len above dev's share (the model card's)."""
+
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    alerts: Alerts
+
+    def to_dict(self) -> dict[str, Any]:
+        sel = f'namespace="{self.namespace}",service="{self.name}"'
+        called = f'{sel},model="{self.alerts.model}"'
+        rules = [
+            {"alert": "ErnieBundleServerFaults",
+             "expr": f"sum(increase(ernie_bundle_failed_requests_total{{{sel}}}[5m])) > 0",
+             "labels": {"severity": "critical"},
+             "annotations": {"summary": f"{self.name}: requests failed on the server's side",
+                             "description": "ernie_bundle_failed_requests_total rose: the server log says why."}},
+            {"alert": "ErnieBundleRequestsRefused",
+             "expr": (f"sum(rate(ernie_bundle_refused_requests_total{{{sel}}}[15m])) / "
+                      f"(sum(rate(nv_inference_request_success{{{called}}}[15m])) + "
+                      f"sum(rate(nv_inference_request_failure{{{called}}}[15m]))) > {self.alerts.refused_share}"),
+             "for": "15m", "labels": {"severity": "warning"},
+             "annotations": {"summary": f"{self.name}: over {self.alerts.refused_share} of requests refused as sent",
+                             "description": "Clients send what the bundle refuses (empty, not UTF-8, too long, too "
+                                            "many texts): the refusal names the field."}}]
+        if self.alerts.truncated_share:
+            rules.append(
+                {"alert": "ErnieBundleTextsCut",
+                 "expr": (f"sum(rate(ernie_bundle_truncated_items_total{{{sel}}}[1h])) / "
+                          f"sum(rate(nv_inference_count{{{called}}}[1h])) > {self.alerts.truncated_share}"),
+                 "for": "30m", "labels": {"severity": "warning"},
+                 "annotations": {"summary": f"{self.name}: over {self.alerts.truncated_share} of texts cut to max_seq_len",
+                                 "description": "Served texts are longer than the dev set's (the model card's share): "
+                                                "the model does not read their end."}})
+        return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
+                "spec": {"groups": [{"name": self.name, "rules": rules}]}}
 
 
 @dataclass(frozen=True)
@@ -260,6 +334,7 @@ def build(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> tupl
                         [f"--model-repository={KSERVE_MOUNT}", *SERVER_ARGS, f"--http-port={KSERVE_HTTP}",
                          f"--grpc-port={KSERVE_GRPC}"], [("http1", KSERVE_HTTP)], KSERVE_HTTP, [])
     custom = [ServiceMonitor(name, cfg.namespace, labels).to_dict(),
+              PrometheusRule(name, cfg.namespace, labels, Alerts.of(task, bundle)).to_dict(),
               ServingRuntime(name, cfg.namespace, labels, api.sanitize_for_serialization(kserve),
                              api.sanitize_for_serialization(_scratch_volumes())).to_dict(),
               InferenceService(name, cfg.namespace, labels, cfg.storage_uri.format(task=task), cfg.min_replicas,
@@ -334,13 +409,16 @@ def chart_values(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) 
     so the chart (``serving.bundle.helm_chart``) renders the same objects."""
     object_name(task)  # ManifestError for a task whose objects' name Kubernetes would refuse
     size = sizing(bundle, bundle_bytes, cfg)
+    alerts = Alerts.of(task, bundle)
     return {"task": task, "namespace": cfg.namespace, "image": cfg.image.format(task=task),
             "replicas": {"min": cfg.min_replicas, "max": cfg.max_replicas},
             "resources": {"cpu": size.cpu, "memory": size.memory},
             "bundle": {"claim": cfg.bundle_claim, "storageUri": cfg.storage_uri.format(task=task)},
             "autoscaling": {"enabled": True, "targetCPUUtilization": cfg.target_cpu_utilization,
                             "queueTimeMetric": cfg.queue_time_metric},
-            "monitoring": {"enabled": True, "interval": ServiceMonitor.interval},
+            "monitoring": {"enabled": True, "interval": ServiceMonitor.interval,
+                           "alerts": {"model": alerts.model, "refusedShare": alerts.refused_share,
+                                      "truncatedShare": alerts.truncated_share}},
             "kserve": {"enabled": False}}
 
 
@@ -370,7 +448,7 @@ def write(out_dir: Path, task: str, bundle: dict, bundle_bytes: int, cfg: Deploy
     header = (f"# ernie-bundle {task}: generated by serving.bundle.manifests from the bundle's bundle.json; validated against "
               f"the Kubernetes {cfg.kubernetes_version} schemas and the KServe / Prometheus operator CRD schemas.\n"
               f"# {size.why}\n")
-    k8s = builtin + [o for o in custom if o["kind"] == "ServiceMonitor"]
+    k8s = builtin + [o for o in custom if o["kind"] in MONITORING_KINDS]
     texts = {name: header + yaml.safe_dump_all(objs, sort_keys=False, allow_unicode=True)
              for name, objs in ((KUBERNETES_FILE, k8s), (KSERVE_FILE, [o for o in custom if o["kind"] in KSERVE_KINDS]))}
     if helm_values:

@@ -376,9 +376,11 @@ def _model_output(exp: ExportArtifacts, pc: PackageConfig, choice: ModelChoice) 
         raise PackageError(f"runtime {pc.runtime}: {exc}") from None
 
 
-def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig, meta: dict) -> tuple[dict, dict]:
+def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig, meta: dict,
+                      prov: Provenance) -> tuple[dict, dict]:
     """The manifests written into ``tmp`` (their summary), and the served memory they were sized by (bundle.json's
-    ``served_memory``: measured by loading the bundle's engines, or why not)."""
+    ``served_memory``: measured by loading the bundle's engines, or why not).  They read what bundle.json will say:
+    the sizes, the model clients call and validate's dev counts (the alerts' thresholds)."""
     from serving.bundle import manifests, served_memory
 
     try:
@@ -386,9 +388,10 @@ def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployCon
     except served_memory.MemoryNotMeasured as exc:
         memory = {"not_measured": str(exc)}
     try:
-        written = manifests.write(tmp, task, {"package": {"instances": pc.instances, "engine_threads": pc.engine_threads},
-                                              "cpu": meta.get("cpu", {}), "served_memory": memory},
-                                  manifests.bundle_bytes(tmp), deploy)
+        bundle = {"package": {"instances": pc.instances, "engine_threads": pc.engine_threads}, "cpu": meta.get("cpu", {}),
+                  "served_memory": memory, "models": {"ensemble": _names(task, pc, _kind(meta)).ensemble},
+                  "metrics": prov.metrics}
+        written = manifests.write(tmp, task, bundle, manifests.bundle_bytes(tmp), deploy)
     except manifests.ManifestError as exc:
         raise PackageError(f"deploy manifests: {exc}") from None
     return written.summary(), memory
@@ -712,7 +715,7 @@ def write_repository(
     try:
         _build(tmp, task, exported, pc, meta, choice)
         (tmp / "README.md").write_text(model_card(task, pc, meta, choice, prov), encoding="utf-8")
-        deployment, memory = _deploy_manifests(tmp, task, pc, deploy, meta) if deploy is not None else (None, None)
+        deployment, memory = _deploy_manifests(tmp, task, pc, deploy, meta, prov) if deploy is not None else (None, None)
         manifest = _manifest(tmp, task, pc, meta, choice, prov, deployment, settings, memory)
         (tmp / integrity.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         integrity.verify_bundle(tmp)  # what we hand over must pass the check the server makes
