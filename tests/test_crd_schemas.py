@@ -67,7 +67,8 @@ def test_every_emitted_object_passes_its_schema():
         assert all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
         details = {c.kind: c.detail for c in checks}
         assert details["InferenceService"] == details["ServingRuntime"] == "KServe v0.20.0 CRD schema, strict"
-        assert details["ServiceMonitor"] == details["PrometheusRule"] == "prometheus-operator v0.93.0 CRD schema, strict"
+        assert details["ServiceMonitor"] == "prometheus-operator v0.93.0 CRD schema, strict"
+        assert details["PrometheusRule"] == details["ServiceMonitor"] + "; every expr parsed as PromQL"
 
 
 def _break(obj: dict, path: str, value=None, *, delete: bool = False, rename: str = "") -> dict:
@@ -124,6 +125,9 @@ RULE_BREAKS = [
     ("a typo'd rule field", dict(path="spec.groups.0.rules.0.expr", rename="expression"), "'expression' was unexpected"),
     ("a bad duration", dict(path="spec.groups.0.rules.1.for", value="15 minutes"), "spec/groups/0/rules/1/for"),
     ("a group without a name", dict(path="spec.groups.0.name", delete=True), "'name' is a required"),
+    ("an expr Prometheus would not load (the CRD takes any string)",
+     dict(path="spec.groups.0.rules.1.expr", value="sum(rate(ernie_bundle_refused_requests_total[15m]) > 0.05"),
+     "spec/groups/0/rules/1/expr: not PromQL"),
 ]
 
 

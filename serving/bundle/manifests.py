@@ -374,18 +374,35 @@ def _schema_check(obj: dict, version: str) -> str:
     return ""
 
 
+def _promql_problem(obj: dict) -> str:
+    """'' unless ``obj`` is a PrometheusRule with an expression Prometheus would not load (the CRD takes any string):
+    each parsed by ``promql-parser`` (the Rust promql-parser crate, Prometheus' grammar)."""
+    if obj.get("kind") != "PrometheusRule":
+        return ""
+    import promql_parser
+
+    for g, group in enumerate(obj["spec"]["groups"]):
+        for r, rule in enumerate(group["rules"]):
+            try:
+                promql_parser.parse(str(rule["expr"]))
+            except ValueError as exc:
+                return f"spec/groups/{g}/rules/{r}/expr: not PromQL ({' '.join(str(exc).split())})"
+    return ""
+
+
 def validate(builtin: list[dict], custom: list[dict], version: str) -> list[Check]:
     checks = []
     for obj in builtin:
         problem = _schema_check(obj, version)
         checks.append(Check(obj["kind"], obj["metadata"]["name"], not problem, problem or f"Kubernetes {version} schema, strict"))
     for obj in custom:
-        problem = crd_schemas.check(obj)
+        problem = crd_schemas.check(obj) or _promql_problem(obj)
         pred = obj.get("spec", {}).get("predictor", {}) if obj.get("kind") == "InferenceService" else {}
         if not problem and pred.get("minReplicas", 0) > pred.get("maxReplicas", math.inf):
             problem = "spec/predictor: minReplicas > maxReplicas"  # KServe's webhook rule; a schema cannot say it
         checks.append(Check(obj.get("kind", "?"), obj.get("metadata", {}).get("name", "?"), not problem,
-                            problem or crd_schemas.described(obj)))
+                            problem or crd_schemas.described(obj)
+                            + ("; every expr parsed as PromQL" if obj.get("kind") == "PrometheusRule" else "")))
     return checks
 
 
