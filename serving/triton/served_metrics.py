@@ -71,19 +71,20 @@ class ServedMetrics:
         self.thread = threading.Thread(target=self._run, name="ernie-bundle-metrics", daemon=True)
         self.thread.start()
 
-    def count(self, key: str, n: int = 1, label: str = "") -> None:
-        """Add ``n`` to ``key``'s counter (``label``: its answer label); nothing when ``n`` is 0."""
-        if n and self.enabled:
-            with self.lock:
-                self.pending[key, label] = self.pending.get((key, label), 0) + int(n)
+    def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to ``key``'s counter ("refused", "failed", "truncated")."""
+        self._add({(key, ""): n})
 
     def answers(self, counts) -> None:
         """Add ``counts`` (label -> how many answers gave it) to ``ernie_bundle_answers_total``."""
+        self._add({("answers", label): n for label, n in counts.items()})
+
+    def _add(self, moves: dict) -> None:
         if self.enabled:
             with self.lock:
-                for label, n in counts.items():
+                for key, n in moves.items():
                     if n:
-                        self.pending["answers", label] = self.pending.get(("answers", label), 0) + int(n)
+                        self.pending[key] = self.pending.get(key, 0) + int(n)
 
     def flush(self) -> None:
         """Hand the pending tally to Triton (one increment per series that moved)."""
