@@ -117,7 +117,8 @@ def test_an_invalid_object_leaves_the_previous_bundle(tiny_export, tmp_path, mon
                                              ({"deploy.cpu": "1000"}, "deploy.cpu"),
                                              ({"deploy.memory": "1e100"}, "deploy.memory"),
                                              ({"deploy.memory": "1Ki"}, "deploy.memory"),
-                                             ({"deploy.storage_uri": "file:///models/{task}"}, "deploy.storage_uri")])
+                                             ({"deploy.storage_uri": "file:///models/{task}"}, "deploy.storage_uri"),
+                                             ({"deploy.answer_drift": 1.5}, "deploy.answer_drift")])
 def test_bad_deploy_values_name_their_field(override, field):
     from pipeline.config import load_task_config
     from pipeline.errors import ConfigError
@@ -329,3 +330,29 @@ def test_the_alerts_hold_the_served_counters_to_the_bundles_own_numbers():
     # FastDeploy's interface: the clients call ernie_seqcls, whose request counts are the denominators
     fastdeploy = rules({**counted(1000, 0), "models": {"ensemble": "ernie_seqcls"}})
     assert 'model="ernie_seqcls"' in fastdeploy["ErnieBundleRequestsRefused"]["expr"]
+
+
+def test_the_drift_alert_holds_the_answers_mix_to_the_dev_sets():
+    """Total variation distance between the last hour's answers by label and dev's shares (validate's dev_counts, the
+    model card's), once the hour holds 1,000 answers; deploy.answer_drift sets it (0: none); no answers counted (the
+    windowing kinds) or more labels than an expression should name: none."""
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.manifests import DRIFT_MAX_LABELS, build
+
+    def drift(answers, **deploy):
+        bundle = {"package": {"instances": 1, "engine_threads": 2},
+                  "metrics": {"summary": {"dev_counts": {"items": 100, **({"answers": answers} if answers else {})}}}}
+        _, custom, _ = build("tnews", bundle, 10 * 2**20, DeployConfig(**deploy))
+        rules = next(o for o in custom if o["kind"] == "PrometheusRule")["spec"]["groups"][0]["rules"]
+        return next((r for r in rules if r["alert"] == "ErnieBundleAnswersDrift"), None)
+
+    rule = drift({"100": 20, "101": 0, "102": 80})
+    answers = 'ernie_bundle_answers_total{namespace="default",service="ernie-bundle-tnews"}'
+    assert rule["expr"] == (
+        f"0.5 * sum(abs(sum by (label) (rate({answers}[1h])) / scalar(sum(rate({answers}[1h]))) - on (label) ("
+        'label_replace(vector(0.2), "label", "100", "", "") or label_replace(vector(0), "label", "101", "", "") or '
+        'label_replace(vector(0.8), "label", "102", "", "")'
+        f"))) > 0.1 and on () sum(increase({answers}[1h])) >= 1000") and rule["for"] == "1h"
+    assert drift({"100": 20, "102": 80}, answer_drift=0.25)["expr"].split(" and on ")[0].endswith("> 0.25")
+    assert drift({"100": 20, "102": 80}, answer_drift=0) is None and drift(None) is None
+    assert drift({str(i): 1 for i in range(DRIFT_MAX_LABELS + 1)}) is None

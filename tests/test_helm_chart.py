@@ -13,9 +13,11 @@ import pipeline  # noqa: F401  (before paddle)
 from serving_fixtures import tiny_export, tiny_fused_bundle, tool_or_skip  # noqa: F401  (fixtures)
 
 BUNDLE = {"package": {"instances": 2, "engine_threads": 1}}
-# A bundle whose models count cut texts: validate counted 30 of 1,000 on dev, so the alert is at 2 x 3%.
+# A bundle whose models count cut texts and answers: validate counted 30 of 1,000 cut on dev (the alert at 2 x 3%), and
+# its answers by label, one a hierarchy's path with what PromQL and label_replace must escape (the drift alert's mix).
 COUNTING = {**BUNDLE, "models": {"ensemble": "my_task"},
-            "metrics": {"summary": {"dev_counts": {"items": 1000, "truncated": 30, "answers": {"a": 600, "b": 400}}}}}
+            "metrics": {"summary": {"dev_counts": {"items": 1000, "truncated": 30,
+                                                   "answers": {"a": 600, '组织关系##"裁员" $1 \\': 400}}}}}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,7 @@ def test_a_bundles_values_render_the_bundles_manifests(helm, tiny_fused_bundle, 
     ({"namespace": "ml-serving", "min_replicas": 2, "max_replicas": 6, "cpu": "1500m", "memory": "3Gi",
       "image": "registry.example.com:5000/ernie/{task}:v1", "bundle_claim": "models.v1",
       "storage_uri": "s3://bundles/{task}", "target_cpu_utilization": 55, "queue_time_metric": True,
-      "kubernetes_version": "1.30"}, COUNTING),
+      "kubernetes_version": "1.30", "answer_drift": 0.2}, COUNTING),
 ], ids=["defaults", "every-value-set"])
 def test_chart_renders_what_build_builds_and_lints_strict(helm, tmp_path, deploy, bundle):
     from serving.bundle.config import DeployConfig
@@ -77,7 +79,8 @@ def test_chart_renders_what_build_builds_and_lints_strict(helm, tmp_path, deploy
                                                                    sets=("kserve.enabled=true",))
     assert _by_kind(rendered) == _by_kind(builtin + custom)
     rules = [r["alert"] for r in _by_kind(rendered)["PrometheusRule"]["spec"]["groups"][0]["rules"]]
-    assert rules == ["ErnieBundleServerFaults", "ErnieBundleRequestsRefused", *(["ErnieBundleTextsCut"] * (bundle is COUNTING))]
+    assert rules == ["ErnieBundleServerFaults", "ErnieBundleRequestsRefused",
+                     *(["ErnieBundleTextsCut", "ErnieBundleAnswersDrift"] * (bundle is COUNTING))]
     custom_kinds = ("ServiceMonitor", "PrometheusRule", "ServingRuntime", "InferenceService")
     checks = validate([o for o in rendered if o["kind"] not in custom_kinds],
                       [o for o in rendered if o["kind"] in custom_kinds], cfg.kubernetes_version)

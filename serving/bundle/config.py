@@ -262,6 +262,9 @@ class DeployConfig:
     storage_uri: str = "pvc://ernie-bundles/{task}"
     kubernetes_version: str = "1.33"  # schemas the objects are validated against (kubernetes-validate)
     queue_time_metric: bool = False  # HPA also scales on Triton's queue time (needs a custom-metrics adapter)
+    # The PrometheusRule's drift alert: the served answers' mix over an hour this far (total variation distance, 0-1)
+    # from the dev set's, validate's; 0: no such alert.
+    answer_drift: float = 0.1
 
     def __post_init__(self) -> None:
         if not self.image:
@@ -302,6 +305,9 @@ class DeployConfig:
                 raise _config_error(f"deploy.storage_uri: {self.storage_uri!r} is not a URI KServe's storage "
                                     f"initializer reads ({', '.join(s + '://' for s in STORAGE_SCHEMES)}; e.g. "
                                     "pvc://<claim>/{task}, s3://bucket/path)")
+        if not 0 <= self.answer_drift < 1:
+            raise _config_error(f"deploy.answer_drift must be in [0, 1) (a total variation distance; 0: no drift alert), "
+                                f"got {self.answer_drift}")
         _check_kubernetes_version(self.kubernetes_version)
 
 

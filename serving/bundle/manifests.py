@@ -84,9 +84,13 @@ class ServiceMonitor:
 
 
 # The alerts' thresholds (a share of requests, a share of texts served): refusals above REFUSED_SHARE for 15 minutes;
-# texts cut to max_seq_len above twice dev's share, and at least TRUNCATED_FLOOR, for 30 minutes.
+# texts cut to max_seq_len above twice dev's share, and at least TRUNCATED_FLOOR, for 30 minutes; the answers' mix
+# (deploy.answer_drift) once an hour holds DRIFT_MIN_ANSWERS answers (fewer: sampling alone moves a mix of 15 labels
+# by ~0.15), on at most DRIFT_MAX_LABELS labels (the expression names each).
 REFUSED_SHARE = 0.05
 TRUNCATED_FLOOR = 0.01
+DRIFT_MIN_ANSWERS = 1000
+DRIFT_MAX_LABELS = 200
 
 
 def _share_text(x: float) -> str:
@@ -94,23 +98,44 @@ def _share_text(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _promql_string(text: str) -> str:
+    """``text`` as a PromQL string literal, for ``label_replace``'s replacement (where ``$`` expands a group)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
+
+
+def dev_mix(answers: dict) -> str:
+    """The dev set's answer shares as a PromQL instant vector, one sample per ``label`` (the served counters' label):
+    ``label_replace(vector(0.02), "label", "100", "", "") or ...``, labels in sorted order."""
+    total = sum(answers.values())
+    return " or ".join(f'label_replace(vector({_share_text(answers[label] / total)}), "label", {_promql_string(label)}, "", "")'
+                       for label in sorted(answers))
+
+
 @dataclass(frozen=True)
 class Alerts:
     """What the PrometheusRule holds the served counters (serving/triton/served_metrics.py) to: ``model`` is the model
     the clients call (Triton's request counts of it are the denominators); ``truncated_share`` is empty where the
-    bundle's models count no cut texts (reading comprehension, UIE) or validate counted none on dev."""
+    bundle's models count no cut texts (reading comprehension, UIE) or validate counted none on dev; ``answer_mix``
+    (dev's shares, ``dev_mix``) is empty where they count no answers, and ``answer_drift`` where no drift alert is
+    wanted (deploy.answer_drift 0)."""
 
     model: str
     refused_share: str = _share_text(REFUSED_SHARE)
     truncated_share: str = ""
+    answer_mix: str = ""
+    answer_drift: str = ""
 
     @classmethod
-    def of(cls, task: str, bundle: dict) -> "Alerts":
+    def of(cls, task: str, bundle: dict, cfg: DeployConfig) -> "Alerts":
         counts = ((bundle.get("metrics") or {}).get("summary") or {}).get("dev_counts") or {}
         cut = ""
         if isinstance(counts.get("truncated"), int) and counts.get("items"):
             cut = _share_text(max(TRUNCATED_FLOOR, 2 * counts["truncated"] / counts["items"]))
-        return cls((bundle.get("models") or {}).get("ensemble") or task, truncated_share=cut)
+        answers = counts.get("answers") or {}
+        mix = dev_mix(answers) if 0 < len(answers) <= DRIFT_MAX_LABELS and sum(answers.values()) else ""
+        drift = _share_text(cfg.answer_drift) if cfg.answer_drift and mix else ""
+        return cls((bundle.get("models") or {}).get("ensemble") or task, truncated_share=cut, answer_mix=mix,
+                   answer_drift=drift)
 
 
 @dataclass(frozen=True)
@@ -150,6 +175,19 @@ class PrometheusRule:
                  "annotations": {"summary": f"{self.name}: over {self.alerts.truncated_share} of texts cut to max_seq_len",
                                  "description": "Served texts are longer than the dev set's (the model card's share): "
                                                 "the model does not read their end."}})
+        if self.alerts.answer_mix and self.alerts.answer_drift:
+            answers = f"ernie_bundle_answers_total{{{sel}}}"
+            rules.append(
+                {"alert": "ErnieBundleAnswersDrift",
+                 "expr": (f"0.5 * sum(abs(sum by (label) (rate({answers}[1h])) / scalar(sum(rate({answers}[1h]))) - "
+                          f"on (label) ({self.alerts.answer_mix}))) > {self.alerts.answer_drift} "
+                          f"and on () sum(increase({answers}[1h])) >= {DRIFT_MIN_ANSWERS}"),
+                 "for": "1h", "labels": {"severity": "warning"},
+                 "annotations": {"summary": f"{self.name}: the answers' mix is over {self.alerts.answer_drift} from "
+                                            "the dev set's",
+                                 "description": "Total variation distance between the last hour's answers by label "
+                                                "and the dev set's (the model card's shares): the traffic is not "
+                                                "what the bundle was validated on."}})
         return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
                 "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
                 "spec": {"groups": [{"name": self.name, "rules": rules}]}}
@@ -334,7 +372,7 @@ def build(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> tupl
                         [f"--model-repository={KSERVE_MOUNT}", *SERVER_ARGS, f"--http-port={KSERVE_HTTP}",
                          f"--grpc-port={KSERVE_GRPC}"], [("http1", KSERVE_HTTP)], KSERVE_HTTP, [])
     custom = [ServiceMonitor(name, cfg.namespace, labels).to_dict(),
-              PrometheusRule(name, cfg.namespace, labels, Alerts.of(task, bundle)).to_dict(),
+              PrometheusRule(name, cfg.namespace, labels, Alerts.of(task, bundle, cfg)).to_dict(),
               ServingRuntime(name, cfg.namespace, labels, api.sanitize_for_serialization(kserve),
                              api.sanitize_for_serialization(_scratch_volumes())).to_dict(),
               InferenceService(name, cfg.namespace, labels, cfg.storage_uri.format(task=task), cfg.min_replicas,
@@ -426,7 +464,7 @@ def chart_values(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) 
     so the chart (``serving.bundle.helm_chart``) renders the same objects."""
     object_name(task)  # ManifestError for a task whose objects' name Kubernetes would refuse
     size = sizing(bundle, bundle_bytes, cfg)
-    alerts = Alerts.of(task, bundle)
+    alerts = Alerts.of(task, bundle, cfg)
     return {"task": task, "namespace": cfg.namespace, "image": cfg.image.format(task=task),
             "replicas": {"min": cfg.min_replicas, "max": cfg.max_replicas},
             "resources": {"cpu": size.cpu, "memory": size.memory},
@@ -435,7 +473,8 @@ def chart_values(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) 
                             "queueTimeMetric": cfg.queue_time_metric},
             "monitoring": {"enabled": True, "interval": ServiceMonitor.interval,
                            "alerts": {"model": alerts.model, "refusedShare": alerts.refused_share,
-                                      "truncatedShare": alerts.truncated_share}},
+                                      "truncatedShare": alerts.truncated_share, "answerMix": alerts.answer_mix,
+                                      "answerDrift": alerts.answer_drift, "driftMinAnswers": DRIFT_MIN_ANSWERS}},
             "kserve": {"enabled": False}}
 
 
