@@ -91,11 +91,11 @@ class Tokenizer:
         return Encoded(ids, types, lengths, cut)
 
     def _pairs(self, texts_a: Sequence[str], texts_b: Sequence[str | None]) -> tuple[list[tuple[list[int], list[int]]], int]:
-        """``[CLS] a [SEP] b [SEP]`` cut by the model's ``longest_first`` rule (``wordpiece.encode_pairs_counted``, the
-        code the served pre-processing runs), and how many pairs were cut."""
-        from pipeline.wordpiece import encode_pairs_counted
+        """``[CLS] a [SEP] b [SEP]`` cut by the model's ``longest_first`` rule (``wordpiece.encode_pairs``, the code the
+        served pre-processing runs), and how many pairs were cut."""
+        from pipeline.wordpiece import encode_pairs
 
-        return encode_pairs_counted(self._raw, texts_a, [b or "" for b in texts_b], self.max_seq_len, self.rules)
+        return encode_pairs(self._raw, texts_a, [b or "" for b in texts_b], self.max_seq_len, self.rules)
 
 
 def build_char_vocab(texts: Iterable[str], min_freq: int = 2) -> list[str]:

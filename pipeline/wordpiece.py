@@ -101,16 +101,12 @@ def _read_vocab(vocab_file) -> dict[str, int]:
     return vocab
 
 
-def encode_pairs(tok, texts_a, texts_b, max_seq_len: int, rules: str = "paddlenlp") -> list[tuple[list[int], list[int]]]:
+def encode_pairs(tok, texts_a, texts_b, max_seq_len: int,
+                 rules: str = "paddlenlp") -> tuple[list[tuple[list[int], list[int]]], int]:
     """``[CLS] a [SEP] b [SEP]`` ids and segment ids of each pair, cut to ``max_seq_len`` by the model's
     ``longest_first`` rule (PaddleNLP's ``truncate_pair``, or HF's ``truncate_pair_balanced``); ``tok`` is ``build``'s
     tokenizer (no truncation, no padding).  The offline tokenizer (``pipeline.tokenizer``) and the served
-    pre-processing both call this."""
-    return encode_pairs_counted(tok, texts_a, texts_b, max_seq_len, rules)[0]
-
-
-def encode_pairs_counted(tok, texts_a, texts_b, max_seq_len: int, rules: str = "paddlenlp"):
-    """``encode_pairs``'s rows, and how many pairs were cut (the served model counts them on /metrics, validate
+    pre-processing both call this.  Also how many pairs were cut (the served model counts them on /metrics, validate
     counts dev's)."""
     cut = truncate_pair_balanced if rules == "huggingface" else truncate_pair
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")

@@ -118,8 +118,8 @@ def test_pairs_are_cut_as_hugging_faces_longest_first(name, tmp_path):
     np.testing.assert_array_equal(enc.input_ids, g["input_ids"])
     np.testing.assert_array_equal(enc.token_type_ids, g["token_type_ids"])
     shutil.copyfile(Path(pipeline.__file__).parent / "wordpiece.py", out / "wordpiece.py")
-    served = text_input.wordpiece_module(out).encode_pairs(text_input.wordpiece(out), firsts, seconds,
-                                                           INPUTS["max_seq_len"], text_input.wordpiece_options(out)["rules"])
+    served, _ = text_input.wordpiece_module(out).encode_pairs(text_input.wordpiece(out), firsts, seconds,
+                                                              INPUTS["max_seq_len"], text_input.wordpiece_options(out)["rules"])
     ids, types = text_input.pad_rows(served, 0)
     np.testing.assert_array_equal(ids, g["input_ids"])
     np.testing.assert_array_equal(types, g["token_type_ids"])

@@ -218,7 +218,7 @@ class PythonModel:
             return ids, types
         firsts = [t for texts, _ in parts for t in texts]
         seconds = [t for _, texts in parts for t in texts]
-        rows, n_cut = self.wordpiece.encode_pairs_counted(self.tok, firsts, seconds, self.max_seq_len, self.pair_rules)
+        rows, n_cut = self.wordpiece.encode_pairs(self.tok, firsts, seconds, self.max_seq_len, self.pair_rules)
         self.metrics.count("truncated", n_cut)
         return self.text_input.pad_rows(rows, self.pad_id)
 

@@ -57,7 +57,6 @@ class ServedMetrics:
         self.enabled = family is not None
         if not self.enabled:
             return
-        self.family_type = family
         for key in ("refused", "failed", *(("truncated",) if truncates else ()), *(("answers",) if answer_labels else ())):
             name, description = FAMILIES[key]
             self.families[key] = family(name=name, description=description, kind=family.COUNTER)
@@ -113,10 +112,7 @@ class ServedMetrics:
 
     def _series(self, key: str, label: str):
         series = self.series.get((key, label))
-        if series is None:
-            if key not in self.families:  # a key this model never declared (a bug): create its family now
-                name, description = FAMILIES[key]
-                self.families[key] = self.family_type(name=name, description=description, kind=self.family_type.COUNTER)
+        if series is None:  # a key the model did not declare is a KeyError: flush warns, the request is not touched
             labels = {**self.labels, **({"label": label} if key == "answers" else {})}
             series = self.series[key, label] = self.families[key].Metric(labels=labels)
         return series

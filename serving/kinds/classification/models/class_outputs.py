@@ -40,14 +40,10 @@ class Labels:
         rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
         self.labels = np.array([str(r["label"]).encode("utf-8") for r in rows], dtype=np.object_)
         self.descs = np.array([str(r.get("label_desc", r["label"])).encode("utf-8") for r in rows], dtype=np.object_)
+        self.names = [str(r["label"]) for r in rows]  # as str: the label of ernie_bundle_answers_total
 
     def __len__(self) -> int:
         return len(self.labels)
-
-    @property
-    def names(self) -> list[str]:
-        """The labels as str, in model output order (the ``label`` of ``ernie_bundle_answers_total``)."""
-        return [b.decode("utf-8") for b in self.labels]
 
     def answer_counts(self, logits: np.ndarray) -> dict[str, int]:
         """How many of ``logits``' rows [B, C] are answered with each label (the argmax)."""
