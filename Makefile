@@ -22,7 +22,7 @@ RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command 
             $(if $(STRATEGY),--set compress.strategy=$(STRATEGY)) \
             $(if $(ACT_CONFIG),--act-config $(ACT_CONFIG))
 
-.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf tune perf-tools manifests lb-tools replicas helm-tools image-env
+.PHONY: setup bundle status clean test test-fast lock help gate serve stop smoke loadtest bench perf tune perf-tools manifests lb-tools replicas helm-tools prom-tools image-env
 
 help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ACT_CONFIG=act.yaml] [ARGS='--set finetune.epochs=1']"
@@ -140,6 +140,18 @@ $(HELM_DIR)/.installed: Makefile
 
 helm-tools: setup $(HELM_DIR)/.installed
 
+# promtool, for the alert tests (tests/alert_rules.py: a bundle's PrometheusRule in Prometheus's own rule evaluator):
+# Debian's prometheus package, of which only usr/bin/promtool is unpacked (apt-get download needs no root).
+PROM_DIR := $(VENV)/prometheus
+$(PROM_DIR)/.installed: Makefile
+	rm -rf $(PROM_DIR) && mkdir -p $(PROM_DIR)
+	cd $(PROM_DIR) && { apt-get download prometheus 2>/dev/null || { apt-get update -qq && apt-get download prometheus; }; } \
+	  && dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool && rm -f prometheus_*.deb
+	$(PROM_DIR)/usr/bin/promtool --version | head -1
+	touch $@
+
+prom-tools: setup $(PROM_DIR)/.installed
+
 replicas: lb-tools
 	$(BIN)/python -m serving.tools.replicas --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json-out runs/$(TASK_NAME)/replicas.json $(ARGS)
 
@@ -150,8 +162,8 @@ perf: perf-tools
 tune: perf-tools
 	$(BIN)/python -m serving.tools.tune --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
-test: perf-tools lb-tools helm-tools
-	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 ERNIE_BUNDLE_REQUIRE_HELM=1 $(BIN)/python -m pytest $(ARGS)
+test: perf-tools lb-tools helm-tools prom-tools
+	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 ERNIE_BUNDLE_REQUIRE_HELM=1 ERNIE_BUNDLE_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest $(ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)

@@ -320,21 +320,33 @@ def servers_on(repository: Path) -> list[int]:
     return [p.pid for p in processes() if f"--model-repository={repository}".encode() in (cmdline(p.pid) or [])]
 
 
-_OUR_SAMPLE = re.compile(r'^(ernie_bundle_\w+)\{([^}]*)\} (\S+)$')
+_SAMPLE = re.compile(r'^(\w+)(?:\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape_series(srv, prefixes=("ernie_bundle_",)) -> dict[tuple[str, frozenset], float]:
+    """The series on the server's /metrics whose names start with one of ``prefixes``, each as exported (label values
+    unescaped): (name, labels) -> value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10).read().decode()
+    unescape = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+    out = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1).startswith(tuple(prefixes)):
+            labels = {k: re.sub(r'\\.', lambda e: unescape[e.group(0)], v) for k, v in _LABEL.findall(m.group(2) or "")}
+            out[m.group(1), frozenset(labels.items())] = float(m.group(3))
+    return out
 
 
 def scrape_ours(srv) -> dict[tuple[str, frozenset], float]:
     """Our series on the server's /metrics summed over the stub processes that count them (labels model_instance and
     pid), as a dashboard sums them: (name, labels) -> value."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10).read().decode()
     out = {}
-    for line in text.splitlines():
-        m = _OUR_SAMPLE.match(line)
-        if m:
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-            assert labels.pop("model_instance") and labels.pop("pid"), line  # every series is one process's
-            key = (m.group(1), frozenset(labels.items()))
-            out[key] = out.get(key, 0.0) + float(m.group(3))
+    for (name, labels), value in scrape_series(srv).items():
+        labels = dict(labels)
+        assert labels.pop("model_instance") and labels.pop("pid"), (name, labels)  # every series is one process's
+        key = (name, frozenset(labels.items()))
+        out[key] = out.get(key, 0.0) + value
     return out
 
 

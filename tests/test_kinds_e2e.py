@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from conftest import TINY_MODEL_OVERRIDES
-from serving_fixtures import scrape_ours, settled_scrape
+from serving_fixtures import scrape_ours, scrape_series, settled_scrape
 
 NAMES = ["张三丰", "李四光", "王小明", "赵大海", "钱学森"]
 COMPANIES = ["华为公司", "腾讯集团", "阿里巴巴", "小米科技"]
@@ -193,13 +193,14 @@ def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys, whil
     server = start_server(bundle, log_path=tmp_path / "server.log", timeout=120)
     try:
         capsys.readouterr()
-        before = scrape_ours(server)
+        before, before_series = scrape_ours(server), scrape_series(server, SCRAPED)
         rc = smoke.main(["--task", str(task_yaml), "--repository", str(bundle), "--url", server.grpc_url,
                          "--protocol", "grpc", "--json-out", str(tmp_path / "smoke.json")])
         captured = capsys.readouterr()
         out = captured.out
         assert rc == 0, out + captured.err
         _smoke_moved_the_counters_as_validate_counted_dev(server, bundle, before)
+        _the_alerts_read_the_served_series(server, bundle, before_series, tmp_path / "alerts")
         from serving.tools import loadtest
 
         rc = loadtest.main(["--task", str(task_yaml), "--model", bundle.name, "--url", server.grpc_url, "--protocol", "grpc",
@@ -280,6 +281,57 @@ def _smoke_moved_the_counters_as_validate_counted_dev(server, bundle: Path, befo
     after = settled_scrape(server, lambda s: moved(s) == want)
     assert moved(after) == want
     assert dev["items"] > 0 and (dev.get("answers") is None or sum(dev["answers"].values()) > 0)
+
+
+SCRAPED = ("ernie_bundle_", "nv_inference_")  # the series the PrometheusRule's alerts read
+
+
+def _the_alerts_read_the_served_series(server, bundle: Path, before: dict, work: Path) -> None:
+    """The bundle's PrometheusRule in Prometheus's rule engine (promtool), on the series smoke moved on the real server
+    as if its dev traffic came every minute for three hours: nothing fires, and the share of texts cut is dev's; the
+    same series with every text cut, as many refusals as texts, every answer on dev's rarest label, or one server
+    fault fire each its alert: every alert's selectors find the series a served bundle exports."""
+    from alert_rules import Scenario, check, counter, every_minute, rules_of
+
+    from serving.bundle.manifests import DRIFT_MIN_ANSWERS
+
+    docs = yaml.safe_load_all((bundle / "kubernetes.yaml").read_text())
+    rule = next(d for d in docs if d and d["kind"] == "PrometheusRule")
+    alerts = rules_of(rule)
+    after = scrape_series(server, SCRAPED)
+    moved = {key: value - before.get(key, 0.0) for key, value in after.items()}
+    dev = json.loads((bundle / "bundle.json").read_text())["metrics"]["summary"]["dev_counts"]
+
+    def traffic(change=None):
+        return every_minute(moved, namespace=rule["metadata"]["namespace"], service=rule["metadata"]["name"],
+                            change=change)
+
+    like_dev = Scenario("smoke's dev traffic every minute: nothing", traffic(), {"3h": set()})
+    failed = min(k for k in moved if k[0] == "ernie_bundle_failed_requests_total")
+    scenarios = [like_dev,
+                 Scenario("as many refusals as texts", traffic(
+                     lambda name, labels, d: dev["items"] if name == "ernie_bundle_refused_requests_total" else d),
+                     {"3h": {"ErnieBundleRequestsRefused"}}),
+                 Scenario("one server fault", traffic(
+                     lambda name, labels, d: counter((90, d), (1, d + 1), (89, d))
+                     if (name, frozenset(labels.items())) == failed else d),
+                     {"1h32m": {"ErnieBundleServerFaults"}, "3h": set()})]
+    if "ErnieBundleTextsCut" in alerts:
+        cut = alerts["ErnieBundleTextsCut"]["expr"]
+        like_dev.values.append((cut.split(" > ")[0], "3h", dev["truncated"] / dev["items"]))
+        if float(cut.split(" > ")[1]) < 1:
+            scenarios.append(Scenario("every text cut", traffic(
+                lambda name, labels, d: dev["items"] if name == "ernie_bundle_truncated_items_total" else d),
+                {"3h": {"ErnieBundleTextsCut"}}))
+    if "ErnieBundleAnswersDrift" in alerts:
+        like_dev.values.append((alerts["ErnieBundleAnswersDrift"]["expr"].split(" > ")[0], "3h", 0.0))
+        rarest = min(dev["answers"], key=lambda label: (dev["answers"][label], label))
+        counters = sum(1 for name, labels in moved if name == "ernie_bundle_answers_total" and dict(labels)["label"] == rarest)
+        total = max(sum(dev["answers"].values()), DRIFT_MIN_ANSWERS / 60 + 1)  # the alert's minimum an hour, at least
+        scenarios.append(Scenario(f"every answer {rarest!r}", traffic(
+            lambda name, labels, d: (total / counters if labels["label"] == rarest else 0)
+            if name == "ernie_bundle_answers_total" else d), {"3h": {"ErnieBundleAnswersDrift"}}))
+    check(rule, scenarios, work)
 
 
 def _entities_are_counted_by_type(server) -> None:

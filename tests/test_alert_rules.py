@@ -1,0 +1,134 @@
+"""The PrometheusRule a bundle ships (serving/bundle/manifests.py), evaluated by Prometheus's own rule engine
+(promtool test rules) on two pods' worth of series, shaped as the ServiceMonitor's scrape stores what Triton and the
+served models export: which alert fires when, and what the drift alert measures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from alert_rules import Scenario, check, counter, rules_of, scraped
+
+QUOTED = 'news "a" $1 \\ b'  # a label value PromQL and label_replace would each read otherwise, were it not escaped
+DEV = {"items": 1000, "truncated": 10, "answers": {"体育": 200, QUOTED: 300, "其他": 500}}
+PODS = ("ernie-bundle-tnews-a", "ernie-bundle-tnews-b")
+ENSEMBLE = {"model": "tnews", "version": "1"}  # Triton's request counts of the model clients call
+TOKENIZER = {"model": "tnews_tokenizer", "model_instance": "tnews_tokenizer_0_0", "pid": "31"}
+POSTPROCESS = {"model": "tnews_postprocess", "model_instance": "tnews_postprocess_0_0", "pid": "32"}
+
+
+@dataclass(frozen=True)
+class Minute:
+    """One pod's traffic in a minute: requests answered, refused and failed; texts (of the answered requests), those
+    cut, and answers by label.  The default is the dev set's mix: 1% cut, answers 20/30/50%."""
+
+    answered: float = 60
+    refused: float = 0
+    failed: float = 0
+    texts: float = 600
+    cut: float = 6
+    answers: tuple = (("体育", 120), (QUOTED, 180), ("其他", 300))
+
+
+LIKE_DEV = Minute()
+
+
+def pod(name: str, *phases: tuple[int, Minute], service: str = "ernie-bundle-tnews", namespace: str = "default",
+        tokenizer: dict = TOKENIZER, postprocess: dict = POSTPROCESS) -> list[dict]:
+    """A pod's series through ``phases`` ((minutes, traffic a minute) in turn), from minute 0."""
+    def grows(per) -> str:
+        return counter(*((minutes, per(m)) for minutes, m in phases))
+
+    def at(metric, labels, per):
+        return scraped(metric, labels, grows(per), namespace=namespace, service=service, pod=name)
+
+    # every label's series, at zero until answered: the served models create them so up front (served_metrics)
+    labels = sorted({*DEV["answers"], *(label for _, m in phases for label, _ in m.answers)})
+    return [at("nv_inference_request_success", ENSEMBLE, lambda m: m.answered),
+            at("nv_inference_request_failure", ENSEMBLE, lambda m: m.refused + m.failed),  # Triton: one failure count
+            at("nv_inference_count", ENSEMBLE, lambda m: m.texts),
+            at("ernie_bundle_refused_requests_total", tokenizer, lambda m: m.refused),
+            at("ernie_bundle_failed_requests_total", tokenizer, lambda m: m.failed),
+            at("ernie_bundle_truncated_items_total", tokenizer, lambda m: m.cut),
+            *(at("ernie_bundle_answers_total", {**postprocess, "label": label}, lambda m, x=label: dict(m.answers).get(x, 0))
+              for label in labels)]
+
+
+def reloaded(name: str, at: int, minutes: int = 180) -> list[dict]:
+    """A pod like dev whose models are loaded again at minute ``at``: Triton's own series go on; the stub processes'
+    end and new processes' (new pids) start from zero."""
+    triton = [s for s in pod(name, (minutes, LIKE_DEV)) if s["series"].startswith("nv_")]
+    ended = [s for s in pod(name, (at, LIKE_DEV)) if s["series"].startswith("ernie_bundle")]
+    started = [{**s, "values": f"_x{at} " + s["values"]}
+               for s in pod(name, (minutes - at, LIKE_DEV), tokenizer={**TOKENIZER, "pid": "77"},
+                            postprocess={**POSTPROCESS, "pid": "78"})
+               if s["series"].startswith("ernie_bundle")]
+    return [*triton, *ended, *started]
+
+
+def tnews_rule(**deploy) -> dict:
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.manifests import build
+
+    bundle = {"package": {"instances": 1, "engine_threads": 2}, "models": {"ensemble": "tnews"},
+              "metrics": {"summary": {"dev_counts": DEV}}}
+    _, custom, _ = build("tnews", bundle, 10 * 2**20, DeployConfig(**deploy))
+    return next(o for o in custom if o["kind"] == "PrometheusRule")
+
+
+def test_the_alerts_fire_on_what_they_name_and_only_then(tmp_path):
+    rule = tnews_rule()
+    assert set(rules_of(rule)) == {"ErnieBundleServerFaults", "ErnieBundleRequestsRefused", "ErnieBundleTextsCut",
+                                   "ErnieBundleAnswersDrift"}
+    tvd = rules_of(rule)["ErnieBundleAnswersDrift"]["expr"].split(" > ")[0]  # what the drift alert measures
+    quiet = {"30m": set(), "1h30m": set(), "3h": set()}
+    skewed = Minute(answers=(("体育", 120), (QUOTED, 480)))  # answers leave 其他 for QUOTED: 0.2 / 0.8 / 0
+    scenarios = [
+        Scenario("like dev on two pods for three hours: nothing", [*pod(PODS[0], (180, LIKE_DEV)),
+                                                                   *pod(PODS[1], (180, LIKE_DEV))], quiet,
+                 values=[(tvd, "3h", 0.0)]),
+        # after an hour, one pod's answers move from 其他 to QUOTED: the two pods' hour is 0.2 / 0.55 / 0.25 against
+        # 0.2 / 0.3 / 0.5, a distance of 0.25, once the hour is all after the move; the alert waits its hour
+        Scenario("the answers' mix drifts on one pod", [*pod(PODS[0], (60, LIKE_DEV), (120, skewed)),
+                                                        *pod(PODS[1], (180, LIKE_DEV))],
+                 {"1h30m": set(), "2h": set(), "3h": {"ErnieBundleAnswersDrift"}}, values=[(tvd, "3h", 0.25)]),
+        # the same drift on a trickle: under 1,000 answers an hour (960) says nothing, just over (1,020) does
+        Scenario("a drift on 960 answers an hour: nothing",
+                 pod(PODS[0], (180, Minute(answered=2, texts=16, cut=0, answers=(("体育", 16),)))), quiet),
+        Scenario("a drift on 1,020 answers an hour",
+                 pod(PODS[0], (180, Minute(answered=2, texts=17, cut=0, answers=(("体育", 17),)))),
+                 {"30m": set(), "3h": {"ErnieBundleAnswersDrift"}}, values=[(tvd, "3h", 0.8)]),
+        # one pod refuses 12 requests a minute: 10% of the Deployment's 120, over 5% for its 15 minutes
+        Scenario("refusals over 5% of requests", [*pod(PODS[0], (180, replace(LIKE_DEV, answered=48, refused=12))),
+                                                  *pod(PODS[1], (180, LIKE_DEV))],
+                 {"10m": set(), "40m": {"ErnieBundleRequestsRefused"}, "3h": {"ErnieBundleRequestsRefused"}}),
+        Scenario("refusals at 3% of requests: nothing", [*pod(PODS[0], (180, replace(LIKE_DEV, answered=56.4, refused=3.6))),
+                                                         *pod(PODS[1], (180, LIKE_DEV))], quiet),
+        # one request fails on the server at minute 90: critical at once, for the 5 minutes it is in the window
+        Scenario("a server fault", [*pod(PODS[0], (180, LIKE_DEV)),
+                                    *pod(PODS[1], (90, LIKE_DEV), (1, replace(LIKE_DEV, failed=1)), (89, LIKE_DEV))],
+                 {"1h29m": set(), "1h32m": {"ErnieBundleServerFaults"}, "1h40m": set()}),
+        # dev cut 1% of its texts: the alert is at twice that, for 30 minutes
+        Scenario("texts cut at 3%", [s for p in PODS for s in pod(p, (180, replace(LIKE_DEV, cut=18)))],
+                 {"20m": set(), "3h": {"ErnieBundleTextsCut"}}),
+        Scenario("texts cut at 1.5%: nothing", [s for p in PODS for s in pod(p, (180, replace(LIKE_DEV, cut=9)))], quiet),
+        # the same service name in another namespace, and another service here: theirs are not this Deployment's
+        Scenario("another Deployment's faults, refusals, cuts and drift: nothing",
+                 [*pod(PODS[0], (180, LIKE_DEV)),
+                  *pod("other-a", (180, Minute(answered=30, refused=30, failed=5, cut=600, answers=(("体育", 600),))),
+                       namespace="staging"),
+                  *pod("other-b", (180, Minute(answered=30, refused=30, failed=5, cut=600, answers=(("体育", 600),))),
+                       service="ernie-bundle-other")], quiet),
+        # a reload halfway (new stub processes): the old stub series end, new pids' start from zero; the sums go on
+        Scenario("a reload halfway: nothing", [*reloaded(PODS[0], 90), *pod(PODS[1], (180, LIKE_DEV))], quiet),
+    ]
+    check(rule, scenarios, tmp_path)
+
+
+def test_the_drift_threshold_is_the_deployments_setting(tmp_path):
+    """deploy.answer_drift 0.3: the 0.25 drift above says nothing, 0.8 does."""
+    rule = tnews_rule(answer_drift=0.3)
+    skewed = Minute(answers=(("体育", 120), (QUOTED, 480)))
+    check(rule, [Scenario("0.25 under 0.3", [*pod(PODS[0], (60, LIKE_DEV), (120, skewed)), *pod(PODS[1], (180, LIKE_DEV))],
+                          {"3h": set()}),
+                 Scenario("0.8 over 0.3", pod(PODS[0], (180, Minute(answers=(("体育", 600),)))),
+                          {"3h": {"ErnieBundleAnswersDrift"}})], tmp_path)
