@@ -43,7 +43,9 @@ def pod(name: str, *phases: tuple[int, Minute], service: str = "ernie-bundle-tne
 
     # every label's series, at zero until answered: the served models create them so up front (served_metrics)
     labels = sorted({*DEV["answers"], *(label for _, m in phases for label, _ in m.answers)})
-    return [at("nv_inference_request_success", ENSEMBLE, lambda m: m.answered),
+    return [scraped("up", {}, f"1x{sum(minutes for minutes, _ in phases)}", namespace=namespace, service=service,
+                    pod=name),  # Prometheus's own: the pod answered the scrape
+            at("nv_inference_request_success", ENSEMBLE, lambda m: m.answered),
             at("nv_inference_request_failure", ENSEMBLE, lambda m: m.refused + m.failed),  # Triton: one failure count
             at("nv_inference_count", ENSEMBLE, lambda m: m.texts),
             at("ernie_bundle_refused_requests_total", tokenizer, lambda m: m.refused),
@@ -77,7 +79,7 @@ def tnews_rule(**deploy) -> dict:
 
 def test_the_alerts_fire_on_what_they_name_and_only_then(tmp_path):
     rule = tnews_rule()
-    assert set(rules_of(rule)) == {"ErnieBundleServerFaults", "ErnieBundleRequestsRefused", "ErnieBundleTextsCut",
+    assert set(rules_of(rule)) == {"ErnieBundleDown", "ErnieBundleServerFaults", "ErnieBundleRequestsRefused", "ErnieBundleTextsCut",
                                    "ErnieBundleAnswersDrift"}
     tvd = rules_of(rule)["ErnieBundleAnswersDrift"]["expr"].split(" > ")[0]  # what the drift alert measures
     quiet = {"30m": set(), "1h30m": set(), "3h": set()}
@@ -118,6 +120,15 @@ def test_the_alerts_fire_on_what_they_name_and_only_then(tmp_path):
                        namespace="staging"),
                   *pod("other-b", (180, Minute(answered=30, refused=30, failed=5, cut=600, answers=(("体育", 600),))),
                        service="ernie-bundle-other")], quiet),
+        # one pod fails at minute 60 (its target down, then gone: stale), the other serves on; it goes at minute 120
+        Scenario("pods gone", [*[{**s, "values": "1x59 0x4 stale"} if s["series"].startswith("up{") else s
+                                 for s in pod(PODS[0], (180, LIKE_DEV))],
+                               *[{**s, "values": "1x119 stale"} if s["series"].startswith("up{") else s
+                                 for s in pod(PODS[1], (180, LIKE_DEV))]],
+                 {"1h30m": set(), "2h4m": set(), "2h6m": {"ErnieBundleDown"}}),
+        # no series of this Deployment at all (a ServiceMonitor that selects no pod, say): down, once it has lasted
+        Scenario("nothing scraped", pod("other-a", (180, LIKE_DEV), namespace="staging"),
+                 {"4m": set(), "6m": {"ErnieBundleDown"}}),
         # a reload halfway (new stub processes): the old stub series end, new pids' start from zero; the sums go on
         Scenario("a reload halfway: nothing", [*reloaded(PODS[0], 90), *pod(PODS[1], (180, LIKE_DEV))], quiet),
     ]

@@ -301,7 +301,7 @@ def test_a_bundle_whose_engine_cannot_load_here_keeps_the_estimate_and_says_why(
 
 
 def test_the_alerts_hold_the_served_counters_to_the_bundles_own_numbers():
-    """The PrometheusRule beside the ServiceMonitor: server faults at all, refusals over 5% of the requests to the
+    """The PrometheusRule beside the ServiceMonitor: no pod up, server faults at all, refusals over 5% of the requests to the
     model clients call, and (where the models count them) texts cut over twice dev's share, at least 1%; each on this
     Deployment's series only (the namespace and service the ServiceMonitor's scrape labels them with)."""
     from serving.bundle.config import DeployConfig
@@ -326,7 +326,9 @@ def test_the_alerts_hold_the_served_counters_to_the_bundles_own_numbers():
     assert f'nv_inference_request_failure{{{sel},model="tnews"}}' in refused
     assert got["ErnieBundleTextsCut"]["expr"].endswith(f'nv_inference_count{{{sel},model="tnews"}}[1h])) > 0.06')
     assert rules(counted(10000, 1))["ErnieBundleTextsCut"]["expr"].endswith("> 0.01")  # TNEWS: 1 of 10,000 cut
-    assert set(rules(counted(800))) == set(rules({})) == {"ErnieBundleServerFaults", "ErnieBundleRequestsRefused"}
+    assert got["ErnieBundleDown"]["expr"] == f"absent(up{{{sel}}} == 1)"  # the other alerts need series to fire on
+    assert set(rules(counted(800))) == set(rules({})) == {"ErnieBundleDown", "ErnieBundleServerFaults",
+                                                          "ErnieBundleRequestsRefused"}
     # FastDeploy's interface: the clients call ernie_seqcls, whose request counts are the denominators
     fastdeploy = rules({**counted(1000, 0), "models": {"ensemble": "ernie_seqcls"}})
     assert 'model="ernie_seqcls"' in fastdeploy["ErnieBundleRequestsRefused"]["expr"]

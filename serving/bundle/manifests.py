@@ -143,7 +143,8 @@ class Alerts:
 class PrometheusRule:
     """monitoring.coreos.com/v1 PrometheusRule: alerts on what the served models count, for this Deployment's pods
     (the series the ServiceMonitor's scrape labels with its namespace and service): a server fault at all; refused
-    requests above a share of requests; texts cut to max_seq_len above dev's share (the model card's)."""
+    requests above a share of requests; texts cut to max_seq_len above dev's share (the model card's); the answers'
+    mix away from dev's; and no pod answering the scrape at all."""
 
     name: str
     namespace: str
@@ -154,6 +155,13 @@ class PrometheusRule:
         sel = f'namespace="{self.namespace}",service="{self.name}"'
         called = f'{sel},model="{self.alerts.model}"'
         rules = [
+            # every other alert reads the pods' series, and says nothing once there are none: no pod answering the
+            # scrape (all down, none scheduled, or a ServiceMonitor that finds none) is this alert's
+            {"alert": "ErnieBundleDown",
+             "expr": f"absent(up{{{sel}}} == 1)", "for": "5m", "labels": {"severity": "critical"},
+             "annotations": {"summary": f"{self.name}: no pod answers Prometheus's scrape",
+                             "description": "No pod of the Deployment is up (or none is scraped): nothing serves, and "
+                                            "the other alerts have no series to fire on."}},
             {"alert": "ErnieBundleServerFaults",
              "expr": f"sum(increase(ernie_bundle_failed_requests_total{{{sel}}}[5m])) > 0",
              "labels": {"severity": "critical"},
