@@ -140,8 +140,8 @@ $(HELM_DIR)/.installed: Makefile
 
 helm-tools: setup $(HELM_DIR)/.installed
 
-# promtool, for the alert tests (tests/alert_rules.py: a bundle's PrometheusRule in Prometheus's own rule evaluator):
-# Debian's prometheus package, of which only usr/bin/promtool is unpacked (apt-get download needs no root).
+# promtool, for the monitoring tests (tests/promtool_scenarios.py: a bundle's alerts and dashboard queries in
+# Prometheus's own engine): Debian's prometheus package, of which only usr/bin/promtool is unpacked (no root).
 PROM_DIR := $(VENV)/prometheus
 $(PROM_DIR)/.installed: Makefile
 	rm -rf $(PROM_DIR) && mkdir -p $(PROM_DIR)

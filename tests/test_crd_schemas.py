@@ -63,11 +63,13 @@ def test_every_emitted_object_passes_its_schema():
         builtin, custom = _objects(**deploy)
         checks = validate(builtin, custom, "1.33")
         assert [c.kind for c in checks] == ["Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-                                            "ServiceMonitor", "PrometheusRule", "ServingRuntime", "InferenceService"]
+                                            "ConfigMap", "ServiceMonitor", "PrometheusRule", "ServingRuntime",
+                                            "InferenceService"]
         assert all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
         details = {c.kind: c.detail for c in checks}
         assert details["InferenceService"] == details["ServingRuntime"] == "KServe v0.20.0 CRD schema, strict"
         assert details["ServiceMonitor"] == "prometheus-operator v0.93.0 CRD schema, strict"
+        assert details["ConfigMap"] == "Kubernetes 1.33 schema, strict; every query parsed as PromQL"  # the dashboard
         assert details["PrometheusRule"] == details["ServiceMonitor"] + "; every expr parsed as PromQL"
 
 

@@ -26,10 +26,11 @@ def test_bundle_carries_valid_manifests_sized_from_the_bundle(tiny_fused_bundle)
     from serving.triton.integrity import verify_bundle
 
     manifest = verify_bundle(tiny_fused_bundle)  # the manifests are covered by bundle.json
-    assert {"kubernetes.yaml", "kserve.yaml"} <= set(manifest["files"])
+    assert {"kubernetes.yaml", "kserve.yaml", "grafana-dashboard.json"} <= set(manifest["files"])
     objects = {(o["kind"], o["ok"]) for o in manifest["deploy"]["objects"]}
     assert objects == {(k, True) for k in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-                                            "ServiceMonitor", "PrometheusRule", "ServingRuntime", "InferenceService")}
+                                            "ConfigMap", "ServiceMonitor", "PrometheusRule", "ServingRuntime",
+                                            "InferenceService")}
     k8s = {d["kind"]: d for d in _docs(tiny_fused_bundle / "kubernetes.yaml")}
     pod = k8s["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -339,7 +340,8 @@ def test_the_drift_alert_holds_the_answers_mix_to_the_dev_sets():
     model card's), once the hour holds 1,000 answers; deploy.answer_drift sets it (0: none); no answers counted (the
     windowing kinds) or more labels than an expression should name: none."""
     from serving.bundle.config import DeployConfig
-    from serving.bundle.manifests import DRIFT_MAX_LABELS, build
+    from serving.bundle.manifests import build
+    from serving.bundle.monitoring import DRIFT_MAX_LABELS
 
     def drift(answers, **deploy):
         bundle = {"package": {"instances": 1, "engine_threads": 2},

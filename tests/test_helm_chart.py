@@ -84,7 +84,7 @@ def test_chart_renders_what_build_builds_and_lints_strict(helm, tmp_path, deploy
     custom_kinds = ("ServiceMonitor", "PrometheusRule", "ServingRuntime", "InferenceService")
     checks = validate([o for o in rendered if o["kind"] not in custom_kinds],
                       [o for o in rendered if o["kind"] in custom_kinds], cfg.kubernetes_version)
-    assert len(checks) == 8 and all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
+    assert len(checks) == 9 and all(c.ok for c in checks), [c.line() for c in checks if not c.ok]
 
 
 def test_chart_defaults_lint_strict_and_switches_drop_objects(helm):

@@ -200,7 +200,7 @@ def _serve_and_smoke(bundle: Path, task_yaml: Path, tmp_path: Path, capsys, whil
         out = captured.out
         assert rc == 0, out + captured.err
         _smoke_moved_the_counters_as_validate_counted_dev(server, bundle, before)
-        _the_alerts_read_the_served_series(server, bundle, before_series, tmp_path / "alerts")
+        _the_alerts_and_dashboard_read_the_served_series(server, bundle, before_series, tmp_path / "alerts")
         from serving.tools import loadtest
 
         rc = loadtest.main(["--task", str(task_yaml), "--model", bundle.name, "--url", server.grpc_url, "--protocol", "grpc",
@@ -286,14 +286,15 @@ def _smoke_moved_the_counters_as_validate_counted_dev(server, bundle: Path, befo
 SCRAPED = ("ernie_bundle_", "nv_inference_")  # the series the PrometheusRule's alerts read
 
 
-def _the_alerts_read_the_served_series(server, bundle: Path, before: dict, work: Path) -> None:
+def _the_alerts_and_dashboard_read_the_served_series(server, bundle: Path, before: dict, work: Path) -> None:
     """The bundle's PrometheusRule in Prometheus's rule engine (promtool), on the series smoke moved on the real server
     as if its dev traffic came every minute for three hours: nothing fires, and the share of texts cut is dev's; the
     same series with every text cut, as many refusals as texts, every answer on dev's rarest label, or one server
-    fault fire each its alert: every alert's selectors find the series a served bundle exports."""
-    from alert_rules import Scenario, check, counter, every_minute, rules_of
+    fault fire each its alert: every alert's selectors find the series a served bundle exports.  Every panel of its
+    dashboard shows them too (but the CPU panel's, which are the kubelet's and kube-state-metrics')."""
+    from promtool_scenarios import ANY, Scenario, check, counter, dashboard_queries, every_minute, rules_of
 
-    from serving.bundle.manifests import DRIFT_MIN_ANSWERS
+    from serving.bundle.monitoring import DRIFT_MIN_ANSWERS
 
     docs = yaml.safe_load_all((bundle / "kubernetes.yaml").read_text())
     rule = next(d for d in docs if d and d["kind"] == "PrometheusRule")
@@ -307,7 +308,9 @@ def _the_alerts_read_the_served_series(server, bundle: Path, before: dict, work:
                             service=rule["metadata"]["name"],  # Prometheus's own "up": the pod answers the scrape
                             change=lambda name, labels, d: "1x180" if name == "up" else change(name, labels, d) if change else d)
 
-    like_dev = Scenario("smoke's dev traffic every minute: nothing", traffic(), {"3h": set()})
+    panels = dashboard_queries(json.loads((bundle / "grafana-dashboard.json").read_text(encoding="utf-8")))
+    like_dev = Scenario("smoke's dev traffic every minute: nothing", traffic(), {"3h": set()},
+                        values=[(expr, "3h", ANY) for (title, _), expr in panels.items() if title != "CPU cores by pod"])
     failed = min(k for k in moved if k[0] == "ernie_bundle_failed_requests_total")
     scenarios = [like_dev,
                  Scenario("as many refusals as texts", traffic(

@@ -1,7 +1,8 @@
 """Kubernetes and KServe objects for one bundle, built from typed models and validated offline.
 
-    <bundle>/kubernetes.yaml    Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, ServiceMonitor,
-                                PrometheusRule (alerts on the served models' counters)
+    <bundle>/kubernetes.yaml    Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, the Grafana
+                                dashboard's ConfigMap, ServiceMonitor, PrometheusRule (serving.bundle.monitoring)
+    <bundle>/grafana-dashboard.json   the same dashboard, for an import by hand
     <bundle>/kserve.yaml        ServingRuntime (the bundle's image, started as the Deployment starts it) and the
                                 InferenceService that names it (protocol v2)
 
@@ -10,12 +11,12 @@ them (files at the bundle's top level: Triton takes every sub-folder of a reposi
 ``python -m serving.bundle.manifests --bundle DIR --out DIR [--set deploy.key=value]`` renders them again for
 other values, after checking the bundle's integrity.
 
-The built-in objects are ``kubernetes.client`` models; ServiceMonitor and PrometheusRule (Prometheus operator),
-ServingRuntime and InferenceService (KServe) are custom resources, written as the dataclasses below (the ``kserve`` SDK
-pins versions of protobuf, pandas and httpx this project cannot take).  Every object is checked:
-built-in kinds against the Kubernetes OpenAPI schemas ``kubernetes-validate`` ships (strict: unknown
-fields are errors), the custom resources against their CRDs' schemas, vendored in
-``serving/bundle/schemas/`` and made as strict (``serving.bundle.crd_schemas``).
+The built-in objects are ``kubernetes.client`` models; ServiceMonitor and PrometheusRule (Prometheus operator,
+``serving.bundle.monitoring``), ServingRuntime and InferenceService (KServe) are custom resources, written as
+dataclasses (the ``kserve`` SDK pins versions of protobuf, pandas and httpx this project cannot take).  Every object
+is checked: built-in kinds against the Kubernetes OpenAPI schemas ``kubernetes-validate`` ships (strict: unknown
+fields are errors), the custom resources against their CRDs' schemas, vendored in ``serving/bundle/schemas/`` and
+made as strict (``serving.bundle.crd_schemas``), and every alert's and dashboard panel's expression as PromQL.
 
 The Helm chart ``serving/bundle/chart/ernie-bundle`` renders the same objects: the render command also writes
 ``helm-values.yaml``, the values that make it render this bundle's (``serving.bundle.helm_chart``).
@@ -41,6 +42,8 @@ from serving.bundle import crd_schemas
 from serving.bundle.config import DeployConfig, object_name_refused
 from serving.bundle.config import object_name as config_object_name
 from serving.bundle.helm_chart import CHART_DIR, VALUES_FILE
+from serving.bundle.monitoring import (DASHBOARD_FILE, DASHBOARD_LABEL, DRIFT_MIN_ANSWERS, Alerts, Dashboard,
+                                       PrometheusRule, ServiceMonitor, expressions, promql_problem)
 from serving.bundle.served_memory import ServedMemory
 
 KUBERNETES_FILE = "kubernetes.yaml"
@@ -63,143 +66,7 @@ class ManifestError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------------
-# custom resources (no typed models in the kubernetes client)
-
-
-@dataclass(frozen=True)
-class ServiceMonitor:
-    """monitoring.coreos.com/v1 ServiceMonitor: Prometheus scrapes Triton's /metrics."""
-
-    name: str
-    namespace: str
-    labels: dict[str, str]
-    port: str = "metrics"
-    interval: str = "15s"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
-                "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
-                "spec": {"selector": {"matchLabels": dict(self.labels)},
-                         "endpoints": [{"port": self.port, "path": "/metrics", "interval": self.interval}]}}
-
-
-# The alerts' thresholds (a share of requests, a share of texts served): refusals above REFUSED_SHARE for 15 minutes;
-# texts cut to max_seq_len above twice dev's share, and at least TRUNCATED_FLOOR, for 30 minutes; the answers' mix
-# (deploy.answer_drift) once an hour holds DRIFT_MIN_ANSWERS answers (sampling alone moves a mix of 15 equal labels by
-# ~0.05 at 1,000 answers and ~0.15 at 100: the binomial estimate, sum of sqrt(2p(1-p)/(pi n)) / 2), on at most
-# DRIFT_MAX_LABELS labels (the expression names each).
-REFUSED_SHARE = 0.05
-TRUNCATED_FLOOR = 0.01
-DRIFT_MIN_ANSWERS = 1000
-DRIFT_MAX_LABELS = 200
-
-
-def _share_text(x: float) -> str:
-    """A threshold as the rule's expression and the chart's values carry it (a string: the chart renders it as is)."""
-    return f"{x:.4g}"
-
-
-def _promql_string(text: str) -> str:
-    """``text`` as a PromQL string literal, for ``label_replace``'s replacement (where ``$`` expands a group)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
-
-
-def dev_mix(answers: dict) -> str:
-    """The dev set's answer shares as a PromQL instant vector, one sample per ``label`` (the served counters' label):
-    ``label_replace(vector(0.02), "label", "100", "", "") or ...``, labels in sorted order."""
-    total = sum(answers.values())
-    return " or ".join(f'label_replace(vector({_share_text(answers[label] / total)}), "label", {_promql_string(label)}, "", "")'
-                       for label in sorted(answers))
-
-
-@dataclass(frozen=True)
-class Alerts:
-    """What the PrometheusRule holds the served counters (serving/triton/served_metrics.py) to: ``model`` is the model
-    the clients call (Triton's request counts of it are the denominators); ``truncated_share`` is empty where the
-    bundle's models count no cut texts (reading comprehension, UIE) or validate counted none on dev; ``answer_mix``
-    (dev's shares, ``dev_mix``) is empty where they count no answers, and ``answer_drift`` where no drift alert is
-    wanted (deploy.answer_drift 0)."""
-
-    model: str
-    refused_share: str = _share_text(REFUSED_SHARE)
-    truncated_share: str = ""
-    answer_mix: str = ""
-    answer_drift: str = ""
-
-    @classmethod
-    def of(cls, task: str, bundle: dict, cfg: DeployConfig) -> "Alerts":
-        counts = ((bundle.get("metrics") or {}).get("summary") or {}).get("dev_counts") or {}
-        cut = ""
-        if isinstance(counts.get("truncated"), int) and counts.get("items"):
-            cut = _share_text(max(TRUNCATED_FLOOR, 2 * counts["truncated"] / counts["items"]))
-        answers = counts.get("answers") or {}
-        mix = dev_mix(answers) if 0 < len(answers) <= DRIFT_MAX_LABELS and sum(answers.values()) else ""
-        drift = _share_text(cfg.answer_drift) if cfg.answer_drift and mix else ""
-        return cls((bundle.get("models") or {}).get("ensemble") or task, truncated_share=cut, answer_mix=mix,
-                   answer_drift=drift)
-
-
-@dataclass(frozen=True)
-class PrometheusRule:
-    """monitoring.coreos.com/v1 PrometheusRule: alerts on what the served models count, for this Deployment's pods
-    (the series the ServiceMonitor's scrape labels with its namespace and service): a server fault at all; refused
-    requests above a share of requests; texts cut to max_seq_len above dev's share (the model card's); the answers'
-    mix away from dev's; and no pod answering the scrape at all."""
-
-    name: str
-    namespace: str
-    labels: dict[str, str]
-    alerts: Alerts
-
-    def to_dict(self) -> dict[str, Any]:
-        sel = f'namespace="{self.namespace}",service="{self.name}"'
-        called = f'{sel},model="{self.alerts.model}"'
-        rules = [
-            # every other alert reads the pods' series, and says nothing once there are none: no pod answering the
-            # scrape (all down, none scheduled, or a ServiceMonitor that finds none) is this alert's
-            {"alert": "ErnieBundleDown",
-             "expr": f"absent(up{{{sel}}} == 1)", "for": "5m", "labels": {"severity": "critical"},
-             "annotations": {"summary": f"{self.name}: no pod answers Prometheus's scrape",
-                             "description": "No pod of the Deployment is up (or none is scraped): nothing serves, and "
-                                            "the other alerts have no series to fire on."}},
-            {"alert": "ErnieBundleServerFaults",
-             "expr": f"sum(increase(ernie_bundle_failed_requests_total{{{sel}}}[5m])) > 0",
-             "labels": {"severity": "critical"},
-             "annotations": {"summary": f"{self.name}: requests failed on the server's side",
-                             "description": "ernie_bundle_failed_requests_total rose: the server log says why."}},
-            {"alert": "ErnieBundleRequestsRefused",
-             "expr": (f"sum(rate(ernie_bundle_refused_requests_total{{{sel}}}[15m])) / "
-                      f"(sum(rate(nv_inference_request_success{{{called}}}[15m])) + "
-                      f"sum(rate(nv_inference_request_failure{{{called}}}[15m]))) > {self.alerts.refused_share}"),
-             "for": "15m", "labels": {"severity": "warning"},
-             "annotations": {"summary": f"{self.name}: over {self.alerts.refused_share} of requests refused as sent",
-                             "description": "Clients send what the bundle refuses (empty, not UTF-8, too long, too "
-                                            "many texts): the refusal names the field."}}]
-        if self.alerts.truncated_share:
-            rules.append(
-                {"alert": "ErnieBundleTextsCut",
-                 "expr": (f"sum(rate(ernie_bundle_truncated_items_total{{{sel}}}[1h])) / "
-                          f"sum(rate(nv_inference_count{{{called}}}[1h])) > {self.alerts.truncated_share}"),
-                 "for": "30m", "labels": {"severity": "warning"},
-                 "annotations": {"summary": f"{self.name}: over {self.alerts.truncated_share} of texts cut to max_seq_len",
-                                 "description": "Served texts are longer than the dev set's (the model card's share): "
-                                                "the model does not read their end."}})
-        if self.alerts.answer_mix and self.alerts.answer_drift:
-            answers = f"ernie_bundle_answers_total{{{sel}}}"
-            rules.append(
-                {"alert": "ErnieBundleAnswersDrift",
-                 "expr": (f"0.5 * sum(abs(sum by (label) (rate({answers}[1h])) / scalar(sum(rate({answers}[1h]))) - "
-                          f"on (label) ({self.alerts.answer_mix}))) > {self.alerts.answer_drift} "
-                          f"and on () sum(increase({answers}[1h])) >= {DRIFT_MIN_ANSWERS}"),
-                 "for": "1h", "labels": {"severity": "warning"},
-                 "annotations": {"summary": f"{self.name}: the answers' mix is over {self.alerts.answer_drift} from "
-                                            "the dev set's",
-                                 "description": "Total variation distance between the last hour's answers by label "
-                                                "and the dev set's (the model card's shares): the traffic is not "
-                                                "what the bundle was validated on."}})
-        return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
-                "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
-                "spec": {"groups": [{"name": self.name, "rules": rules}]}}
+# custom resources (no typed models in the kubernetes client; the Prometheus operator's in serving.bundle.monitoring)
 
 
 @dataclass(frozen=True)
@@ -375,13 +242,20 @@ def build(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) -> tupl
     pdb = client.V1PodDisruptionBudget(
         api_version="policy/v1", kind="PodDisruptionBudget", metadata=meta,
         spec=client.V1PodDisruptionBudgetSpec(selector=client.V1LabelSelector(match_labels=labels), max_unavailable=1))
-    builtin = [api.sanitize_for_serialization(o) for o in (deployment, service, hpa, pdb)]
+    alerts = Alerts.of(task, bundle, cfg)
+    # Grafana's sidecar (kube-prometheus-stack) loads a ConfigMap so labelled as a dashboard, from any namespace
+    dashboard = client.V1ConfigMap(
+        api_version="v1", kind="ConfigMap",
+        metadata=client.V1ObjectMeta(name=f"{name}-dashboard", namespace=cfg.namespace,
+                                     labels={**labels, DASHBOARD_LABEL[0]: DASHBOARD_LABEL[1]}),
+        data={f"{name}.json": Dashboard(name, task, alerts).to_json()})
+    builtin = [api.sanitize_for_serialization(o) for o in (deployment, service, hpa, pdb, dashboard)]
     # KServe: the same container on KServe's ports, serving what its storage initializer downloaded
     kserve = _container("kserve-container", image, size,
                         [f"--model-repository={KSERVE_MOUNT}", *SERVER_ARGS, f"--http-port={KSERVE_HTTP}",
                          f"--grpc-port={KSERVE_GRPC}"], [("http1", KSERVE_HTTP)], KSERVE_HTTP, [])
     custom = [ServiceMonitor(name, cfg.namespace, labels).to_dict(),
-              PrometheusRule(name, cfg.namespace, labels, Alerts.of(task, bundle, cfg)).to_dict(),
+              PrometheusRule(name, cfg.namespace, labels, alerts).to_dict(),
               ServingRuntime(name, cfg.namespace, labels, api.sanitize_for_serialization(kserve),
                              api.sanitize_for_serialization(_scratch_volumes())).to_dict(),
               InferenceService(name, cfg.namespace, labels, cfg.storage_uri.format(task=task), cfg.min_replicas,
@@ -421,29 +295,14 @@ def _schema_check(obj: dict, version: str) -> str:
     return ""
 
 
-def _promql_problem(obj: dict) -> str:
-    """'' unless ``obj`` is a PrometheusRule with an expression Prometheus would not load (the CRD takes any string):
-    each parsed by ``promql-parser`` (the Rust promql-parser crate, Prometheus' grammar)."""
-    if obj.get("kind") != "PrometheusRule":
-        return ""
-    import promql_parser
-
-    for g, group in enumerate(obj["spec"]["groups"]):
-        for r, rule in enumerate(group["rules"]):
-            try:
-                promql_parser.parse(str(rule["expr"]))
-            except ValueError as exc:
-                return f"spec/groups/{g}/rules/{r}/expr: not PromQL ({' '.join(str(exc).split())})"
-    return ""
-
-
 def validate(builtin: list[dict], custom: list[dict], version: str) -> list[Check]:
     checks = []
     for obj in builtin:
-        problem = _schema_check(obj, version)
-        checks.append(Check(obj["kind"], obj["metadata"]["name"], not problem, problem or f"Kubernetes {version} schema, strict"))
+        problem = _schema_check(obj, version) or promql_problem(obj)
+        checks.append(Check(obj["kind"], obj["metadata"]["name"], not problem, problem or f"Kubernetes {version} schema, strict"
+                            + ("; every query parsed as PromQL" if expressions(obj) else "")))
     for obj in custom:
-        problem = crd_schemas.check(obj) or _promql_problem(obj)
+        problem = crd_schemas.check(obj) or promql_problem(obj)
         pred = obj.get("spec", {}).get("predictor", {}) if obj.get("kind") == "InferenceService" else {}
         if not problem and pred.get("minReplicas", 0) > pred.get("maxReplicas", math.inf):
             problem = "spec/predictor: minReplicas > maxReplicas"  # KServe's webhook rule; a schema cannot say it
@@ -483,7 +342,8 @@ def chart_values(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) 
             "monitoring": {"enabled": True, "interval": ServiceMonitor.interval,
                            "alerts": {"model": alerts.model, "refusedShare": alerts.refused_share,
                                       "truncatedShare": alerts.truncated_share, "answerMix": alerts.answer_mix,
-                                      "answerDrift": alerts.answer_drift, "driftMinAnswers": DRIFT_MIN_ANSWERS}},
+                                      "answerDrift": alerts.answer_drift, "driftMinAnswers": DRIFT_MIN_ANSWERS},
+                           "dashboard": Dashboard(object_name(task), task, alerts).to_json()},
             "kserve": {"enabled": False}}
 
 
@@ -516,6 +376,8 @@ def write(out_dir: Path, task: str, bundle: dict, bundle_bytes: int, cfg: Deploy
     k8s = builtin + [o for o in custom if o["kind"] in MONITORING_KINDS]
     texts = {name: header + yaml.safe_dump_all(objs, sort_keys=False, allow_unicode=True)
              for name, objs in ((KUBERNETES_FILE, k8s), (KSERVE_FILE, [o for o in custom if o["kind"] in KSERVE_KINDS]))}
+    dashboard = next(o for o in builtin if (o["metadata"].get("labels") or {}).get(DASHBOARD_LABEL[0]))
+    texts[DASHBOARD_FILE] = next(iter(dashboard["data"].values()))  # the same, for an import by hand
     if helm_values:
         texts[VALUES_FILE] = chart_values_yaml(chart_values(task, bundle, bundle_bytes, cfg), size.why)
     files = []

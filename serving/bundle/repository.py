@@ -11,6 +11,7 @@
                                     model_support.py, served_metrics.py]}
       <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, served_metrics.py, labels.json}
       kubernetes.yaml, kserve.yaml         deployment manifests (package stage; serving.bundle.manifests)
+      grafana-dashboard.json               the Deployment's Grafana dashboard (serving.bundle.monitoring)
 
 Token classification / reading comprehension bundles (meta.json "task_type") have the same four
 models with other python models (serving/kinds/<kind>/models/) and, next to them, verbatim copies

@@ -1,25 +1,28 @@
-"""The PrometheusRule a bundle ships (serving/bundle/manifests.py), evaluated by Prometheus's own rule engine
-(promtool test rules) on two pods' worth of series, shaped as the ServiceMonitor's scrape stores what Triton and the
-served models export: which alert fires when, and what the drift alert measures."""
+"""The PrometheusRule and the Grafana dashboard a bundle ships (serving/bundle/monitoring.py), evaluated by
+Prometheus's own engine (promtool test rules) on two pods' worth of series, shaped as the ServiceMonitor's scrape
+stores what Triton and the served models export (and the kubelet's and kube-state-metrics' CPU series): which alert
+fires when, what the drift alert measures, and what each panel shows."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from alert_rules import Scenario, check, counter, rules_of, scraped
+from promtool_scenarios import ANY, Scenario, check, counter, dashboard_queries, rules_of, scraped, series
 
 QUOTED = 'news "a" $1 \\ b'  # a label value PromQL and label_replace would each read otherwise, were it not escaped
 DEV = {"items": 1000, "truncated": 10, "answers": {"体育": 200, QUOTED: 300, "其他": 500}}
-PODS = ("ernie-bundle-tnews-a", "ernie-bundle-tnews-b")
+PODS = ("ernie-bundle-tnews-5f7d9c-x2k4q", "ernie-bundle-tnews-5f7d9c-p8m3z")  # a Deployment's pods' names
 ENSEMBLE = {"model": "tnews", "version": "1"}  # Triton's request counts of the model clients call
 TOKENIZER = {"model": "tnews_tokenizer", "model_instance": "tnews_tokenizer_0_0", "pid": "31"}
 POSTPROCESS = {"model": "tnews_postprocess", "model_instance": "tnews_postprocess_0_0", "pid": "32"}
+ENGINE = {"model": "tnews_model", "version": "1"}  # the ensemble's engine step, where requests wait in its queue
 
 
 @dataclass(frozen=True)
 class Minute:
     """One pod's traffic in a minute: requests answered, refused and failed; texts (of the answered requests), those
-    cut, and answers by label.  The default is the dev set's mix: 1% cut, answers 20/30/50%."""
+    cut, and answers by label; CPU seconds the serving container used.  The default is the dev set's mix: 1% cut,
+    answers 20/30/50%; 10 ms a request, 2 of them in a queue; 1.5 cores."""
 
     answered: float = 60
     refused: float = 0
@@ -27,6 +30,7 @@ class Minute:
     texts: float = 600
     cut: float = 6
     answers: tuple = (("体育", 120), (QUOTED, 180), ("其他", 300))
+    cpu_seconds: float = 90
 
 
 LIKE_DEV = Minute()
@@ -43,8 +47,16 @@ def pod(name: str, *phases: tuple[int, Minute], service: str = "ernie-bundle-tne
 
     # every label's series, at zero until answered: the served models create them so up front (served_metrics)
     labels = sorted({*DEV["answers"], *(label for _, m in phases for label, _ in m.answers)})
-    return [scraped("up", {}, f"1x{sum(minutes for minutes, _ in phases)}", namespace=namespace, service=service,
-                    pod=name),  # Prometheus's own: the pod answered the scrape
+    container = {"namespace": namespace, "pod": name, "container": "tritonserver"}
+    minutes = sum(minutes for minutes, _ in phases)
+    return [scraped("up", {}, f"1x{minutes}", namespace=namespace, service=service, pod=name),  # Prometheus's own
+            # the kubelet's (cAdvisor) and kube-state-metrics' series of the pod's serving container
+            series("container_cpu_usage_seconds_total", {**container, "job": "kubelet"}, grows(lambda m: m.cpu_seconds)),
+            series("kube_pod_container_resource_requests", {**container, "resource": "cpu", "unit": "core",
+                                                            "job": "kube-state-metrics"}, f"2x{minutes}"),
+            at("nv_inference_request_duration_us", ENSEMBLE, lambda m: m.answered * 10_000),
+            at("nv_inference_queue_duration_us", ENSEMBLE, lambda m: 0),
+            at("nv_inference_queue_duration_us", ENGINE, lambda m: m.answered * 2_000),
             at("nv_inference_request_success", ENSEMBLE, lambda m: m.answered),
             at("nv_inference_request_failure", ENSEMBLE, lambda m: m.refused + m.failed),  # Triton: one failure count
             at("nv_inference_count", ENSEMBLE, lambda m: m.texts),
@@ -58,7 +70,7 @@ def pod(name: str, *phases: tuple[int, Minute], service: str = "ernie-bundle-tne
 def reloaded(name: str, at: int, minutes: int = 180) -> list[dict]:
     """A pod like dev whose models are loaded again at minute ``at``: Triton's own series go on; the stub processes'
     end and new processes' (new pids) start from zero."""
-    triton = [s for s in pod(name, (minutes, LIKE_DEV)) if s["series"].startswith("nv_")]
+    triton = [s for s in pod(name, (minutes, LIKE_DEV)) if not s["series"].startswith("ernie_bundle")]
     ended = [s for s in pod(name, (at, LIKE_DEV)) if s["series"].startswith("ernie_bundle")]
     started = [{**s, "values": f"_x{at} " + s["values"]}
                for s in pod(name, (minutes - at, LIKE_DEV), tokenizer={**TOKENIZER, "pid": "77"},
@@ -143,3 +155,45 @@ def test_the_drift_threshold_is_the_deployments_setting(tmp_path):
                           {"3h": set()}),
                  Scenario("0.8 over 0.3", pod(PODS[0], (180, Minute(answers=(("体育", 600),)))),
                           {"3h": {"ErnieBundleAnswersDrift"}})], tmp_path)
+
+
+def test_the_dashboard_shows_each_series_beside_the_references_the_alerts_hold_it_to(tmp_path):
+    """Every panel's query on two pods like dev (and a Deployment beside them whose name starts with this one's):
+    what it shows; the cut share and the drift distance are the alerts' own expressions."""
+    import json
+
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.manifests import build
+
+    bundle = {"package": {"instances": 1, "engine_threads": 2}, "models": {"ensemble": "tnews"},
+              "metrics": {"summary": {"dev_counts": DEV}}}
+    builtin, custom, _ = build("tnews", bundle, 10 * 2**20, DeployConfig())
+    config_map = next(o for o in builtin if o["kind"] == "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"  # what Grafana's sidecar loads
+    (text,) = config_map["data"].values()
+    queries = dashboard_queries(json.loads(text))
+    rule = next(o for o in custom if o["kind"] == "PrometheusRule")
+    alerts = rules_of(rule)
+    cut, drift = "Texts cut to max_seq_len, share of the last hour", "Answers' distance from the dev set's mix"
+    assert alerts["ErnieBundleTextsCut"]["expr"] == f"{queries[cut, 'served']} > {0.02}"
+    assert alerts["ErnieBundleAnswersDrift"]["expr"].startswith(f"{queries[drift, 'distance']} > 0.1 and on () ")
+    cpu, by_label = ("CPU cores by pod", "{{pod}}"), ("Answers by label, share of the last hour", "{{label}}")
+    want = {("Pods up", "up"): 2,
+            ("Requests a second", "answered"): 2, ("Requests a second", "refused"): 0,
+            ("Requests a second", "failed on the server"): 0,
+            ("Refused, share of requests", "refused"): 0, ("Refused, share of requests", "alert"): 0.05,
+            ("Texts a second", "texts"): 20,
+            ("Milliseconds a request", "in all"): 10, ("Milliseconds a request", "in queues"): 2,
+            cpu: ANY, ("CPU cores by pod", "requested"): 2,
+            (cut, "served"): 0.01, (cut, "dev set"): 0.01, (cut, "alert"): 0.02,
+            by_label: ANY, (drift, "distance"): 0, (drift, "alert"): 0.1}
+    assert set(want) == set(queries), sorted(set(queries) ^ set(want))  # every panel's query is held to a value
+    values = [(queries[key], "3h", v) for key, v in want.items()]
+    values += [(f"count({queries[cpu]})", "3h", 2), (f"sum({queries[cpu]})", "3h", 3.0),  # 1.5 cores each
+               (f"count({queries[by_label]})", "3h", 3), (f"sum({queries[by_label]})", "3h", 1.0)]
+    beside = "ernie-bundle-tnews-v2"  # its pods, ernie-bundle-tnews-v2-<hash>-<id>, are not this Deployment's
+    check(rule, [Scenario("two pods like dev, and another Deployment beside them",
+                          [*pod(PODS[0], (180, LIKE_DEV)), *pod(PODS[1], (180, LIKE_DEV)),
+                           *pod(f"{beside}-5f7d9c-abcde", (180, replace(LIKE_DEV, answered=600, cpu_seconds=120)),
+                                service=beside)],
+                          {"3h": set()}, values=values)], tmp_path)

@@ -1,8 +1,9 @@
-"""A bundle's PrometheusRule run in Prometheus's own rule evaluator: ``promtool test rules`` (Debian's prometheus
-2.42 package, `make prom-tools` unpacks its promtool into .venv/prometheus) on series shaped as the ServiceMonitor's
-scrape stores them, each alert expected to fire, or not, at given times of a scenario.
+"""A bundle's PrometheusRule and dashboard queries run in Prometheus's own engine: ``promtool test rules`` (Debian's
+prometheus 2.42 package, `make prom-tools` unpacks its promtool into .venv/prometheus) on series shaped as the
+ServiceMonitor's scrape stores them, each alert expected to fire, or not, at given times of a scenario, and each
+query to give what a scenario expects.
 
-The alerts' expressions parse (promql-parser, when the manifests are written); this is what they do: the windows, the
+The expressions parse (promql-parser, when the manifests are written); this is what they do: the windows, the
 ``for`` durations, the sums over pods and stub processes, the dev shares' label values matched to served ones.
 """
 
@@ -18,6 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PROMTOOL = ROOT / ".venv" / "prometheus" / "usr" / "bin" / "promtool"
 TOLERANCE = 1e-3  # how near a value must come to the one a scenario expects
+ANY = "any"  # a scenario's expected value: at least one sample, whatever its value
 
 
 class PromtoolMissing(RuntimeError):
@@ -42,23 +44,39 @@ def _value(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def scraped(name: str, labels: dict, values: str, *, namespace: str = "default", service: str = "ernie-bundle-tnews",
-            pod: str = "ernie-bundle-tnews-0") -> dict:
-    """One input series: ``name{labels}`` as the server exports it, with the labels the ServiceMonitor's scrape adds
-    for ``pod`` of ``service``; ``values`` in promtool's notation (``0+12x180``: from 0, 12 more each minute)."""
-    # what Prometheus adds to a series it scrapes through a ServiceMonitor; the alerts select on namespace and service
-    scrape = {"namespace": namespace, "service": service, "pod": pod, "container": "triton", "endpoint": "metrics",
-              "job": service, "instance": f"{pod}:8002"}
-    both = {**labels, **scrape}
-    return {"series": name + "{" + ",".join(f"{k}={_value(str(v))}" for k, v in sorted(both.items())) + "}",
+def series(name: str, labels: dict, values: str) -> dict:
+    """One input series, ``name{labels}``, with ``values`` in promtool's notation (``0+12x180``: from 0, 12 more each
+    minute; ``_`` none; ``stale`` gone)."""
+    return {"series": name + "{" + ",".join(f"{k}={_value(str(v))}" for k, v in sorted(labels.items())) + "}",
             "values": values}
+
+
+def scraped(name: str, labels: dict, values: str, *, namespace: str = "default", service: str = "ernie-bundle-tnews",
+            pod: str = "ernie-bundle-tnews-5f7d9c-x2k4q") -> dict:
+    """One input series: ``name{labels}`` as the server exports it, with the labels the ServiceMonitor's scrape adds
+    for ``pod`` of ``service`` (the alerts select on namespace and service)."""
+    scrape = {"namespace": namespace, "service": service, "pod": pod, "container": "tritonserver", "endpoint": "metrics",
+              "job": service, "instance": f"{pod}:8002"}
+    return series(name, {**labels, **scrape}, values)
+
+
+def dashboard_queries(dashboard: dict) -> dict[tuple[str, str], str]:
+    """(panel title, legend) -> the panel's query as Grafana sends it (serving.bundle.monitoring's variables set)."""
+    from serving.bundle.monitoring import dashboard_expressions
+
+    out = {}
+    for where, expr in dashboard_expressions(dashboard):
+        _, i, _, k, _ = where.split("/")
+        panel = dashboard["panels"][int(i)]
+        out[panel["title"], panel["targets"][int(k)]["legendFormat"]] = expr
+    return out
 
 
 @dataclass
 class Scenario:
     """Series over time, and which alerts fire when: ``firing`` maps an evaluation time ("2h30m") to the alert names
     firing then (every other alert of the rule is expected silent at that time); ``values`` maps a PromQL expression
-    and a time to the one value it gives then, within ``TOLERANCE`` (``None``: it gives nothing)."""
+    and a time to the one value it gives then, within ``TOLERANCE`` (``None``: it gives nothing; ``ANY``: something)."""
 
     name: str
     series: list[dict]
@@ -72,7 +90,8 @@ def rules_of(rule: dict) -> dict[str, dict]:
 
 
 def check(rule: dict, scenarios: list[Scenario], work: Path) -> str:
-    """Run ``scenarios`` against ``rule`` (a PrometheusRule object) in promtool; fails naming what differed."""
+    """Run ``scenarios`` against ``rule`` (a PrometheusRule object) in promtool; fails naming what differed (each
+    expression a scenario's ``values`` check, as evaluated)."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, allow_unicode=True))
     alerts = rules_of(rule)
@@ -90,7 +109,8 @@ def check(rule: dict, scenarios: list[Scenario], work: Path) -> str:
             # promtool compares values exactly: a rate's floating point (0.39999999999999997) and dev's shares as
             # the rule carries them (4 significant digits) are held to within TOLERANCE instead
             "promql_expr_test": [
-                {"expr": f"abs(({expr}) - {v!r}) <= bool {TOLERANCE}" if v is not None else expr, "eval_time": at,
+                {"expr": (expr if v is None else f"count({expr}) >= bool 1" if v == ANY
+                          else f"abs(({expr}) - {v!r}) <= bool {TOLERANCE}"), "eval_time": at,
                  "exp_samples": [] if v is None else [{"labels": "{}", "value": 1}]}
                 for expr, at, v in sc.values]})
     path = work / "alerts_test.yaml"

@@ -1,0 +1,331 @@
+"""What Prometheus and Grafana watch of a bundle's Deployment, over one set of queries (``Queries``):
+
+    ServiceMonitor     Prometheus scrapes Triton's /metrics (port 8002) on every pod
+    PrometheusRule     alerts: no pod up; a server fault; refusals, cut texts and the answers' mix against the dev
+                       set's numbers (``Alerts``: validate's ``dev_counts``, the model card's shares)
+    Dashboard          a Grafana dashboard (JSON model) of the same series and the same references, shipped in a
+                       ConfigMap that kube-prometheus-stack's Grafana sidecar loads (label ``grafana_dashboard: "1"``)
+                       and as ``grafana-dashboard.json`` for an import by hand
+
+The series are Triton's (``nv_inference_*``) and the served models' own (``serving/triton/served_metrics.py``), as the
+ServiceMonitor's scrape stores them: labelled with the pod's namespace and service.  An alert and the panel that
+shows the same thing are one expression (the drift alert's distance is the drift panel's line), so what a panel shows
+is what an alert fires on.  Each expression is parsed as PromQL when the manifests are written (``promql_problem``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from serving.bundle.config import DeployConfig
+
+# The alerts' thresholds (a share of requests, a share of texts served): refusals above REFUSED_SHARE for 15 minutes;
+# texts cut to max_seq_len above twice dev's share, and at least TRUNCATED_FLOOR, for 30 minutes; the answers' mix
+# (deploy.answer_drift) once an hour holds DRIFT_MIN_ANSWERS answers (sampling alone moves a mix of 15 equal labels by
+# ~0.05 at 1,000 answers and ~0.15 at 100: the binomial estimate, sum of sqrt(2p(1-p)/(pi n)) / 2), on at most
+# DRIFT_MAX_LABELS labels (the expression names each).
+REFUSED_SHARE = 0.05
+TRUNCATED_FLOOR = 0.01
+DRIFT_MIN_ANSWERS = 1000
+DRIFT_MAX_LABELS = 200
+# The label kube-prometheus-stack's Grafana sidecar loads dashboards from ConfigMaps by (its chart's default).
+DASHBOARD_LABEL = ("grafana_dashboard", "1")
+DASHBOARD_FILE = "grafana-dashboard.json"
+CONTAINER = "tritonserver"  # the Deployment's serving container (manifests.build), for the kubelet's CPU series
+
+
+def _share_text(x: float) -> str:
+    """A threshold as the rule's expression and the chart's values carry it (a string: the chart renders it as is)."""
+    return f"{x:.4g}"
+
+
+def _promql_string(text: str) -> str:
+    """``text`` as a PromQL string literal, for ``label_replace``'s replacement (where ``$`` expands a group)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
+
+
+def dev_mix(answers: dict) -> str:
+    """The dev set's answer shares as a PromQL instant vector, one sample per ``label`` (the served counters' label):
+    ``label_replace(vector(0.02), "label", "100", "", "") or ...``, labels in sorted order."""
+    total = sum(answers.values())
+    return " or ".join(f'label_replace(vector({_share_text(answers[label] / total)}), "label", {_promql_string(label)}, "", "")'
+                       for label in sorted(answers))
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """What the PrometheusRule (and the dashboard) hold the served counters to: ``model`` is the model the clients
+    call (Triton's request counts of it are the denominators); ``truncated_share`` is empty where the bundle's models
+    count no cut texts (reading comprehension, UIE) or validate counted none on dev (``dev_truncated_share``: dev's
+    own share); ``answer_mix`` (dev's shares, ``dev_mix``) is empty where they count no answers, and
+    ``answer_drift`` where no drift alert is wanted (deploy.answer_drift 0)."""
+
+    model: str
+    refused_share: str = _share_text(REFUSED_SHARE)
+    truncated_share: str = ""
+    dev_truncated_share: str = ""
+    answer_mix: str = ""
+    answer_drift: str = ""
+
+    @classmethod
+    def of(cls, task: str, bundle: dict, cfg: DeployConfig) -> "Alerts":
+        counts = ((bundle.get("metrics") or {}).get("summary") or {}).get("dev_counts") or {}
+        cut = dev_cut = ""
+        if isinstance(counts.get("truncated"), int) and counts.get("items"):
+            dev_cut = _share_text(counts["truncated"] / counts["items"])
+            cut = _share_text(max(TRUNCATED_FLOOR, 2 * counts["truncated"] / counts["items"]))
+        answers = counts.get("answers") or {}
+        mix = dev_mix(answers) if 0 < len(answers) <= DRIFT_MAX_LABELS and sum(answers.values()) else ""
+        drift = _share_text(cfg.answer_drift) if cfg.answer_drift and mix else ""
+        return cls((bundle.get("models") or {}).get("ensemble") or task, truncated_share=cut,
+                   dev_truncated_share=dev_cut, answer_mix=mix, answer_drift=drift)
+
+
+@dataclass(frozen=True)
+class Queries:
+    """PromQL over one Deployment's series: ``selector`` picks them (its namespace and service, the labels the
+    ServiceMonitor's scrape gives them), ``model`` is the model the clients call."""
+
+    selector: str
+    model: str
+
+    @property
+    def called(self) -> str:
+        return f'{self.selector},model="{self.model}"'
+
+    def total(self, metric: str, window: str, called: bool = False, fn: str = "rate") -> str:
+        """``metric``'s rate (or increase) over ``window``, summed over the pods and stub processes."""
+        return f"sum({fn}({metric}{{{self.called if called else self.selector}}}[{window}]))"
+
+    def up(self) -> str:
+        return f"up{{{self.selector}}}"
+
+    def requests(self, window: str) -> str:
+        """Requests to the model clients call a second: answered and failed (Triton counts a refusal as failed)."""
+        return (f"({self.total('nv_inference_request_success', window, True)} + "
+                f"{self.total('nv_inference_request_failure', window, True)})")
+
+    def refused_share(self, window: str) -> str:
+        return f"{self.total('ernie_bundle_refused_requests_total', window)} / {self.requests(window)}"
+
+    def cut_share(self, window: str) -> str:
+        """Texts (pairs) cut to max_seq_len, as a share of the texts the model clients call was sent."""
+        return f"{self.total('ernie_bundle_truncated_items_total', window)} / {self.total('nv_inference_count', window, True)}"
+
+    def answer_shares(self, window: str) -> str:
+        """Each label's share of the answers (one sample per ``label``)."""
+        answers = f"ernie_bundle_answers_total{{{self.selector}}}"
+        return f"sum by (label) (rate({answers}[{window}])) / scalar(sum(rate({answers}[{window}])))"
+
+    def answer_distance(self, mix: str, window: str) -> str:
+        """Total variation distance between the answers' shares and ``mix`` (dev's, ``dev_mix``): every label's series
+        exists from the start (served_metrics creates them at zero), so a label never answered counts in full."""
+        return f"0.5 * sum(abs({self.answer_shares(window)} - on (label) ({mix})))"
+
+
+def _selector(namespace: str, service: str) -> str:
+    return f'namespace="{namespace}",service="{service}"'
+
+
+@dataclass(frozen=True)
+class ServiceMonitor:
+    """monitoring.coreos.com/v1 ServiceMonitor: Prometheus scrapes Triton's /metrics."""
+
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    port: str = "metrics"
+    interval: str = "15s"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
+                "spec": {"selector": {"matchLabels": dict(self.labels)},
+                         "endpoints": [{"port": self.port, "path": "/metrics", "interval": self.interval}]}}
+
+
+@dataclass(frozen=True)
+class PrometheusRule:
+    """monitoring.coreos.com/v1 PrometheusRule: alerts on what the served models count, for this Deployment's pods
+    (the series the ServiceMonitor's scrape labels with its namespace and service): a server fault at all; refused
+    requests above a share of requests; texts cut to max_seq_len above dev's share (the model card's); the answers'
+    mix away from dev's; and no pod answering the scrape at all."""
+
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    alerts: Alerts
+
+    def to_dict(self) -> dict[str, Any]:
+        q = Queries(_selector(self.namespace, self.name), self.alerts.model)
+        rules = [
+            # every other alert reads the pods' series, and says nothing once there are none: no pod answering the
+            # scrape (all down, none scheduled, or a ServiceMonitor that finds none) is this alert's
+            {"alert": "ErnieBundleDown",
+             "expr": f"absent({q.up()} == 1)", "for": "5m", "labels": {"severity": "critical"},
+             "annotations": {"summary": f"{self.name}: no pod answers Prometheus's scrape",
+                             "description": "No pod of the Deployment is up (or none is scraped): nothing serves, and "
+                                            "the other alerts have no series to fire on."}},
+            {"alert": "ErnieBundleServerFaults",
+             "expr": f"{q.total('ernie_bundle_failed_requests_total', '5m', fn='increase')} > 0",
+             "labels": {"severity": "critical"},
+             "annotations": {"summary": f"{self.name}: requests failed on the server's side",
+                             "description": "ernie_bundle_failed_requests_total rose: the server log says why."}},
+            {"alert": "ErnieBundleRequestsRefused",
+             "expr": f"{q.refused_share('15m')} > {self.alerts.refused_share}",
+             "for": "15m", "labels": {"severity": "warning"},
+             "annotations": {"summary": f"{self.name}: over {self.alerts.refused_share} of requests refused as sent",
+                             "description": "Clients send what the bundle refuses (empty, not UTF-8, too long, too "
+                                            "many texts): the refusal names the field."}}]
+        if self.alerts.truncated_share:
+            rules.append(
+                {"alert": "ErnieBundleTextsCut",
+                 "expr": f"{q.cut_share('1h')} > {self.alerts.truncated_share}",
+                 "for": "30m", "labels": {"severity": "warning"},
+                 "annotations": {"summary": f"{self.name}: over {self.alerts.truncated_share} of texts cut to max_seq_len",
+                                 "description": "Served texts are longer than the dev set's (the model card's share): "
+                                                "the model does not read their end."}})
+        if self.alerts.answer_mix and self.alerts.answer_drift:
+            answers = q.total("ernie_bundle_answers_total", "1h", fn="increase")
+            rules.append(
+                {"alert": "ErnieBundleAnswersDrift",
+                 "expr": (f"{q.answer_distance(self.alerts.answer_mix, '1h')} > {self.alerts.answer_drift} "
+                          f"and on () {answers} >= {DRIFT_MIN_ANSWERS}"),
+                 "for": "1h", "labels": {"severity": "warning"},
+                 "annotations": {"summary": f"{self.name}: the answers' mix is over {self.alerts.answer_drift} from "
+                                            "the dev set's",
+                                 "description": "Total variation distance between the last hour's answers by label "
+                                                "and the dev set's (the model card's shares): the traffic is not "
+                                                "what the bundle was validated on."}})
+        return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
+                "spec": {"groups": [{"name": self.name, "rules": rules}]}}
+
+
+# Grafana substitutes these in a panel's query: the dashboard's namespace variable, and a rate window of at least four
+# scrape intervals (1m at the ServiceMonitor's 15s).  A query is parsed, and evaluated in the tests (series a minute
+# apart), with them set as here.
+GRAFANA_VARIABLES = {"$namespace": "default", "$__rate_interval": "5m"}
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    description: str
+    unit: str  # Grafana's unit id
+    targets: tuple[tuple[str, str], ...]  # (legend, PromQL)
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    """A Grafana dashboard of one bundle's Deployment in any namespace (the
+    ``namespace`` variable, from the pods Prometheus scrapes): what the pods serve, how long a request takes and
+    waits, the CPU they use against what they request, and the served counters against the dev set's numbers (the
+    same references and expressions as the alerts)."""
+
+    name: str  # the Deployment's (and its service's) name
+    task: str
+    alerts: Alerts
+
+    def panels(self) -> list[Panel]:
+        q = Queries(_selector("$namespace", self.name), self.alerts.model)
+        w = "$__rate_interval"
+        pods = f'namespace="$namespace",pod=~"{self.name}-[a-z0-9]+-[a-z0-9]+",container="{CONTAINER}"'
+        panels = [
+            Panel("Pods up", "Pods answering Prometheus's scrape (ErnieBundleDown: none for 5 minutes).", "short",
+                  (("up", f"sum({q.up()})"),)),
+            Panel("Requests a second", "To the model clients call: answered, refused as sent (HTTP 400), failed on "
+                  "the server (ErnieBundleServerFaults).", "reqps",
+                  (("answered", q.total("nv_inference_request_success", w, True)),
+                   ("refused", q.total("ernie_bundle_refused_requests_total", w)),
+                   ("failed on the server", q.total("ernie_bundle_failed_requests_total", w)))),
+            Panel("Refused, share of requests", "ErnieBundleRequestsRefused fires above the line for 15 minutes.",
+                  "percentunit", (("refused", q.refused_share(w)), ("alert", f"vector({self.alerts.refused_share})"))),
+            Panel("Texts a second", "Texts (pairs) the model clients call was sent, batched or not.", "short",
+                  (("texts", q.total("nv_inference_count", w, True)),)),
+            Panel("Milliseconds a request", "Triton's time per request answered, in all and waiting in the models' "
+                  "queues (every model of the bundle).", "ms",
+                  (("in all", f"{q.total('nv_inference_request_duration_us', w, True)} / "
+                              f"{q.total('nv_inference_request_success', w, True)} / 1000"),
+                   ("in queues", f"{q.total('nv_inference_queue_duration_us', w)} / "
+                                 f"{q.total('nv_inference_request_success', w, True)} / 1000"))),
+            Panel("CPU cores by pod", "The serving container's CPU (the kubelet's) against its request "
+                  "(kube-state-metrics): the HorizontalPodAutoscaler scales on their ratio.", "short",
+                  (("{{pod}}", f"sum by (pod) (rate(container_cpu_usage_seconds_total{{{pods}}}[{w}]))"),
+                   ("requested", f'max(kube_pod_container_resource_requests{{{pods},resource="cpu"}})')))]
+        if self.alerts.truncated_share:
+            panels.append(Panel("Texts cut to max_seq_len, share of the last hour",
+                                "Served against the dev set's share (the model card's); ErnieBundleTextsCut fires "
+                                "above the alert line for 30 minutes.", "percentunit",
+                                (("served", q.cut_share("1h")), ("dev set", f"vector({self.alerts.dev_truncated_share})"),
+                                 ("alert", f"vector({self.alerts.truncated_share})"))))
+        if self.alerts.answer_mix:
+            panels.append(Panel("Answers by label, share of the last hour", "Each label's share of the answers "
+                                "(the model card gives the dev set's).", "percentunit",
+                                (("{{label}}", q.answer_shares("1h")),)))
+            drift = (("alert", f"vector({self.alerts.answer_drift})"),) if self.alerts.answer_drift else ()
+            panels.append(Panel("Answers' distance from the dev set's mix", "Total variation distance of the last "
+                                "hour's answers by label from the dev set's shares; ErnieBundleAnswersDrift fires "
+                                f"above the alert line for an hour once the hour holds {DRIFT_MIN_ANSWERS} answers.",
+                                "short", (("distance", q.answer_distance(self.alerts.answer_mix, "1h")), *drift)))
+        return panels
+
+    def to_json(self) -> str:
+        """The dashboard's JSON model, built with Grafana's own builders (grafana-foundation-sdk: Grafana 11.6's
+        schema), two panels a row."""
+        from grafana_foundation_sdk.builders import dashboard, prometheus, timeseries
+        from grafana_foundation_sdk.cog.encoder import JSONEncoder
+        from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos, VariableRefresh
+
+        source = DataSourceRef(type_val="prometheus", uid="${datasource}")
+        board = (dashboard.Dashboard(f"ernie-bundle {self.task}").uid(self.name[:40]).tags(["ernie-bundle"])
+                 .refresh("30s").time("now-6h", "now").timezone("browser")
+                 .with_variable(dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+                 .with_variable(dashboard.QueryVariable("namespace").label("Namespace").datasource(source)
+                                .query(f'label_values(up{{service="{self.name}"}}, namespace)')
+                                .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)))
+        for i, p in enumerate(self.panels()):
+            panel = (timeseries.Panel().title(p.title).description(p.description).datasource(source).unit(p.unit)
+                     .grid_pos(GridPos(h=8, w=12, x=12 * (i % 2), y=8 * (i // 2))))
+            for k, (legend, expr) in enumerate(p.targets):
+                panel = panel.with_target(prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(chr(ord("A") + k)))
+            board = board.with_panel(panel)
+        return JSONEncoder(indent=2, ensure_ascii=False).encode(board.build()) + "\n"
+
+
+def dashboard_expressions(dashboard: dict) -> list[tuple[str, str]]:
+    """(where, PromQL as Grafana sends it with ``GRAFANA_VARIABLES`` set) of every panel's query."""
+    out = []
+    for i, panel in enumerate(dashboard.get("panels", [])):
+        for k, target in enumerate(panel.get("targets", [])):
+            expr = str(target.get("expr", ""))
+            for variable, value in GRAFANA_VARIABLES.items():
+                expr = expr.replace(variable, value)
+            out.append((f"panels/{i}/targets/{k}/expr", expr))
+    return out
+
+
+def expressions(obj: dict) -> list[tuple[str, str]]:
+    """(where, PromQL) of every expression ``obj`` carries: a PrometheusRule's rules, a dashboard ConfigMap's queries."""
+    if obj.get("kind") == "PrometheusRule":
+        return [(f"spec/groups/{g}/rules/{r}/expr", str(rule["expr"]))
+                for g, group in enumerate(obj["spec"]["groups"]) for r, rule in enumerate(group["rules"])]
+    if obj.get("kind") == "ConfigMap" and (obj.get("metadata", {}).get("labels") or {}).get(DASHBOARD_LABEL[0]):
+        return [(f"data/{key}/{where}", expr) for key, text in (obj.get("data") or {}).items()
+                for where, expr in dashboard_expressions(json.loads(text))]
+    return []
+
+
+def promql_problem(obj: dict) -> str:
+    """'' unless ``obj`` carries an expression Prometheus would not run (the schemas take any string): each parsed by
+    ``promql-parser`` (the Rust promql-parser crate, Prometheus' grammar)."""
+    import promql_parser
+
+    for where, expr in expressions(obj):
+        try:
+            promql_parser.parse(expr)
+        except ValueError as exc:
+            return f"{where}: not PromQL ({' '.join(str(exc).split())})"
+    return ""
