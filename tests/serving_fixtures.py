@@ -350,6 +350,20 @@ def scrape_ours(srv) -> dict[tuple[str, frozenset], float]:
     return out
 
 
+def quiet_scrape(srv, timeout: float = 10.0):
+    """Our series once no count is pending: two scrapes a flush apart agree (earlier requests' counts reach Triton
+    within a second of them)."""
+    from serving.triton.served_metrics import FLUSH_SECONDS
+
+    deadline, last = time.monotonic() + timeout, scrape_ours(srv)
+    while True:
+        time.sleep(FLUSH_SECONDS + 0.2)
+        now = scrape_ours(srv)
+        if now == last or time.monotonic() > deadline:
+            return now
+        last = now
+
+
 def settled_scrape(srv, want, timeout: float = 10.0):
     """The scrape once ``want(samples)`` holds (counts reach Triton within a second), else the last one."""
     deadline = time.monotonic() + timeout

@@ -418,6 +418,13 @@ def test_reading_bundle_end_to_end(tmp_path, capsys):
     bundle = tmp_path / "repo" / "tinymrc"
     manifest = json.loads((bundle / "bundle.json").read_text())
     assert manifest["layout"] == "fused" and set(manifest["models"].values()) == {"tinymrc"}  # reader.py serves it
+    # a question over max_query_len is cut (passages are windowed): counted on dev as the served model counts it
+    dev = manifest["metrics"]["summary"]["dev_counts"]
+    assert dev["truncated_what"] == "questions cut to max_query_len" and isinstance(dev["truncated"], int)
+    assert "| dev questions cut to max_query_len |" in (bundle / "README.md").read_text(encoding="utf-8")
+    rule = next(d for d in yaml.safe_load_all((bundle / "kubernetes.yaml").read_text()) if d and d["kind"] == "PrometheusRule")
+    cut = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}["ErnieBundleTextsCut"]
+    assert cut["annotations"]["summary"].endswith("of questions cut to max_query_len")
     out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys)
     assert "answers differing: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())

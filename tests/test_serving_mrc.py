@@ -189,6 +189,50 @@ def test_bad_requests_are_refused_and_the_server_keeps_serving(layout, request, 
     assert server.alive()
 
 
+def test_a_question_cut_to_max_query_len_is_marked_on_its_windows():
+    """windows.make_windows cuts a question to max_query_len tokens and marks every window of its example; validate
+    and the served models count those examples (questions_cut)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    from pipeline.reading.windows import make_windows, questions_cut
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *"问题文本长短"])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(handle_chinese_chars=True, lowercase=False)  # a token per character
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wins = make_windows(tok, ["问题", "问题长" * 5, "短"], ["文本" * 20] * 3, max_seq_len=16, doc_stride=4, max_query_len=6)
+    assert {w.example_index: w.question_cut for w in wins} == {0: False, 1: True, 2: False}
+    assert all(len(w.input_ids) <= 16 for w in wins) and sum(w.example_index == 1 for w in wins) > 1
+    assert questions_cut(wins) == 1 and questions_cut([]) == 0
+
+
+@LAYOUTS
+def test_served_questions_cut_to_max_query_len_are_counted(layout, request, dev, bundle):
+    """A question over max_query_len tokens (12 here) is cut, as offline, and counted on /metrics by the model that
+    windows it (ernie_bundle_truncated_items_total): once per question, however many windows its context makes, as
+    validate counts dev's."""
+    from serving_fixtures import quiet_scrape, settled_scrape
+
+    from pipeline.reading.windows import make_windows, questions_cut
+
+    server = request.getfixturevalue(layout)
+    name = "ernie_bundle_truncated_items_total"
+
+    def cut(samples) -> float:
+        return sum(v for (n, _), v in samples.items() if n == name)
+
+    before = quiet_scrape(server)  # the earlier tests' requests counted
+    assert any(n == name for n, _ in before)  # the series is there from the start, at zero
+    questions = [e.question for e in dev[:6]] + [dev[0].question * 6]  # the last well over 12 tokens
+    contexts = [e.context for e in dev[:6]] + [dev[0].context]
+    offline = questions_cut(make_windows(bundle.wordpiece(), questions, contexts, max_seq_len=48, doc_stride=10,
+                                         max_query_len=12))
+    with BundleClient(server.grpc_url, "grpc", "cmrc2018", retries=0) as client:
+        client.answer_batch(questions, contexts)
+    after = settled_scrape(server, lambda s: cut(s) - cut(before) >= offline)
+    assert 1 <= offline < len(questions) and cut(after) - cut(before) == offline
+
+
 def test_smoke_and_client_cli(server, dev, bundle, mrc_bundle, mrc_data, tmp_path, capsys):
     import dataclasses
 

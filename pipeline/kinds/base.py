@@ -57,7 +57,8 @@ class FeatureSet:
     examples: Sequence[Any]
     pad_id: int
     extras: Sequence[Any] = ()  # per feature: token offsets (NER) or the window (reading)
-    truncated: int | None = None  # items cut to max_seq_len (classification, NER; the kinds that window cut none)
+    truncated: int | None = None  # items cut (the kind's truncated_what: texts to max_seq_len, questions to
+    # max_query_len); None where a kind cuts none (UIE refuses a prompt over max_prompt_len, and windows its texts)
 
     def __len__(self) -> int:
         return len(self.features)
@@ -120,6 +121,8 @@ class PipelineKind:
     # ``settings`` capping the first segment ([CLS] first [SEP] text [SEP] must leave the text room), and what the
     # text is called; None: no first segment
     first_segment: tuple[str, str] | None = None
+    # what ``FeatureSet.truncated`` counts, as the model card and the alerts say it
+    truncated_what: str = "texts cut to max_seq_len"
 
     def __init__(self, cfg=None):
         """A kind that reads nothing of the task config beyond what each call is given."""

@@ -58,6 +58,7 @@ class ReadingComprehension(PipelineKind):
     metric_label = "F1"
     data_formats = ("squad",)
     first_segment = ("max_query_len", "passage")
+    truncated_what = "questions cut to max_query_len"  # passages are windowed, never cut
     settings = ("reading", ReadingConfig)  # the task config's reading: section
     token_level_outputs = True
 
@@ -102,7 +103,7 @@ class ReadingComprehension(PipelineKind):
         return TaskDataset(LABELS, LABELS, train_split, dev_split, fp)
 
     def featurize(self, tokenizer, examples: Sequence, cfg) -> FeatureSet:
-        from pipeline.reading.windows import make_windows
+        from pipeline.reading.windows import make_windows, questions_cut
 
         answers = [(e.answers[0].start, e.answers[0].start + len(e.answers[0].text)) if e.answers else None for e in examples]
         wins = make_windows(tokenizer.raw, [e.question for e in examples], [e.context for e in examples],
@@ -110,7 +111,7 @@ class ReadingComprehension(PipelineKind):
                             answers=answers)
         feats = [Feature(w.input_ids, w.token_type_ids, np.array([w.start_position, w.end_position], dtype=np.int64),
                          w.example_index) for w in wins]
-        return FeatureSet(self, feats, examples, tokenizer.pad_id, wins)
+        return FeatureSet(self, feats, examples, tokenizer.pad_id, wins, truncated=questions_cut(wins))
 
     def for_training(self, fs: FeatureSet, seed: int) -> FeatureSet:
         """Every window with its answer, plus ``reading.negative_window_ratio`` of the others (deterministic)."""

@@ -26,6 +26,7 @@ class Window:
     offsets: np.ndarray  # int64 [L, 2]: char offsets into the CONTEXT, end exclusive; (-1, -1) outside it
     start_position: int  # token index of the answer start in this window; 0 ([CLS]) when not fully inside
     end_position: int  # token index of the answer end (inclusive); 0 ([CLS]) when not fully inside
+    question_cut: bool = False  # its question was longer than max_query_len tokens: the model reads its start only
 
 
 def make_windows(
@@ -64,6 +65,7 @@ def make_windows(
     windows: list[Window] = []
     for i, q_enc in enumerate(q_encs):
         q_ids = q_enc.ids[:max_query_len]
+        cut = len(q_enc.ids) > max_query_len
         room = max_seq_len - len(q_ids) - 3
         if room < 1:
             raise ValueError(
@@ -73,12 +75,18 @@ def make_windows(
         answer_tokens = _answer_tokens(c_offsets, answers[i] if answers is not None else None)
 
         head = np.asarray([cls_id, *q_ids, sep_id], dtype=np.int64)
-        windows.extend(_slide(i, head, sep_id, c_ids, c_offsets, room, doc_stride, answer_tokens))
+        windows.extend(_slide(i, head, sep_id, c_ids, c_offsets, room, doc_stride, answer_tokens, cut))
     return windows
 
 
+def questions_cut(windows: Sequence[Window]) -> int:
+    """How many of the examples ``windows`` cover had their question cut to ``max_query_len`` tokens (what a served
+    reading-comprehension model counts as ``ernie_bundle_truncated_items_total``, and validate on dev)."""
+    return len({w.example_index for w in windows if w.question_cut})
+
+
 def _slide(example: int, head: np.ndarray, sep_id: int, c_ids: np.ndarray, c_offsets: np.ndarray, room: int,
-           doc_stride: int, answer_tokens: tuple[int, int] | None) -> list[Window]:
+           doc_stride: int, answer_tokens: tuple[int, int] | None, question_cut: bool) -> list[Window]:
     """One example's windows: ``head`` ([CLS] question [SEP]), then ``room`` context tokens from each stride's start,
     then [SEP]; the answer's token positions in the window that holds it whole (0, 0 elsewhere)."""
     head_offsets = np.full((len(head), 2), -1, dtype=np.int64)
@@ -94,7 +102,7 @@ def _slide(example: int, head: np.ndarray, sep_id: int, c_ids: np.ndarray, c_off
             a_start, a_end = answer_tokens
             if start <= a_start and a_end < start + length:
                 s_pos, e_pos = a_start - start + len(head), a_end - start + len(head)
-        out.append(Window(example, ids, token_types, offsets, s_pos, e_pos))
+        out.append(Window(example, ids, token_types, offsets, s_pos, e_pos, question_cut))
         if start + length >= n_ctx:
             return out
         # min(): a stride longer than the window would otherwise skip context tokens.

@@ -248,6 +248,7 @@ def _dev_counts(inp: _Inputs, predictions) -> dict:
     counts = {"items": len(inp.dev.examples)}
     if inp.dev.truncated is not None:
         counts["truncated"] = int(inp.dev.truncated)
+        counts["truncated_what"] = inp.kind.truncated_what
     answers = inp.kind.answer_counts(predictions, inp.data.labels)
     if answers is not None:
         counts["answers"] = answers
@@ -477,5 +478,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    version="10",  # the last bump: what the served counters read on dev (summary dev_counts) (earlier: git log)
+    version="11",  # the last bump: dev_counts of reading comprehension: questions cut to max_query_len (earlier: git log)
 )

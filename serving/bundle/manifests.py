@@ -341,7 +341,8 @@ def chart_values(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) 
                             "queueTimeMetric": cfg.queue_time_metric},
             "monitoring": {"enabled": True, "interval": ServiceMonitor.interval,
                            "alerts": {"model": alerts.model, "refusedShare": alerts.refused_share,
-                                      "truncatedShare": alerts.truncated_share, "answerMix": alerts.answer_mix,
+                                      "truncatedShare": alerts.truncated_share, "truncatedWhat": alerts.truncated_what,
+                                      "answerMix": alerts.answer_mix,
                                       "answerDrift": alerts.answer_drift, "driftMinAnswers": DRIFT_MIN_ANSWERS},
                            "dashboard": Dashboard(object_name(task), task, alerts).to_json()},
             "kserve": {"enabled": False}}

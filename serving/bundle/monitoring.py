@@ -33,6 +33,9 @@ DRIFT_MAX_LABELS = 200
 # The label kube-prometheus-stack's Grafana sidecar loads dashboards from ConfigMaps by (its chart's default).
 DASHBOARD_LABEL = ("grafana_dashboard", "1")
 DASHBOARD_FILE = "grafana-dashboard.json"
+# What ``ernie_bundle_truncated_items_total`` counts where validate's dev_counts do not say (``truncated_what``: a
+# reading-comprehension bundle's questions cut to max_query_len)
+TRUNCATED_WHAT = "texts cut to max_seq_len"
 CONTAINER = "tritonserver"  # the Deployment's serving container (manifests.build), for the kubelet's CPU series
 
 
@@ -58,14 +61,15 @@ def dev_mix(answers: dict) -> str:
 class Alerts:
     """What the PrometheusRule (and the dashboard) hold the served counters to: ``model`` is the model the clients
     call (Triton's request counts of it are the denominators); ``truncated_share`` is empty where the bundle's models
-    count no cut texts (reading comprehension, UIE) or validate counted none on dev (``dev_truncated_share``: dev's
-    own share); ``answer_mix`` (dev's shares, ``dev_mix``) is empty where they count no answers, and
+    count nothing cut (UIE) or validate counted none on dev (``dev_truncated_share``: dev's own share;
+    ``truncated_what``: what was cut, to which limit); ``answer_mix`` (dev's shares, ``dev_mix``) is empty where they count no answers, and
     ``answer_drift`` where no drift alert is wanted (deploy.answer_drift 0)."""
 
     model: str
     refused_share: str = _share_text(REFUSED_SHARE)
     truncated_share: str = ""
     dev_truncated_share: str = ""
+    truncated_what: str = TRUNCATED_WHAT
     answer_mix: str = ""
     answer_drift: str = ""
 
@@ -80,7 +84,8 @@ class Alerts:
         mix = dev_mix(answers) if 0 < len(answers) <= DRIFT_MAX_LABELS and sum(answers.values()) else ""
         drift = _share_text(cfg.answer_drift) if cfg.answer_drift and mix else ""
         return cls((bundle.get("models") or {}).get("ensemble") or task, truncated_share=cut,
-                   dev_truncated_share=dev_cut, answer_mix=mix, answer_drift=drift)
+                   dev_truncated_share=dev_cut, truncated_what=str(counts.get("truncated_what") or TRUNCATED_WHAT),
+                   answer_mix=mix, answer_drift=drift)
 
 
 @dataclass(frozen=True)
@@ -184,8 +189,9 @@ class PrometheusRule:
                 {"alert": "ErnieBundleTextsCut",
                  "expr": f"{q.cut_share('1h')} > {self.alerts.truncated_share}",
                  "for": "30m", "labels": {"severity": "warning"},
-                 "annotations": {"summary": f"{self.name}: over {self.alerts.truncated_share} of texts cut to max_seq_len",
-                                 "description": "Served texts are longer than the dev set's (the model card's share): "
+                 "annotations": {"summary": f"{self.name}: over {self.alerts.truncated_share} of "
+                                            f"{self.alerts.truncated_what}",
+                                 "description": "Served inputs are longer than the dev set's (the model card's share): "
                                                 "the model does not read their end."}})
         if self.alerts.answer_mix and self.alerts.answer_drift:
             answers = q.total("ernie_bundle_answers_total", "1h", fn="increase")
@@ -256,7 +262,8 @@ class Dashboard:
                   (("{{pod}}", f"sum by (pod) (rate(container_cpu_usage_seconds_total{{{pods}}}[{w}]))"),
                    ("requested", f'max(kube_pod_container_resource_requests{{{pods},resource="cpu"}})')))]
         if self.alerts.truncated_share:
-            panels.append(Panel("Texts cut to max_seq_len, share of the last hour",
+            what = self.alerts.truncated_what
+            panels.append(Panel(f"{what[0].upper()}{what[1:]}, share of the last hour",
                                 "Served against the dev set's share (the model card's); ErnieBundleTextsCut fires "
                                 "above the alert line for 30 minutes.", "percentunit",
                                 (("served", q.cut_share("1h")), ("dev set", f"vector({self.alerts.dev_truncated_share})"),

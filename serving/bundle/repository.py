@@ -50,6 +50,7 @@ from serving.bundle import fastdeploy_api, model_io, requirements
 from serving.bundle.config import FASTDEPLOY, TRITON_ORT, DeployConfig, PackageConfig
 from serving.bundle.kinds import BundleKind, all_configs, bundle_kind, check_api, fused_kinds
 from serving.bundle.model_config import VERSION, BundleShape, ModelNames, to_pbtxt
+from serving.bundle.monitoring import TRUNCATED_WHAT
 from serving.triton import integrity, model_support, served_metrics, text_input
 
 # Copied into bundles as files: the python models (the kind's, serving/kinds/<kind>/models, and the shared model
@@ -536,8 +537,9 @@ def _dev_count_rows(counts, names: dict) -> list[tuple[str, str]]:
         return []
     n, rows = counts["items"], []
     if isinstance(counts.get("truncated"), int):
-        rows.append(("dev texts cut to max_seq_len", f"{counts['truncated']} of {n} ({_share(counts['truncated'], n)}; "
-                                                     "served: `ernie_bundle_truncated_items_total`)"))
+        rows.append((f"dev {counts.get('truncated_what') or TRUNCATED_WHAT}",
+                     f"{counts['truncated']} of {n} ({_share(counts['truncated'], n)}; served: "
+                     "`ernie_bundle_truncated_items_total`)"))
     answers = counts.get("answers")
     if isinstance(answers, dict) and answers:
         total = sum(answers.values())

@@ -4,7 +4,8 @@ scrapes) beside Triton's own request and latency metrics: what only the model ca
     ernie_bundle_refused_requests_total          requests refused as sent (HTTP 400, gRPC INVALID_ARGUMENT)
     ernie_bundle_failed_requests_total           requests that failed on the server's side (details: its log)
     ernie_bundle_truncated_items_total           texts (pairs) cut to max_seq_len tokens: the model did not read
-                                                 their end (classification and NER)
+                                                 their end (classification and NER); questions cut to
+                                                 max_query_len (reading comprehension)
     ernie_bundle_answers_total{label}            a classifier's answers by label (each label of a set), a tagger's
                                                  entities by type
 
@@ -33,7 +34,8 @@ import threading
 FAMILIES = {
     "refused": ("ernie_bundle_refused_requests_total", "Requests refused as sent (HTTP 400, gRPC INVALID_ARGUMENT)"),
     "failed": ("ernie_bundle_failed_requests_total", "Requests that failed on the server's side (details in its log)"),
-    "truncated": ("ernie_bundle_truncated_items_total", "Texts (or text pairs) cut to max_seq_len tokens"),
+    "truncated": ("ernie_bundle_truncated_items_total",
+                  "Texts (pairs) cut to max_seq_len tokens; questions cut to max_query_len"),
     "answers": ("ernie_bundle_answers_total", "Answers by label: a classifier's labels, a tagger's entity types"),
 }
 

@@ -14,6 +14,7 @@ def windowing_setup(model, params: dict) -> None:
     model.text_setup(params)  # no truncation, no padding: make_windows slices and pads itself
     model.doc_stride = int(params["doc_stride"])
     model.max_query_len = int(params["max_query_len"])
+    model.truncates = True  # a question over max_query_len tokens is cut (counted on /metrics)
 
 
 def decoding_setup(model, params: dict) -> None:
@@ -45,9 +46,12 @@ def questions_and_contexts(model, raw_questions, raw_contexts):
 
 
 def make_windows(model, questions, contexts) -> list:
-    """Every question's ``[CLS] question [SEP] context_slice [SEP]`` windows (``windows.make_windows``)."""
-    return model.windows.make_windows(model.tok, questions, contexts, max_seq_len=model.max_seq_len,
+    """Every question's ``[CLS] question [SEP] context_slice [SEP]`` windows (``windows.make_windows``); the questions
+    cut to ``max_query_len`` are counted (``ernie_bundle_truncated_items_total``)."""
+    wins = model.windows.make_windows(model.tok, questions, contexts, max_seq_len=model.max_seq_len,
                                       doc_stride=model.doc_stride, max_query_len=model.max_query_len)
+    model.metrics.count("truncated", model.windows.questions_cut(wins))
+    return wins
 
 
 def read(model, questions, contexts) -> list:
