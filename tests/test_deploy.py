@@ -53,6 +53,14 @@ def test_bundle_carries_valid_manifests_sized_from_the_bundle(tiny_fused_bundle)
     assert served["args"][1:4] == container["args"][1:4] and "--model-repository=/mnt/models" in served["args"]
     assert served["securityContext"] == container["securityContext"] and served["resources"] == container["resources"]
     assert {"name": "triton", "version": "2", "autoSelect": False} in runtime["spec"]["supportedModelFormats"]
+    # the model card says where the manifests send the bundle, and what each alert beside it fires on and means
+    card = (tiny_fused_bundle / "README.md").read_text(encoding="utf-8").split("## Deploying and watching it\n")[1]
+    assert f"PersistentVolumeClaim `{pod['volumes'][0]['persistentVolumeClaim']['claimName']}` at `tiny/`" in card
+    assert f"-t {container['image']} ." in card and "`grafana-dashboard.json`" in card
+    alerts = k8s["PrometheusRule"]["spec"]["groups"][0]["rules"]
+    rows = [line for line in card.splitlines() if line.startswith("| ErnieBundle")]
+    assert [row.split(" | ")[0][2:] for row in rows] == [a["alert"] for a in alerts]
+    assert all(a["annotations"]["description"] in row and a["labels"]["severity"] in row for a, row in zip(alerts, rows))
 
 
 def test_the_cpu_request_is_at_most_the_cores_the_settings_were_measured_on():

@@ -172,12 +172,14 @@ class PrometheusRule:
              "expr": f"absent({q.up()} == 1)", "for": "5m", "labels": {"severity": "critical"},
              "annotations": {"summary": f"{self.name}: no pod answers Prometheus's scrape",
                              "description": "No pod of the Deployment is up (or none is scraped): nothing serves, and "
-                                            "the other alerts have no series to fire on."}},
+                                            "the other alerts have no series to fire on. The pods' events and logs "
+                                            "say why (the image's start names a bundle file that fails its check)."}},
             {"alert": "ErnieBundleServerFaults",
              "expr": f"{q.total('ernie_bundle_failed_requests_total', '5m', fn='increase')} > 0",
              "labels": {"severity": "critical"},
              "annotations": {"summary": f"{self.name}: requests failed on the server's side",
-                             "description": "ernie_bundle_failed_requests_total rose: the server log says why."}},
+                             "description": "ernie_bundle_failed_requests_total rose: the server log (the pod's) "
+                                            "says why."}},
             {"alert": "ErnieBundleRequestsRefused",
              "expr": f"{q.refused_share('15m')} > {self.alerts.refused_share}",
              "for": "15m", "labels": {"severity": "warning"},
@@ -192,7 +194,8 @@ class PrometheusRule:
                  "annotations": {"summary": f"{self.name}: over {self.alerts.truncated_share} of "
                                             f"{self.alerts.truncated_what}",
                                  "description": "Served inputs are longer than the dev set's (the model card's share): "
-                                                "the model does not read their end."}})
+                                                "the model does not read their end. A longer limit is a new bundle, "
+                                                "validated again."}})
         if self.alerts.answer_mix and self.alerts.answer_drift:
             answers = q.total("ernie_bundle_answers_total", "1h", fn="increase")
             rules.append(
@@ -204,7 +207,8 @@ class PrometheusRule:
                                             "the dev set's",
                                  "description": "Total variation distance between the last hour's answers by label "
                                                 "and the dev set's (the model card's shares): the traffic is not "
-                                                "what the bundle was validated on."}})
+                                                "what the bundle was validated on. The dashboard's answers by label "
+                                                "show which moved; its dev numbers may not hold."}})
         return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
                 "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
                 "spec": {"groups": [{"name": self.name, "rules": rules}]}}

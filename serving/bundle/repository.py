@@ -378,6 +378,14 @@ def _model_output(exp: ExportArtifacts, pc: PackageConfig, choice: ModelChoice) 
         raise PackageError(f"runtime {pc.runtime}: {exc}") from None
 
 
+def _deployed(task: str, pc: PackageConfig, meta: dict, prov: Provenance, memory: dict | None = None) -> dict:
+    """What the manifests read of the bundle, as bundle.json will say it: the sizes, the model clients call and
+    validate's dev counts (the alerts' thresholds)."""
+    return {"package": {"instances": pc.instances, "engine_threads": pc.engine_threads}, "cpu": meta.get("cpu", {}),
+            **({"served_memory": memory} if memory is not None else {}),
+            "models": {"ensemble": _names(task, pc, _kind(meta)).ensemble}, "metrics": prov.metrics}
+
+
 def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployConfig, meta: dict,
                       prov: Provenance) -> tuple[dict, dict]:
     """The manifests written into ``tmp`` (their summary), and the served memory they were sized by (bundle.json's
@@ -390,10 +398,7 @@ def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployCon
     except served_memory.MemoryNotMeasured as exc:
         memory = {"not_measured": str(exc)}
     try:
-        bundle = {"package": {"instances": pc.instances, "engine_threads": pc.engine_threads}, "cpu": meta.get("cpu", {}),
-                  "served_memory": memory, "models": {"ensemble": _names(task, pc, _kind(meta)).ensemble},
-                  "metrics": prov.metrics}
-        written = manifests.write(tmp, task, bundle, manifests.bundle_bytes(tmp), deploy)
+        written = manifests.write(tmp, task, _deployed(task, pc, meta, prov, memory), manifests.bundle_bytes(tmp), deploy)
     except manifests.ManifestError as exc:
         raise PackageError(f"deploy manifests: {exc}") from None
     return written.summary(), memory
@@ -564,7 +569,42 @@ def _card_models(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice) 
     return kind.card_lines(names, pc, meta, model_line, batching, choice)
 
 
-def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance) -> str:
+def _card_deployment(task: str, pc: PackageConfig, meta: dict, prov: Provenance, deploy: DeployConfig) -> list[str]:
+    """The model card's "Deploying and watching it": where the manifests send the bundle and what the alerts fire on
+    and mean (the PrometheusRule the package stage writes beside it, built by the same call)."""
+    from serving.bundle import manifests
+    from serving.bundle.monitoring import DASHBOARD_FILE
+
+    try:
+        builtin, custom, _ = manifests.build(task, _deployed(task, pc, meta, prov), 0, deploy)
+    except manifests.ManifestError:
+        return []  # the package stage's manifests refuse it, naming why
+    objects = {o["kind"]: o for o in builtin + custom}
+    deployment, hpa = objects["Deployment"], objects["HorizontalPodAutoscaler"]["spec"]
+    name, namespace = deployment["metadata"]["name"], deployment["metadata"]["namespace"]
+    claim = deployment["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    dashboard = objects["ConfigMap"]["metadata"]["name"]
+    rows = [(r["alert"], r["labels"]["severity"], r.get("for", "at once"), r["annotations"]["summary"].split(": ", 1)[-1],
+             r["annotations"]["description"]) for r in objects["PrometheusRule"]["spec"]["groups"][0]["rules"]]
+    return [
+        "", "## Deploying and watching it",
+        f"- Image: `docker build --build-arg TASK={task} -t {image} .` in the ernie-bundle project (its Dockerfile "
+        "installs this bundle's `requirements.txt`).",
+        f"- Kubernetes: `kubectl apply -f kubernetes.yaml`: Deployment `{name}` in namespace `{namespace}` "
+        f"({hpa['minReplicas']}-{hpa['maxReplicas']} replicas on CPU), reading this bundle from the PersistentVolumeClaim "
+        f"`{claim}` at `{task}/`; Service, HorizontalPodAutoscaler, PodDisruptionBudget, ServiceMonitor (Triton's "
+        "`/metrics`, port 8002). KServe: `kserve.yaml`.",
+        f"- Grafana: `{DASHBOARD_FILE}`, also in the ConfigMap `{dashboard}` that kube-prometheus-stack's Grafana "
+        "sidecar loads (label `grafana_dashboard: \"1\"`).",
+        f"- Alerts (PrometheusRule `{name}`):", "",
+        "| alert | severity | for | fires on | what it means |", "| --- | --- | --- | --- | --- |",
+        *(f"| {alert} | {severity} | {wait} | {summary} | {description} |"
+          for alert, severity, wait, summary, description in rows)]
+
+
+def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, prov: Provenance,
+               deploy: DeployConfig | None = None) -> str:
     kind = _kind(meta)
     lines = [
         f"# {task} — ernie-bundle serving bundle",
@@ -600,6 +640,8 @@ def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, pr
         "```",
         "Every file's SHA-256 is in bundle.json; the server launcher and each python model refuse a bundle that changed.",
     ]
+    if deploy is not None:
+        lines += _card_deployment(task, pc, meta, prov, deploy)
     return "\n".join(lines) + "\n"
 
 
@@ -717,7 +759,7 @@ def write_repository(
     tmp.mkdir()
     try:
         _build(tmp, task, exported, pc, meta, choice)
-        (tmp / "README.md").write_text(model_card(task, pc, meta, choice, prov), encoding="utf-8")
+        (tmp / "README.md").write_text(model_card(task, pc, meta, choice, prov, deploy), encoding="utf-8")
         deployment, memory = _deploy_manifests(tmp, task, pc, deploy, meta, prov) if deploy is not None else (None, None)
         manifest = _manifest(tmp, task, pc, meta, choice, prov, deployment, settings, memory)
         (tmp / integrity.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
