@@ -76,7 +76,8 @@ def dashboard_queries(dashboard: dict) -> dict[tuple[str, str], str]:
 class Scenario:
     """Series over time, and which alerts fire when: ``firing`` maps an evaluation time ("2h30m") to the alert names
     firing then (every other alert of the rule is expected silent at that time); ``values`` maps a PromQL expression
-    and a time to the one value it gives then, within ``TOLERANCE`` (``None``: it gives nothing; ``ANY``: something)."""
+    and a time to the one value it gives then, within ``TOLERANCE`` (``None``: it gives nothing; ``ANY``: something;
+    "< 0.1" or "> 0.1": a value below or above)."""
 
     name: str
     series: list[dict]
@@ -110,6 +111,7 @@ def check(rule: dict, scenarios: list[Scenario], work: Path) -> str:
             # the rule carries them (4 significant digits) are held to within TOLERANCE instead
             "promql_expr_test": [
                 {"expr": (expr if v is None else f"count({expr}) >= bool 1" if v == ANY
+                          else f"({expr}) {v[0]} bool {v[1:].strip()}" if isinstance(v, str)
                           else f"abs(({expr}) - {v!r}) <= bool {TOLERANCE}"), "eval_time": at,
                  "exp_samples": [] if v is None else [{"labels": "{}", "value": 1}]}
                 for expr, at, v in sc.values]})

@@ -294,8 +294,6 @@ def _the_alerts_and_dashboard_read_the_served_series(server, bundle: Path, befor
     dashboard shows them too (but the CPU panel's, which are the kubelet's and kube-state-metrics')."""
     from promtool_scenarios import ANY, Scenario, check, counter, dashboard_queries, every_minute, rules_of
 
-    from serving.bundle.monitoring import DRIFT_MIN_ANSWERS
-
     docs = yaml.safe_load_all((bundle / "kubernetes.yaml").read_text())
     rule = next(d for d in docs if d and d["kind"] == "PrometheusRule")
     alerts = rules_of(rule)
@@ -331,7 +329,8 @@ def _the_alerts_and_dashboard_read_the_served_series(server, bundle: Path, befor
         like_dev.values.append((alerts["ErnieBundleAnswersDrift"]["expr"].split(" > ")[0], "3h", 0.0))
         rarest = min(dev["answers"], key=lambda label: (dev["answers"][label], label))
         counters = sum(1 for name, labels in moved if name == "ernie_bundle_answers_total" and dict(labels)["label"] == rarest)
-        total = max(sum(dev["answers"].values()), DRIFT_MIN_ANSWERS / 60 + 1)  # the alert's minimum an hour, at least
+        least = int(alerts["ErnieBundleAnswersDrift"]["expr"].rsplit(">= ", 1)[1])  # answers an hour it waits for
+        total = max(sum(dev["answers"].values()), least / 60 + 1)
         scenarios.append(Scenario(f"every answer {rarest!r}", traffic(
             lambda name, labels, d: (total / counters if labels["label"] == rarest else 0)
             if name == "ernie_bundle_answers_total" else d), {"3h": {"ErnieBundleAnswersDrift"}}))

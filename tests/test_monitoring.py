@@ -197,3 +197,43 @@ def test_the_dashboard_shows_each_series_beside_the_references_the_alerts_hold_i
                            *pod(f"{beside}-5f7d9c-abcde", (180, replace(LIKE_DEV, answered=600, cpu_seconds=120)),
                                 service=beside)],
                           {"3h": set()}, values=values)], tmp_path)
+
+
+def test_the_drift_alert_waits_for_enough_answers_that_chance_alone_stays_under_half_its_threshold(tmp_path):
+    """100 equal labels: an hour of 1,000 answers drawn from dev's own mix is ~0.13 from it by chance, over the 0.1
+    threshold; the alert waits for 6,400 answers an hour, where chance is ~0.05.  Traffic sampled from dev's mix at
+    that rate fires nothing in three hours; a mix truly moved by 0.15 does; 15 labels (TNEWS) keep 1,000."""
+    import numpy as np
+
+    from serving.bundle.config import DeployConfig
+    from serving.bundle.manifests import build
+    from serving.bundle.monitoring import DRIFT_MIN_ANSWERS, drift_min_answers
+
+    labels = [f"L{i:03d}" for i in range(100)]
+    dev = {"items": 10_000, "answers": dict.fromkeys(labels, 100)}
+    assert drift_min_answers(dev["answers"], 0.1) == 6400 and drift_min_answers(DEV["answers"], 0.1) == DRIFT_MIN_ANSWERS
+    assert drift_min_answers(dev["answers"], 0.05) == 25300  # half the threshold: four times 6,303, in hundreds
+    bundle = {"package": {"instances": 1, "engine_threads": 2}, "models": {"ensemble": "tnews"},
+              "metrics": {"summary": {"dev_counts": dev}}}
+    _, custom, _ = build("tnews", bundle, 10 * 2**20, DeployConfig())
+    rule = next(o for o in custom if o["kind"] == "PrometheusRule")
+    drift = rules_of(rule)["ErnieBundleAnswersDrift"]
+    assert drift["expr"].endswith(">= 6400") and "an hour of 6400 answers or more" in drift["annotations"]["summary"]
+    distance = drift["expr"].split(" > ")[0]
+    rng = np.random.default_rng(0)
+
+    def sampled(per_minute: int, shares) -> list[dict]:
+        counts = rng.multinomial(per_minute, shares, size=180).cumsum(axis=0)  # 3 hours of answers, minute by minute
+        return [scraped("up", {}, "1x180"), scraped("nv_inference_count", ENSEMBLE, counter((180, per_minute))),
+                *(scraped("ernie_bundle_answers_total", {**POSTPROCESS, "label": label},
+                          "0 " + " ".join(str(int(v)) for v in counts[:, i])) for i, label in enumerate(labels))]
+
+    even = np.full(100, 0.01)
+    moved = np.r_[0.16, np.full(99, 0.84 / 99)]  # one label up by 0.15, the rest down alike: 0.15 apart
+    check(rule, [
+        Scenario("dev's mix at 1,000 an hour: chance alone is over 0.1, and the alert waits",
+                 sampled(17, even), {"3h": set()}, values=[(distance, "3h", "> 0.1")]),
+        Scenario("dev's mix at 6,400 an hour: nothing", sampled(107, even), {"2h": set(), "3h": set()},
+                 values=[(distance, "3h", "< 0.075")]),
+        Scenario("a mix moved by 0.15 at 6,400 an hour", sampled(107, moved), {"3h": {"ErnieBundleAnswersDrift"}})],
+        tmp_path)

@@ -42,7 +42,7 @@ from serving.bundle import crd_schemas
 from serving.bundle.config import DeployConfig, object_name_refused
 from serving.bundle.config import object_name as config_object_name
 from serving.bundle.helm_chart import CHART_DIR, VALUES_FILE
-from serving.bundle.monitoring import (DASHBOARD_FILE, DASHBOARD_LABEL, DRIFT_MIN_ANSWERS, Alerts, Dashboard,
+from serving.bundle.monitoring import (DASHBOARD_FILE, DASHBOARD_LABEL, Alerts, Dashboard,
                                        PrometheusRule, ServiceMonitor, expressions, promql_problem)
 from serving.bundle.served_memory import ServedMemory
 
@@ -343,7 +343,7 @@ def chart_values(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) 
                            "alerts": {"model": alerts.model, "refusedShare": alerts.refused_share,
                                       "truncatedShare": alerts.truncated_share, "truncatedWhat": alerts.truncated_what,
                                       "answerMix": alerts.answer_mix,
-                                      "answerDrift": alerts.answer_drift, "driftMinAnswers": DRIFT_MIN_ANSWERS},
+                                      "answerDrift": alerts.answer_drift, "driftMinAnswers": alerts.drift_min_answers},
                            "dashboard": Dashboard(object_name(task), task, alerts).to_json()},
             "kserve": {"enabled": False}}
 

@@ -16,6 +16,7 @@ is what an alert fires on.  Each expression is parsed as PromQL when the manifes
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +24,8 @@ from serving.bundle.config import DeployConfig
 
 # The alerts' thresholds (a share of requests, a share of texts served): refusals above REFUSED_SHARE for 15 minutes;
 # texts cut to max_seq_len above twice dev's share, and at least TRUNCATED_FLOOR, for 30 minutes; the answers' mix
-# (deploy.answer_drift) once an hour holds DRIFT_MIN_ANSWERS answers (sampling alone moves a mix of 15 equal labels by
-# ~0.05 at 1,000 answers and ~0.15 at 100: the binomial estimate, sum of sqrt(2p(1-p)/(pi n)) / 2), on at most
-# DRIFT_MAX_LABELS labels (the expression names each).
+# (deploy.answer_drift) once an hour holds enough answers that sampling alone moves dev's mix by half the threshold
+# (``drift_min_answers``; at least DRIFT_MIN_ANSWERS), on at most DRIFT_MAX_LABELS labels (the expression names each).
 REFUSED_SHARE = 0.05
 TRUNCATED_FLOOR = 0.01
 DRIFT_MIN_ANSWERS = 1000
@@ -57,13 +57,26 @@ def dev_mix(answers: dict) -> str:
                        for label in sorted(answers))
 
 
+def drift_min_answers(answers: dict, threshold: float) -> int:
+    """The answers an hour must hold before the drift alert may fire: enough that sampling alone, traffic drawn from
+    dev's own mix, moves it by at most half ``threshold`` in expectation.  A label of share p is off by
+    sqrt(2p(1-p)/(pi n)) on average in n answers (the binomial's normal estimate), so the distance is ~C / sqrt(n),
+    C = sum of sqrt(2p(1-p)/pi) / 2, and n = (2C / threshold)^2, rounded up to hundreds, at least DRIFT_MIN_ANSWERS.
+    At 1,000 answers 15 equal labels are 0.047 apart by chance, 100 are 0.126 (an alert at 0.1 firing on dev's own
+    mix): they wait for 1,000 and 6,400 (sampled: 0.09 and 0.07 the most in 20,000 hours)."""
+    total = sum(answers.values())
+    c = sum(math.sqrt(2 * (k / total) * (1 - k / total) / math.pi) for k in answers.values()) / 2
+    return max(DRIFT_MIN_ANSWERS, 100 * math.ceil((2 * c / threshold) ** 2 / 100))
+
+
 @dataclass(frozen=True)
 class Alerts:
     """What the PrometheusRule (and the dashboard) hold the served counters to: ``model`` is the model the clients
     call (Triton's request counts of it are the denominators); ``truncated_share`` is empty where the bundle's models
     count nothing cut (UIE) or validate counted none on dev (``dev_truncated_share``: dev's own share;
-    ``truncated_what``: what was cut, to which limit); ``answer_mix`` (dev's shares, ``dev_mix``) is empty where they count no answers, and
-    ``answer_drift`` where no drift alert is wanted (deploy.answer_drift 0)."""
+    ``truncated_what``: what was cut, to which limit); ``answer_mix`` (dev's shares, ``dev_mix``) is empty where
+    they count no answers, and ``answer_drift`` where no drift alert is wanted (deploy.answer_drift 0);
+    ``drift_min_answers``: the answers an hour must hold before it may fire."""
 
     model: str
     refused_share: str = _share_text(REFUSED_SHARE)
@@ -72,6 +85,7 @@ class Alerts:
     truncated_what: str = TRUNCATED_WHAT
     answer_mix: str = ""
     answer_drift: str = ""
+    drift_min_answers: int = DRIFT_MIN_ANSWERS
 
     @classmethod
     def of(cls, task: str, bundle: dict, cfg: DeployConfig) -> "Alerts":
@@ -83,9 +97,10 @@ class Alerts:
         answers = counts.get("answers") or {}
         mix = dev_mix(answers) if 0 < len(answers) <= DRIFT_MAX_LABELS and sum(answers.values()) else ""
         drift = _share_text(cfg.answer_drift) if cfg.answer_drift and mix else ""
+        least = drift_min_answers(answers, cfg.answer_drift) if drift else DRIFT_MIN_ANSWERS
         return cls((bundle.get("models") or {}).get("ensemble") or task, truncated_share=cut,
                    dev_truncated_share=dev_cut, truncated_what=str(counts.get("truncated_what") or TRUNCATED_WHAT),
-                   answer_mix=mix, answer_drift=drift)
+                   answer_mix=mix, answer_drift=drift, drift_min_answers=least)
 
 
 @dataclass(frozen=True)
@@ -201,10 +216,10 @@ class PrometheusRule:
             rules.append(
                 {"alert": "ErnieBundleAnswersDrift",
                  "expr": (f"{q.answer_distance(self.alerts.answer_mix, '1h')} > {self.alerts.answer_drift} "
-                          f"and on () {answers} >= {DRIFT_MIN_ANSWERS}"),
+                          f"and on () {answers} >= {self.alerts.drift_min_answers}"),
                  "for": "1h", "labels": {"severity": "warning"},
                  "annotations": {"summary": f"{self.name}: the answers' mix is over {self.alerts.answer_drift} from "
-                                            "the dev set's",
+                                            f"the dev set's (an hour of {self.alerts.drift_min_answers} answers or more)",
                                  "description": "Total variation distance between the last hour's answers by label "
                                                 "and the dev set's (the model card's shares): the traffic is not "
                                                 "what the bundle was validated on. The dashboard's answers by label "
@@ -279,7 +294,8 @@ class Dashboard:
             drift = (("alert", f"vector({self.alerts.answer_drift})"),) if self.alerts.answer_drift else ()
             panels.append(Panel("Answers' distance from the dev set's mix", "Total variation distance of the last "
                                 "hour's answers by label from the dev set's shares; ErnieBundleAnswersDrift fires "
-                                f"above the alert line for an hour once the hour holds {DRIFT_MIN_ANSWERS} answers.",
+                                f"above the alert line for an hour once the hour holds "
+                                f"{self.alerts.drift_min_answers} answers.",
                                 "short", (("distance", q.answer_distance(self.alerts.answer_mix, "1h")), *drift)))
         return panels
 
