@@ -342,6 +342,7 @@ def chart_values(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) 
             "monitoring": {"enabled": True, "interval": ServiceMonitor.interval,
                            "alerts": {"model": alerts.model, "refusedShare": alerts.refused_share,
                                       "truncatedShare": alerts.truncated_share, "truncatedWhat": alerts.truncated_what,
+                                      "truncatedMinItems": alerts.truncated_min_items,
                                       "answerMix": alerts.answer_mix,
                                       "answerDrift": alerts.answer_drift, "driftMinAnswers": alerts.drift_min_answers},
                            "dashboard": Dashboard(object_name(task), task, alerts).to_json()},

@@ -23,11 +23,13 @@ from typing import Any
 from serving.bundle.config import DeployConfig
 
 # The alerts' thresholds (a share of requests, a share of texts served): refusals above REFUSED_SHARE for 15 minutes;
-# texts cut to max_seq_len above twice dev's share, and at least TRUNCATED_FLOOR, for 30 minutes; the answers' mix
+# texts cut to max_seq_len above twice dev's share, and at least TRUNCATED_FLOOR, for 30 minutes, once an hour holds
+# enough texts that chance stays under it (``truncated_min_items``, at least TRUNCATED_MIN_ITEMS); the answers' mix
 # (deploy.answer_drift) once an hour holds enough answers that sampling alone moves dev's mix by half the threshold
 # (``drift_min_answers``; at least DRIFT_MIN_ANSWERS), on at most DRIFT_MAX_LABELS labels (the expression names each).
 REFUSED_SHARE = 0.05
 TRUNCATED_FLOOR = 0.01
+TRUNCATED_MIN_ITEMS = 100
 DRIFT_MIN_ANSWERS = 1000
 DRIFT_MAX_LABELS = 200
 # The label kube-prometheus-stack's Grafana sidecar loads dashboards from ConfigMaps by (its chart's default).
@@ -57,6 +59,14 @@ def dev_mix(answers: dict) -> str:
                        for label in sorted(answers))
 
 
+def truncated_min_items(share: float, threshold: float) -> int:
+    """The texts an hour must hold before the cut-texts alert may fire: enough that a share ``share`` (dev's) stays
+    under ``threshold`` by chance, three standard deviations of the binomial (n >= 9 p(1-p) / (t-p)^2), rounded up
+    to hundreds, at least TRUNCATED_MIN_ITEMS.  Dev's 1% against the 2% alert waits for 900 texts (at 100 an hour, 3
+    cut of them, 3%, happens one hour in twelve); TNEWS's 0.01% for 100."""
+    return max(TRUNCATED_MIN_ITEMS, 100 * math.ceil(9 * share * (1 - share) / (threshold - share) ** 2 / 100))
+
+
 def drift_min_answers(answers: dict, threshold: float) -> int:
     """The answers an hour must hold before the drift alert may fire: enough that sampling alone, traffic drawn from
     dev's own mix, moves it by at most half ``threshold`` in expectation.  A label of share p is off by
@@ -76,7 +86,7 @@ class Alerts:
     count nothing cut (UIE) or validate counted none on dev (``dev_truncated_share``: dev's own share;
     ``truncated_what``: what was cut, to which limit); ``answer_mix`` (dev's shares, ``dev_mix``) is empty where
     they count no answers, and ``answer_drift`` where no drift alert is wanted (deploy.answer_drift 0);
-    ``drift_min_answers``: the answers an hour must hold before it may fire."""
+    ``drift_min_answers`` and ``truncated_min_items``: the answers and texts an hour must hold before those fire."""
 
     model: str
     refused_share: str = _share_text(REFUSED_SHARE)
@@ -86,21 +96,24 @@ class Alerts:
     answer_mix: str = ""
     answer_drift: str = ""
     drift_min_answers: int = DRIFT_MIN_ANSWERS
+    truncated_min_items: int = TRUNCATED_MIN_ITEMS
 
     @classmethod
     def of(cls, task: str, bundle: dict, cfg: DeployConfig) -> "Alerts":
         counts = ((bundle.get("metrics") or {}).get("summary") or {}).get("dev_counts") or {}
         cut = dev_cut = ""
+        cut_items = TRUNCATED_MIN_ITEMS
         if isinstance(counts.get("truncated"), int) and counts.get("items"):
-            dev_cut = _share_text(counts["truncated"] / counts["items"])
-            cut = _share_text(max(TRUNCATED_FLOOR, 2 * counts["truncated"] / counts["items"]))
+            share = counts["truncated"] / counts["items"]
+            dev_cut, cut = _share_text(share), _share_text(max(TRUNCATED_FLOOR, 2 * share))
+            cut_items = truncated_min_items(share, float(cut)) if float(cut) < 1 else TRUNCATED_MIN_ITEMS
         answers = counts.get("answers") or {}
         mix = dev_mix(answers) if 0 < len(answers) <= DRIFT_MAX_LABELS and sum(answers.values()) else ""
         drift = _share_text(cfg.answer_drift) if cfg.answer_drift and mix else ""
         least = drift_min_answers(answers, cfg.answer_drift) if drift else DRIFT_MIN_ANSWERS
         return cls((bundle.get("models") or {}).get("ensemble") or task, truncated_share=cut,
                    dev_truncated_share=dev_cut, truncated_what=str(counts.get("truncated_what") or TRUNCATED_WHAT),
-                   answer_mix=mix, answer_drift=drift, drift_min_answers=least)
+                   answer_mix=mix, answer_drift=drift, drift_min_answers=least, truncated_min_items=cut_items)
 
 
 @dataclass(frozen=True)
@@ -204,10 +217,12 @@ class PrometheusRule:
         if self.alerts.truncated_share:
             rules.append(
                 {"alert": "ErnieBundleTextsCut",
-                 "expr": f"{q.cut_share('1h')} > {self.alerts.truncated_share}",
+                 "expr": (f"{q.cut_share('1h')} > {self.alerts.truncated_share} and on () "
+                          f"{q.total('nv_inference_count', '1h', True, fn='increase')} >= {self.alerts.truncated_min_items}"),
                  "for": "30m", "labels": {"severity": "warning"},
                  "annotations": {"summary": f"{self.name}: over {self.alerts.truncated_share} of "
-                                            f"{self.alerts.truncated_what}",
+                                            f"{self.alerts.truncated_what} (an hour of "
+                                            f"{self.alerts.truncated_min_items} or more)",
                                  "description": "Served inputs are longer than the dev set's (the model card's share): "
                                                 "the model does not read their end. A longer limit is a new bundle, "
                                                 "validated again."}})
