@@ -181,6 +181,7 @@ def test_the_dashboard_shows_each_series_beside_the_references_the_alerts_hold_i
     assert alerts["ErnieBundleTextsCut"]["expr"].startswith(f"{queries[cut, 'served']} > 0.02 and on () ")
     assert alerts["ErnieBundleAnswersDrift"]["expr"].startswith(f"{queries[drift, 'distance']} > 0.1 and on () ")
     cpu, by_label = ("CPU cores by pod", "{{pod}}"), ("Answers by label, share of the last hour", "{{label}}")
+    shift = ("Answers by label, share of the last hour less the dev set's", "{{label}}")
     want = {("Pods up", "up"): 2,
             ("Requests a second", "answered"): 2, ("Requests a second", "refused"): 0,
             ("Requests a second", "failed on the server"): 0,
@@ -189,11 +190,12 @@ def test_the_dashboard_shows_each_series_beside_the_references_the_alerts_hold_i
             ("Milliseconds a request", "in all"): 10, ("Milliseconds a request", "in queues"): 2,
             cpu: ANY, ("CPU cores by pod", "requested"): 2,
             (cut, "served"): 0.01, (cut, "dev set"): 0.01, (cut, "alert"): 0.02,
-            by_label: ANY, (drift, "distance"): 0, (drift, "alert"): 0.1}
+            by_label: ANY, shift: ANY, (drift, "distance"): 0, (drift, "alert"): 0.1}
     assert set(want) == set(queries), sorted(set(queries) ^ set(want))  # every panel's query is held to a value
     values = [(queries[key], "3h", v) for key, v in want.items()]
     values += [(f"count({queries[cpu]})", "3h", 2), (f"sum({queries[cpu]})", "3h", 3.0),  # 1.5 cores each
-               (f"count({queries[by_label]})", "3h", 3), (f"sum({queries[by_label]})", "3h", 1.0)]
+               (f"count({queries[by_label]})", "3h", 3), (f"sum({queries[by_label]})", "3h", 1.0),
+               (f"count({queries[shift]})", "3h", 3), (f"sum(abs({queries[shift]}))", "3h", 0.0)]
     beside = "ernie-bundle-tnews-v2"  # its pods, ernie-bundle-tnews-v2-<hash>-<id>, are not this Deployment's
     check(rule, [Scenario("two pods like dev, and another Deployment beside them",
                           [*pod(PODS[0], (180, LIKE_DEV)), *pod(PODS[1], (180, LIKE_DEV)),

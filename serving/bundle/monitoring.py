@@ -152,10 +152,15 @@ class Queries:
         answers = f"ernie_bundle_answers_total{{{self.selector}}}"
         return f"sum by (label) (rate({answers}[{window}])) / scalar(sum(rate({answers}[{window}])))"
 
+    def answer_shift(self, mix: str, window: str) -> str:
+        """Each label's share of the answers less its share in ``mix`` (dev's, ``dev_mix``)."""
+        return f"{self.answer_shares(window)} - on (label) ({mix})"
+
     def answer_distance(self, mix: str, window: str) -> str:
-        """Total variation distance between the answers' shares and ``mix`` (dev's, ``dev_mix``): every label's series
-        exists from the start (served_metrics creates them at zero), so a label never answered counts in full."""
-        return f"0.5 * sum(abs({self.answer_shares(window)} - on (label) ({mix})))"
+        """Total variation distance between the answers' shares and ``mix``: half the sum of the shifts' sizes.  Every
+        label's series exists from the start (served_metrics creates them at zero), so a label never answered counts
+        in full."""
+        return f"0.5 * sum(abs({self.answer_shift(mix, window)}))"
 
 
 def _selector(namespace: str, service: str) -> str:
@@ -306,6 +311,10 @@ class Dashboard:
             panels.append(Panel("Answers by label, share of the last hour", "Each label's share of the answers "
                                 "(the model card gives the dev set's).", "percentunit",
                                 (("{{label}}", q.answer_shares("1h")),)))
+            panels.append(Panel("Answers by label, share of the last hour less the dev set's", "Which labels the "
+                                "served answers moved to and from (the drift alert's distance is half the sum of "
+                                "these, without their signs).", "percentunit",
+                                (("{{label}}", q.answer_shift(self.alerts.answer_mix, "1h")),)))
             drift = (("alert", f"vector({self.alerts.answer_drift})"),) if self.alerts.answer_drift else ()
             panels.append(Panel("Answers' distance from the dev set's mix", "Total variation distance of the last "
                                 "hour's answers by label from the dev set's shares; ErnieBundleAnswersDrift fires "
