@@ -405,7 +405,7 @@ def write(out_dir: Path, task: str, bundle: dict, bundle_bytes: int, cfg: Deploy
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Render a bundle's Kubernetes / KServe manifests again, for other values.")
     p.add_argument("--bundle", required=True, help="the bundle directory (model_repository/<task>)")
-    p.add_argument("--out", required=True, help="where to write kubernetes.yaml, kserve.yaml and helm-values.yaml")
+    p.add_argument("--out", required=True, help="where to write kubernetes.yaml, kserve.yaml, grafana-dashboard.json and helm-values.yaml")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="deploy.<key>=<value>, repeatable")
     args = p.parse_args(argv)
     from pipeline.config import section_from_overrides
