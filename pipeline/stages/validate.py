@@ -478,5 +478,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    version="11",  # the last bump: dev_counts of reading comprehension: questions cut to max_query_len (earlier: git log)
+    version="11",  # the last bump: reading comprehension's dev_counts (questions cut to max_query_len); before: git log
 )

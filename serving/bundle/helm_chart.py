@@ -3,8 +3,8 @@ the chart render one bundle's objects are built beside those objects (``serving.
 
 ``python -m serving.bundle.manifests`` (``make manifests``) writes a bundle's values beside its manifests
 (``helm-values.yaml``); then ``helm template <name> serving/bundle/chart/ernie-bundle -f helm-values.yaml`` gives the
-Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, dashboard ConfigMap, ServiceMonitor and PrometheusRule of
-``kubernetes.yaml``, and with
+Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, dashboard ConfigMap, ServiceMonitor and
+PrometheusRule of ``kubernetes.yaml``, and with
 ``--set kserve.enabled=true`` the ServingRuntime and InferenceService of ``kserve.yaml`` (tests/test_helm_chart.py checks both equal).
 
 helm: ``make helm-tools`` puts the official binary into ``.venv/helm`` (``HELM`` overrides the path).  No Python

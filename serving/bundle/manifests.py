@@ -299,8 +299,8 @@ def validate(builtin: list[dict], custom: list[dict], version: str) -> list[Chec
     checks = []
     for obj in builtin:
         problem = _schema_check(obj, version) or promql_problem(obj)
-        checks.append(Check(obj["kind"], obj["metadata"]["name"], not problem, problem or f"Kubernetes {version} schema, strict"
-                            + ("; every query parsed as PromQL" if expressions(obj) else "")))
+        detail = f"Kubernetes {version} schema, strict" + ("; every query parsed as PromQL" if expressions(obj) else "")
+        checks.append(Check(obj["kind"], obj["metadata"]["name"], not problem, problem or detail))
     for obj in custom:
         problem = crd_schemas.check(obj) or promql_problem(obj)
         pred = obj.get("spec", {}).get("predictor", {}) if obj.get("kind") == "InferenceService" else {}
@@ -405,7 +405,8 @@ def write(out_dir: Path, task: str, bundle: dict, bundle_bytes: int, cfg: Deploy
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Render a bundle's Kubernetes / KServe manifests again, for other values.")
     p.add_argument("--bundle", required=True, help="the bundle directory (model_repository/<task>)")
-    p.add_argument("--out", required=True, help="where to write kubernetes.yaml, kserve.yaml, grafana-dashboard.json and helm-values.yaml")
+    p.add_argument("--out", required=True,
+                   help="where to write kubernetes.yaml, kserve.yaml, grafana-dashboard.json and helm-values.yaml")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="deploy.<key>=<value>, repeatable")
     args = p.parse_args(argv)
     from pipeline.config import section_from_overrides

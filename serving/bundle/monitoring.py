@@ -145,7 +145,8 @@ class Queries:
 
     def cut_share(self, window: str) -> str:
         """Texts (pairs) cut to max_seq_len, as a share of the texts the model clients call was sent."""
-        return f"{self.total('ernie_bundle_truncated_items_total', window)} / {self.total('nv_inference_count', window, True)}"
+        texts = self.total("nv_inference_count", window, True)
+        return f"{self.total('ernie_bundle_truncated_items_total', window)} / {texts}"
 
     def answer_shares(self, window: str) -> str:
         """Each label's share of the answers (one sample per ``label``)."""
@@ -223,7 +224,8 @@ class PrometheusRule:
             rules.append(
                 {"alert": "ErnieBundleTextsCut",
                  "expr": (f"{q.cut_share('1h')} > {self.alerts.truncated_share} and on () "
-                          f"{q.total('nv_inference_count', '1h', True, fn='increase')} >= {self.alerts.truncated_min_items}"),
+                          f"{q.total('nv_inference_count', '1h', True, fn='increase')} >= "
+                          f"{self.alerts.truncated_min_items}"),
                  "for": "30m", "labels": {"severity": "warning"},
                  "annotations": {"summary": f"{self.name}: over {self.alerts.truncated_share} of "
                                             f"{self.alerts.truncated_what} (an hour of "
@@ -239,7 +241,8 @@ class PrometheusRule:
                           f"and on () {answers} >= {self.alerts.drift_min_answers}"),
                  "for": "1h", "labels": {"severity": "warning"},
                  "annotations": {"summary": f"{self.name}: the answers' mix is over {self.alerts.answer_drift} from "
-                                            f"the dev set's (an hour of {self.alerts.drift_min_answers} answers or more)",
+                                            f"the dev set's (an hour of {self.alerts.drift_min_answers} answers or "
+                                            "more)",
                                  "description": "Total variation distance between the last hour's answers by label "
                                                 "and the dev set's (the model card's shares): the traffic is not "
                                                 "what the bundle was validated on. The dashboard's answers by label "
@@ -305,7 +308,8 @@ class Dashboard:
             panels.append(Panel(f"{what[0].upper()}{what[1:]}, share of the last hour",
                                 "Served against the dev set's share (the model card's); ErnieBundleTextsCut fires "
                                 "above the alert line for 30 minutes.", "percentunit",
-                                (("served", q.cut_share("1h")), ("dev set", f"vector({self.alerts.dev_truncated_share})"),
+                                (("served", q.cut_share("1h")),
+                                 ("dev set", f"vector({self.alerts.dev_truncated_share})"),
                                  ("alert", f"vector({self.alerts.truncated_share})"))))
         if self.alerts.answer_mix:
             panels.append(Panel("Answers by label, share of the last hour", "Each label's share of the answers "
@@ -341,7 +345,8 @@ class Dashboard:
             panel = (timeseries.Panel().title(p.title).description(p.description).datasource(source).unit(p.unit)
                      .grid_pos(GridPos(h=8, w=12, x=12 * (i % 2), y=8 * (i // 2))))
             for k, (legend, expr) in enumerate(p.targets):
-                panel = panel.with_target(prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(chr(ord("A") + k)))
+                query = prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(chr(ord("A") + k))
+                panel = panel.with_target(query)
             board = board.with_panel(panel)
         return JSONEncoder(indent=2, ensure_ascii=False).encode(board.build()) + "\n"
 
@@ -359,7 +364,8 @@ def dashboard_expressions(dashboard: dict) -> list[tuple[str, str]]:
 
 
 def expressions(obj: dict) -> list[tuple[str, str]]:
-    """(where, PromQL) of every expression ``obj`` carries: a PrometheusRule's rules, a dashboard ConfigMap's queries."""
+    """(where, PromQL) of every expression ``obj`` carries: a PrometheusRule's rules, a dashboard ConfigMap's
+    queries."""
     if obj.get("kind") == "PrometheusRule":
         return [(f"spec/groups/{g}/rules/{r}/expr", str(rule["expr"]))
                 for g, group in enumerate(obj["spec"]["groups"]) for r, rule in enumerate(group["rules"])]

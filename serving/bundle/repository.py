@@ -398,7 +398,8 @@ def _deploy_manifests(tmp: Path, task: str, pc: PackageConfig, deploy: DeployCon
     except served_memory.MemoryNotMeasured as exc:
         memory = {"not_measured": str(exc)}
     try:
-        written = manifests.write(tmp, task, _deployed(task, pc, meta, prov, memory), manifests.bundle_bytes(tmp), deploy)
+        bundle = _deployed(task, pc, meta, prov, memory)
+        written = manifests.write(tmp, task, bundle, manifests.bundle_bytes(tmp), deploy)
     except manifests.ManifestError as exc:
         raise PackageError(f"deploy manifests: {exc}") from None
     return written.summary(), memory
@@ -585,15 +586,16 @@ def _card_deployment(task: str, pc: PackageConfig, meta: dict, prov: Provenance,
     claim = deployment["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     dashboard = objects["ConfigMap"]["metadata"]["name"]
-    rows = [(r["alert"], r["labels"]["severity"], r.get("for", "at once"), r["annotations"]["summary"].split(": ", 1)[-1],
-             r["annotations"]["description"]) for r in objects["PrometheusRule"]["spec"]["groups"][0]["rules"]]
+    rows = [(r["alert"], r["labels"]["severity"], r.get("for", "at once"),
+             r["annotations"]["summary"].split(": ", 1)[-1], r["annotations"]["description"])
+            for r in objects["PrometheusRule"]["spec"]["groups"][0]["rules"]]
     return [
         "", "## Deploying and watching it",
         f"- Image: `docker build --build-arg TASK={task} -t {image} .` in the ernie-bundle project (its Dockerfile "
         "installs this bundle's `requirements.txt`).",
         f"- Kubernetes: `kubectl apply -f kubernetes.yaml`: Deployment `{name}` in namespace `{namespace}` "
-        f"({hpa['minReplicas']}-{hpa['maxReplicas']} replicas on CPU), reading this bundle from the PersistentVolumeClaim "
-        f"`{claim}` at `{task}/`; Service, HorizontalPodAutoscaler, PodDisruptionBudget, ServiceMonitor (Triton's "
+        f"({hpa['minReplicas']}-{hpa['maxReplicas']} replicas on CPU), reading this bundle from the "
+        f"PersistentVolumeClaim `{claim}` at `{task}/`; Service, HorizontalPodAutoscaler, PodDisruptionBudget, ServiceMonitor (Triton's "
         "`/metrics`, port 8002). KServe: `kserve.yaml`.",
         f"- Grafana: `{DASHBOARD_FILE}`, also in the ConfigMap `{dashboard}` that kube-prometheus-stack's Grafana "
         "sidecar loads (label `grafana_dashboard: \"1\"`).",
