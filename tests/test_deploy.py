@@ -339,7 +339,7 @@ def test_the_alerts_hold_the_served_counters_to_the_bundles_own_numbers():
     assert " > 0.01 and on () " in tnews and tnews.endswith(">= 100")
     assert got["ErnieBundleDown"]["expr"] == f"absent(up{{{sel}}} == 1)"  # the other alerts need series to fire on
     assert set(rules(counted(800))) == set(rules({})) == {"ErnieBundleDown", "ErnieBundleServerFaults",
-                                                          "ErnieBundleRequestsRefused"}
+                                                          "ErnieBundleRequestsRefused", "ErnieBundleAtCapacity"}
     # FastDeploy's interface: the clients call ernie_seqcls, whose request counts are the denominators
     fastdeploy = rules({**counted(1000, 0), "models": {"ensemble": "ernie_seqcls"}})
     assert 'model="ernie_seqcls"' in fastdeploy["ErnieBundleRequestsRefused"]["expr"]

@@ -79,7 +79,7 @@ def test_chart_renders_what_build_builds_and_lints_strict(helm, tmp_path, deploy
                                                                    sets=("kserve.enabled=true",))
     assert _by_kind(rendered) == _by_kind(builtin + custom)
     rules = [r["alert"] for r in _by_kind(rendered)["PrometheusRule"]["spec"]["groups"][0]["rules"]]
-    assert rules == ["ErnieBundleDown", "ErnieBundleServerFaults", "ErnieBundleRequestsRefused",
+    assert rules == ["ErnieBundleDown", "ErnieBundleServerFaults", "ErnieBundleRequestsRefused", "ErnieBundleAtCapacity",
                      *(["ErnieBundleTextsCut", "ErnieBundleAnswersDrift"] * (bundle is COUNTING))]
     custom_kinds = ("ServiceMonitor", "PrometheusRule", "ServingRuntime", "InferenceService")
     checks = validate([o for o in rendered if o["kind"] not in custom_kinds],

@@ -31,6 +31,7 @@ class Minute:
     cut: float = 6
     answers: tuple = (("体育", 120), (QUOTED, 180), ("其他", 300))
     cpu_seconds: float = 90
+    queued_us: float = 2_000  # of a request's 10,000 us
 
 
 LIKE_DEV = Minute()
@@ -56,7 +57,7 @@ def pod(name: str, *phases: tuple[int, Minute], service: str = "ernie-bundle-tne
                                                             "job": "kube-state-metrics"}, f"2x{minutes}"),
             at("nv_inference_request_duration_us", ENSEMBLE, lambda m: m.answered * 10_000),
             at("nv_inference_queue_duration_us", ENSEMBLE, lambda m: 0),
-            at("nv_inference_queue_duration_us", ENGINE, lambda m: m.answered * 2_000),
+            at("nv_inference_queue_duration_us", ENGINE, lambda m: m.answered * m.queued_us),
             at("nv_inference_request_success", ENSEMBLE, lambda m: m.answered),
             at("nv_inference_request_failure", ENSEMBLE, lambda m: m.refused + m.failed),  # Triton: one failure count
             at("nv_inference_count", ENSEMBLE, lambda m: m.texts),
@@ -65,6 +66,14 @@ def pod(name: str, *phases: tuple[int, Minute], service: str = "ernie-bundle-tne
             at("ernie_bundle_truncated_items_total", tokenizer, lambda m: m.cut),
             *(at("ernie_bundle_answers_total", {**postprocess, "label": label}, lambda m, x=label: dict(m.answers).get(x, 0))
               for label in labels)]
+
+
+def autoscaler(current: int, most: int, minutes: int = 180, desired: int | None = None) -> list[dict]:
+    """kube-state-metrics' series of the Deployment's HorizontalPodAutoscaler (its replicas now, wanted, at most)."""
+    labels = {"namespace": "default", "horizontalpodautoscaler": "ernie-bundle-tnews", "job": "kube-state-metrics"}
+    return [series(f"kube_horizontalpodautoscaler_{which}_replicas", labels, f"{n}x{minutes}")
+            for which, n in (("status_current", current), ("status_desired", current if desired is None else desired),
+                             ("spec_max", most))]
 
 
 def reloaded(name: str, at: int, minutes: int = 180) -> list[dict]:
@@ -91,7 +100,7 @@ def tnews_rule(**deploy) -> dict:
 
 def test_the_alerts_fire_on_what_they_name_and_only_then(tmp_path):
     rule = tnews_rule()
-    assert set(rules_of(rule)) == {"ErnieBundleDown", "ErnieBundleServerFaults", "ErnieBundleRequestsRefused", "ErnieBundleTextsCut",
+    assert set(rules_of(rule)) == {"ErnieBundleDown", "ErnieBundleServerFaults", "ErnieBundleAtCapacity", "ErnieBundleRequestsRefused", "ErnieBundleTextsCut",
                                    "ErnieBundleAnswersDrift"}
     tvd = rules_of(rule)["ErnieBundleAnswersDrift"]["expr"].split(" > ")[0]  # what the drift alert measures
     quiet = {"30m": set(), "1h30m": set(), "3h": set()}
@@ -125,6 +134,14 @@ def test_the_alerts_fire_on_what_they_name_and_only_then(tmp_path):
         Scenario("texts cut at 3%", [s for p in PODS for s in pod(p, (180, replace(LIKE_DEV, cut=18)))],
                  {"20m": set(), "3h": {"ErnieBundleTextsCut"}}),
         Scenario("texts cut at 1.5%: nothing", [s for p in PODS for s in pod(p, (180, replace(LIKE_DEV, cut=9)))], quiet),
+        # at its most replicas (2 of 2) with requests waiting 8 of their 10 ms: at capacity, after 15 minutes; the same
+        # wait with room to scale (2 of 4), or at the most with 2 ms waits, is not
+        Scenario("at capacity", [*pod(PODS[0], (180, replace(LIKE_DEV, queued_us=8_000))),
+                                 *pod(PODS[1], (180, replace(LIKE_DEV, queued_us=8_000))), *autoscaler(2, 2)],
+                 {"10m": set(), "30m": {"ErnieBundleAtCapacity"}}),
+        Scenario("waits with room to scale: nothing",
+                 [*pod(PODS[0], (180, replace(LIKE_DEV, queued_us=8_000))), *autoscaler(2, 4, desired=4)], quiet),
+        Scenario("at the most replicas, short waits: nothing", [*pod(PODS[0], (180, LIKE_DEV)), *autoscaler(1, 1)], quiet),
         # dev's 1% cut against the 2% alert: chance alone reaches 2% on a few hundred texts, so it waits for 900 an hour
         Scenario("texts cut at 5% of 600 an hour: nothing",
                  pod(PODS[0], (180, replace(LIKE_DEV, answered=1, texts=10, cut=0.5, answers=(("体育", 10),)))), quiet),
@@ -182,7 +199,7 @@ def test_the_dashboard_shows_each_series_beside_the_references_the_alerts_hold_i
     assert alerts["ErnieBundleAnswersDrift"]["expr"].startswith(f"{queries[drift, 'distance']} > 0.1 and on () ")
     cpu, by_label = ("CPU cores by pod", "{{pod}}"), ("Answers by label, share of the last hour", "{{label}}")
     shift = ("Answers by label, share of the last hour less the dev set's", "{{label}}")
-    want = {("Pods up", "up"): 2,
+    want = {("Pods up", "up"): 2, ("Replicas", "current"): 2, ("Replicas", "desired"): 3, ("Replicas", "most"): 4,
             ("Requests a second", "answered"): 2, ("Requests a second", "refused"): 0,
             ("Requests a second", "failed on the server"): 0,
             ("Refused, share of requests", "refused"): 0, ("Refused, share of requests", "alert"): 0.05,
@@ -200,7 +217,7 @@ def test_the_dashboard_shows_each_series_beside_the_references_the_alerts_hold_i
     check(rule, [Scenario("two pods like dev, and another Deployment beside them",
                           [*pod(PODS[0], (180, LIKE_DEV)), *pod(PODS[1], (180, LIKE_DEV)),
                            *pod(f"{beside}-5f7d9c-abcde", (180, replace(LIKE_DEV, answered=600, cpu_seconds=120)),
-                                service=beside)],
+                                service=beside), *autoscaler(2, 4, desired=3)],
                           {"3h": set()}, values=values)], tmp_path)
 
 

@@ -29,6 +29,9 @@ from serving.bundle.config import DeployConfig
 # (``drift_min_answers``; at least DRIFT_MIN_ANSWERS), on at most DRIFT_MAX_LABELS labels (the expression names each).
 REFUSED_SHARE = 0.05
 TRUNCATED_FLOOR = 0.01
+# At capacity: the HorizontalPodAutoscaler at its most replicas while requests spend over QUEUED_SHARE of their time
+# waiting in the models' queues, for 15 minutes.
+QUEUED_SHARE = 0.5
 TRUNCATED_MIN_ITEMS = 100
 DRIFT_MIN_ANSWERS = 1000
 DRIFT_MAX_LABELS = 200
@@ -118,11 +121,17 @@ class Alerts:
 
 @dataclass(frozen=True)
 class Queries:
-    """PromQL over one Deployment's series: ``selector`` picks them (its namespace and service, the labels the
-    ServiceMonitor's scrape gives them), ``model`` is the model the clients call."""
+    """PromQL over one Deployment's series: ``namespace`` and ``name`` (its service's, its HorizontalPodAutoscaler's)
+    pick them (the labels the ServiceMonitor's scrape, and kube-state-metrics, give them), ``model`` is the model the
+    clients call."""
 
-    selector: str
+    namespace: str
+    name: str
     model: str
+
+    @property
+    def selector(self) -> str:
+        return f'namespace="{self.namespace}",service="{self.name}"'
 
     @property
     def called(self) -> str:
@@ -134,6 +143,18 @@ class Queries:
 
     def up(self) -> str:
         return f"up{{{self.selector}}}"
+
+    def replicas(self, which: str) -> str:
+        """The HorizontalPodAutoscaler's replicas (kube-state-metrics): ``which`` is ``status_current``,
+        ``status_desired`` or ``spec_max``."""
+        return (f'max(kube_horizontalpodautoscaler_{which}_replicas{{namespace="{self.namespace}",'
+                f'horizontalpodautoscaler="{self.name}"}})')
+
+    def queue_share(self, window: str) -> str:
+        """The share of a request's time spent waiting in the models' queues (every model of the bundle: an
+        ensemble's steps queue one after another)."""
+        return (f"{self.total('nv_inference_queue_duration_us', window)} / "
+                f"{self.total('nv_inference_request_duration_us', window, True)}")
 
     def requests(self, window: str) -> str:
         """Requests to the model clients call a second: answered and failed (Triton counts a refusal as failed)."""
@@ -162,10 +183,6 @@ class Queries:
         label's series exists from the start (served_metrics creates them at zero), so a label never answered counts
         in full."""
         return f"0.5 * sum(abs({self.answer_shift(mix, window)}))"
-
-
-def _selector(namespace: str, service: str) -> str:
-    return f'namespace="{namespace}",service="{service}"'
 
 
 @dataclass(frozen=True)
@@ -198,7 +215,7 @@ class PrometheusRule:
     alerts: Alerts
 
     def to_dict(self) -> dict[str, Any]:
-        q = Queries(_selector(self.namespace, self.name), self.alerts.model)
+        q = Queries(self.namespace, self.name, self.alerts.model)
         rules = [
             # every other alert reads the pods' series, and says nothing once there are none: no pod answering the
             # scrape (all down, none scheduled, or a ServiceMonitor that finds none) is this alert's
@@ -219,7 +236,16 @@ class PrometheusRule:
              "for": "15m", "labels": {"severity": "warning"},
              "annotations": {"summary": f"{self.name}: over {self.alerts.refused_share} of requests refused as sent",
                              "description": "Clients send what the bundle refuses (empty, not UTF-8, too long, too "
-                                            "many texts): the refusal names the field."}}]
+                                            "many texts): the refusal names the field."}},
+            {"alert": "ErnieBundleAtCapacity",
+             "expr": (f"{q.replicas('status_current')} >= {q.replicas('spec_max')} and on () "
+                      f"{q.queue_share('5m')} > {_share_text(QUEUED_SHARE)}"),
+             "for": "15m", "labels": {"severity": "warning"},
+             "annotations": {"summary": f"{self.name}: at its most replicas, requests wait over "
+                                        f"{_share_text(QUEUED_SHARE)} of their time in queues",
+                             "description": "More traffic than the Deployment's most replicas serve (the "
+                                            "HorizontalPodAutoscaler's maxReplicas, deploy.max_replicas): raise it, "
+                                            "or the nodes' CPU; the dashboard's milliseconds a request show the wait."}}]
         if self.alerts.truncated_share:
             rules.append(
                 {"alert": "ErnieBundleTextsCut",
@@ -278,12 +304,16 @@ class Dashboard:
     alerts: Alerts
 
     def panels(self) -> list[Panel]:
-        q = Queries(_selector("$namespace", self.name), self.alerts.model)
+        q = Queries("$namespace", self.name, self.alerts.model)
         w = "$__rate_interval"
         pods = f'namespace="$namespace",pod=~"{self.name}-[a-z0-9]+-[a-z0-9]+",container="{CONTAINER}"'
         panels = [
             Panel("Pods up", "Pods answering Prometheus's scrape (ErnieBundleDown: none for 5 minutes).", "short",
                   (("up", f"sum({q.up()})"),)),
+            Panel("Replicas", "The HorizontalPodAutoscaler's (kube-state-metrics): ErnieBundleAtCapacity fires while "
+                  "they are at the most and requests wait over half their time in queues.", "short",
+                  (("current", q.replicas("status_current")), ("desired", q.replicas("status_desired")),
+                   ("most", q.replicas("spec_max")))),
             Panel("Requests a second", "To the model clients call: answered, refused as sent (HTTP 400), failed on "
                   "the server (ErnieBundleServerFaults).", "reqps",
                   (("answered", q.total("nv_inference_request_success", w, True)),
@@ -294,7 +324,8 @@ class Dashboard:
             Panel("Texts a second", "Texts (pairs) the model clients call was sent, batched or not.", "short",
                   (("texts", q.total("nv_inference_count", w, True)),)),
             Panel("Milliseconds a request", "Triton's time per request answered, in all and waiting in the models' "
-                  "queues (every model of the bundle).", "ms",
+                  "queues (every model of the bundle; ErnieBundleAtCapacity: waiting over half of it at the most "
+                  "replicas).", "ms",
                   (("in all", f"{q.total('nv_inference_request_duration_us', w, True)} / "
                               f"{q.total('nv_inference_request_success', w, True)} / 1000"),
                    ("in queues", f"{q.total('nv_inference_queue_duration_us', w)} / "
