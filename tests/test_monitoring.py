@@ -68,12 +68,17 @@ def pod(name: str, *phases: tuple[int, Minute], service: str = "ernie-bundle-tne
               for label in labels)]
 
 
-def autoscaler(current: int, most: int, minutes: int = 180, desired: int | None = None) -> list[dict]:
-    """kube-state-metrics' series of the Deployment's HorizontalPodAutoscaler (its replicas now, wanted, at most)."""
+def autoscaler(current: int, most: int, limited: bool = False, minutes: int = 180,
+               desired: int | None = None) -> list[dict]:
+    """kube-state-metrics' series of the Deployment's HorizontalPodAutoscaler: its replicas now, wanted and at most,
+    and its condition ScalingLimited (``limited``: it wants replicas its bounds refuse)."""
     labels = {"namespace": "default", "horizontalpodautoscaler": "ernie-bundle-tnews", "job": "kube-state-metrics"}
-    return [series(f"kube_horizontalpodautoscaler_{which}_replicas", labels, f"{n}x{minutes}")
-            for which, n in (("status_current", current), ("status_desired", current if desired is None else desired),
-                             ("spec_max", most))]
+    return [*(series(f"kube_horizontalpodautoscaler_{which}_replicas", labels, f"{n}x{minutes}")
+              for which, n in (("status_current", current),
+                               ("status_desired", current if desired is None else desired), ("spec_max", most))),
+            *(series("kube_horizontalpodautoscaler_status_condition",
+                     {**labels, "condition": "ScalingLimited", "status": status}, f"{int(on)}x{minutes}")
+              for status, on in (("true", limited), ("false", not limited), ("unknown", False)))]
 
 
 def reloaded(name: str, at: int, minutes: int = 180) -> list[dict]:
@@ -134,14 +139,13 @@ def test_the_alerts_fire_on_what_they_name_and_only_then(tmp_path):
         Scenario("texts cut at 3%", [s for p in PODS for s in pod(p, (180, replace(LIKE_DEV, cut=18)))],
                  {"20m": set(), "3h": {"ErnieBundleTextsCut"}}),
         Scenario("texts cut at 1.5%: nothing", [s for p in PODS for s in pod(p, (180, replace(LIKE_DEV, cut=9)))], quiet),
-        # at its most replicas (2 of 2) with requests waiting 8 of their 10 ms: at capacity, after 15 minutes; the same
-        # wait with room to scale (2 of 4), or at the most with 2 ms waits, is not
-        Scenario("at capacity", [*pod(PODS[0], (180, replace(LIKE_DEV, queued_us=8_000))),
-                                 *pod(PODS[1], (180, replace(LIKE_DEV, queued_us=8_000))), *autoscaler(2, 2)],
-                 {"10m": set(), "30m": {"ErnieBundleAtCapacity"}}),
-        Scenario("waits with room to scale: nothing",
-                 [*pod(PODS[0], (180, replace(LIKE_DEV, queued_us=8_000))), *autoscaler(2, 4, desired=4)], quiet),
-        Scenario("at the most replicas, short waits: nothing", [*pod(PODS[0], (180, LIKE_DEV)), *autoscaler(1, 1)], quiet),
+        # at its most replicas (2 of 2), the autoscaler wanting more (its pods' CPU over the target): at capacity,
+        # after 15 minutes; at the most without wanting more, or wanting more with room (scaling), is not
+        Scenario("at capacity", [*pod(PODS[0], (180, LIKE_DEV)), *pod(PODS[1], (180, LIKE_DEV)),
+                                 *autoscaler(2, 2, limited=True)], {"10m": set(), "30m": {"ErnieBundleAtCapacity"}}),
+        Scenario("at the most replicas, wanting no more: nothing", [*pod(PODS[0], (180, LIKE_DEV)), *autoscaler(1, 1)],
+                 quiet),
+        Scenario("room to scale: nothing", [*pod(PODS[0], (180, LIKE_DEV)), *autoscaler(2, 4, desired=4)], quiet),
         # dev's 1% cut against the 2% alert: chance alone reaches 2% on a few hundred texts, so it waits for 900 an hour
         Scenario("texts cut at 5% of 600 an hour: nothing",
                  pod(PODS[0], (180, replace(LIKE_DEV, answered=1, texts=10, cut=0.5, answers=(("体育", 10),)))), quiet),

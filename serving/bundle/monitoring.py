@@ -29,9 +29,6 @@ from serving.bundle.config import DeployConfig
 # (``drift_min_answers``; at least DRIFT_MIN_ANSWERS), on at most DRIFT_MAX_LABELS labels (the expression names each).
 REFUSED_SHARE = 0.05
 TRUNCATED_FLOOR = 0.01
-# At capacity: the HorizontalPodAutoscaler at its most replicas while requests spend over QUEUED_SHARE of their time
-# waiting in the models' queues, for 15 minutes.
-QUEUED_SHARE = 0.5
 TRUNCATED_MIN_ITEMS = 100
 DRIFT_MIN_ANSWERS = 1000
 DRIFT_MAX_LABELS = 200
@@ -150,11 +147,11 @@ class Queries:
         return (f'max(kube_horizontalpodautoscaler_{which}_replicas{{namespace="{self.namespace}",'
                 f'horizontalpodautoscaler="{self.name}"}})')
 
-    def queue_share(self, window: str) -> str:
-        """The share of a request's time spent waiting in the models' queues (every model of the bundle: an
-        ensemble's steps queue one after another)."""
-        return (f"{self.total('nv_inference_queue_duration_us', window)} / "
-                f"{self.total('nv_inference_request_duration_us', window, True)}")
+    def scaling_limited(self) -> str:
+        """1 while the HorizontalPodAutoscaler wants replicas its bounds refuse (kube-state-metrics' condition
+        ScalingLimited): at its most replicas, that its pods' CPU is over the target."""
+        return (f'max(kube_horizontalpodautoscaler_status_condition{{namespace="{self.namespace}",'
+                f'horizontalpodautoscaler="{self.name}",condition="ScalingLimited",status="true"}})')
 
     def requests(self, window: str) -> str:
         """Requests to the model clients call a second: answered and failed (Triton counts a refusal as failed)."""
@@ -239,13 +236,13 @@ class PrometheusRule:
                                             "many texts): the refusal names the field."}},
             {"alert": "ErnieBundleAtCapacity",
              "expr": (f"{q.replicas('status_current')} >= {q.replicas('spec_max')} and on () "
-                      f"{q.queue_share('5m')} > {_share_text(QUEUED_SHARE)}"),
+                      f"{q.scaling_limited()} == 1"),
              "for": "15m", "labels": {"severity": "warning"},
-             "annotations": {"summary": f"{self.name}: at its most replicas, requests wait over "
-                                        f"{_share_text(QUEUED_SHARE)} of their time in queues",
-                             "description": "More traffic than the Deployment's most replicas serve (the "
-                                            "HorizontalPodAutoscaler's maxReplicas, deploy.max_replicas): raise it, "
-                                            "or the nodes' CPU; the dashboard's milliseconds a request show the wait."}}]
+             "annotations": {"summary": f"{self.name}: at its most replicas, and the autoscaler wants more",
+                             "description": "More traffic than the Deployment's most replicas serve: their CPU is "
+                                            "over the HorizontalPodAutoscaler's target and it may not add one "
+                                            "(maxReplicas, deploy.max_replicas). Raise it; the dashboard's "
+                                            "milliseconds a request show how long requests wait."}}]
         if self.alerts.truncated_share:
             rules.append(
                 {"alert": "ErnieBundleTextsCut",
@@ -311,7 +308,7 @@ class Dashboard:
             Panel("Pods up", "Pods answering Prometheus's scrape (ErnieBundleDown: none for 5 minutes).", "short",
                   (("up", f"sum({q.up()})"),)),
             Panel("Replicas", "The HorizontalPodAutoscaler's (kube-state-metrics): ErnieBundleAtCapacity fires while "
-                  "they are at the most and requests wait over half their time in queues.", "short",
+                  "they are at the most and it wants more.", "short",
                   (("current", q.replicas("status_current")), ("desired", q.replicas("status_desired")),
                    ("most", q.replicas("spec_max")))),
             Panel("Requests a second", "To the model clients call: answered, refused as sent (HTTP 400), failed on "
@@ -324,8 +321,7 @@ class Dashboard:
             Panel("Texts a second", "Texts (pairs) the model clients call was sent, batched or not.", "short",
                   (("texts", q.total("nv_inference_count", w, True)),)),
             Panel("Milliseconds a request", "Triton's time per request answered, in all and waiting in the models' "
-                  "queues (every model of the bundle; ErnieBundleAtCapacity: waiting over half of it at the most "
-                  "replicas).", "ms",
+                  "queues (every model of the bundle).", "ms",
                   (("in all", f"{q.total('nv_inference_request_duration_us', w, True)} / "
                               f"{q.total('nv_inference_request_success', w, True)} / 1000"),
                    ("in queues", f"{q.total('nv_inference_queue_duration_us', w)} / "
