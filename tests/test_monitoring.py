@@ -195,6 +195,12 @@ def test_the_dashboard_shows_each_series_beside_the_references_the_alerts_hold_i
     config_map = next(o for o in builtin if o["kind"] == "ConfigMap")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"  # what Grafana's sidecar loads
     (text,) = config_map["data"].values()
+    assert json.loads(text)["uid"] == "ernie-bundle-tnews"
+    # Grafana's ids take 40 characters: two long task names that share them keep two dashboards
+    from serving.bundle.monitoring import Alerts, Dashboard
+
+    long = [Dashboard(f"ernie-bundle-{'x' * 30}-{end}", "t", Alerts("t")).uid() for end in ("a", "b")]
+    assert all(len(uid) == 40 for uid in long) and long[0] != long[1]
     queries = dashboard_queries(json.loads(text))
     rule = next(o for o in custom if o["kind"] == "PrometheusRule")
     alerts = rules_of(rule)

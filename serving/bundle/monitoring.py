@@ -201,10 +201,10 @@ class ServiceMonitor:
 
 @dataclass(frozen=True)
 class PrometheusRule:
-    """monitoring.coreos.com/v1 PrometheusRule: alerts on what the served models count, for this Deployment's pods
-    (the series the ServiceMonitor's scrape labels with its namespace and service): a server fault at all; refused
-    requests above a share of requests; texts cut to max_seq_len above dev's share (the model card's); the answers'
-    mix away from dev's; and no pod answering the scrape at all."""
+    """monitoring.coreos.com/v1 PrometheusRule: alerts on this Deployment's pods (the series the ServiceMonitor's
+    scrape labels with its namespace and service, and kube-state-metrics' of its autoscaler): no pod answering the
+    scrape at all; a server fault at all; refused requests above a share of requests; at its most replicas and
+    wanting more; texts cut above dev's share (the model card's); the answers' mix away from dev's."""
 
     name: str
     namespace: str
@@ -291,10 +291,10 @@ class Panel:
 
 @dataclass(frozen=True)
 class Dashboard:
-    """A Grafana dashboard of one bundle's Deployment in any namespace (the
-    ``namespace`` variable, from the pods Prometheus scrapes): what the pods serve, how long a request takes and
-    waits, the CPU they use against what they request, and the served counters against the dev set's numbers (the
-    same references and expressions as the alerts)."""
+    """A Grafana dashboard of one bundle's Deployment in any namespace (the ``namespace`` variable, from the pods
+    Prometheus scrapes): its replicas, what the pods serve, how long a request takes and waits, the CPU they use
+    against what they request, and the served counters against the dev set's numbers (the same references and
+    expressions as the alerts)."""
 
     name: str  # the Deployment's (and its service's) name
     task: str
@@ -354,6 +354,15 @@ class Dashboard:
                                 "short", (("distance", q.answer_distance(self.alerts.answer_mix, "1h")), *drift)))
         return panels
 
+    def uid(self) -> str:
+        """Grafana's id of the dashboard (at most 40 characters): the Deployment's name, or a longer one's start and
+        a hash of the whole (two tasks that share 40 characters keep two dashboards)."""
+        import hashlib
+
+        if len(self.name) <= 40:
+            return self.name
+        return f"{self.name[:31]}-{hashlib.sha256(self.name.encode()).hexdigest()[:8]}"
+
     def to_json(self) -> str:
         """The dashboard's JSON model, built with Grafana's own builders (grafana-foundation-sdk: Grafana 11.6's
         schema), two panels a row."""
@@ -362,7 +371,7 @@ class Dashboard:
         from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos, VariableRefresh
 
         source = DataSourceRef(type_val="prometheus", uid="${datasource}")
-        board = (dashboard.Dashboard(f"ernie-bundle {self.task}").uid(self.name[:40]).tags(["ernie-bundle"])
+        board = (dashboard.Dashboard(f"ernie-bundle {self.task}").uid(self.uid()).tags(["ernie-bundle"])
                  .refresh("30s").time("now-6h", "now").timezone("browser")
                  .with_variable(dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
                  .with_variable(dashboard.QueryVariable("namespace").label("Namespace").datasource(source)
