@@ -305,7 +305,8 @@ def _the_alerts_and_dashboard_read_the_served_series(server, bundle: Path, befor
     def traffic(change=None):
         return every_minute({**moved, ("up", frozenset()): 0}, namespace=rule["metadata"]["namespace"],
                             service=rule["metadata"]["name"],  # Prometheus's own "up": the pod answers the scrape
-                            change=lambda name, labels, d: "1x180" if name == "up" else change(name, labels, d) if change else d)
+                            change=lambda name, labels, d: "1x180" if name == "up"
+                            else change(name, labels, d) if change else d)
 
     panels = dashboard_queries(json.loads((bundle / "grafana-dashboard.json").read_text(encoding="utf-8")))
     like_dev = Scenario("smoke's dev traffic every minute: nothing", traffic(), {"3h": set()},
@@ -425,7 +426,7 @@ def test_reading_bundle_end_to_end(tmp_path, capsys):
     assert "| dev questions cut to max_query_len |" in (bundle / "README.md").read_text(encoding="utf-8")
     rule = next(d for d in yaml.safe_load_all((bundle / "kubernetes.yaml").read_text()) if d and d["kind"] == "PrometheusRule")
     cut = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}["ErnieBundleTextsCut"]
-    assert cut["annotations"]["summary"].endswith("of questions cut to max_query_len")
+    assert " of questions cut to max_query_len (an hour of " in cut["annotations"]["summary"]
     out = _serve_and_smoke(bundle, task_yaml, tmp_path, capsys)
     assert "answers differing: 0" in out
     result = json.loads((tmp_path / "smoke.json").read_text())

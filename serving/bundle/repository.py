@@ -595,8 +595,8 @@ def _card_deployment(task: str, pc: PackageConfig, meta: dict, prov: Provenance,
         "installs this bundle's `requirements.txt`).",
         f"- Kubernetes: `kubectl apply -f kubernetes.yaml`: Deployment `{name}` in namespace `{namespace}` "
         f"({hpa['minReplicas']}-{hpa['maxReplicas']} replicas on CPU), reading this bundle from the "
-        f"PersistentVolumeClaim `{claim}` at `{task}/`; Service, HorizontalPodAutoscaler, PodDisruptionBudget, ServiceMonitor (Triton's "
-        "`/metrics`, port 8002). KServe: `kserve.yaml`.",
+        f"PersistentVolumeClaim `{claim}` at `{task}/`; Service, HorizontalPodAutoscaler, PodDisruptionBudget, "
+        "ServiceMonitor (Triton's `/metrics`, port 8002). KServe: `kserve.yaml`.",
         f"- Grafana: `{DASHBOARD_FILE}`, also in the ConfigMap `{dashboard}` that kube-prometheus-stack's Grafana "
         "sidecar loads (label `grafana_dashboard: \"1\"`).",
         f"- Alerts (PrometheusRule `{name}`):", "",
