@@ -29,7 +29,7 @@ help:
 	@echo "                     TASK: a task's name, or a task YAML of your own (then the same file for every target below)"
 	@echo "make test            run the test suite"
 	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
-	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests again, + helm-values.yaml for serving/bundle/chart (ARGS='--set deploy.key=value')"
+	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests and Grafana dashboard again, + helm-values.yaml for serving/bundle/chart (ARGS='--set deploy.key=value')"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
 	@echo "make image-env TASK=.. the Dockerfile's Python environment rebuilt here; serve in it: make serve ARGS=\"--python .venv-image/<task>/bin/python\""
 	@echo "make perf TASK=..    perf_analyzer on the served bundle: served vs the model alone and the platform's floor, CPU by process (py-spy on the stubs: scripts/perf_lab.py)"
