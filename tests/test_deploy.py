@@ -329,6 +329,9 @@ def test_the_alerts_hold_the_served_counters_to_the_bundles_own_numbers():
 
     got = rules(counted(1000, 30), namespace="ml")
     sel = 'namespace="ml",service="ernie-bundle-tnews"'
+    # the expressions sum their series away: every alert carries whose it is (Alertmanager routes on it)
+    assert all({k: v for k, v in r["labels"].items() if k != "severity"} == {"namespace": "ml", "service": "ernie-bundle-tnews"}
+               for r in got.values())
     assert got["ErnieBundleServerFaults"]["expr"] == f"sum(increase(ernie_bundle_failed_requests_total{{{sel}}}[5m])) > 0"
     refused = got["ErnieBundleRequestsRefused"]["expr"]
     assert refused.startswith(f"sum(rate(ernie_bundle_refused_requests_total{{{sel}}}[15m])) / ") and refused.endswith("> 0.05")

@@ -213,31 +213,33 @@ class PrometheusRule:
 
     def to_dict(self) -> dict[str, Any]:
         q = Queries(self.namespace, self.name, self.alerts.model)
+        # the expressions sum their series away: each alert says whose it is, for Alertmanager's routes and the reader
+        where = {"namespace": self.namespace, "service": self.name}
         rules = [
             # every other alert reads the pods' series, and says nothing once there are none: no pod answering the
             # scrape (all down, none scheduled, or a ServiceMonitor that finds none) is this alert's
             {"alert": "ErnieBundleDown",
-             "expr": f"absent({q.up()} == 1)", "for": "5m", "labels": {"severity": "critical"},
+             "expr": f"absent({q.up()} == 1)", "for": "5m", "labels": {"severity": "critical", **where},
              "annotations": {"summary": f"{self.name}: no pod answers Prometheus's scrape",
                              "description": "No pod of the Deployment is up (or none is scraped): nothing serves, and "
                                             "the other alerts have no series to fire on. The pods' events and logs "
                                             "say why (the image's start names a bundle file that fails its check)."}},
             {"alert": "ErnieBundleServerFaults",
              "expr": f"{q.total('ernie_bundle_failed_requests_total', '5m', fn='increase')} > 0",
-             "labels": {"severity": "critical"},
+             "labels": {"severity": "critical", **where},
              "annotations": {"summary": f"{self.name}: requests failed on the server's side",
                              "description": "ernie_bundle_failed_requests_total rose: the server log (the pod's) "
                                             "says why."}},
             {"alert": "ErnieBundleRequestsRefused",
              "expr": f"{q.refused_share('15m')} > {self.alerts.refused_share}",
-             "for": "15m", "labels": {"severity": "warning"},
+             "for": "15m", "labels": {"severity": "warning", **where},
              "annotations": {"summary": f"{self.name}: over {self.alerts.refused_share} of requests refused as sent",
                              "description": "Clients send what the bundle refuses (empty, not UTF-8, too long, too "
                                             "many texts): the refusal names the field."}},
             {"alert": "ErnieBundleAtCapacity",
              "expr": (f"{q.replicas('status_current')} >= {q.replicas('spec_max')} and on () "
                       f"{q.scaling_limited()} == 1"),
-             "for": "15m", "labels": {"severity": "warning"},
+             "for": "15m", "labels": {"severity": "warning", **where},
              "annotations": {"summary": f"{self.name}: at its most replicas, and the autoscaler wants more",
                              "description": "More traffic than the Deployment's most replicas serve: their CPU is "
                                             "over the HorizontalPodAutoscaler's target and it may not add one "
@@ -249,7 +251,7 @@ class PrometheusRule:
                  "expr": (f"{q.cut_share('1h')} > {self.alerts.truncated_share} and on () "
                           f"{q.total('nv_inference_count', '1h', True, fn='increase')} >= "
                           f"{self.alerts.truncated_min_items}"),
-                 "for": "30m", "labels": {"severity": "warning"},
+                 "for": "30m", "labels": {"severity": "warning", **where},
                  "annotations": {"summary": f"{self.name}: over {self.alerts.truncated_share} of "
                                             f"{self.alerts.truncated_what} (an hour of "
                                             f"{self.alerts.truncated_min_items} or more)",
@@ -262,7 +264,7 @@ class PrometheusRule:
                 {"alert": "ErnieBundleAnswersDrift",
                  "expr": (f"{q.answer_distance(self.alerts.answer_mix, '1h')} > {self.alerts.answer_drift} "
                           f"and on () {answers} >= {self.alerts.drift_min_answers}"),
-                 "for": "1h", "labels": {"severity": "warning"},
+                 "for": "1h", "labels": {"severity": "warning", **where},
                  "annotations": {"summary": f"{self.name}: the answers' mix is over {self.alerts.answer_drift} from "
                                             f"the dev set's (an hour of {self.alerts.drift_min_answers} answers or "
                                             "more)",
