@@ -93,6 +93,14 @@ def reloaded(name: str, at: int, minutes: int = 180) -> list[dict]:
     return [*triton, *ended, *started]
 
 
+def replaced(old: str, new: str, at: int, minutes: int = 180) -> list[dict]:
+    """Pod ``old`` like dev until minute ``at`` (then its series go stale: the scrape target is gone), pod ``new``
+    from then on, every series from zero."""
+    gone = [{**s, "values": s["values"] + " stale"} for s in pod(old, (at, LIKE_DEV))]
+    came = [{**s, "values": f"_x{at + 1} " + s["values"]} for s in pod(new, (minutes - at - 1, LIKE_DEV))]
+    return [*gone, *came]
+
+
 def tnews_rule(**deploy) -> dict:
     from serving.bundle.config import DeployConfig
     from serving.bundle.manifests import build
@@ -167,6 +175,11 @@ def test_the_alerts_fire_on_what_they_name_and_only_then(tmp_path):
                  {"4m": set(), "6m": {"ErnieBundleDown"}}),
         # a reload halfway (new stub processes): the old stub series end, new pids' start from zero; the sums go on
         Scenario("a reload halfway: nothing", [*reloaded(PODS[0], 90), *pod(PODS[1], (180, LIKE_DEV))], quiet),
+        # a rolling update at minute 90: each old pod gives way to a new one (new name, every series from zero), the
+        # old one's series go stale; the sums over pods go on and nothing fires
+        Scenario("a rolling update: nothing", [*replaced(PODS[0], "ernie-bundle-tnews-7c8d9e-q1w2e", 90),
+                                               *replaced(PODS[1], "ernie-bundle-tnews-7c8d9e-r3t4y", 95)],
+                 dict.fromkeys(("1h32m", "1h40m", "2h", "2h30m", "3h"), set())),
     ]
     check(rule, scenarios, tmp_path)
 
