@@ -74,3 +74,36 @@ def test_validate_counts_dev_as_the_served_models_count_traffic(tmp_path):
     assert sum(counts.values()) == 3
     for task_name in ("cmrc2018", "uie"):
         assert get_kind(load_task_config(task_name)).answer_counts([(0, 3)], ()) is None
+
+
+def test_a_counter_that_cannot_be_counted_says_so_once_and_the_total_at_unload(capsys):
+    """Where Triton's metrics API fails (every increment raises), each series says so once, not every second; the
+    counts lost are said in all when the model unloads; requests are never touched (count() only adds to a tally)."""
+    from serving.triton.served_metrics import ServedMetrics
+
+    class Family:
+        COUNTER = "counter"
+
+        def __init__(self, name, description, kind):
+            self.name = name
+
+        def Metric(self, labels):  # noqa: N802  (the python backend's name)
+            return Broken()
+
+    class Broken:
+        def increment(self, n):
+            raise RuntimeError("metrics API gone")
+
+    class PbUtils:
+        MetricFamily = Family
+
+    metrics = ServedMetrics(PbUtils(), "tiny", "tiny_0_0", answer_labels=("100", "101"), truncates=True)
+    for _ in range(3):
+        metrics.count("refused")
+        metrics.answers({"100": 2, "101": 0})
+        metrics.flush()
+    metrics.close()
+    err = capsys.readouterr().err.splitlines()
+    once = [line for line in err if "not counted" in line]
+    assert len(once) == 2 and all("metrics API gone" in line for line in once), err  # refused, answers 100
+    assert err[-1].startswith("warning: ernie-bundle metrics: 9 counts lost in all"), err

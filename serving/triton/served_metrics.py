@@ -53,6 +53,8 @@ class ServedMetrics:
 
         self.labels = {"model": model, "model_instance": instance, "pid": str(os.getpid())}
         self.pending: dict[tuple[str, str], int] = {}
+        self.warned: set[tuple[str, str]] = set()  # series whose failure was said once (then counted in ``lost``)
+        self.lost = 0
         self.lock = threading.Lock()
         self.families, self.series = {}, {}
         family = getattr(pb_utils, "MetricFamily", None)
@@ -95,7 +97,11 @@ class ServedMetrics:
             try:
                 self._series(key, label).increment(n)
             except Exception as exc:  # a count lost must never take a request or the instance down
-                print(f"warning: ernie-bundle metric {key} {label!r} not counted: {exc}", file=sys.stderr, flush=True)
+                self.lost += n
+                if (key, label) not in self.warned:  # once a series: a broken metrics API would say it every second
+                    self.warned.add((key, label))
+                    print(f"warning: ernie-bundle metric {key} {label!r} not counted: {exc} (its later losses are "
+                          "counted, and said at unload)", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         """Stop the thread and hand over what is left (``finalize``)."""
@@ -105,6 +111,9 @@ class ServedMetrics:
         self.wake.set()
         self.thread.join(timeout=5)
         self.flush()
+        if self.lost:
+            print(f"warning: ernie-bundle metrics: {self.lost} counts lost in all (series {sorted(self.warned)})",
+                  file=sys.stderr, flush=True)
         self.series.clear()  # a family outlives its series (the python backend refuses the other order)
         self.families.clear()
 
