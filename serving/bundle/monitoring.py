@@ -105,8 +105,10 @@ class Alerts:
         cut_items = TRUNCATED_MIN_ITEMS
         if isinstance(counts.get("truncated"), int) and counts.get("items"):
             share = counts["truncated"] / counts["items"]
-            dev_cut, cut = _share_text(share), _share_text(max(TRUNCATED_FLOOR, 2 * share))
-            cut_items = truncated_min_items(share, float(cut)) if float(cut) < 1 else TRUNCATED_MIN_ITEMS
+            threshold = max(TRUNCATED_FLOOR, 2 * share)
+            dev_cut, cut = _share_text(share), _share_text(threshold)
+            if threshold < 1:  # at 1 or more the alert can never fire: no texts to wait for
+                cut_items = truncated_min_items(share, threshold)
         answers = counts.get("answers") or {}
         mix = dev_mix(answers) if 0 < len(answers) <= DRIFT_MAX_LABELS and sum(answers.values()) else ""
         drift = _share_text(cfg.answer_drift) if cfg.answer_drift and mix else ""
