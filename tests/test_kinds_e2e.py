@@ -140,6 +140,12 @@ def _assert_one_selection(runs: Path) -> None:
     assert changes["changed"] == len(changed) == round((1 - row["argmax_agreement"]) * changes["examples"]), changes
     assert changes["now_right"] == sum(r["shipped_right"] and not r["fp32_right"] for r in changed)
     assert all(r["fp32"] != r["shipped"] and "gold" in r for r in changed), changed[:3]
+    # the kind's metric rebuilt from its examples' parts (what the interval resamples) is the one validate measured
+    summary = metrics["summary"]
+    sure = summary["accuracy_interval"]
+    assert sure["metric_value"] == pytest.approx(summary["accuracy"], abs=1e-9), (sure, summary["accuracy"])
+    assert sure["drop_value"] == pytest.approx(summary["accuracy_drop_points"], abs=1e-7)
+    assert sure["drop_points"]["low"] <= sure["drop_points"]["high"] and sure["drop_points"]["examples"] == changes["examples"]
 
 
 def _assert_batch_independent(runs: Path, cfg) -> None:

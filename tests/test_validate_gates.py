@@ -99,6 +99,16 @@ def test_validate_checks_what_ships_by_default(exported, tmp_path, monkeypatch):
     assert rows["onnxruntime-cpu-fp32"]["argmax_agreement"] == 1.0 and rows[chosen]["anchor_ratio"] > 0
     assert rows[chosen]["throughput_rounds"] == FAST_VALIDATE["validate.repeats"]
     assert summary["anchor"]["accuracy"] > 0 and summary["anchor"]["throughput_ratio"] > 0
+    sure = summary["accuracy_interval"]  # how sure dev makes the numbers: the drop gate and the report say it too
+    assert sure["metric_value"] == pytest.approx(summary["accuracy"], abs=1e-9)
+    assert sure["drop_value"] == pytest.approx(summary["accuracy_drop_points"], abs=1e-7)
+    drop = next(g for g in gates["gates"] if g["name"] == "max_accuracy_drop")
+    assert (f"; 95% interval [{sure['drop_points']['low']:+.2f}, {sure['drop_points']['high']:+.2f}] over resampled "
+            "dev examples: ") in drop["detail"], drop["detail"]
+    assert (f"How sure the dev set makes these: {chosen}'s accuracy [{sure['metric']['low']:.4f}, "
+            f"{sure['metric']['high']:.4f}], its drop from FP32 [{sure['drop_points']['low']:+.2f}, "
+            f"{sure['drop_points']['high']:+.2f}] points (the middle 95% of 2000 resamples of the "
+            f"{summary['dev_examples']} dev examples, ") in (out / "report.md").read_text()
     speed = next(g for g in gates["gates"] if g["name"] == "min_throughput_ratio")  # names the base it was taken to
     assert speed["detail"].startswith(f"{chosen} vs onnxruntime-cpu-fp32, dev lengths"), speed["detail"]
     others = EVERY_CPU_FORM - checked
@@ -273,6 +283,9 @@ def test_crude_quantized_candidate_fails_the_accuracy_gate(exported, tmp_path):
     gates = json.loads((out / "gates.json").read_text())
     acc = next(g for g in gates["gates"] if g["name"] == "max_accuracy_drop")
     assert gates["passed"] is False and acc["passed"] is False and acc["measured"] > 0.5
+    low = gates["summary"]["accuracy_interval"]["drop_points"]["low"]  # the verdict as the interval reads it
+    assert acc["detail"].endswith("the whole interval is over 0.5 points" if low > 0.5 else
+                                  "this dev set cannot tell on which side of the limit the drop is"), acc["detail"]
 
 
 def write_report(path: Path, task: str, accuracy: float, ratio: float) -> Path:

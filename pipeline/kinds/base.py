@@ -211,6 +211,16 @@ class PipelineKind:
         """Whether a prediction is the example's gold answer whole (the class, the label set, every entity, the span)."""
         raise NotImplementedError
 
+    # -- the metric example by example (validate resamples dev examples for the drop's interval) -------------
+    def metric_parts(self, example, prediction) -> tuple[float, ...]:
+        """What one example adds to the primary metric, as numbers that add over examples: ``metric_of`` of their sums
+        over a split is ``score``'s value on it (accuracy: right and one; F1: correct, predicted and gold)."""
+        raise NotImplementedError
+
+    def metric_of(self, sums: np.ndarray) -> np.ndarray:
+        """The primary metric of ``metric_parts`` summed over examples: ``sums`` [..., k] -> [...] (fractions)."""
+        raise NotImplementedError
+
     def describe(self, score: Score) -> str:
         return f"{self.metric_label} {score.value:.4f}"
 
@@ -223,6 +233,20 @@ class PipelineKind:
         """Scores of ``predictions`` (one per dev example) by level of a label hierarchy, as finetune-check reports them
         for FP32 (validate reports the shipped form's beside them); None: the task has no hierarchy."""
         return None
+
+
+def mean_of(sums: np.ndarray) -> np.ndarray:
+    """``metric_of`` for a metric that is a mean over examples, parts (its value, 1): accuracy, CMRC2018's F1."""
+    sums = np.asarray(sums, dtype=np.float64)
+    return np.divide(sums[..., 0], sums[..., 1], out=np.zeros(sums.shape[:-1]), where=sums[..., 1] > 0)
+
+
+def f1_of(sums: np.ndarray, nothing: float = 0.0) -> np.ndarray:
+    """``metric_of`` for a micro-F1, parts (correct, predicted, gold): 2 correct / (predicted + gold); ``nothing``
+    where no example has or is given anything (entity and span F1 score it 0, multi-label's micro-F1 1)."""
+    sums = np.asarray(sums, dtype=np.float64)
+    both = sums[..., 1] + sums[..., 2]
+    return np.divide(2 * sums[..., 0], both, out=np.full(sums.shape[:-1], nothing), where=both > 0)
 
 
 def span_feature_params(cfg) -> dict:

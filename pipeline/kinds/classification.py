@@ -16,7 +16,7 @@ import numpy as np
 
 from pipeline.config_checks import number
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import Feature, FeatureSet, Score, PipelineKind
+from pipeline.kinds.base import Feature, FeatureSet, Score, PipelineKind, f1_of, mean_of
 
 ENCODE_CHUNK = 1024
 
@@ -225,6 +225,16 @@ class Classification(PipelineKind):
 
     def _gold(self, example):
         return tuple(i for i, v in enumerate(example.label) if v) if self.multi else example.label
+
+    def metric_parts(self, example, prediction) -> tuple[float, ...]:
+        """(right, 1): accuracy; multi-label: (labels right, labels given, labels it has) for micro-F1."""
+        if not self.multi:
+            return (float(prediction == example.label), 1.0)
+        gold = set(self._gold(example))
+        return (float(len(gold & set(prediction))), float(len(prediction)), float(len(gold)))
+
+    def metric_of(self, sums: np.ndarray) -> np.ndarray:
+        return f1_of(sums, nothing=1.0) if self.multi else mean_of(sums)  # as set_micro_f1 scores no labels at all
 
     def shown(self, example, labels) -> dict:
         pair = {"text_pair": example.text_b} if example.text_b is not None else {}

@@ -20,8 +20,8 @@ import numpy as np
 
 from pipeline.config_checks import number
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import (Feature, FeatureSet, Score, PipelineKind, masked_positions, request_shaped_batches,
-                                 span_feature_params, with_some_negatives)
+from pipeline.kinds.base import (Feature, FeatureSet, Score, PipelineKind, masked_positions, mean_of,
+                                 request_shaped_batches, span_feature_params, with_some_negatives)
 
 LABELS = ("start", "end")
 
@@ -189,6 +189,16 @@ class ReadingComprehension(PipelineKind):
 
         text = example.context[prediction[0]:prediction[1]] if prediction else ""
         return em_score(text, [a.text for a in example.answers]) == 1.0
+
+    def metric_parts(self, example, prediction) -> tuple[float, ...]:
+        """(CMRC2018's F1 of the question, 1): ``cmrc_scores``' F1 is their mean (no answer scores 0)."""
+        from pipeline.reading.metric import f1_score
+
+        text = example.context[prediction[0]:prediction[1]] if prediction else None
+        return (f1_score(text, [a.text for a in example.answers]) if text is not None else 0.0, 1.0)
+
+    def metric_of(self, sums: np.ndarray) -> np.ndarray:
+        return mean_of(sums)
 
 
 KIND = ReadingComprehension  # what pipeline.kinds.kind_class finds in the module named after the kind

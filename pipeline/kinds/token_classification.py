@@ -15,7 +15,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import Feature, FeatureSet, Score, PipelineKind, request_shaped_batches, span_feature_params
+from pipeline.kinds.base import (Feature, FeatureSet, Score, PipelineKind, f1_of, request_shaped_batches,
+                                 span_feature_params)
 
 
 class TokenClassification(PipelineKind):
@@ -145,6 +146,14 @@ class TokenClassification(PipelineKind):
 
     def is_right(self, example, prediction) -> bool:
         return set(prediction) == set(_gold(example))
+
+    def metric_parts(self, example, prediction) -> tuple[float, ...]:
+        """(entities right, entities given, entities it has), each a set as ``chunk_f1`` counts them."""
+        gold, given = set(_gold(example)), set(prediction)
+        return (float(len(gold & given)), float(len(given)), float(len(gold)))
+
+    def metric_of(self, sums: np.ndarray) -> np.ndarray:
+        return f1_of(sums)
 
 
 def _gold(example) -> tuple:

@@ -20,8 +20,8 @@ import numpy as np
 
 from pipeline.config_checks import number
 from pipeline.errors import ConfigError
-from pipeline.kinds.base import (Feature, FeatureSet, Score, PipelineKind, request_shaped_batches, span_feature_params,
-                                 with_some_negatives)
+from pipeline.kinds.base import (Feature, FeatureSet, Score, PipelineKind, f1_of, request_shaped_batches,
+                                 span_feature_params, with_some_negatives)
 
 LABELS = ("start", "end")
 
@@ -227,6 +227,14 @@ class UniversalExtraction(PipelineKind):
 
     def is_right(self, example, prediction) -> bool:
         return set(prediction) == set(example.spans)
+
+    def metric_parts(self, example, prediction) -> tuple[float, ...]:
+        """(spans right, spans given, spans it has), each a set as ``span_scores`` counts them."""
+        gold, given = set(example.spans), set(prediction)
+        return (float(len(gold & given)), float(len(given)), float(len(gold)))
+
+    def metric_of(self, sums: np.ndarray) -> np.ndarray:
+        return f1_of(sums)
 
 
 def pointer_targets(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:

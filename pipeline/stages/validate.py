@@ -194,6 +194,7 @@ def run(ctx):
     from pipeline.records import StageResult
     from pipeline.validation import gates as G
     from pipeline.validation.changes import CHANGES_FILE, answer_changes
+    from pipeline.validation.uncertainty import dev_uncertainty
 
     cfg = ctx.cfg
     with ctx.phase("inputs"):
@@ -217,9 +218,13 @@ def run(ctx):
         changes = answer_changes(inp.kind, inp.dev.examples, inp.data.labels, inp.reference.predictions, answers[chosen])
         changes.write(ctx.out_dir / CHANGES_FILE)
         ctx.log(f"[validate] {chosen}: {changes.line()}")
-        gate_list = _gates(cfg, crow, inp.reference.score.value, checked.fp32)
+        sure = dev_uncertainty(inp.kind, inp.dev.examples, inp.reference.predictions, answers[chosen])
+        ctx.log(f"[validate] {chosen}: {sure.line(inp.kind.metric_label)}; "
+                f"{sure.verdict(cfg.gates.max_accuracy_drop)}")
+        gate_list = _gates(cfg, crow, inp.reference.score.value, checked.fp32, sure)
         summary = {**_summary(cfg, inp, crow, paired, anchor_score), "checked": checked.as_dict(),
-                   "answers_changed": changes.summary(), "dev_counts": _dev_counts(inp, answers[chosen])}
+                   "answers_changed": changes.summary(), "accuracy_interval": sure.as_dict(),
+                   "dev_counts": _dev_counts(inp, answers[chosen])}
         levels = {who: inp.kind.level_scores(pred, inp.dev.examples, inp.data.labels)
                   for who, pred in (("shipped", answers[chosen]), ("fp32", inp.reference.predictions))}
         if levels["shipped"] is not None:  # a label hierarchy: each level of what ships beside FP32's
@@ -397,14 +402,17 @@ def _fill_ratios(rows: list, benches: dict, paired) -> None:
                          for c in benches[r.backend].grid if bb and bb.cell(c.batch_size, c.seq_len)}
 
 
-def _gates(cfg, crow, fp32_accuracy: float, base: str | None) -> list:
-    """The gates on the verified row ``crow``; ``base``: the FP32 its throughput ratio is taken to."""
+def _gates(cfg, crow, fp32_accuracy: float, base: str | None, sure) -> list:
+    """The gates on the verified row ``crow``; ``base``: the FP32 its throughput ratio is taken to; ``sure``: the
+    drop's interval (``uncertainty.DevUncertainty``), said beside the verdict, which reads the measured drop alone."""
     from pipeline.validation import gates as G
 
     gcfg, vcfg = cfg.gates, cfg.validate
+    d = sure.drop_points
     out = [
         G.check("max_accuracy_drop", gcfg.max_accuracy_drop, crow.accuracy_drop_points, kind="max", unit=" points",
-                detail=f"{crow.backend} {crow.accuracy:.4f} vs FP32 {fp32_accuracy:.4f}"),
+                detail=f"{crow.backend} {crow.accuracy:.4f} vs FP32 {fp32_accuracy:.4f}; {d.level:.0%} interval "
+                       f"{d.shown()} over resampled dev examples: {sure.verdict(gcfg.max_accuracy_drop)}"),
         G.check("min_throughput_ratio", gcfg.min_throughput_ratio, crow.throughput_ratio, kind="min", unit="x",
                 detail=f"{crow.backend} vs {base or 'no FP32 measured here'}, dev lengths, batch {vcfg.throughput_batch_size}"),
     ]
@@ -467,7 +475,8 @@ def _write_reports(ctx, inp: _Inputs, report, rows: list, benches: dict, skipped
     write_report(out, task=cfg.task, gates=report.gates, rows=dicts, skipped=skipped, grid={k: [c.__dict__ for c in b.grid]
                  for k, b in benches.items()}, sizes=sizes, selected=inp.meta.selected_candidate, chosen=report.chosen_backend,
                  fp32_accuracy=fp32, batch_size=cfg.validate.throughput_batch_size, metric_label=inp.kind.metric_label,
-                 checked=checked.as_dict(), anchor=report.summary["anchor"])
+                 checked=checked.as_dict(), anchor=report.summary["anchor"],
+                 interval=report.summary["accuracy_interval"])
 
 
 STAGE = Stage(
@@ -478,5 +487,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    version="11",  # the last bump: reading comprehension's dev_counts (questions cut to max_query_len); before: git log
+    version="12",  # the last bump: the accuracy interval (resampled dev examples) in the summary and the drop gate; before: git log
 )

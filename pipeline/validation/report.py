@@ -69,9 +69,10 @@ def _grid_lines(grid: dict[str, list[dict]]) -> list[str]:
 def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[dict], skipped: dict[str, str],
                  grid: dict[str, list[dict]], sizes: dict[str, int], selected: dict, chosen: str,
                  fp32_accuracy: float, batch_size: int, metric_label: str = "accuracy", checked: dict | None = None,
-                 anchor: dict | None = None) -> Path:
+                 anchor: dict | None = None, interval: dict | None = None) -> Path:
     """``checked``: which backends were measured and which not (``stages.validate.Checked.as_dict``); ``anchor``: what
-    the anchor is, its metric, drop and x FP32 (gates.json's summary ``anchor``)."""
+    the anchor is, its metric, drop and x FP32 (gates.json's summary ``anchor``); ``interval``: how sure the dev set
+    makes the shipped form's figures (``uncertainty.DevUncertainty.as_dict``)."""
     lines = [f"# Validation report: {task}", ""]
     passed = all(g.passed for g in gates)
     lines += [f"**Gates: {'PASSED' if passed else 'FAILED'}** - chosen backend `{chosen}`; "
@@ -80,6 +81,11 @@ def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[di
     for g in gates:
         lines.append(f"| {g.name} | {g.kind} {g.threshold:.4g}{g.unit} | {_f(g.measured, '.4g')}{g.unit} | "
                      f"{'pass' if g.passed else 'FAIL'} |")
+    if interval:
+        metric, drop = interval["metric"], interval["drop_points"]
+        lines += ["", f"How sure the dev set makes these: {chosen}'s {metric_label} [{metric['low']:.4f}, "
+                      f"{metric['high']:.4f}], its drop from FP32 [{drop['low']:+.2f}, {drop['high']:+.2f}] points "
+                      f"({interval['how']})."]
     lines += ["", f"Selected candidate: `{selected.get('name', '?')}` (width_mult {selected.get('width_mult', '?')}, "
               + (f"depth_mult {selected['depth_mult']}, " if selected.get("depth_mult", 1.0) < 1.0 else "") +
               f"quantization {selected.get('quantization', '?')}).", ""]

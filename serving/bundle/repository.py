@@ -507,6 +507,12 @@ def _measured(metrics: dict, names: dict | None = None) -> list[tuple[str, str]]
         fp32 = ((levels.get("fp32") or {}).get("per_level") or {}).get(depth) or {}
         rows.append((f"dev level {depth} micro-F1", f"{_fmt(got.get('micro_f1'))} (FP32 {_fmt(fp32.get('micro_f1'))}; "
                                                    f"{got.get('labels')} labels)"))
+    sure = summary.get("accuracy_interval")
+    if isinstance(sure, dict) and isinstance(sure.get("drop_points"), dict):
+        metric, drop = sure["metric"], sure["drop_points"]
+        rows.append((f"dev {label}, {drop['level']:.0%} interval",
+                     f"[{metric['low']:.4f}, {metric['high']:.4f}]; the drop [{drop['low']:+.2f}, {drop['high']:+.2f}] "
+                     f"points ({sure.get('how')})"))
     changed = summary.get("answers_changed")
     if isinstance(changed, dict) and isinstance(changed.get("changed"), int):
         rows.append(("dev answers not FP32's", f"{changed['changed']} of {changed.get('examples')}: "
