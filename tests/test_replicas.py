@@ -31,15 +31,20 @@ def test_haproxy_config_checks_health_and_retries(haproxy, tmp_path):
 
 
 @pytest.mark.slow
-def test_failover_keeps_answers_and_loses_nothing_after_it(haproxy, tiny_fused_bundle, tmp_path):
+def test_failover_keeps_answers_and_loses_nothing_after_it(haproxy, tiny_fused_bundle, tmp_path, monkeypatch):
     import shutil
+    import tempfile
 
     from serving.tools.replicas import format_report, run
 
     bundle = tmp_path / "tiny"
     shutil.copytree(tiny_fused_bundle, bundle)
     texts = [f"句子{i} " + "赛 股 车 影 房"[i % 9 : i % 9 + 3] for i in range(60)]
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     report = run(bundle, texts, concurrency=4, seconds=8.0, kill_at=3.0, log=lambda _: None)
+    assert list(temp.iterdir()) == []  # the replicas' logs and haproxy's files went with their work folder
     print(format_report(report))
     assert report.before.requests > 0 and report.before.failures == 0
     assert report.marked_down_at is not None and report.marked_down_at - report.kill_at < 5.0

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -251,12 +252,14 @@ def test_perf_analyzer_measures_the_served_ensemble(server, dev, offline):
     assert "| items/request | concurrency | served | floor (echo) | model-only | ceiling |" in md and "tiny_model" in md
 
 
-def test_perf_explains_itself_with_the_floor_cpu_by_process_and_both_request_shapes(tiny_bundle, dev, tmp_path):
+def test_perf_explains_itself_with_the_floor_cpu_by_process_and_both_request_shapes(tiny_bundle, dev, tmp_path,
+                                                                                    monkeypatch):
     """`make perf` on its own server: per shape (one item per request, and a full request of max_batch_size items)
     the served rate, the floor (an echo model with the bundle's interface in the same server), the model-only
     yardstick, the ceiling and the ratios; CPU by process (tritonserver, every stub by instance, the client) and per
     item; for a lone request, the model's own batch-1 latency.  The bundle itself is untouched (the floor lives in a
-    repository of its own).  The record written is the record the gate reads back."""
+    repository of its own), and nothing is left in the temp dir (the server's log went with its work folder).  The
+    record written is the record the gate reads back."""
     from pipeline.validation.release import read_perf
     from serving.tools.perf import ceiling, format_markdown, measure
     from serving.triton.integrity import verify_bundle
@@ -264,8 +267,12 @@ def test_perf_explains_itself_with_the_floor_cpu_by_process_and_both_request_sha
     _perf_analyzer_or_skip()
     bundle = tmp_path / "tiny"
     shutil.copytree(tiny_bundle, bundle)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     record = measure(bundle, "tiny", None, [1], seconds=1.0, offline_seconds=0.5, items=dev[0][:50], rounds=2,
                      batched_concurrency=[1])
+    assert list(temp.iterdir()) == []
     rows = {(r.items_per_request, r.concurrency): r for r in record.summary}
     assert set(rows) == {(1, 1), (8, 1)}  # 8: the tiny bundle's max_batch_size (32 where a bundle allows it)
     lone = rows[(1, 1)]

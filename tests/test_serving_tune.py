@@ -24,13 +24,20 @@ def auto_bundle(tiny_export, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def record(auto_bundle, tiny_finetuned):
+def record(auto_bundle, tiny_finetuned, tmp_path_factory):
+    import tempfile
+
     from serving.tools.perf import PerfError, find_perf_analyzer
     from serving.tools.tune import tune
 
     tool_or_skip(find_perf_analyzer, PerfError, "ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER")
     rows = [json.loads(line) for line in (tiny_finetuned["data_dir"] / "dev.json").read_text(encoding="utf-8").splitlines()]
-    return tune(auto_bundle, "tiny", None, [(1, 2)], rounds=1, seconds=1.0, delays=[0], items=[r["sentence"] for r in rows])
+    temp = tmp_path_factory.mktemp("tune_temp")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tempfile, "tempdir", str(temp))
+        got = tune(auto_bundle, "tiny", None, [(1, 2)], rounds=1, seconds=1.0, delays=[0], items=[r["sentence"] for r in rows])
+    assert list(temp.iterdir()) == []  # the server's log went with tune's work folder: nothing piles up in the temp dir
+    return got
 
 
 def test_tune_measures_every_candidate_on_the_served_bundle_without_changing_it(auto_bundle, record):

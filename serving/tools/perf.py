@@ -417,7 +417,9 @@ def serve(repository: Path, names, url: str | None, workdir: Path) -> Iterator[T
         return
     echo = floor.write_floor_repository(repository, names.ensemble, names.tokenizer, workdir / "floor")
     # The server dies with this process: a kill -9 of `make perf` leaves no tritonserver, stubs or shared memory.
-    server = start_server(repository, die_with_parent=True, extra_args=(f"--model-repository={workdir / 'floor'}",))
+    # Its log goes with the work folder (a failed start puts its tail in the error): none piles up in the temp dir.
+    server = start_server(repository, log_path=workdir / "tritonserver.log", die_with_parent=True,
+                          extra_args=(f"--model-repository={workdir / 'floor'}",))
     try:
         pid = server.process.pid
         yield Target(f"127.0.0.1:{server.grpc_port}", names.ensemble, composing, echo,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -58,9 +60,11 @@ def find_haproxy(tools: Path = TOOLS) -> HAProxy:
     return HAProxy(binary, {**os.environ, "LD_LIBRARY_PATH": path})
 
 
-def haproxy_config(port: int, backends: Sequence[int], stats_socket: Path | None = None) -> str:
+def haproxy_config(port: int, backends: Sequence[int], stats_socket: str | None = None) -> str:
+    """``stats_socket``: a name in the abstract socket namespace (no file: a socket path is capped at ~100 bytes,
+    which a long TMPDIR passes), read-only statistics."""
     servers = "\n".join(f"  server replica{i + 1} 127.0.0.1:{p} check" for i, p in enumerate(backends))
-    stats = f"\n  stats socket {stats_socket} mode 600 level user" if stats_socket else ""
+    stats = f"\n  stats socket abns@{stats_socket} level user" if stats_socket else ""
     return f"""global
   maxconn 512{stats}
 defaults
@@ -141,14 +145,16 @@ def _wait_http(url: str, timeout: float) -> bool:
     return False
 
 
-def server_status(stats_socket: Path, server: str) -> str:
-    """HAProxy's own view of one backend server ("UP", "DOWN", "UP 1/2", ...), from its stats socket."""
+def server_status(stats_socket: str, server: str) -> str:
+    """HAProxy's own view of one backend server ("UP", "DOWN", "UP 1/2", ...), from its stats socket (``haproxy_config``'s
+    abstract name)."""
     import csv
     import socket
 
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(2)
-        sock.connect(str(stats_socket))
+        # HAProxy's abns@ name fills the whole sun_path (108 bytes), padded with NULs: the same address to connect
+        sock.connect(("\0" + stats_socket).ljust(108, "\0"))
         sock.sendall(b"show stat\n")
         data = b""
         while chunk := sock.recv(65536):
@@ -179,7 +185,7 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
             started.append(start_server(bundle_dir, log_path=work / f"replica{i + 1}.log", die_with_parent=True))
             log(f"[replicas] replica{i + 1} ready on 127.0.0.1:{started[-1].http_port}")
         port = free_port()
-        stats = work / "haproxy.sock"
+        stats = f"ernie-bundle-haproxy-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         (work / "haproxy.cfg").write_text(haproxy_config(port, [s.http_port for s in started], stats))
         with open(work / "haproxy.log", "wb") as lb_log:  # the child keeps its own descriptor
             lb = subprocess.Popen([str(haproxy.binary), "-f", str(work / "haproxy.cfg"), "-db"], env=haproxy.env,
@@ -196,6 +202,7 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
             lb.wait(10)
         for s in started:
             s.stop(10)
+        shutil.rmtree(work, ignore_errors=True)  # the logs and haproxy's files: what a failure needs is in its error
     done = [s for s in samples if s.ok]
     asked = sorted({s.item for s in done})
     by_item = dict(zip(asked, kind.offline_keys(bundle, [items[i] for i in asked])))
@@ -212,7 +219,7 @@ def run(bundle_dir: Path, items: Sequence, concurrency: int = 8, seconds: float 
 
 
 def _load(url: str, model: str, kind: "ToolKind", items: Sequence, concurrency: int, seconds: float, kill_at: float,
-          victim, stats_socket: Path) -> tuple[list[Sample], float | None]:
+          victim, stats_socket: str) -> tuple[list[Sample], float | None]:
     from serving.tools.client import BundleClient
 
     samples: list[Sample] = []

@@ -102,7 +102,8 @@ def tune(repository: Path, task: str, data_dir: str | None, shapes: Sequence[tup
     p50s: dict = {(k, s): [] for k in range(len(cands)) for s in shapes}
     composing = tuple(dict.fromkeys((names.tokenizer, names.model, names.postprocess)))
     with tempfile.TemporaryDirectory() as tmp, start_server(
-            repository, die_with_parent=True, extra_args=("--model-control-mode=explicit", "--load-model=*")) as server:
+            repository, log_path=Path(tmp) / "tritonserver.log", die_with_parent=True,
+            extra_args=("--model-control-mode=explicit", "--load-model=*")) as server:
         data = perf.input_data(bundle.task_type, items, Path(tmp) / "input.json")
         base = _http(f"http://{server.http_url}/v2/models/{engine_model}/config")
         grpc = f"127.0.0.1:{server.grpc_port}"
