@@ -287,6 +287,8 @@ def test_multi_label_bundle_end_to_end(tmp_path, capsys):
     changed = metrics["summary"]["answers_changed"]  # the label sets the shipped form gives otherwise than FP32
     assert f"| dev answers not FP32's | {changed['changed']} of {changed['examples']}: {changed['now_right']} now right" in measured
     drop = metrics["summary"]["accuracy_interval"]["drop_points"]  # how sure the dev set makes the drop
+    below = metrics["summary"]["accuracy_interval"]["below_anchor_points"]  # and against the one-liner
+    assert f"points below it, [{below['low']:+.2f}, {below['high']:+.2f}])" in measured
     assert "| dev micro-F1, 95% interval | [" in measured and f"the drop [{drop['low']:+.2f}, {drop['high']:+.2f}] points" in measured
     assert "`labels`, `label_descs` and `label_probs` (every label, most probable first), `count`" in card
 

@@ -56,8 +56,14 @@ def test_a_drop_of_35_answers_in_10000_is_as_unsure_as_the_paired_proportions_sa
     assert got.line("accuracy").startswith("95% interval over 2000 resamples of the 10000 dev examples: accuracy [0.4")
     same = dev_uncertainty(kind, examples, fp32, fp32)  # nothing changed: nothing to be unsure of
     assert (same.drop_points.low, same.drop_points.high, same.drop_value) == (0.0, 0.0, 0.0)
-    with pytest.raises(ValueError, match="3 examples, 2 FP32 and 3 shipped"):
+    with pytest.raises(ValueError, match="3 examples, 2 FP32, 3 shipped predictions"):
         dev_uncertainty(kind, examples[:3], fp32[:2], shipped[:3])
+    # the anchor on the same draws: FP32's answers as the anchor's put the shipped form as far below it as below FP32
+    both = dev_uncertainty(kind, examples, fp32, shipped, anchor=fp32)
+    assert (both.metric, both.drop_points) == (got.metric, got.drop_points)
+    assert both.below_anchor_points == both.drop_points and both.below_anchor_value == pytest.approx(0.35, abs=1e-9)
+    assert both.line("accuracy").endswith(", below the anchor [-0.09, +0.78] points")
+    assert "the same for FP32, the anchor and the shipped form" in both.as_dict()["how"]
 
 
 def test_every_kinds_metric_from_its_parts_is_its_own_scoring_functions(tmp_path):

@@ -121,8 +121,13 @@ def test_validate_checks_what_ships_by_default(exported, tmp_path, monkeypatch):
     report = (out / "report.md").read_text()
     assert "Backends checked: " in report and "and the anchor" in report and "--set validate.backends=all" in report
     anchor = gates["summary"]["anchor"]
+    below = summary["accuracy_interval"]["below_anchor_points"]  # what ships against the one-liner, on the same draws
+    assert summary["accuracy_interval"]["below_anchor_value"] == pytest.approx(
+        100 * (anchor["accuracy"] - summary["accuracy"]), abs=1e-9)
     assert (f"The anchor, onnxruntime quantize_dynamic(per_channel=True) of onnx/fp32.onnx: accuracy {anchor['accuracy']:.4f} "
-            f"(drop {anchor['accuracy_drop_points']:.2f} pts), {anchor['throughput_ratio']:.2f}x FP32.") in report
+            f"(drop {anchor['accuracy_drop_points']:.2f} pts), {anchor['throughput_ratio']:.2f}x FP32; {chosen} scores "
+            f"{summary['accuracy_interval']['below_anchor_value']:+.2f} points below it, [{below['low']:+.2f}, "
+            f"{below['high']:+.2f}] over the same resamples.") in report
     for name in others:
         assert f"| {name} | not checked: " in report, name
         assert f"### {name}" not in report  # no grid of its own

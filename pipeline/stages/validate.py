@@ -204,7 +204,7 @@ def run(ctx):
     ctx.log(f"[validate] {checked.line()}")
     opts = RunOptions(cfg.validate.threads or None, inp.dev.lengths(), cfg.max_seq_len, cfg.engine_settings)
     make = {rt.name: (lambda rt=rt: rt.session(rt.artifact(inp.layout.root), opts)) for rt in runtimes}
-    paired, anchor_score = _time_cpu_engines(ctx, inp, runtimes, make)
+    paired, anchor_ev = _time_cpu_engines(ctx, inp, runtimes, make)
     measured = [_measure(ctx, inp, rt, make[rt.name], paired) for rt in runtimes]
     rows = [row for row, _, _ in measured]
     benches = {row.backend: bench for row, bench, _ in measured}
@@ -218,11 +218,12 @@ def run(ctx):
         changes = answer_changes(inp.kind, inp.dev.examples, inp.data.labels, inp.reference.predictions, answers[chosen])
         changes.write(ctx.out_dir / CHANGES_FILE)
         ctx.log(f"[validate] {chosen}: {changes.line()}")
-        sure = dev_uncertainty(inp.kind, inp.dev.examples, inp.reference.predictions, answers[chosen])
+        sure = dev_uncertainty(inp.kind, inp.dev.examples, inp.reference.predictions, answers[chosen],
+                               inp.dev.predictions(anchor_ev.outputs))
         ctx.log(f"[validate] {chosen}: {sure.line(inp.kind.metric_label)}; "
                 f"{sure.verdict(cfg.gates.max_accuracy_drop)}")
         gate_list = _gates(cfg, crow, inp.reference.score.value, checked.fp32, sure)
-        summary = {**_summary(cfg, inp, crow, paired, anchor_score), "checked": checked.as_dict(),
+        summary = {**_summary(cfg, inp, crow, paired, anchor_ev.score), "checked": checked.as_dict(),
                    "answers_changed": changes.summary(), "accuracy_interval": sure.as_dict(),
                    "dev_counts": _dev_counts(inp, answers[chosen])}
         levels = {who: inp.kind.level_scores(pred, inp.dev.examples, inp.data.labels)
@@ -298,7 +299,8 @@ def _time_cpu_engines(ctx, inp: _Inputs, runtimes, make):
     """The CPU engines' forms (``registry.CPU_ENGINES``) and the anchor (ORT's one-liner on the same FP32 ONNX,
     gates.min_anchor_ratio), timed on dev lengths in interleaved rounds: paired ratios, median and spread (one sample
     per backend decided selections before; the same form measured 0.95x and 1.31x in two runs).  Before any Paddle
-    backend runs: its OpenMP threads slow ORT down (the registry lists ORT first).  Returns (rounds, anchor's score)."""
+    backend runs: its OpenMP threads slow ORT down (the registry lists ORT first).  Returns (rounds, the anchor's
+    dev evaluation)."""
     from pipeline.backends.onnxruntime import quantize as ort_quantize, session as ort_session
     from pipeline.backends.registry import is_cpu_engine_form
     from pipeline.evaluation import evaluate_session, interleaved_throughput
@@ -315,7 +317,7 @@ def _time_cpu_engines(ctx, inp: _Inputs, runtimes, make):
         paired = interleaved_throughput({**sessions, ANCHOR: anchor}, timed, vcfg.throughput_batch_size, rounds=vcfg.repeats,
                                         max_batches=32, warmup=vcfg.warmup)
     with ctx.phase("parity", f"{ANCHOR}: parity on {len(inp.data.dev.examples)} dev examples", _parity_estimate(inp, paired, ANCHOR)):
-        return paired, evaluate_session(anchor, inp.dev, vcfg.dev_batch_size, desc="parity anchor").score
+        return paired, evaluate_session(anchor, inp.dev, vcfg.dev_batch_size, desc="parity anchor")
 
 
 def _parity_estimate(inp: _Inputs, paired, name: str) -> float | None:
@@ -487,5 +489,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    version="12",  # the last bump: the accuracy interval (resampled dev examples) in the summary and the drop gate; before: git log
+    version="13",  # the last bump: the accuracy intervals (resampled dev examples; against FP32 and the anchor); before: git log
 )

@@ -98,8 +98,11 @@ def write_report(out_dir: Path, *, task: str, gates: Sequence, rows: Sequence[di
         lines += [""]
     if anchor:  # the one-liner a user would try instead: its metric too, not only its speed
         speed = f", {anchor['throughput_ratio']:.2f}x FP32" if anchor.get("throughput_ratio") is not None else ""
+        below = (interval or {}).get("below_anchor_points")
+        against = (f"; {chosen} scores {interval['below_anchor_value']:+.2f} points below it, [{below['low']:+.2f}, "
+                   f"{below['high']:+.2f}] over the same resamples") if below else ""
         lines += [f"The anchor, {anchor['what']}: {metric_label} {_f(anchor.get('accuracy'))} (drop "
-                  f"{_f(anchor.get('accuracy_drop_points'), '.2f')} pts){speed}.", ""]
+                  f"{_f(anchor.get('accuracy_drop_points'), '.2f')} pts){speed}{against}.", ""]
     lines += ["## Parity and throughput per backend", "",
               f"Throughput: real dev lengths, dynamic padding, batch {batch_size}; x FP32: vs the FP32 model on the same runtime "
               "(OpenVINO: vs the FP32 ONNX in ONNX Runtime), same run; x anchor: vs ONNX Runtime's quantize_dynamic(per_channel) "

@@ -2,8 +2,8 @@
 
 A drop of 0.35 points on 10,000 dev texts is 35 more wrong answers than FP32's, out of some 500 that changed either
 way: another dev set of the same size would give another drop.  The interval says how far: each resample draws the
-dev examples again (the same draw for FP32 and the shipped form, so what both get wrong cancels), and the interval
-holds the middle ``level`` of the resampled figures (a percentile bootstrap).  Every kind's metric is a function of
+dev examples again (the same draw for FP32, the shipped form and the anchor, so what both of a pair get wrong
+cancels), and the interval holds the middle ``level`` of the resampled figures (a percentile bootstrap).  Every kind's metric is a function of
 numbers that add over examples (``PipelineKind.metric_parts`` / ``metric_of``), so a resample is a sum, not a
 scoring run.  The resamples come from a fixed seed: the same predictions give the same interval.
 
@@ -46,25 +46,32 @@ class Interval:
 
 @dataclass(frozen=True)
 class DevUncertainty:
-    """The shipped form's metric and its drop from FP32 in points, each as the whole dev set gives it (the sums of
-    every example's parts: the kind's score, which validate's tests hold it to) and with its interval."""
+    """The shipped form's metric, its drop from FP32 and (when the anchor's answers are given) how far it scores
+    below the anchor, in points, each as the whole dev set gives it (the sums of every example's parts: the kind's
+    score, which validate's tests hold it to) and with its interval."""
 
     metric_value: float
     drop_value: float
     metric: Interval
     drop_points: Interval
+    below_anchor_value: float | None = None  # the anchor's metric minus the shipped form's, points (< 0: above it)
+    below_anchor_points: Interval | None = None
 
     def as_dict(self) -> dict:
+        d = self.drop_points
+        forms = "FP32, the anchor and the shipped form" if self.below_anchor_points else "FP32 and the shipped form"
+        anchor = {"below_anchor_value": self.below_anchor_value,
+                  "below_anchor_points": self.below_anchor_points.as_dict()} if self.below_anchor_points else {}
         return {"metric_value": self.metric_value, "drop_value": self.drop_value, "metric": self.metric.as_dict(),
-                "drop_points": self.drop_points.as_dict(),
-                "how": f"the middle {self.drop_points.level:.0%} of {self.drop_points.resamples} resamples of the "
-                       f"{self.drop_points.examples} dev examples, each drawn with replacement and the same for FP32 "
-                       "and the shipped form"}
+                "drop_points": d.as_dict(), **anchor,
+                "how": f"the middle {d.level:.0%} of {d.resamples} resamples of the {d.examples} dev examples, each "
+                       f"drawn with replacement and the same for {forms}"}
 
     def line(self, metric_label: str) -> str:
-        d = self.drop_points
+        d, a = self.drop_points, self.below_anchor_points
         return (f"{d.level:.0%} interval over {d.resamples} resamples of the {d.examples} dev examples: "
-                f"{metric_label} {self.metric.shown('.4f')}, drop {d.shown()} points")
+                f"{metric_label} {self.metric.shown('.4f')}, drop {d.shown()} points"
+                + (f", below the anchor {a.shown()} points" if a else ""))
 
     def verdict(self, limit: float) -> str:
         """What the interval says of ``gates.max_accuracy_drop``'s verdict."""
@@ -76,21 +83,24 @@ class DevUncertainty:
         return f"{points} lies inside the interval: this dev set cannot tell on which side of the limit the drop is"
 
 
-def dev_uncertainty(kind, examples: Sequence, fp32: Sequence, shipped: Sequence, *, resamples: int = RESAMPLES,
-                    level: float = LEVEL, seed: int = SEED) -> DevUncertainty:
-    """Intervals for the shipped form's metric and its drop from FP32 (``fp32``, ``shipped``: ``kind.predictions``,
-    one per example in ``examples``' order)."""
-    if not (len(examples) == len(fp32) == len(shipped)) or not examples:
-        raise ValueError(f"{len(examples)} examples, {len(fp32)} FP32 and {len(shipped)} shipped predictions")
-    parts_fp32 = np.array([kind.metric_parts(e, p) for e, p in zip(examples, fp32)], dtype=np.float64)
-    parts_shipped = np.array([kind.metric_parts(e, p) for e, p in zip(examples, shipped)], dtype=np.float64)
-    whole = float(kind.metric_of(parts_shipped.sum(axis=0)))
-    drop_whole = 100.0 * (float(kind.metric_of(parts_fp32.sum(axis=0))) - whole)
-    fp32_sums, shipped_sums = resampled_sums((parts_fp32, parts_shipped), resamples, seed)
-    metric = kind.metric_of(shipped_sums)
-    drop = 100.0 * (kind.metric_of(fp32_sums) - metric)
+def dev_uncertainty(kind, examples: Sequence, fp32: Sequence, shipped: Sequence, anchor: Sequence | None = None, *,
+                    resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED) -> DevUncertainty:
+    """Intervals for the shipped form's metric, its drop from FP32 and, with ``anchor``, its distance below the
+    anchor (``fp32``, ``shipped``, ``anchor``: ``kind.predictions``, one per example in ``examples``' order)."""
+    forms = [fp32, shipped] + ([anchor] if anchor is not None else [])
+    if not examples or any(len(f) != len(examples) for f in forms):
+        raise ValueError(f"{len(examples)} examples, {len(fp32)} FP32, {len(shipped)} shipped"
+                         + (f" and {len(anchor)} anchor" if anchor is not None else "") + " predictions")
+    parts = [np.array([kind.metric_parts(e, p) for e, p in zip(examples, f)], dtype=np.float64) for f in forms]
+    whole = [float(kind.metric_of(p.sum(axis=0))) for p in parts]
+    resampled = [kind.metric_of(sums) for sums in resampled_sums(parts, resamples, seed)]
     n = len(examples)
-    return DevUncertainty(whole, drop_whole, _middle(metric, level, n), _middle(drop, level, n))
+    below = {}
+    if anchor is not None:
+        below = {"below_anchor_value": 100.0 * (whole[2] - whole[1]),
+                 "below_anchor_points": _middle(100.0 * (resampled[2] - resampled[1]), level, n)}
+    return DevUncertainty(whole[1], 100.0 * (whole[0] - whole[1]), _middle(resampled[1], level, n),
+                          _middle(100.0 * (resampled[0] - resampled[1]), level, n), **below)
 
 
 def resampled_sums(parts: Sequence[np.ndarray], resamples: int, seed: int) -> list[np.ndarray]:

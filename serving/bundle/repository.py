@@ -524,8 +524,11 @@ def _measured(metrics: dict, names: dict | None = None) -> list[tuple[str, str]]
                                            f"batch {summary.get('batch_size')}, dev lengths)"))
     if isinstance(summary.get("anchor_ratio"), float):
         anchor = summary.get("anchor") or {}
+        below = (summary.get("accuracy_interval") or {}).get("below_anchor_points")
+        against = (f"; what ships {summary['accuracy_interval']['below_anchor_value']:+.2f} points below it, "
+                   f"[{below['low']:+.2f}, {below['high']:+.2f}]") if isinstance(below, dict) else ""
         rows.append(("throughput vs the anchor", f"{ratio('anchor_ratio')} ({anchor.get('what', 'the anchor')}: "
-                                                 f"{label} {_fmt(anchor.get('accuracy'))})"))
+                                                 f"{label} {_fmt(anchor.get('accuracy'))}{against})"))
     for key, name in (("batch1_p99_ms", "batch-1 p99 ms"), ("model_files_mib", "model files MiB")):
         if isinstance(summary.get(key), (int, float)):
             rows.append((name, f"{summary[key]:.2f}"))
