@@ -238,14 +238,15 @@ def run(ctx):
     for name, reason in skipped.items():
         ctx.log(f"[validate] {name}: skipped: {reason}")
     metrics = {"chosen_backend": chosen, "chosen_by": why, "accuracy": crow.accuracy, "accuracy_drop_points": crow.accuracy_drop_points,
+               "accuracy_drop_interval": [sure.drop_points.low, sure.drop_points.high],
                "throughput_ratio": crow.throughput_ratio, "sentences_per_s": crow.sentences_per_s,
                "gates_passed": report.passed, "skipped": {k: f"skipped: {v}" for k, v in skipped.items()},
                "backends_checked": checked.measured, "not_checked": list(checked.not_checked)}
     return StageResult(metrics=metrics, gate_error=G.failure_message(gate_list),
                        artifacts={"gates": G.GATES_FILE, "report": "report.md", "metrics": METRICS_FILE, "plot": "accuracy_vs_throughput.png",
                                   "answers_changed": CHANGES_FILE},
-                       message=f"{chosen}: {inp.kind.metric_label} {crow.accuracy:.4f} (drop {crow.accuracy_drop_points:+.2f} pts vs FP32), "
-                               f"{(crow.throughput_ratio or 0):.2f}x FP32")
+                       message=f"{chosen}: {inp.kind.metric_label} {crow.accuracy:.4f} (drop {crow.accuracy_drop_points:+.2f} pts vs FP32, "
+                               f"{sure.drop_points.level:.0%} {sure.drop_points.shown()}), {(crow.throughput_ratio or 0):.2f}x FP32")
 
 
 def _dev_counts(inp: _Inputs, predictions) -> dict:
