@@ -191,11 +191,12 @@ class ReadingComprehension(PipelineKind):
         return em_score(text, [a.text for a in example.answers]) == 1.0
 
     def metric_parts(self, example, prediction) -> tuple[float, ...]:
-        """(CMRC2018's F1 of the question, 1): ``cmrc_scores``' F1 is their mean (no answer scores 0)."""
+        """(CMRC2018's F1 of the question, 1): ``cmrc_scores``' F1 is their mean (no answer is "", as ``score`` reads
+        it: 0)."""
         from pipeline.reading.metric import f1_score
 
-        text = example.context[prediction[0]:prediction[1]] if prediction else None
-        return (f1_score(text, [a.text for a in example.answers]) if text is not None else 0.0, 1.0)
+        text = example.context[prediction[0]:prediction[1]] if prediction else ""
+        return (f1_score(text, [a.text for a in example.answers]), 1.0)
 
     def metric_of(self, sums: np.ndarray) -> np.ndarray:
         return mean_of(sums)
