@@ -217,21 +217,24 @@ def _models(runs: Path, layout, meta, cfg, tok, data, kind, work: Path) -> dict[
     return models
 
 
-def _row(name: str, path: Path, shipped: bool, scores: dict, timing) -> dict:
+def _row(name: str, path: Path, shipped: bool, scores: dict, timing, drop) -> dict:
+    """``drop``: its interval (``uncertainty.Interval``) in points below ORT FP32."""
     from pipeline.validation.benchmark import path_bytes
 
     vs_fp32, vs_anchor = timing.ratio(name, "ort-fp32"), timing.ratio(name, "anchor")
     return {"form": name, "shipped": shipped, "metric": scores[name], "drop_points": 100 * (scores["ort-fp32"] - scores[name]),
+            "drop_interval": [drop.low, drop.high],
             "sequences_per_s": timing.median(name), "x_fp32": vs_fp32[0], "x_fp32_range": vs_fp32[1:],
             "x_anchor": vs_anchor[0], "x_anchor_range": vs_anchor[1:],
             "anchor_within_noise": timing.within_noise(name, "anchor"), "mb": path_bytes(path) / 2**20}
 
 
 def _table(rows: list[dict], metric: str) -> list[str]:
-    lines = [f"| form | {metric} | drop (pts) | ×FP32 [min–max] | ×anchor [min–max] | MB |", "|---|---|---|---|---|---|"]
+    lines = [f"| form | {metric} | drop (pts) [95%] | ×FP32 [min–max] | ×anchor [min–max] | MB |", "|---|---|---|---|---|---|"]
     for r in rows:
         noise = " (within noise)" if r["anchor_within_noise"] and r["form"] != "anchor" else ""
-        lines.append(f"| {'**' + r['form'] + '** (shipped)' if r['shipped'] else r['form']} | {r['metric']:.4f} | {r['drop_points']:+.2f} | {r['x_fp32']:.2f} "
+        drop = f"{r['drop_points']:+.2f} [{r['drop_interval'][0]:+.2f}, {r['drop_interval'][1]:+.2f}]"
+        lines.append(f"| {'**' + r['form'] + '** (shipped)' if r['shipped'] else r['form']} | {r['metric']:.4f} | {drop} | {r['x_fp32']:.2f} "
                      f"[{r['x_fp32_range'][0]:.2f}–{r['x_fp32_range'][1]:.2f}] | {r['x_anchor']:.2f} "
                      f"[{r['x_anchor_range'][0]:.2f}–{r['x_anchor_range'][1]:.2f}]{noise} | {r['mb']:.1f} |")
     return lines
@@ -265,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.kinds import get_kind
     from pipeline.tokenizer import Tokenizer
     from pipeline.evaluation import interleaved_throughput
+    from pipeline.validation.uncertainty import drops_below
 
     overrides = {"data.dir": str(Path(args.data_dir).resolve())} if args.data_dir else {}
     try:
@@ -294,11 +298,17 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"CPU: {cpu.summary()}; {len(dev)} dev rows; batch {args.batch_size}; {args.rounds} interleaved rounds")
         sessions = {name: _session(name, path, cfg) for name, path in models.items()}
-        scores = {name: evaluate_session(s, dev, 64, desc=f"dev {name}").score.value for name, s in sessions.items()}
+        evs = {name: evaluate_session(s, dev, 64, desc=f"dev {name}") for name, s in sessions.items()}
+        scores = {name: ev.score.value for name, ev in evs.items()}
+        # each form's drop from ORT FP32 with its 95% interval, every form on the same resampled dev examples
+        answers = {name: dev.predictions(ev.outputs) for name, ev in evs.items()}
+        drops = drops_below(kind, dev.examples, answers["ort-fp32"], answers)
         timing = interleaved_throughput(sessions, dev, args.batch_size, rounds=args.rounds, max_batches=args.max_batches)
-        rows = [_row(name, path, name == shipped, scores, timing) for name, path in models.items()]
+        rows = [_row(name, path, name == shipped, scores, timing, drops[name][1]) for name, path in models.items()]
         lines = [f"# make bench TASK={args.task}", "", f"CPU: {cpu.summary()}. Dev rows: {len(dev)}, batch {args.batch_size}, "
-                 f"{args.rounds} interleaved rounds of {args.max_batches} batches; ratios are per-round medians.", "",
+                 f"{args.rounds} interleaved rounds of {args.max_batches} batches; ratios are per-round medians; a "
+                 f"drop's [95%] is the middle of 2000 resamples of the {len(dev.examples)} dev examples, the same for "
+                 "every form.", "",
                  *_table(rows, kind.metric)]
         print("\n".join(lines[4:]))
         _write(Path(args.out) if args.out else runs / "bench.json", lines,

@@ -400,6 +400,11 @@ def _assert_bench_rows(task_yaml: Path, runs: Path, tmp_path: Path, chosen: str,
         arch = shipped[0].split("(")[1].split(",")[0]
         assert not any(n.startswith(f"pruned-{arch}-int8") for n in names), names
     assert rows[shipped[0]]["metric"] == pytest.approx(validated, abs=1e-9)
+    # each drop with its interval on the same draws: FP32 against itself is exactly nothing
+    assert rows["ort-fp32"]["drop_interval"] == [0.0, 0.0]
+    assert all(r["drop_interval"][0] <= r["drop_interval"][1] for r in rows.values())
+    table = out.with_suffix(".md").read_text(encoding="utf-8")
+    assert "| drop (pts) [95%] |" in table and "| ort-fp32 | " in table and " | +0.00 [+0.00, +0.00] | " in table
 
 
 @pytest.mark.slow

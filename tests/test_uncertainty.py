@@ -21,7 +21,7 @@ from pipeline.labeling.metric import chunk_f1
 from pipeline.labeling.readers import LabelingExample
 from pipeline.reading.metric import cmrc_scores
 from pipeline.reading.squad import Answer, QAExample
-from pipeline.validation.uncertainty import dev_uncertainty
+from pipeline.validation.uncertainty import dev_uncertainty, drops_below
 
 
 def _whole(kind, examples, predictions) -> float:
@@ -56,8 +56,12 @@ def test_a_drop_of_35_answers_in_10000_is_as_unsure_as_the_paired_proportions_sa
     assert got.line("accuracy").startswith("95% interval over 2000 resamples of the 10000 dev examples: accuracy [0.4")
     same = dev_uncertainty(kind, examples, fp32, fp32)  # nothing changed: nothing to be unsure of
     assert (same.drop_points.low, same.drop_points.high, same.drop_value) == (0.0, 0.0, 0.0)
-    with pytest.raises(ValueError, match="3 examples, 2 FP32, 3 shipped predictions"):
+    with pytest.raises(ValueError, match="3 examples, but predictions: 2 FP32, 3 shipped"):
         dev_uncertainty(kind, examples[:3], fp32[:2], shipped[:3])
+    # make bench's rows: each form below FP32 on the same draws as validate's
+    rows = drops_below(kind, examples, fp32, {"shipped": shipped, "FP32 again": fp32})
+    assert rows["shipped"][0] == pytest.approx(0.35, abs=1e-9) and rows["shipped"][1] == got.drop_points
+    assert rows["FP32 again"][0] == 0.0 and (rows["FP32 again"][1].low, rows["FP32 again"][1].high) == (0.0, 0.0)
     # the anchor on the same draws: FP32's answers as the anchor's put the shipped form as far below it as below FP32
     both = dev_uncertainty(kind, examples, fp32, shipped, anchor=fp32)
     assert (both.metric, both.drop_points) == (got.metric, got.drop_points)

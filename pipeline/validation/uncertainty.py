@@ -84,20 +84,36 @@ def dev_uncertainty(kind, examples: Sequence, fp32: Sequence, shipped: Sequence,
                     resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED) -> DevUncertainty:
     """Intervals for the shipped form's metric, its drop from FP32 and, with ``anchor``, its distance below the
     anchor (``fp32``, ``shipped``, ``anchor``: ``kind.predictions``, one per example in ``examples``' order)."""
-    forms = [fp32, shipped] + ([anchor] if anchor is not None else [])
-    if not examples or any(len(f) != len(examples) for f in forms):
-        raise ValueError(f"{len(examples)} examples, {len(fp32)} FP32, {len(shipped)} shipped"
-                         + (f" and {len(anchor)} anchor" if anchor is not None else "") + " predictions")
-    parts = [np.array([kind.metric_parts(e, p) for e, p in zip(examples, f)], dtype=np.float64) for f in forms]
-    whole = [float(kind.metric_of(p.sum(axis=0))) for p in parts]
-    resampled = [kind.metric_of(sums) for sums in resampled_sums(parts, resamples, seed)]
-    n = len(examples)
+    forms = {"FP32": fp32, "shipped": shipped, **({"anchor": anchor} if anchor is not None else {})}
+    whole, resampled = metrics_resampled(kind, examples, forms, resamples, seed)
+    n, gap = len(examples), lambda a, b: 100.0 * (a - b)  # noqa: E731
     below = {}
     if anchor is not None:
-        below = {"below_anchor_value": 100.0 * (whole[2] - whole[1]),
-                 "below_anchor_points": _middle(100.0 * (resampled[2] - resampled[1]), level, n)}
-    return DevUncertainty(whole[1], 100.0 * (whole[0] - whole[1]), _middle(resampled[1], level, n),
-                          _middle(100.0 * (resampled[0] - resampled[1]), level, n), **below)
+        below = {"below_anchor_value": gap(whole["anchor"], whole["shipped"]),
+                 "below_anchor_points": _middle(gap(resampled["anchor"], resampled["shipped"]), level, n)}
+    return DevUncertainty(whole["shipped"], gap(whole["FP32"], whole["shipped"]), _middle(resampled["shipped"], level, n),
+                          _middle(gap(resampled["FP32"], resampled["shipped"]), level, n), **below)
+
+
+def drops_below(kind, examples: Sequence, base: Sequence, forms: dict[str, Sequence], *, resamples: int = RESAMPLES,
+                level: float = LEVEL, seed: int = SEED) -> dict[str, tuple[float, Interval]]:
+    """Each of ``forms``' points below ``base`` on the whole dev set and its interval, all on the same draws (``make
+    bench``'s rows against ORT FP32)."""
+    whole, resampled = metrics_resampled(kind, examples, {None: base, **forms}, resamples, seed)
+    return {name: (100.0 * (whole[None] - whole[name]),
+                   _middle(100.0 * (resampled[None] - resampled[name]), level, len(examples))) for name in forms}
+
+
+def metrics_resampled(kind, examples: Sequence, forms: dict, resamples: int, seed: int) -> tuple[dict, dict]:
+    """Each form's metric on the whole dev set, and on every resample ([resamples]), all forms on the same draws
+    (``forms``: a name -> ``kind.predictions``, one per example in ``examples``' order)."""
+    if not examples or any(len(p) != len(examples) for p in forms.values()):
+        raise ValueError(f"{len(examples)} examples, but predictions: "
+                         + ", ".join(f"{len(p)} {name or 'base'}" for name, p in forms.items()))
+    parts = [np.array([kind.metric_parts(e, p) for e, p in zip(examples, f)], dtype=np.float64) for f in forms.values()]
+    sums = resampled_sums(parts, resamples, seed)
+    return ({name: float(kind.metric_of(p.sum(axis=0))) for name, p in zip(forms, parts)},
+            {name: kind.metric_of(s) for name, s in zip(forms, sums)})
 
 
 def resampled_sums(parts: Sequence[np.ndarray], resamples: int, seed: int) -> list[np.ndarray]:
