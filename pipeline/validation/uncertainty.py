@@ -22,6 +22,7 @@ RESAMPLES = 2000
 LEVEL = 0.95
 SEED = 0
 _CHUNK = 100  # resamples drawn at a time: ~30 MB of indices and rows for 10,000 examples
+_BASE = "base"  # drops_below's reference among the forms it resamples
 
 
 @dataclass(frozen=True)
@@ -86,22 +87,23 @@ def dev_uncertainty(kind, examples: Sequence, fp32: Sequence, shipped: Sequence,
     anchor (``fp32``, ``shipped``, ``anchor``: ``kind.predictions``, one per example in ``examples``' order)."""
     forms = {"FP32": fp32, "shipped": shipped, **({"anchor": anchor} if anchor is not None else {})}
     whole, resampled = metrics_resampled(kind, examples, forms, resamples, seed)
-    n, gap = len(examples), lambda a, b: 100.0 * (a - b)  # noqa: E731
+    n = len(examples)
     below = {}
     if anchor is not None:
-        below = {"below_anchor_value": gap(whole["anchor"], whole["shipped"]),
-                 "below_anchor_points": _middle(gap(resampled["anchor"], resampled["shipped"]), level, n)}
-    return DevUncertainty(whole["shipped"], gap(whole["FP32"], whole["shipped"]), _middle(resampled["shipped"], level, n),
-                          _middle(gap(resampled["FP32"], resampled["shipped"]), level, n), **below)
+        below = {"below_anchor_value": _points(whole["anchor"], whole["shipped"]),
+                 "below_anchor_points": _middle(_points(resampled["anchor"], resampled["shipped"]), level, n)}
+    return DevUncertainty(whole["shipped"], _points(whole["FP32"], whole["shipped"]),
+                          _middle(resampled["shipped"], level, n),
+                          _middle(_points(resampled["FP32"], resampled["shipped"]), level, n), **below)
 
 
 def drops_below(kind, examples: Sequence, base: Sequence, forms: dict[str, Sequence], *, resamples: int = RESAMPLES,
                 level: float = LEVEL, seed: int = SEED) -> dict[str, tuple[float, Interval]]:
     """Each of ``forms``' points below ``base`` on the whole dev set and its interval, all on the same draws (``make
     bench``'s rows against ORT FP32)."""
-    whole, resampled = metrics_resampled(kind, examples, {None: base, **forms}, resamples, seed)
-    return {name: (100.0 * (whole[None] - whole[name]),
-                   _middle(100.0 * (resampled[None] - resampled[name]), level, len(examples))) for name in forms}
+    whole, resampled = metrics_resampled(kind, examples, {_BASE: base, **forms}, resamples, seed)
+    return {name: (_points(whole[_BASE], whole[name]),
+                   _middle(_points(resampled[_BASE], resampled[name]), level, len(examples))) for name in forms}
 
 
 def metrics_resampled(kind, examples: Sequence, forms: dict, resamples: int, seed: int) -> tuple[dict, dict]:
@@ -109,7 +111,7 @@ def metrics_resampled(kind, examples: Sequence, forms: dict, resamples: int, see
     (``forms``: a name -> ``kind.predictions``, one per example in ``examples``' order)."""
     if not examples or any(len(p) != len(examples) for p in forms.values()):
         raise ValueError(f"{len(examples)} examples, but predictions: "
-                         + ", ".join(f"{len(p)} {name or 'base'}" for name, p in forms.items()))
+                         + ", ".join(f"{len(p)} {name}" for name, p in forms.items()))
     parts = [np.array([kind.metric_parts(e, p) for e, p in zip(examples, f)], dtype=np.float64) for f in forms.values()]
     sums = resampled_sums(parts, resamples, seed)
     return ({name: float(kind.metric_of(p.sum(axis=0))) for name, p in zip(forms, parts)},
@@ -127,6 +129,11 @@ def resampled_sums(parts: Sequence[np.ndarray], resamples: int, seed: int) -> li
         for p, o in zip(parts, out):
             o[start:start + len(rows)] = p[rows].sum(axis=1)
     return out
+
+
+def _points(a, b):
+    """How many points ``a`` (a fraction, or one per resample) is above ``b``."""
+    return 100.0 * (a - b)
 
 
 def _middle(values: np.ndarray, level: float, examples: int) -> Interval:
