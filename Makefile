@@ -35,7 +35,7 @@ help:
 	@echo "make perf TASK=..    perf_analyzer on the served bundle: served vs the model alone and the platform's floor, CPU by process (py-spy on the stubs: scripts/perf_lab.py)"
 	@echo "make tune TASK=..    engine instances x threads chosen by measurement here; the next make bundle packages with them"
 	@echo "make replicas TASK=.. two servers behind HAProxy, one killed mid-run: failures, p99, answers == offline"
-	@echo "make gate TASK=.. BASELINE=previous/gates.json [BASELINE_PERF=previous/perf.json]   release gate against a previous bundle (accuracy, speed-up, served speed)"
+	@echo "make gate TASK=.. BASELINE=previous/gates.json|previous/<task>/bundle.json [BASELINE_PERF=previous/perf.json]   release gate against a previous bundle (accuracy with its interval, speed-up, served speed)"
 	@echo "make status TASK=..  what has run; make clean TASK=.. removes runs/<task>"
 	@echo "make setup           create $(VENV) from requirements.lock (done automatically)"
 
@@ -82,7 +82,7 @@ loadtest: setup
 # Release gate for CI: fails when accuracy or throughput regressed against a previous bundle's report.  make
 # exits 2 for any failed recipe; `ernie-bundle gate` itself exits 3 for a regression and 2 for bad input.
 gate: setup
-	@test -n "$(BASELINE)" || { echo "error: BASELINE=<previous gates.json or metrics.json> is required"; exit 2; }
+	@test -n "$(BASELINE)" || { echo "error: BASELINE=<previous gates.json, metrics.json or bundle.json> is required"; exit 2; }
 	$(BIN)/ernie-bundle gate --task $(TASK) --baseline $(BASELINE) $(if $(BASELINE_PERF),--baseline-perf $(BASELINE_PERF)) $(ARGS)
 
 # Kubernetes / KServe / Helm output for a packaged bundle (also written by the package stage).

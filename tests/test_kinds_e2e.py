@@ -8,6 +8,8 @@ the offline one and to the validated one, example by example.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import random
 import tempfile
@@ -122,7 +124,7 @@ def _run_bundle(tmp_path: Path, task: dict, extra: dict):
     return task_yaml, runs / task["task"], cfg
 
 
-def _assert_one_selection(runs: Path) -> None:
+def _assert_one_selection(runs: Path, task_yaml: Path) -> None:
     """What compress selected is what validate verified and package shipped (issue 40: validate re-picked)."""
     from pipeline.backends.registry import by_name
 
@@ -146,6 +148,17 @@ def _assert_one_selection(runs: Path) -> None:
     assert sure["metric_value"] == pytest.approx(summary["accuracy"], abs=1e-9), (sure, summary["accuracy"])
     assert sure["drop_value"] == pytest.approx(summary["accuracy_drop_points"], abs=1e-7)
     assert sure["drop_points"]["low"] <= sure["drop_points"]["high"] and sure["drop_points"]["examples"] == changes["examples"]
+    # the bundle carries validate's scores per example: make gate against it as the previous release pairs the two
+    # example by example (each kind's parts through the file: fractions of F1 too), and the same release moved nothing
+    from pipeline.validation.release import main as gate
+
+    kept = (runs.parent.parent / "repo" / runs.name / "example_scores.json").read_text()
+    assert kept == (runs / "validate" / "out" / "example_scores.json").read_text()
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        assert gate(["--task", str(task_yaml), "--baseline", str(runs.parent.parent / "repo" / runs.name / "bundle.json"),
+                     "--runs-dir", str(runs.parent)]) == 0
+    assert (f"95% interval [+0.00, +0.00] over resamples of the {changes['examples']} dev examples both scored: the whole "
+            "interval is within") in said.getvalue(), said.getvalue()
 
 
 def _assert_batch_independent(runs: Path, cfg) -> None:
@@ -236,7 +249,7 @@ def test_ner_bundle_end_to_end(tmp_path, capsys):
     # DynaBERT on a token classifier, judged in ORT and OpenVINO (built, or shown by the speed-first screen unable to win)
     assert _planned(runs) == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}
     _assert_batch_independent(runs, cfg)
-    _assert_one_selection(runs)
+    _assert_one_selection(runs, task_yaml)
     meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
     assert meta["task_type"] == "token_classification" and meta["outputs"][0]["shape"] == [-1, -1, 5]
     metrics = json.loads((runs / "validate" / "out" / "metrics.json").read_text())
@@ -418,7 +431,7 @@ def test_reading_bundle_end_to_end(tmp_path, capsys):
     task_yaml, runs, cfg = _run_bundle(tmp_path, task, {"finetune.epochs": 6, "gates.min_accuracy": 0.0,
                                                          "max_seq_len": 40, "validate.dev_batch_size": 8})
     _assert_batch_independent(runs, cfg)
-    _assert_one_selection(runs)
+    _assert_one_selection(runs, task_yaml)
 
     baseline = json.loads((runs / "finetune-check" / "out" / "baseline.json").read_text())
     assert baseline["metric"] == "f1" and {"em", "f1"} <= set(baseline["metrics"])
@@ -460,7 +473,7 @@ def test_uie_bundle_end_to_end(tmp_path, capsys):
     assert baseline["dev_examples"] == 2 * 60  # every dev text asked both prompts
     assert _planned(runs) == {"fp32", "int8", "ov-int8", "w0.5", "w0.5-int8", "w0.5-ov-int8"}
     _assert_batch_independent(runs, cfg)
-    _assert_one_selection(runs)
+    _assert_one_selection(runs, task_yaml)
     meta = json.loads((runs / "export" / "out" / "meta.json").read_text())
     assert meta["task_type"] == "uie" and meta["uie"]["schema"] == ["姓名", "公司"] and meta["uie"]["doc_stride"] == 8
 

@@ -273,7 +273,7 @@ def test_multi_label_bundle_end_to_end(tmp_path, capsys):
     assert set(baseline["per_label_f1"]) == set(LABEL_NAMES)
     scanned = baseline["micro_f1_by_threshold"]  # what another classification.threshold would give on dev
     assert len(scanned) == 7 and scanned["0.5"] == pytest.approx(baseline["accuracy"], abs=1e-12)
-    _assert_one_selection(runs)
+    _assert_one_selection(runs, task_yaml)
     metrics = json.loads((runs / "validate" / "out" / "metrics.json").read_text())
     assert metrics["summary"]["metric"] == "micro_f1"
 

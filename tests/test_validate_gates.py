@@ -137,6 +137,15 @@ def test_validate_checks_what_ships_by_default(exported, tmp_path, monkeypatch):
     phases = ctx.clock.seconds()
     assert list(phases) == ["inputs", "anchor", "timing", "parity", "grid", "gates"] and min(phases.values()) >= 0
     assert any(line.startswith("[validate] anchor: parity on ") and "(about " in line for line in lines)
+    # each dev example's share of what ships' metric, beside gates.json: make gate pairs releases by it
+    from pipeline.kinds import get_kind
+    from pipeline.validation.release import main as gate, read_scores
+
+    scores = read_scores(out / result.artifacts["example_scores"])
+    assert scores.task == "tiny" and scores.backend == chosen and len(scores.parts) == summary["dev_examples"]
+    assert get_kind(ctx.cfg).metric_of(np.sum(scores.parts, axis=0)) == pytest.approx(summary["accuracy"], abs=1e-12)
+    assert gate(["--task", str(exported["tiny"]["task_yaml"]), "--baseline", str(out / "gates.json"),
+                 "--current", str(out / "metrics.json")]) == 0
 
 
 def test_validate_reads_compress_outputs_of_the_same_files_which_equal_its_own(exported, tmp_path):
@@ -328,6 +337,81 @@ def test_release_gate_against_previous_report(exported, tmp_path, capsys):
         bad = write_report(tmp_path / f"{name}.json", "tiny", acc, ratio)
         assert main(["--task", task, "--baseline", str(bad), "--current", str(cur)]) == 2, name
         assert says in capsys.readouterr().err
+
+
+def write_scores(folder: Path, task_yaml: str, right: list[int], texts: list[str] | None = None) -> Path:
+    """A report (gates.json) and its example_scores.json, as validate writes them, of answers right (1) or wrong (0)
+    on one example each of the tiny task (classification: accuracy, parts (right, 1))."""
+    from pipeline.config import load_task_config
+    from pipeline.data import Example
+    from pipeline.kinds import get_kind
+    from pipeline.validation.release import SCORES_FILE, ExampleScores
+
+    folder.mkdir(parents=True, exist_ok=True)
+    examples = [Example(t, None, 0, where=f"{folder}/dev.tsv:{i}")  # where it was read from is not what it is
+                for i, t in enumerate(texts or [f"text {i}" for i in range(len(right))])]
+    kind = get_kind(load_task_config(task_yaml))
+    ExampleScores.of(kind, "tiny", "onnxruntime-cpu-int8", examples, [0 if r else 1 for r in right]).write(folder / SCORES_FILE)
+    return write_report(folder / "gates.json", "tiny", sum(right) / len(right), 2.0)
+
+
+def test_release_gate_pairs_the_examples_both_releases_scored(exported, tmp_path, capsys):
+    """make gate's accuracy drop gets an interval from the two releases' scores example by example (the same
+    resamples for both), as validate's drop does: what both get wrong cancels, so it is the paired width (here
+    within 0.06 points of the paired-proportion formula's), not the unpaired one, which is three times as wide.
+    The verdict still reads the measured drop; without both files, or over other examples, the gate says why there
+    is no interval; scores that are not their report's, or not scores, are bad input."""
+    import re
+
+    from pipeline.validation.release import main
+
+    task = str(exported["tiny"]["task_yaml"])
+    n, now_wrong, now_right = 2000, 30, 26  # of 2000 examples, 1,400 right either way
+    before = [1] * 1400 + [0] * 600
+    now = list(before)
+    for i in range(now_wrong):
+        now[i] = 0
+    for i in range(1400, 1400 + now_right):
+        now[i] = 1
+    prev, cur = write_scores(tmp_path / "prev", task, before), write_scores(tmp_path / "cur", task, now)
+    assert main(["--task", task, "--baseline", str(prev), "--current", str(cur)]) == 0  # a drop of 0.20: at the limit
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "release_accuracy_drop" in x)
+    low, high = map(float, re.search(r"95% interval \[([-+.\d]+), ([-+.\d]+)\] over resamples of the 2000 dev "
+                                     r"examples both scored: 0.2 points lies inside the interval: this dev set cannot "
+                                     r"tell on which side of the limit the drop from the previous release is", line).groups())
+    b, c = now_wrong / n, now_right / n
+    half = 1.96 * 100 * np.sqrt((b + c - (b - c) ** 2) / n)  # the paired-proportion formula's half-width, points
+    assert abs(low - (0.2 - half)) < 0.06 and abs(high - (0.2 + half)) < 0.06, (low, high, half)
+    unpaired = 1.96 * 100 * np.sqrt(2 * 0.7 * 0.3 / n)
+    assert high - low < unpaired  # 1.45 points against 2.84
+    # the same scores: nothing moved, and the interval says so exactly
+    assert main(["--task", task, "--baseline", str(cur), "--current", str(cur)]) == 0
+    assert "95% interval [+0.00, +0.00] over resamples of the 2000 dev examples both scored: the whole interval is " \
+           "within 0.2 points" in capsys.readouterr().out
+    # other dev examples, or no scores beside a report: the gate gives its verdict and says why there is no interval
+    other = write_scores(tmp_path / "other", task, before, texts=[f"another text {i}" for i in range(n)])
+    assert main(["--task", task, "--baseline", str(other), "--current", str(cur)]) == 0
+    assert "no interval: the releases were scored on different dev examples" in capsys.readouterr().out
+    bare = write_report(tmp_path / "bare.json", "tiny", 0.7, 2.0)
+    assert main(["--task", task, "--baseline", str(bare), "--current", str(cur)]) == 0
+    assert "no interval: no example_scores.json beside the previous report" in capsys.readouterr().out
+    # scores that are not the report's (another release's beside it), or not scores: one line, exit 2
+    (tmp_path / "prev" / "example_scores.json").write_text((tmp_path / "cur" / "example_scores.json").read_text())
+    assert main(["--task", task, "--baseline", str(prev), "--current", str(cur)]) == 2
+    err = capsys.readouterr().err
+    assert "example_scores.json: its parts give task 'tiny' 0.698000, but gates.json beside it says task 'tiny' " \
+           "summary.accuracy 0.700000: not that report's scores" in err and len(err.strip().splitlines()) == 1, err
+    scores = json.loads((tmp_path / "cur" / "example_scores.json").read_text())
+    for parts, says in (([[1, 1], [1]], "parts[1] holds 1 numbers, parts[0] 2"),
+                        ([[1, 1], [-1, 1]], "parts[1] must be numbers >= 0"),
+                        ([[1, "1"]], "parts[0][1] must be a finite number, got '1'"),
+                        ([[1, 10 ** 400]], "parts[0][1] must be a finite number"),
+                        ([], "parts must hold one list of numbers per dev example, got []")):
+        (tmp_path / "prev" / "example_scores.json").write_text(json.dumps({**scores, "parts": parts}))
+        assert main(["--task", task, "--baseline", str(prev), "--current", str(cur)]) == 2, parts
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_thresholds_that_are_not_numbers_are_config_errors(tiny_finetuned):

@@ -13,7 +13,7 @@ Every problem is a ``DataError`` naming ``<path>:<line>`` and the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -26,7 +26,7 @@ class ExtractionExample:
     content: str
     prompt: str
     spans: tuple[tuple[int, int], ...]  # (char start, char end exclusive) into content; sorted, unique
-    source: str = ""  # <path>:<line>, for messages
+    source: str = field(default="", compare=False)  # <path>:<line>, for messages (not what the example is)
 
 
 def read_uie_lines(path: Path) -> list[ExtractionExample]:

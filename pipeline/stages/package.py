@@ -154,6 +154,7 @@ def run(ctx):
         validated=validation.by_form(),
         data_dir=str(cfg.data_dir()) if cfg.data_dir() is not None and cfg.data_dir().is_dir() else "",
         serving_tune=_tune(cfg, ctx),
+        example_scores=ctx.optional_artifact("validate", "example_scores"),
     )
     repo = repository_dir(cfg)
     try:

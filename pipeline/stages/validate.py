@@ -11,7 +11,8 @@ runtimes of ``pipeline.backends.registry`` that can run here too (GPU ones whene
 present); the report names those not checked and how to ask for them.  The shipped form is known before anything is
 measured (``registry.selected_form``: compress's selection, on every route and device): validate verifies, it never
 selects.  Runtimes that cannot run here are recorded ``skipped: <reason>``.  Writes gates.json, metrics.json,
-report.md and accuracy_vs_throughput.png.
+report.md, accuracy_vs_throughput.png, changed.jsonl (the answers compression changed) and example_scores.json (what
+each dev example adds to the shipped form's metric: ``make gate`` pairs it with the previous release's).
 """
 
 from __future__ import annotations
@@ -194,6 +195,7 @@ def run(ctx):
     from pipeline.records import StageResult
     from pipeline.validation import gates as G
     from pipeline.validation.changes import CHANGES_FILE, answer_changes
+    from pipeline.validation.release import SCORES_FILE, ExampleScores
     from pipeline.validation.uncertainty import dev_uncertainty
 
     cfg = ctx.cfg
@@ -222,6 +224,7 @@ def run(ctx):
                                inp.dev.predictions(anchor_ev.outputs))
         ctx.log(f"[validate] {chosen}: {sure.line(inp.kind.metric_label)}; "
                 f"{sure.verdict(cfg.gates.max_accuracy_drop)}")
+        ExampleScores.of(inp.kind, cfg.task, chosen, inp.dev.examples, answers[chosen]).write(ctx.out_dir / SCORES_FILE)
         gate_list = _gates(cfg, crow, inp.reference.score.value, checked.fp32, sure)
         summary = {**_summary(cfg, inp, crow, paired, anchor_ev.score), "checked": checked.as_dict(),
                    "answers_changed": changes.summary(), "accuracy_interval": sure.as_dict(),
@@ -244,7 +247,7 @@ def run(ctx):
                "backends_checked": checked.measured, "not_checked": list(checked.not_checked)}
     return StageResult(metrics=metrics, gate_error=G.failure_message(gate_list),
                        artifacts={"gates": G.GATES_FILE, "report": "report.md", "metrics": METRICS_FILE, "plot": "accuracy_vs_throughput.png",
-                                  "answers_changed": CHANGES_FILE},
+                                  "answers_changed": CHANGES_FILE, "example_scores": SCORES_FILE},
                        message=f"{chosen}: {inp.kind.metric_label} {crow.accuracy:.4f} (drop {crow.accuracy_drop_points:+.2f} pts vs FP32, "
                                f"{sure.drop_points.level:.0%} {sure.drop_points.shown()}), {(crow.throughput_ratio or 0):.2f}x FP32")
 
@@ -490,5 +493,5 @@ STAGE = Stage(
     inputs=inputs,
     run=run,
     check=check,
-    version="13",  # the last bump: the accuracy intervals (resampled dev examples; against FP32 and the anchor); before: git log
+    version="14",  # the last bump: example_scores.json, for make gate's paired interval against the previous release; before: git log
 )

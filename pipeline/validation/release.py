@@ -1,11 +1,16 @@
 """Release gating against a previous bundle: ``make gate TASK=tnews BASELINE=<previous gates.json>``.
 
 Compares the current validate results (``runs/<task>/validate/out/gates.json`` unless ``--current``
-names another) with a previous bundle's ``gates.json`` or ``metrics.json``: it fails (exit 3) when
+names another) with a previous release's ``gates.json`` or ``metrics.json``, or its bundle's ``bundle.json`` (which
+carries gates.json whole, and example_scores.json beside it): it fails (exit 3) when
 accuracy dropped by more than ``gates.release_max_accuracy_drop`` points or the speed-up over FP32 by
 more than ``gates.release_max_throughput_drop`` (a fraction) on the chosen backend.  The speed-up is
 compared, not sentences/s: each report measures its FP32 baseline in the same run, so the ratio holds
-across runs and machines where absolute times on shared, noisy machines do not.  A report of another task than
+across runs and machines where absolute times on shared, noisy machines do not.  The accuracy drop's gate detail
+carries its 95% interval where both reports have the ``example_scores.json`` validate writes beside them (each dev
+example's share of the metric, ``ExampleScores``) and both scored the same examples: the two releases are resampled
+example by example, as validate pairs FP32 and the shipped form, and the detail says where the limit lies against
+the interval (the verdict still reads the measured drop).  A report of another task than
 ``--task`` (gates.json's ``task``, perf.json's served ``model``), or a file that is not a report (hostile JSON
 included: integers no float holds, nesting beyond reason), is bad input (exit 2), one line naming file and field.
 
@@ -27,6 +32,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from types import UnionType
 from typing import Sequence, get_args, get_origin, get_type_hints
+
+import numpy as np
 
 from pipeline.errors import DataError, PipelineError
 from pipeline.validation.gates import Gate, check, failure_message
@@ -103,8 +110,11 @@ def _task_field(path: Path, obj: dict, key: str, what: str) -> str:
 def read_report(path: Path) -> ReportSummary:
     path = Path(path)
     obj = _read_json(path, "report")
+    if isinstance(obj, dict) and isinstance(obj.get("gates"), dict) and "manifest_sha256" in obj:
+        obj = obj["gates"]  # a bundle's bundle.json: validate's gates.json as packaged, whole
     if not isinstance(obj, dict) or "task" not in obj or not isinstance(obj.get("summary"), dict):
-        raise DataError(f"{path}: not an ernie-bundle gates.json/metrics.json (fields 'task' and 'summary' missing)")
+        raise DataError(f"{path}: not an ernie-bundle gates.json/metrics.json/bundle.json (fields 'task' and 'summary' "
+                        "missing)")
     summary = obj["summary"]
     # What each field can hold: the task metric is a fraction (every kind stores one; 99 is a percentage written by
     # hand), the speed-up a positive ratio; NaN or 0 would otherwise pass every comparison.
@@ -128,8 +138,9 @@ def read_report(path: Path) -> ReportSummary:
 
 
 def compare_reports(current: ReportSummary, baseline: ReportSummary, *, max_accuracy_drop: float,
-                    max_throughput_drop: float) -> list[Gate]:
-    """Gates for a release: accuracy drop (points) and relative throughput drop vs the previous bundle."""
+                    max_throughput_drop: float, interval: str = "") -> list[Gate]:
+    """Gates for a release: accuracy drop (points) and relative throughput drop vs the previous bundle; ``interval``:
+    what the drop's interval says (``accuracy_interval``), beside the verdict, which reads the measured drop alone."""
     if current.task != baseline.task:
         raise DataError(f"{baseline.path}: baseline report is for task {_short(baseline.task)}, but the current bundle "
                         f"is task {_short(current.task)}; pass the previous report of the same task")
@@ -138,11 +149,104 @@ def compare_reports(current: ReportSummary, baseline: ReportSummary, *, max_accu
     backends = f"{current.chosen_backend} vs previous {baseline.chosen_backend}"
     return [
         check("release_accuracy_drop", max_accuracy_drop, acc_drop, kind="max", unit=" points",
-              detail=f"{current.accuracy:.4f} vs previous {baseline.accuracy:.4f}; {backends}"),
+              detail=f"{current.accuracy:.4f} vs previous {baseline.accuracy:.4f}; {backends}"
+                     + (f"; {interval}" if interval else "")),
         check("release_throughput_drop", max_throughput_drop, tput_drop, kind="max",
               detail=f"speed-up over FP32 {current.throughput_ratio:.2f}x vs previous {baseline.throughput_ratio:.2f}x "
                      f"({current.sentences_per_s:.0f} vs {baseline.sentences_per_s:.0f} sentences/s, not compared)"),
     ]
+
+
+# -- validate's scores per dev example (example_scores.json): written by validate, read back here ---------------------
+
+SCORES_FILE = "example_scores.json"  # beside gates.json and metrics.json in validate's out folder
+
+
+@dataclass(frozen=True)
+class ExampleScores:
+    """What each dev example added to the shipped form's metric (``PipelineKind.metric_parts``, one row per example,
+    in dev order) and a key of those examples.  Two releases scored on the same examples are compared example by
+    example, as validate compares FP32 and the shipped form: what both get wrong cancels, and the release gate's
+    accuracy drop gets an interval (``uncertainty.parts_below``).  The field names are the JSON's."""
+
+    task: str
+    backend: str  # the shipped form (gates.json's chosen_backend)
+    examples_key: str  # ``examples_key`` of the dev examples scored
+    parts: list[list[float]]
+
+    @classmethod
+    def of(cls, kind, task: str, backend: str, examples: Sequence, predictions: Sequence) -> "ExampleScores":
+        parts = [[int(x) if float(x).is_integer() else float(x) for x in kind.metric_parts(e, p)]
+                 for e, p in zip(examples, predictions, strict=True)]
+        return cls(task, backend, examples_key(examples), parts)
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False), encoding="utf-8")
+
+
+def examples_key(examples: Sequence) -> str:
+    """A hash of the dev examples as scored: their texts and gold answers, in order (not where they were read from:
+    ``Example.where`` and its like compare False, and a dev file moved is the same dev set)."""
+    import hashlib
+
+    def plain(obj):
+        if is_dataclass(obj):
+            return [plain(getattr(obj, f.name)) for f in fields(obj) if f.compare]
+        return [plain(x) for x in obj] if isinstance(obj, (list, tuple)) else obj
+
+    text = json.dumps([plain(e) for e in examples], ensure_ascii=False,
+                      default=lambda x: x.item() if hasattr(x, "item") else str(x))  # a numpy number as its value
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_scores(path: Path) -> ExampleScores:
+    """example_scores.json as an ``ExampleScores``; anything else is bad input, one line naming the file and field."""
+    path = Path(path)
+    obj = _read_json(path, "example scores file")
+    try:
+        scores = _typed(ExampleScores, obj, path, "")
+    except RecursionError:
+        raise DataError(f"{path}: not a JSON example scores file (nested too deep to read)") from None
+    if not scores.parts or not scores.parts[0]:
+        raise DataError(f"{path}: parts must hold one list of numbers per dev example, got {_short(scores.parts)}")
+    width = len(scores.parts[0])
+    for i, row in enumerate(scores.parts):
+        if len(row) != width:
+            raise DataError(f"{path}: parts[{i}] holds {len(row)} numbers, parts[0] {width}: every example's are as many")
+        if min(row) < 0:
+            raise DataError(f"{path}: parts[{i}] must be numbers >= 0 (what the example adds to the metric), got {_short(row)}")
+    return scores
+
+
+def accuracy_interval(kind, current: ReportSummary, baseline: ReportSummary, limit: float) -> str:
+    """What the release's accuracy drop is worth, for its gate's detail: its interval over the dev examples both
+    releases scored, drawn the same for both, and what that says of the verdict (which reads the measured drop
+    alone); or why there is none.  Each report's scores are the example_scores.json beside it."""
+    found = {}
+    for role, report in (("current", current), ("previous", baseline)):
+        path = report.path.parent / SCORES_FILE
+        if not path.is_file():
+            return (f"no interval: no {SCORES_FILE} beside the {role} report (validate writes it beside gates.json "
+                    "from stage version 14; keep it with the report)")
+        scores = read_scores(path)
+        value = float(kind.metric_of(np.asarray(scores.parts, dtype=np.float64).sum(axis=0)))
+        if scores.task != report.task or abs(value - report.accuracy) > 1e-6:
+            raise DataError(f"{path}: its parts give task {_short(scores.task)} {value:.6f}, but {report.path.name} beside "
+                            f"it says task {_short(report.task)} summary.accuracy {report.accuracy:.6f}: not that "
+                            "report's scores (keep the ones validate wrote with it)")
+        found[role] = scores
+    now, before = found["current"], found["previous"]
+    if now.examples_key != before.examples_key:
+        return (f"no interval: the releases were scored on different dev examples ({len(now.parts)} now, "
+                f"{len(before.parts)} before, or as many with other texts or answers)")
+    if len(now.parts[0]) != len(before.parts[0]):
+        return (f"no interval: the releases' metrics add up different numbers per example ({len(now.parts[0])} now, "
+                f"{len(before.parts[0])} before)")
+    from pipeline.validation.uncertainty import parts_below
+
+    _, interval = parts_below(kind, np.asarray(before.parts, dtype=np.float64), np.asarray(now.parts, dtype=np.float64))
+    return (f"{interval.level:.0%} interval {interval.shown()} over resamples of the {interval.examples} dev examples "
+            f"both scored: {interval.verdict(limit, 'the drop from the previous release')}")
 
 
 # -- make perf's record (perf.json): written by serving/tools/perf.py, read back here ---------------------------------
@@ -360,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ernie-bundle gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", required=True, help="task name or YAML (its validate.release_* tolerances are used)")
-    p.add_argument("--baseline", required=True, help="the previous bundle's gates.json or metrics.json")
+    p.add_argument("--baseline", required=True,
+                   help="the previous release's gates.json or metrics.json, or its bundle's bundle.json")
     p.add_argument("--current", help="the current gates.json (default: <runs-dir>/<task>/validate/out/gates.json)")
     p.add_argument("--runs-dir", default=None, help="where stage outputs are (default: ./runs)")
     p.add_argument("--baseline-perf", help="the previous release's make perf JSON: gate the served speed too")
@@ -370,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         from pipeline.config import PROJECT_ROOT, load_task_config, parse_override
+        from pipeline.kinds import get_kind
 
         cfg = load_task_config(args.task, dict(parse_override(o) for o in args.overrides))
         runs = Path(args.runs_dir) if args.runs_dir else PROJECT_ROOT / "runs"
@@ -378,8 +484,12 @@ def main(argv: list[str] | None = None) -> int:
             raise DataError(f"no current report at {current_path}: run the validate stage first (make bundle TASK={args.task})")
         current = read_report(current_path)
         baseline = read_report(Path(args.baseline))
-        gates = compare_reports(current, baseline, max_accuracy_drop=cfg.gates.release_max_accuracy_drop,
-                                max_throughput_drop=cfg.gates.release_max_throughput_drop)
+        limit = cfg.gates.release_max_accuracy_drop
+        # scores are read only for reports of this task (another is refused by name: compare_reports, check_task)
+        interval = (accuracy_interval(get_kind(cfg), current, baseline, limit)
+                    if current.task == baseline.task == cfg.task else "")
+        gates = compare_reports(current, baseline, max_accuracy_drop=limit,
+                                max_throughput_drop=cfg.gates.release_max_throughput_drop, interval=interval)
         check_task(cfg.task, current.task, current.path, "the current report")  # both the same task: compare_reports
         if args.baseline_perf:
             current_perf = Path(args.current_perf) if args.current_perf else runs / cfg.task / "perf.json"

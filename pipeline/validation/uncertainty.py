@@ -41,6 +41,15 @@ class Interval:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def verdict(self, limit: float, what: str = "the drop") -> str:
+        """What the interval of a drop (points) says of a gate's verdict on it, ``limit`` points at most."""
+        points = f"{limit:g} point" + ("" if limit == 1 else "s")
+        if self.high <= limit:
+            return f"the whole interval is within {points}"
+        if self.low > limit:
+            return f"the whole interval is over {points}"
+        return f"{points} lies inside the interval: this dev set cannot tell on which side of the limit {what} is"
+
 
 @dataclass(frozen=True)
 class DevUncertainty:
@@ -73,12 +82,7 @@ class DevUncertainty:
 
     def verdict(self, limit: float) -> str:
         """What the interval says of ``gates.max_accuracy_drop``'s verdict."""
-        d, points = self.drop_points, f"{limit:g} point" + ("" if limit == 1 else "s")
-        if d.high <= limit:
-            return f"the whole interval is within {points}"
-        if d.low > limit:
-            return f"the whole interval is over {points}"
-        return f"{points} lies inside the interval: this dev set cannot tell on which side of the limit the drop is"
+        return self.drop_points.verdict(limit)
 
 
 def dev_uncertainty(kind, examples: Sequence, fp32: Sequence, shipped: Sequence, anchor: Sequence | None = None, *,
@@ -104,6 +108,16 @@ def drops_below(kind, examples: Sequence, base: Sequence, forms: dict[str, Seque
     whole, resampled = metrics_resampled(kind, examples, {_BASE: base, **forms}, resamples, seed)
     return {name: (_points(whole[_BASE], whole[name]),
                    _middle(_points(resampled[_BASE], resampled[name]), level, len(examples))) for name in forms}
+
+
+def parts_below(kind, base: np.ndarray, parts: np.ndarray, *, resamples: int = RESAMPLES, level: float = LEVEL,
+                seed: int = SEED) -> tuple[float, Interval]:
+    """How many points ``parts`` scores below ``base`` on the whole dev set, and its interval: each a form's
+    ``kind.metric_parts`` of the same examples in the same order ([N, k]), drawn the same (``make gate``: the
+    previous release against this one)."""
+    sums = resampled_sums([base, parts], resamples, seed)
+    return (float(_points(kind.metric_of(base.sum(axis=0)), kind.metric_of(parts.sum(axis=0)))),
+            _middle(_points(kind.metric_of(sums[0]), kind.metric_of(sums[1])), level, len(base)))
 
 
 def metrics_resampled(kind, examples: Sequence, forms: dict, resamples: int, seed: int) -> tuple[dict, dict]:

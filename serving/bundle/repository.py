@@ -12,6 +12,7 @@
       <task>_postprocess/config.pbtxt, 1/{model.py, bundle_integrity.py, model_support.py, served_metrics.py, labels.json}
       kubernetes.yaml, kserve.yaml         deployment manifests (package stage; serving.bundle.manifests)
       grafana-dashboard.json               the Deployment's Grafana dashboard (serving.bundle.monitoring)
+      example_scores.json                  validate's scores per dev example (make gate pairs releases by them)
 
 Token classification / reading comprehension bundles (meta.json "task_type") have the same four
 models with other python models (serving/kinds/<kind>/models/) and, next to them, verbatim copies
@@ -46,6 +47,7 @@ from typing import Any
 from pipeline.backends.registry import ServedEngine, own_forms, served_engine, served_engine_of_form, served_engines
 from pipeline.contract import META_FILE, ExportLayout, TaskKind, form, read_meta
 from pipeline.errors import ModelError
+from pipeline.validation.release import SCORES_FILE
 from serving.bundle import fastdeploy_api, model_io, requirements
 from serving.bundle.config import FASTDEPLOY, TRITON_ORT, DeployConfig, PackageConfig
 from serving.bundle.kinds import BundleKind, all_configs, bundle_kind, check_api, fused_kinds
@@ -127,6 +129,9 @@ class Provenance:
     validated: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The serving settings make tune measured for this bundle on this CPU (serving.bundle.serving_tune), if any
     serving_tune: Any = None
+    # validate's example_scores.json (each dev example's share of the shipped form's metric), carried into the bundle
+    # so that `make gate BASELINE=<previous bundle>/bundle.json` pairs the releases by example
+    example_scores: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -642,6 +647,10 @@ def model_card(task: str, pc: PackageConfig, meta: dict, choice: ModelChoice, pr
         lines.append("No validation metrics were available when this bundle was packaged.")
     if prov.gates:
         lines += ["", "## Gates", "```json", json.dumps(prov.gates, indent=2, ensure_ascii=False), "```"]
+    if prov.example_scores is not None:
+        lines += ["", f"`{SCORES_FILE}` holds each dev example's share of the metric above. The next release's gate, "
+                      f"`make gate TASK={task} BASELINE=<this folder>/bundle.json`, compares the two example by "
+                      "example and gives the accuracy drop's 95% interval."]
     lines += [
         "", "## Using it",
         "```",
@@ -771,6 +780,8 @@ def write_repository(
     try:
         _build(tmp, task, exported, pc, meta, choice)
         (tmp / "README.md").write_text(model_card(task, pc, meta, choice, prov, deploy), encoding="utf-8")
+        if prov.example_scores is not None:
+            shutil.copyfile(prov.example_scores, tmp / SCORES_FILE)
         deployment, memory = _deploy_manifests(tmp, task, pc, deploy, meta, prov) if deploy is not None else (None, None)
         manifest = _manifest(tmp, task, pc, meta, choice, prov, deployment, settings, memory)
         (tmp / integrity.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
