@@ -334,7 +334,8 @@ def test_the_alerts_hold_the_served_counters_to_the_bundles_own_numbers():
                for r in got.values())
     assert got["ErnieBundleServerFaults"]["expr"] == f"sum(increase(ernie_bundle_failed_requests_total{{{sel}}}[5m])) > 0"
     refused = got["ErnieBundleRequestsRefused"]["expr"]
-    assert refused.startswith(f"sum(rate(ernie_bundle_refused_requests_total{{{sel}}}[15m])) / ") and refused.endswith("> 0.05")
+    assert refused.startswith(f"sum(rate(ernie_bundle_refused_requests_total{{{sel}}}[15m])) / ") and refused.endswith(
+        f"> 0.05 and on () sum(increase(ernie_bundle_refused_requests_total{{{sel}}}[15m])) >= 10")
     assert f'nv_inference_request_failure{{{sel},model="tnews"}}' in refused
     share, least = got["ErnieBundleTextsCut"]["expr"].split(" and on () ")
     assert share.endswith(f'nv_inference_count{{{sel},model="tnews"}}[1h])) > 0.06') and least.endswith(">= 300")

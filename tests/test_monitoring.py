@@ -139,6 +139,15 @@ def test_the_alerts_fire_on_what_they_name_and_only_then(tmp_path):
                  {"10m": set(), "40m": {"ErnieBundleRequestsRefused"}, "3h": {"ErnieBundleRequestsRefused"}}),
         Scenario("refusals at 3% of requests: nothing", [*pod(PODS[0], (180, replace(LIKE_DEV, answered=56.4, refused=3.6))),
                                                          *pod(PODS[1], (180, LIKE_DEV))], quiet),
+        # on a trickle of 4 requests a minute, 10% refused is 6 in 15 minutes: a client's slip, not yet a warning;
+        # 12% of 6 a minute is 10.8, over the 10 the alert waits for
+        Scenario("refusals at 10% of a trickle, 6 in 15 minutes: nothing",
+                 pod(PODS[0], (180, replace(LIKE_DEV, answered=3.6, refused=0.4, texts=36, cut=0.36,
+                                            answers=(("体育", 7.2), (QUOTED, 10.8), ("其他", 18))))), quiet),
+        Scenario("refusals at 12% of a trickle, 10.8 in 15 minutes",
+                 pod(PODS[0], (180, replace(LIKE_DEV, answered=5.28, refused=0.72, texts=52.8, cut=0.528,
+                                            answers=(("体育", 10.56), (QUOTED, 15.84), ("其他", 26.4))))),
+                 {"10m": set(), "40m": {"ErnieBundleRequestsRefused"}, "3h": {"ErnieBundleRequestsRefused"}}),
         # one request fails on the server at minute 90: critical at once, for the 5 minutes it is in the window
         Scenario("a server fault", [*pod(PODS[0], (180, LIKE_DEV)),
                                     *pod(PODS[1], (90, LIKE_DEV), (1, replace(LIKE_DEV, failed=1)), (89, LIKE_DEV))],

@@ -341,6 +341,7 @@ def chart_values(task: str, bundle: dict, bundle_bytes: int, cfg: DeployConfig) 
                             "queueTimeMetric": cfg.queue_time_metric},
             "monitoring": {"enabled": True, "interval": ServiceMonitor.interval,
                            "alerts": {"model": alerts.model, "refusedShare": alerts.refused_share,
+                                      "refusedMinRequests": alerts.refused_min_requests,
                                       "truncatedShare": alerts.truncated_share, "truncatedWhat": alerts.truncated_what,
                                       "truncatedMinItems": alerts.truncated_min_items,
                                       "answerMix": alerts.answer_mix,

@@ -22,12 +22,16 @@ from typing import Any
 
 from serving.bundle.config import DeployConfig
 
-# The alerts' thresholds (a share of requests, a share of texts served): refusals above REFUSED_SHARE for 15 minutes;
+# The alerts' thresholds (a share of requests, a share of texts served): refusals above REFUSED_SHARE for 15 minutes,
+# once the window holds REFUSED_MIN_REQUESTS of them;
 # texts cut to max_seq_len above twice dev's share, and at least TRUNCATED_FLOOR, for 30 minutes, once an hour holds
 # enough texts that chance stays under it (``truncated_min_items``, at least TRUNCATED_MIN_ITEMS); the answers' mix
 # (deploy.answer_drift) once an hour holds enough answers that sampling alone moves dev's mix by half the threshold
 # (``drift_min_answers``; at least DRIFT_MIN_ANSWERS), on at most DRIFT_MAX_LABELS labels (the expression names each).
 REFUSED_SHARE = 0.05
+# a client that keeps sending what is refused, not one mistaken request on a trickle (one of 10 requests is 10%, and
+# stays in the window its 15 minutes)
+REFUSED_MIN_REQUESTS = 10
 TRUNCATED_FLOOR = 0.01
 TRUNCATED_MIN_ITEMS = 100
 DRIFT_MIN_ANSWERS = 1000
@@ -90,6 +94,7 @@ class Alerts:
 
     model: str
     refused_share: str = _share_text(REFUSED_SHARE)
+    refused_min_requests: int = REFUSED_MIN_REQUESTS
     truncated_share: str = ""
     dev_truncated_share: str = ""
     truncated_what: str = TRUNCATED_WHAT
@@ -233,9 +238,12 @@ class PrometheusRule:
                              "description": "ernie_bundle_failed_requests_total rose: the server log (the pod's) "
                                             "says why."}},
             {"alert": "ErnieBundleRequestsRefused",
-             "expr": f"{q.refused_share('15m')} > {self.alerts.refused_share}",
+             "expr": (f"{q.refused_share('15m')} > {self.alerts.refused_share} and on () "
+                      f"{q.total('ernie_bundle_refused_requests_total', '15m', fn='increase')} >= "
+                      f"{self.alerts.refused_min_requests}"),
              "for": "15m", "labels": {"severity": "warning", **where},
-             "annotations": {"summary": f"{self.name}: over {self.alerts.refused_share} of requests refused as sent",
+             "annotations": {"summary": f"{self.name}: over {self.alerts.refused_share} of requests refused as sent "
+                                        f"({self.alerts.refused_min_requests} or more in 15 minutes)",
                              "description": "Clients send what the bundle refuses (empty, not UTF-8, too long, too "
                                             "many texts): the refusal names the field."}},
             {"alert": "ErnieBundleAtCapacity",
@@ -320,7 +328,8 @@ class Dashboard:
                   (("answered", q.total("nv_inference_request_success", w, True)),
                    ("refused", q.total("ernie_bundle_refused_requests_total", w)),
                    ("failed on the server", q.total("ernie_bundle_failed_requests_total", w)))),
-            Panel("Refused, share of requests", "ErnieBundleRequestsRefused fires above the line for 15 minutes.",
+            Panel("Refused, share of requests", "ErnieBundleRequestsRefused fires above the line for 15 minutes, once "
+                  f"{self.alerts.refused_min_requests} or more are refused in them.",
                   "percentunit", (("refused", q.refused_share(w)), ("alert", f"vector({self.alerts.refused_share})"))),
             Panel("Texts a second", "Texts (pairs) the model clients call was sent, batched or not.", "short",
                   (("texts", q.total("nv_inference_count", w, True)),)),
