@@ -11,7 +11,7 @@ import math
 import sys
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -101,10 +101,16 @@ class StepEstimate:
     """One line, once, after the first steps of a long loop: how many steps, the seconds per step measured over
     ``after`` steps (the first ``skip`` left out: they build kernels and warm caches), and about how long all of them
     take.  Call ``step()`` as each step starts.  ``cap``: ``total`` is a most (the loop may stop earlier), said as
-    such."""
+    such.  ``costs``: each of the ``total`` steps' work in the order they run, named ``cost_name`` (training: its
+    batch's padded tokens); the measured seconds are then spread by work, not by count, since a few length-bucketed
+    batches can be far shorter or longer than the loop's mean (MEASUREMENTS.md, "How long make bundle takes")."""
 
-    def __init__(self, what: str, total: int, log: Callable[[str], None], *, after: int = 5, skip: int = 1, cap: str = ""):
+    def __init__(self, what: str, total: int, log: Callable[[str], None], *, after: int = 5, skip: int = 1, cap: str = "",
+                 costs: Sequence[float] | None = None, cost_name: str = "work"):
         self.what, self.total, self.log, self.after, self.skip, self.cap = what, total, log, after, skip, cap
+        self.cost_name = cost_name
+        # a plan of another length than the loop's (it cannot be one of these steps' work) is not used
+        self.costs = list(costs) if costs is not None and len(costs) == total else None
         self.started = 0
         self._t0: float | None = None
         self.per_step: float | None = None
@@ -116,9 +122,17 @@ class StepEstimate:
         if self.started == self.skip + 1:
             self._t0 = time.monotonic()
         elif self._t0 is not None and self.started == self.skip + 1 + self.after:
-            self.per_step = (time.monotonic() - self._t0) / self.after
-            left = self.total - self.started + 1
+            seconds = time.monotonic() - self._t0
+            done = self.started - 1  # steps begun before this one
+            measured = self.costs[self.skip:done] if self.costs else None
+            if measured and sum(measured) > 0:
+                per_work = seconds / sum(measured)
+                self.per_step = per_work * sum(self.costs) / self.total
+                left_s, how = per_work * sum(self.costs[done:]), f", scaled by each step's {self.cost_name}"
+            else:
+                self.per_step = seconds / self.after
+                left_s, how = self.per_step * (self.total - done), ""
             most = "at most " if self.cap else ""
             self.log(f"{self.what}: {most}{self.total} steps x {self.per_step:.2f} s/step (measured over steps "
-                     f"{self.skip + 1}-{self.skip + self.after}): {most or 'about '}{duration(self.per_step * self.total)} "
-                     f"in all, {duration(self.per_step * left)} left" + (f" ({self.cap})" if self.cap else ""))
+                     f"{self.skip + 1}-{self.skip + self.after}{how}): {most or 'about '}{duration(self.per_step * self.total)} "
+                     f"in all, {duration(left_s)} left" + (f" ({self.cap})" if self.cap else ""))

@@ -28,7 +28,7 @@ from pipeline.errors import ModelError
 from pipeline.evaluation import Evaluation, evaluate_dygraph
 from pipeline.kinds.base import FeatureSet
 from pipeline.progress import log as _log
-from pipeline.progress import progress
+from pipeline.progress import StepEstimate, progress
 
 
 @dataclass
@@ -84,6 +84,17 @@ def plan_steps(num_examples: int, batch_size: int, epochs: int, max_steps: int) 
         return StepPlan(math.ceil(max_steps / per_epoch), max_steps)
     epochs = max(1, epochs)
     return StepPlan(epochs, per_epoch * epochs)
+
+
+def planned_tokens(train: FeatureSet, batch_size: int, seed: int, plan: StepPlan, start: int = 0) -> list[int]:
+    """Padded tokens (items x widest item) of each step ``start``.. of ``plan``, in ``train_loop``'s batch order: the
+    work a step does, for an estimate of how long the steps take."""
+    lengths, tokens = train.lengths(), []
+    for epoch in range(plan.epochs):
+        if len(tokens) >= plan.total_steps:
+            break
+        tokens += [len(idx) * int(lengths[idx].max(initial=0)) for idx in train_batch_order(train, batch_size, seed, epoch)]
+    return tokens[start:plan.total_steps]
 
 
 def make_optimizer(model, learning_rate: float, total_steps: int, warmup_ratio: float = 0.0, weight_decay: float = 0.0):
@@ -271,8 +282,12 @@ def finetune(
     if resumed_from:
         log(f"resuming fine-tune from step {state.step}/{total_steps} (epoch {state.epoch + 1}, best dev acc {state.best_accuracy:.4f})")
     kind = train.kind
+    # the estimate counts the steps; each epoch's dev evaluation and the checkpoints come on top
+    estimate = StepEstimate("fine-tune", total_steps - resumed_from, log, cost_name="padded tokens",
+                            costs=planned_tokens(train, cfg.batch_size, cfg.seed, StepPlan(cfg.epochs, total_steps), resumed_from))
 
     def step_loss(b):
+        estimate.step()  # each training step computes its loss once, first
         logits = model(paddle.to_tensor(b.input_ids), token_type_ids=paddle.to_tensor(b.token_type_ids))
         return kind.loss(logits, b, train.pad_id)
 

@@ -981,6 +981,29 @@ def test_step_estimate_says_once_how_long_after_the_warm_up_steps(monkeypatch):
                         "7m28s left (it may stop earlier)")  # 897 steps left: the 4th has just started
 
 
+def test_step_estimate_spreads_the_measured_seconds_by_each_steps_work(monkeypatch):
+    """Steps 2-3 are short batches (1 unit of work each, 0.5 s per unit): counted by steps the loop would be 8 x 0.5 s;
+    spread by work it is 17 units, 8.5 s, and the 5 steps not begun yet 10 units, 5 s."""
+    from pipeline import progress
+
+    clock, lines = _Clock(), []
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    costs = [5, 1, 1, 2, 2, 2, 2, 2]
+    est = progress.StepEstimate("distillation", 8, lines.append, after=2, skip=1, costs=costs, cost_name="padded tokens")
+    for work in costs[:4]:
+        est.step()
+        clock.now += 30.0 if work == 5 else 0.5 * work  # the first step builds kernels: left out
+    assert lines == ["distillation: 8 steps x 1.06 s/step (measured over steps 2-3, scaled by each step's padded "
+                     "tokens): about 8.5s in all, 5.0s left"]
+    # a plan that is not this loop's (another number of steps) is not used: counted by steps
+    lines.clear()
+    est = progress.StepEstimate("distillation", 8, lines.append, after=2, skip=1, costs=[1, 2, 3])
+    for _ in range(4):
+        est.step()
+        clock.now += 0.5
+    assert est.per_step == 0.5 and "scaled" not in lines[0]
+
+
 # -- pipeline/batching.py --------------------------------------------------------------------------------------------
 def _feature_set(lengths):
     from pipeline.kinds.base import Feature, FeatureSet

@@ -15,6 +15,7 @@ from pipeline.ernie_models import HEAD_SIZE_KEY
 from pipeline.modeling import load_classifier
 from pipeline.errors import ConfigError, ModelError
 from pipeline.evaluation import evaluate_dygraph
+from pipeline import progress
 from pipeline.tokenizer import Tokenizer
 
 from conftest import features
@@ -157,10 +158,18 @@ def test_importance_keeps_the_heads_that_matter(tiny_model_copy, splits):
     assert kl["best"] < kl["worst"], kl
 
 
-def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, splits):
+def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, splits, monkeypatch):
     import paddle
 
+    from pipeline.kinds.base import FeatureSet
+
     train, dev = splits
+    estimates, trained = [], []  # the work the estimate was told each step does; the batches the steps trained on
+    monkeypatch.setattr(dynabert, "StepEstimate",
+                        lambda *a, **kw: estimates.append(kw["costs"]) or progress.StepEstimate(*a, **kw))
+    batch = FeatureSet.batch
+    monkeypatch.setattr(FeatureSet, "batch",
+                        lambda fs, idx: (b := batch(fs, idx), trained.append(b.input_ids.size) if fs is train else None)[0])
     teacher = load_classifier(tiny_model_copy, 3)
     t_logits = _logits(teacher, dev)
     paddle.seed(0)
@@ -174,11 +183,13 @@ def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, spl
     assert acc >= 0.9
     epochs = [line for line in lines if "held-out accuracy" in line]
     assert len(epochs) == 2 and len(lines) == 3  # one line per epoch, and the estimate before the first
-    estimate = re.fullmatch(r"dynabert: distillation: (\d+) steps x (\d+\.\d+) s/step \(measured over steps 2-6\): "
-                            r"about \S+ in all, \S+ left", lines[0])
+    estimate = re.fullmatch(r"dynabert: distillation: (\d+) steps x (\d+\.\d+) s/step \(measured over steps 2-6, scaled "
+                            r"by each step's padded tokens\): about \S+ in all, \S+ left", lines[0])
     from pipeline.training import plan_steps
 
     assert estimate and int(estimate[1]) == plan_steps(len(train), 16, 2, 40).total_steps, lines[0]
+    # the estimate's plan is the work of the very batches trained, across the epoch boundary (two epochs of 40 steps)
+    assert estimates[0] == trained and len(trained) == 40 and len(set(trained)) > 1
 
 
 def test_distillation_stops_when_held_out_stops_improving(tiny_model_copy, splits):

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -308,6 +309,11 @@ def test_kill_9_mid_finetune_resumes(tiny_task, tmp_path):
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resuming fine-tune from step" in done.stdout
+    # the estimate line counts the steps still to train, from the checkpoint on
+    resumed = re.search(r"resuming fine-tune from step (\d+)/(\d+)", done.stdout)
+    estimate = re.search(r"fine-tune: (\d+) steps x \d+\.\d+ s/step \(measured over steps 2-6, scaled by each step's padded "
+                         r"tokens\): about \S+ in all", done.stdout)
+    assert estimate and int(estimate[1]) == int(resumed[2]) - int(resumed[1]), done.stdout[-2000:]
     rec = read_record(sdir)
     assert rec.status.value == "OK" and rec.metrics["resumed_from_step"] >= 40
     assert not list(sdir.glob(".tmp-*")) and not (sdir / "work").exists()

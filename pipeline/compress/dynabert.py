@@ -43,7 +43,7 @@ import numpy as np
 from pipeline.batching import eval_batch_order, iter_batches
 from pipeline.ernie_models import narrow_attention, narrow_ffn, prune_config
 from pipeline.modeling import load_classifier
-from pipeline.training import CheckpointDir, Plateau, make_optimizer, plan_steps, train_loop
+from pipeline.training import CheckpointDir, Plateau, make_optimizer, plan_steps, planned_tokens, train_loop
 from pipeline.kinds.base import FeatureSet
 from pipeline.errors import ConfigError, ModelError
 from pipeline.modeling import LABELS_FILE, VOCAB_FILE, inspect_model
@@ -232,7 +232,9 @@ def distill(
     cap = (f"it stops once {plateau.patience} held-out checks every {plateau.eval_steps} steps gain no more than "
            f"{100 * plateau.min_delta:g} points"
            if plateau is not None else "")
-    estimate = StepEstimate(f"{desc}: distillation", plan.total_steps - (state.step if state else 0), log, cap=cap)
+    start = state.step if state else 0
+    estimate = StepEstimate(f"{desc}: distillation", plan.total_steps - start, log, cap=cap, cost_name="padded tokens",
+                            costs=planned_tokens(train, schedule.batch_size, schedule.seed, plan, start))
 
     def step_loss(b):
         estimate.step()  # each training step computes its loss once, first
