@@ -50,6 +50,23 @@ def _optimized_ops(model_dir, tmp_path, precision):
     return counts
 
 
+def test_a_predictor_run_leaves_dygraph_its_threads(tiny, monkeypatch):
+    """A oneDNN predictor's run sets the calling thread's OpenMP and MKL to one thread; dygraph (training after an
+    evaluation in the same process) would run on one core.  The session puts back OMP_NUM_THREADS."""
+    import ctypes
+    import os
+
+    import paddle
+
+    libs = os.path.join(os.path.dirname(paddle.__file__), "libs")
+    omp, mkl = ctypes.CDLL(os.path.join(libs, "libiomp5.so")), ctypes.CDLL(os.path.join(libs, "libmklml_intel.so"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    paddle.base.core.set_num_threads(2)
+    enc = tiny["tok"].encode(["球赛冠军队员比分"])
+    session(tiny["static"]).run(enc.input_ids, enc.token_type_ids)
+    assert (omp.omp_get_max_threads(), mkl.MKL_Get_Max_Threads()) == (2, 2)
+
+
 @pytest.mark.parametrize("dtype", ["int64", "int32"])
 def test_export_matches_dygraph(tiny, dtype):
     import paddle

@@ -221,6 +221,13 @@ def test_finetuned_model_passes_through_without_training(tiny_finetuned, tmp_pat
     assert rec.metrics["trained"] == 0 and rec.artifacts["model_dir"] == str(tiny_finetuned["model_dir"])
     base = json.loads((tmp_path / "r" / "tiny" / "finetune-check" / "out" / "baseline.json").read_text())
     assert base["accuracy"] == json.loads(tiny_finetuned["baseline"].read_text())["accuracy"]
+    # finetune-check evaluated this model itself: the logits of fine-tune's own evaluation, and nothing left behind
+    import numpy as np
+
+    check = tmp_path / "r" / "tiny" / "finetune-check"
+    np.testing.assert_allclose(np.load(check / "out" / "dev_logits.npy"),
+                               np.load(tiny_finetuned["baseline"].parent / "dev_logits.npy"), atol=1e-5, rtol=0)
+    assert sorted(p.name for p in check.iterdir()) == ["out", "record.json"]
 
 
 def test_finetune_check_reuses_the_fine_tune_s_own_dev_outputs_only_when_they_are_these_weights(tiny_task, tmp_path, capsys):
