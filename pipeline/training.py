@@ -93,8 +93,16 @@ def planned_tokens(train: FeatureSet, batch_size: int, seed: int, plan: StepPlan
     for epoch in range(plan.epochs):
         if len(tokens) >= plan.total_steps:
             break
-        tokens += [len(idx) * int(lengths[idx].max(initial=0)) for idx in train_batch_order(train, batch_size, seed, epoch)]
+        tokens += [len(idx) * int(lengths[idx].max()) for idx in train_batch_order(train, batch_size, seed, epoch)]
     return tokens[start:plan.total_steps]
+
+
+def step_estimate(what: str, train: FeatureSet, batch_size: int, seed: int, plan: StepPlan, start: int,
+                  log: Callable[[str], None], cap: str = "") -> StepEstimate:
+    """The estimate line for ``train_loop``'s steps ``start``.. of ``plan``, spread by each batch's padded tokens;
+    held-out or dev evaluations and checkpoints come on top."""
+    return StepEstimate(what, plan.total_steps - start, log, cap=cap, cost_name="padded tokens",
+                        costs=planned_tokens(train, batch_size, seed, plan, start))
 
 
 def make_optimizer(model, learning_rate: float, total_steps: int, warmup_ratio: float = 0.0, weight_decay: float = 0.0):
@@ -282,9 +290,7 @@ def finetune(
     if resumed_from:
         log(f"resuming fine-tune from step {state.step}/{total_steps} (epoch {state.epoch + 1}, best dev acc {state.best_accuracy:.4f})")
     kind = train.kind
-    # the estimate counts the steps; each epoch's dev evaluation and the checkpoints come on top
-    estimate = StepEstimate("fine-tune", total_steps - resumed_from, log, cost_name="padded tokens",
-                            costs=planned_tokens(train, cfg.batch_size, cfg.seed, StepPlan(cfg.epochs, total_steps), resumed_from))
+    estimate = step_estimate("fine-tune", train, cfg.batch_size, cfg.seed, StepPlan(cfg.epochs, total_steps), resumed_from, log)
 
     def step_loss(b):
         estimate.step()  # each training step computes its loss once, first

@@ -161,11 +161,12 @@ def test_importance_keeps_the_heads_that_matter(tiny_model_copy, splits):
 def test_distillation_moves_the_student_towards_the_teacher(tiny_model_copy, splits, monkeypatch):
     import paddle
 
+    from pipeline import training
     from pipeline.kinds.base import FeatureSet
 
     train, dev = splits
     estimates, trained = [], []  # the work the estimate was told each step does; the batches the steps trained on
-    monkeypatch.setattr(dynabert, "StepEstimate",
+    monkeypatch.setattr(training, "StepEstimate",
                         lambda *a, **kw: estimates.append(kw["costs"]) or progress.StepEstimate(*a, **kw))
     batch = FeatureSet.batch
     monkeypatch.setattr(FeatureSet, "batch",

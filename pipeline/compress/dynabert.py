@@ -43,11 +43,11 @@ import numpy as np
 from pipeline.batching import eval_batch_order, iter_batches
 from pipeline.ernie_models import narrow_attention, narrow_ffn, prune_config
 from pipeline.modeling import load_classifier
-from pipeline.training import CheckpointDir, Plateau, make_optimizer, plan_steps, planned_tokens, train_loop
+from pipeline.training import CheckpointDir, Plateau, make_optimizer, plan_steps, step_estimate, train_loop
 from pipeline.kinds.base import FeatureSet
 from pipeline.errors import ConfigError, ModelError
 from pipeline.modeling import LABELS_FILE, VOCAB_FILE, inspect_model
-from pipeline.progress import StepEstimate, progress
+from pipeline.progress import progress
 
 COPIED_FILES = (VOCAB_FILE, "tokenizer_config.json", "special_tokens_map.json", LABELS_FILE)
 LAMBDA_DISTILL = 0.1  # weight of the hidden-state MSE, as upstream's DistillConfig(lambda_distill=0.1)
@@ -232,9 +232,8 @@ def distill(
     cap = (f"it stops once {plateau.patience} held-out checks every {plateau.eval_steps} steps gain no more than "
            f"{100 * plateau.min_delta:g} points"
            if plateau is not None else "")
-    start = state.step if state else 0
-    estimate = StepEstimate(f"{desc}: distillation", plan.total_steps - start, log, cap=cap, cost_name="padded tokens",
-                            costs=planned_tokens(train, schedule.batch_size, schedule.seed, plan, start))
+    estimate = step_estimate(f"{desc}: distillation", train, schedule.batch_size, schedule.seed, plan,
+                             state.step if state else 0, log, cap)
 
     def step_loss(b):
         estimate.step()  # each training step computes its loss once, first

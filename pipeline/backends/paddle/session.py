@@ -15,6 +15,7 @@ from the dev lengths; ``gpu_missing`` says why it cannot run here, and validate 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -72,6 +73,13 @@ class Session:
         self.input_dtype = program_input_dtype(self.model_dir)
         self._np_dtype = np.int32 if self.input_dtype == "int32" else np.int64
         self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+        # A oneDNN predictor's run leaves the calling thread's OpenMP and MKL at one thread, and Paddle's dygraph runs
+        # on them: training after a Paddle session's evaluation in the same process ran on one core of two (TNEWS's
+        # distillation 1.28 s a step against 0.85).  Each run puts back the count this process runs with
+        # (OMP_NUM_THREADS, pipeline.env).
+        from paddle.base import core
+
+        self._give_back_threads = functools.partial(core.set_num_threads, int(os.environ.get("OMP_NUM_THREADS", "1")))
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
         for name, value in (("input_ids", input_ids), ("token_type_ids", token_type_ids)):
@@ -80,17 +88,8 @@ class Session:
             handle.reshape(arr.shape)
             handle.copy_from_cpu(arr)
         self._predictor.run()
-        _give_back_threads()
+        self._give_back_threads()
         return self._output.copy_to_cpu().astype(np.float32, copy=False)
-
-
-def _give_back_threads() -> None:
-    """A oneDNN predictor's run leaves the calling thread's OpenMP and MKL at one thread, and Paddle's dygraph runs
-    on them: training after a Paddle session's evaluation in the same process ran on one core of two (TNEWS's
-    distillation 1.28 s a step against 0.85).  Put back the count this process runs with (``OMP_NUM_THREADS``, ``pipeline.env``)."""
-    from paddle.base import core
-
-    core.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
 
 @contextlib.contextmanager
