@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -36,12 +36,18 @@ class Evaluation:
 
 
 def run_outputs(forward: Callable[[np.ndarray, np.ndarray], np.ndarray], fs: FeatureSet, batch_size: int, desc: str) -> list[np.ndarray]:
-    outputs: list = [None] * len(fs)
     order = eval_batch_order(fs, batch_size)
-    for batch in progress(iter_batches(fs, order), total=len(order), desc=desc, unit="batch"):
-        out = np.asarray(forward(batch.input_ids, batch.token_type_ids), dtype=np.float32)
-        lengths = [len(fs.features[i].input_ids) for i in batch.indices]
-        for i, o in zip(batch.indices, trim_outputs(fs.kind, out, lengths)):
+    batches = progress(iter_batches(fs, order), total=len(order), desc=desc, unit="batch")
+    return scatter_outputs(fs, order, (forward(b.input_ids, b.token_type_ids) for b in batches))
+
+
+def scatter_outputs(fs: FeatureSet, order: list[np.ndarray], batch_outputs: Iterable[np.ndarray]) -> list[np.ndarray]:
+    """Per feature, in FeatureSet order: each batch's raw outputs (the batches of ``order``) trimmed to its features'
+    lengths."""
+    outputs: list = [None] * len(fs)
+    for indices, out in zip(order, batch_outputs):
+        lengths = [len(fs.features[i].input_ids) for i in indices]
+        for i, o in zip(indices, trim_outputs(fs.kind, np.asarray(out, dtype=np.float32), lengths)):
             outputs[int(i)] = o
     return outputs
 

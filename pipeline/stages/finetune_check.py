@@ -1,7 +1,8 @@
 """Stage ``finetune-check``: the FP32 baseline every later gate compares against.
 
 Evaluates the model from ``finetune`` on the full dev set (when fine-tune trained it, the outputs of fine-tune's own
-evaluation of those weights stand in, once ``pipeline.dev_outputs`` has checked them) and fails the run when accuracy is below
+evaluation of those weights stand in, once ``pipeline.dev_outputs`` has checked them; otherwise
+``pipeline.fp32_evaluation`` runs it, in a child process where that is faster than dygraph) and fails the run when accuracy is below
 the task's ``gates.min_accuracy``, when it is further than ``gates.origin_metric_tolerance`` points from
 the ``gates.origin_metric`` the user expects (PaddleSlim ACT's ``TrainConfig.origin_metric``), or when the head
 does not match the task's labels: compressing the wrong or an un-fine-tuned model is caught here, before hours
@@ -42,7 +43,7 @@ def inputs(cfg: TaskConfig) -> dict[str, str]:
 def run(ctx):
     import numpy as np
 
-    from pipeline.evaluation import evaluate_dygraph
+    from pipeline import fp32_evaluation
     from pipeline.records import StageResult
 
     cfg = ctx.cfg
@@ -59,7 +60,7 @@ def run(ctx):
     dev = kind.featurize(tokenizer, data.dev.examples, cfg)
     ev, how = _kept_outputs(ctx, model, dev)
     if ev is None:
-        ev = evaluate_dygraph(model, dev, cfg.finetune.eval_batch_size, desc="finetune-check (FP32 dev)")
+        ev, how = fp32_evaluation.evaluate(model, dev, cfg.finetune.eval_batch_size, "finetune-check (FP32 dev)", ctx.log)
     baseline = Baseline(
         task=cfg.task, type=cfg.type, metric=kind.metric, metric_label=kind.metric_label,
         value=ev.metric,  # the task's primary metric (accuracy, entity F1 or reading F1; named by metric)
