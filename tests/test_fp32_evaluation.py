@@ -79,3 +79,20 @@ def test_a_child_that_differs_or_fails_leaves_it_to_dygraph(tiny, monkeypatch, c
 def _raw_batches(fs, order, ev):
     """Each batch's outputs as a session gives them (classification: one row per feature)."""
     return [np.stack([ev.outputs[int(i)] for i in idx]) for idx in order]
+
+
+def test_finetune_check_runs_its_pass_in_the_child(tmp_path, monkeypatch, capsys):
+    """The stage's own path: a Hugging Face checkpoint with the task's head (converted, nothing trained, so no kept
+    outputs) is evaluated in the child, and its dev logits are still the ones transformers gave on the same texts
+    (tests/golden/hf)."""
+    from pipeline.cli import main
+    from tests.test_hf_import import ATOL, GOLDEN, INPUTS, _task, golden
+
+    monkeypatch.setattr(fp32_evaluation, "CHILD_ABOVE_S", 0.0)
+    texts = [t for t in INPUTS["texts"] if t]
+    task, runs = _task(tmp_path, texts), tmp_path / "runs"
+    args = ["--task", str(task), "--runs-dir", str(runs), "--model", str(GOLDEN / "bert-sequence")]
+    assert main(["run", *args, "--until", "finetune-check"]) == 0
+    assert "(OpenVINO FP32 of the saved program in a child process, checked against dygraph" in capsys.readouterr().out
+    dev_logits = np.load(runs / "tiny" / "finetune-check" / "out" / "dev_logits.npy")
+    np.testing.assert_allclose(dev_logits, golden("bert-sequence")["logits"][: len(texts)], atol=ATOL, rtol=0)
