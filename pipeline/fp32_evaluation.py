@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from pipeline.backends.registry import program_engine
 from pipeline.batching import eval_batch_order, iter_batches
 from pipeline.evaluation import Evaluation, dygraph_forward, evaluate_dygraph, scatter_outputs
 from pipeline.kinds.base import FeatureSet
@@ -53,7 +54,8 @@ def _evaluate(model, fs: FeatureSet, batch_size: int, desc: str, log: Callable[[
     start = time.perf_counter()
     reference = np.asarray(forward(first.input_ids, first.token_type_ids), np.float32)
     estimate = (time.perf_counter() - start) * _padded_tokens(fs, order) / max(1, first.input_ids.size)
-    if estimate < CHILD_ABOVE_S:
+    engine = program_engine()
+    if estimate < CHILD_ABOVE_S or engine is None:
         return evaluate_dygraph(model, fs, batch_size, desc), ""
     try:
         outputs = _in_child(model, fs, order, desc)
@@ -62,11 +64,11 @@ def _evaluate(model, fs: FeatureSet, batch_size: int, desc: str, log: Callable[[
         return evaluate_dygraph(model, fs, batch_size, desc), ""
     if outputs[0].shape != reference.shape or not np.allclose(outputs[0], reference, atol=ATOL, rtol=0):
         diff = float(np.max(np.abs(outputs[0] - reference))) if outputs[0].shape == reference.shape else float("inf")
-        log(f"[{desc}] the child's OpenVINO outputs differ from dygraph's on the first batch (max {diff:.3g} > {ATOL:g}); "
+        log(f"[{desc}] the child's {engine.name} outputs differ from dygraph's on the first batch (max {diff:.3g} > {ATOL:g}); "
             "evaluating in dygraph")
         return evaluate_dygraph(model, fs, batch_size, desc), ""
     ev_outputs = scatter_outputs(fs, order, outputs)
-    how = (f"OpenVINO FP32 of the saved program in a child process, checked against dygraph on {len(order[0])} "
+    how = (f"{engine.name} FP32 of the saved program in a child process, checked against dygraph on {len(order[0])} "
            f"features; dygraph would have taken ~{estimate:.0f} s")
     return Evaluation(ev_outputs, fs.score(ev_outputs)), how
 
@@ -95,9 +97,9 @@ def _in_child(model, fs: FeatureSet, order: list[np.ndarray], desc: str) -> list
 
 
 def _run_program(program: str, batches: list, desc: str) -> list[np.ndarray]:
-    """In the child: OpenVINO FP32 over the batches, one after another."""
-    from pipeline.backends.openvino.session import session
+    """In the child: the program engine's FP32 session over the batches, one after another."""
+    from pipeline.backends.registry import program_engine
     from pipeline.progress import progress
 
-    run = session(Path(program), precision="fp32").run
+    run = program_engine().open(Path(program), "fp32", {}).run
     return [run(ids, types) for ids, types in progress(batches, desc=desc, unit="batch")]

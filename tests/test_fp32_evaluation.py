@@ -56,7 +56,7 @@ def test_a_quick_set_stays_in_dygraph(tiny, monkeypatch):
 
 
 @pytest.mark.parametrize("child, said", [
-    (lambda outputs: [o + 0.01 for o in outputs], "differ from dygraph's on the first batch (max 0.01 > 0.0001)"),
+    (lambda outputs: [o + 0.01 for o in outputs], "the child's openvino outputs differ from dygraph's on the first batch (max 0.01 > 0.0001)"),
     (BrokenProcessPool("the child died"), "not evaluated in a child process (BrokenProcessPool"),
 ])
 def test_a_child_that_differs_or_fails_leaves_it_to_dygraph(tiny, monkeypatch, child, said):
@@ -93,6 +93,6 @@ def test_finetune_check_runs_its_pass_in_the_child(tmp_path, monkeypatch, capsys
     task, runs = _task(tmp_path, texts), tmp_path / "runs"
     args = ["--task", str(task), "--runs-dir", str(runs), "--model", str(GOLDEN / "bert-sequence")]
     assert main(["run", *args, "--until", "finetune-check"]) == 0
-    assert "(OpenVINO FP32 of the saved program in a child process, checked against dygraph" in capsys.readouterr().out
+    assert "(openvino FP32 of the saved program in a child process, checked against dygraph" in capsys.readouterr().out
     dev_logits = np.load(runs / "tiny" / "finetune-check" / "out" / "dev_logits.npy")
     np.testing.assert_allclose(dev_logits, golden("bert-sequence")["logits"][: len(texts)], atol=ATOL, rtol=0)

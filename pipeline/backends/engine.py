@@ -161,3 +161,6 @@ class CpuEngine:
     # every form it runs as validate measures it and export probes it: its INT8 (own form, or an ONNX one), FP32 and
     # GPU forms where it has them
     runtimes: tuple[Runtime, ...] = ()
+    # ``open`` takes a saved Paddle program (model.pdmodel) as it is, in FP32: finetune-check's FP32 pass can run there
+    # (``pipeline.fp32_evaluation``, ``registry.program_engine``)
+    opens_paddle_program: bool = False

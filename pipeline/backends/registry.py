@@ -29,6 +29,12 @@ from pipeline.contract import ExportLayout
 CPU_ENGINES: tuple[CpuEngine, ...] = (_ONNXRUNTIME, _OPENVINO)
 
 
+def program_engine() -> CpuEngine | None:
+    """The CPU engine that runs a saved Paddle program in FP32 as it is (finetune-check's pass, ``pipeline.fp32_evaluation``);
+    None: dygraph evaluates."""
+    return next((e for e in CPU_ENGINES if e.opens_paddle_program), None)
+
+
 def served_engines() -> tuple[ServedEngine, ...]:
     """The engines a bundle can run on Triton's python backend (``package.runtime: python-<name>``): each CPU engine's
     own, and Paddle Inference's."""

@@ -98,6 +98,8 @@ ENGINE = CpuEngine(
                         distribution="openvino", import_name="openvino", form=FORM,
                         properties=True, one_instance=True),
     section=(SECTION, OpenVINOConfig),
+    # its frontend reads model.pdmodel; FP32 there is 2.5x dygraph's pace (TNEWS's dev set, Zen 4, MEASUREMENTS.md)
+    opens_paddle_program=True,
     # its INT8 IR, its ratio taken to ONNX Runtime's FP32 (the same base as ONNX Runtime's INT8: one yardstick per CPU)
     runtimes=(Runtime("openvino-cpu-int8", "openvino", "cpu", "int8", FORM, _validate_open, _missing,
                       ratio_base="onnxruntime-cpu-fp32"),))
