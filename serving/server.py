@@ -113,6 +113,7 @@ class TritonServer:
     log_path: Path
     shm_prefix: str = ""  # the python backend's shared-memory regions: /dev/shm/<shm_prefix>*
     server_id: str = ""  # tritonserver --id: GET /v2 answers it, so readiness is asked of this very server
+    metrics: bool = True  # its metrics endpoint is on (not --allow-metrics=false): ready once that answers too
 
     @property
     def http_url(self) -> str:
@@ -139,12 +140,22 @@ class TritonServer:
         except (urllib.error.URLError, OSError):
             return False
 
+    def metrics_answering(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self._base(self.metrics_port)}/metrics", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
     @property
     def _http_base(self) -> str:
+        return self._base(self.http_port)
+
+    def _base(self, port: int) -> str:
         host = self.host
         if host in ("0.0.0.0", "::", ""):  # bound everywhere: ask it on loopback
             host = "127.0.0.1" if host != "::" else "::1"
-        return f"[{host}]:{self.http_port}" if ":" in host else f"{host}:{self.http_port}"
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def answering_id(self) -> str | None:
         """The ``--id`` of the server answering on this HTTP port (GET /v2 "name"); None when nothing answers."""
@@ -288,7 +299,7 @@ def start_server(
     env = server_environment(install)
     proc = _spawn(cmd, env, Path(log_path), die_with_parent)
     server = TritonServer(proc, repository, host, http_port, grpc_port, metrics_port, Path(log_path), shm_prefix,
-                          server_id)
+                          server_id, metrics="--allow-metrics=false" not in extra_args)
     try:
         if on_started is not None:
             on_started(server)
@@ -313,7 +324,10 @@ def _wait_ready(server: TritonServer, timeout: float) -> None:
             raise ServerError(f"http port {server.http_port} on {server.host} is answered by another server "
                               f"({answering!r}), not the one just started: stop it, or pass --http-port with another "
                               "port (0: a free one)")
-        if answering == server.server_id and server.ready() and server.alive():
+        # tritonserver starts its metrics endpoint after the HTTP one: a scrape right after HTTP said ready was once
+        # refused (CI, Zen 4, 2026-12-02); ready means both answer
+        if answering == server.server_id and server.ready() and (not server.metrics or server.metrics_answering()) \
+                and server.alive():
             return
         time.sleep(0.25)
     raise ServerError(f"tritonserver not ready after {timeout:.0f}s on {server.repository}:\n{server.log_tail()}")
