@@ -134,18 +134,10 @@ class TritonServer:
         return self.process.poll() is None
 
     def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{self._http_base}/v2/health/ready", timeout=2) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return _answers_ok(f"http://{self._http_base}/v2/health/ready")
 
     def metrics_answering(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{self._base(self.metrics_port)}/metrics", timeout=2) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return _answers_ok(f"http://{self._base(self.metrics_port)}/metrics")
 
     @property
     def _http_base(self) -> str:
@@ -308,6 +300,15 @@ def start_server(
         server.stop(5)
         raise
     return server
+
+
+def _answers_ok(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 within 2 s."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def _wait_ready(server: TritonServer, timeout: float) -> None:
