@@ -26,7 +26,8 @@ from pipeline.kinds.base import FeatureSet
 
 FILE = "dev_outputs.npz"
 # The reloaded weights' outputs on the checked batch against the kept ones: equal but for float noise (a batch
-# padded otherwise moves logits by ~1e-7); other weights move them by far more.
+# padded otherwise moves logits by ~1e-7); other weights move them by far more.  Outputs an engine made in dygraph's
+# place (``Evaluation.atol``: fine-tune's evaluation in a child process) are kept with that wider tolerance.
 ATOL = 1e-5
 
 
@@ -51,7 +52,7 @@ def save(path: Path, ev: Evaluation, fs: FeatureSet, batch_size: int, form: str 
     """Keep ``ev`` (made over ``fs`` in ``eval_batch_order(fs, batch_size)``); ``form``: the model's ``form_key``."""
     with open(path, "wb") as f:  # np.savez adds ".npz" to a name without it; a file object keeps the name
         np.savez(f, outputs=ev.flat(), features=np.array(features_key(fs)), batch_size=np.array(batch_size),
-                 form=np.array(form))
+                 form=np.array(form), atol=np.array(max(ATOL, ev.atol)))
 
 
 def kept_form(path: Path) -> str:
@@ -75,6 +76,7 @@ def reuse(path: Path, fs: FeatureSet, forward: Callable[[np.ndarray, np.ndarray]
         with np.load(path) as kept:
             flat, key = kept["outputs"], str(kept["features"])
             kept_batch = int(kept["batch_size"]) if "batch_size" in kept.files else None
+            atol = float(kept["atol"]) if "atol" in kept.files else ATOL
     except Exception as exc:  # a missing or damaged file: evaluate instead
         return None, f"{path.name} unreadable ({type(exc).__name__})"
     if key != features_key(fs):
@@ -87,6 +89,6 @@ def reuse(path: Path, fs: FeatureSet, forward: Callable[[np.ndarray, np.ndarray]
     first = eval_batch_order(fs, batch_size)[0]
     got = run_outputs(forward, fs.subset(first), batch_size, desc)
     for i, out in zip(first, got):
-        if np.shape(out) != np.shape(outputs[int(i)]) or not np.allclose(out, outputs[int(i)], atol=ATOL, rtol=0):
+        if np.shape(out) != np.shape(outputs[int(i)]) or not np.allclose(out, outputs[int(i)], atol=atol, rtol=0):
             return None, f"the model does not give the kept outputs (feature {int(i)})"
     return Evaluation(outputs, fs.score(outputs)), f"{made_by}, checked on {len(first)} features"

@@ -18,6 +18,9 @@ from pipeline.progress import progress
 class Evaluation:
     outputs: list[np.ndarray]  # per feature, in FeatureSet order ([C], or [L, C] for token-level kinds)
     score: Score
+    # 0: the model's own dygraph outputs; else an engine's in its place (pipeline.fp32_evaluation), checked to be
+    # within this of dygraph's: what a later check of the same weights against these outputs may allow
+    atol: float = 0.0
 
     @property
     def metric(self) -> float:

@@ -1,5 +1,6 @@
-"""finetune-check's FP32 dev evaluation of a dygraph model: OpenVINO runs the model's saved program in a child
-process when dygraph would take longer than the child's start costs; dygraph otherwise.
+"""The FP32 dev evaluation of a dygraph model (finetune-check's, and fine-tune's after each epoch): OpenVINO runs the
+model's saved program in a child process when dygraph would take longer than the child's start costs; dygraph
+otherwise.
 
 Why: Paddle's dygraph over TNEWS's 10,000 dev titles took 72 s of a cold ~9-minute run (Zen 4, both cores). OpenVINO
 in FP32 (``INFERENCE_PRECISION_HINT f32``, as every OpenVINO session here) reads the same weights'
@@ -70,7 +71,7 @@ def _evaluate(model, fs: FeatureSet, batch_size: int, desc: str, log: Callable[[
     ev_outputs = scatter_outputs(fs, order, outputs)
     how = (f"{engine.name} FP32 of the saved program in a child process, checked against dygraph on {len(order[0])} "
            f"features; dygraph would have taken ~{estimate:.0f} s")
-    return Evaluation(ev_outputs, fs.score(ev_outputs)), how
+    return Evaluation(ev_outputs, fs.score(ev_outputs), atol=ATOL), how
 
 
 def _padded_tokens(fs: FeatureSet, order: list[np.ndarray]) -> int:

@@ -366,3 +366,33 @@ def test_upstream_ofa_superlayernorm_still_broken(tiny_model_copy):
     super_model = Convert(supernet(expand_ratio=[1.0])).convert(model)
     with pytest.raises(ValueError, match="values to unpack"):
         super_model.ernie.embeddings.layer_norm(paddle.randn([2, 5, 32]))
+
+
+def test_distillation_checks_held_out_in_the_child_and_trains_on_exactly_as_after_dygraph(tiny_model_copy, splits,
+                                                                                         monkeypatch):
+    """A held-out check that fp32_evaluation sends to a child (forced here: the tiny set is quick in dygraph) exports
+    the narrowed student's program mid-distillation; the steps after it are the same as after dygraph's check."""
+    import paddle
+
+    from pipeline import fp32_evaluation
+    from pipeline.training import Plateau
+
+    train, dev = splits
+
+    def distilled(child: bool):
+        monkeypatch.setattr(fp32_evaluation, "CHILD_ABOVE_S", 0.0 if child else float("inf"))
+        teacher = load_classifier(tiny_model_copy, 3)
+        paddle.seed(0)
+        student, lines = dynabert.narrow_model(teacher, 1, 16), []
+        dynabert.distill(student, teacher, train, dev, Schedule(1, 3e-3, 16, 8, 0, Plateau(eval_steps=4, patience=100)),
+                         log=lines.append)
+        return lines, {k: v.numpy() for k, v in student.state_dict().items()}
+
+    (in_child, weights), (by_dygraph, expected) = distilled(True), distilled(False)
+    checks = [line for line in in_child if "held-out accuracy" in line]
+    assert len(checks) == 2 and all("in a child process, checked against dygraph" in line for line in checks), in_child
+    assert not any("child process" in line for line in by_dygraph)
+    loss = re.compile(r"distill loss (\S+)")
+    assert [loss.search(line)[1] for line in checks] == [loss.search(line)[1] for line in by_dygraph if "held-out accuracy" in line]
+    for name, value in expected.items():
+        np.testing.assert_array_equal(weights[name], value, err_msg=name)

@@ -1,6 +1,7 @@
-"""finetune-check's FP32 evaluation (``pipeline.fp32_evaluation``): OpenVINO on the model's saved program in a real
-spawned child process gives dygraph's outputs and score; a child whose outputs differ, or that fails, leaves the
-evaluation to dygraph with a line saying why; a set dygraph evaluates quickly never starts a child."""
+"""The FP32 dev evaluation of finetune-check and fine-tune (``pipeline.fp32_evaluation``): OpenVINO on the model's
+saved program in a real spawned child process gives dygraph's outputs and score; a child whose outputs differ, or that
+fails, leaves the evaluation to dygraph with a line saying why; a set dygraph evaluates quickly never starts a child;
+fine-tune trains on after the child's evaluation exactly as after dygraph's."""
 
 from __future__ import annotations
 
@@ -96,3 +97,59 @@ def test_finetune_check_runs_its_pass_in_the_child(tmp_path, monkeypatch, capsys
     assert "(openvino FP32 of the saved program in a child process, checked against dygraph" in capsys.readouterr().out
     dev_logits = np.load(runs / "tiny" / "finetune-check" / "out" / "dev_logits.npy")
     np.testing.assert_allclose(dev_logits, golden("bert-sequence")["logits"][: len(texts)], atol=ATOL, rtol=0)
+
+
+def test_fine_tune_evaluates_in_the_child_and_trains_on_exactly_as_after_dygraph(tiny_finetuned, tmp_path, monkeypatch):
+    """Fine-tune's evaluation after an epoch saves the program and runs a child; the training after it is the same,
+    step for step, as after dygraph's evaluation (the save leaves the model's weights, mode and random state alone),
+    and the kept dev outputs of the child's evaluation pass ``dev_outputs``' check of the same weights in dygraph."""
+    import dataclasses
+
+    from pipeline import dev_outputs
+    from pipeline.config import load_task_config
+    from pipeline.evaluation import dygraph_forward
+    from pipeline.kinds import get_kind, load_task_data
+    from pipeline.modeling import load_classifier
+    from pipeline.tokenizer import Tokenizer
+    from pipeline.training import finetune
+
+    cfg = load_task_config(str(tiny_finetuned["task_yaml"]))
+    kind, data = get_kind(cfg), load_task_data(cfg)
+    model_dir = tiny_finetuned["model_dir"]
+    tokenizer = Tokenizer.from_model_dir(model_dir, cfg.max_seq_len)
+    train, dev = (kind.featurize(tokenizer, split.examples, cfg) for split in (data.train, data.dev))
+    ft = dataclasses.replace(cfg.finetune, epochs=2, batch_size=16, learning_rate=1e-4, max_train_samples=64)
+
+    def fine_tune(name: str, child: bool):
+        import paddle
+
+        monkeypatch.setattr(fp32_evaluation, "CHILD_ABOVE_S", 0.0 if child else float("inf"))
+        paddle.seed(ft.seed)
+        model, kept, lines = load_classifier(model_dir, len(data.labels), kind.model_class()), [], []
+        keep = lambda m, ev: kept.append((ev, {k: v.numpy().copy() for k, v in m.state_dict().items()}))  # noqa: E731
+        result = finetune(model, train, dev, ft, tmp_path / name, keep, lines.append)
+        return result, kept, lines, {k: v.numpy() for k, v in model.state_dict().items()}
+
+    in_child, by_dygraph = fine_tune("child", True), fine_tune("dygraph", False)
+    lines = [line for line in in_child[2] if line.startswith("fine-tune epoch")]
+    assert len(lines) == 2 and all("openvino FP32 of the saved program in a child process" in line for line in lines), in_child[2]
+    assert not any("child process" in line for line in by_dygraph[2])
+    assert [h["train_loss"] for h in in_child[0].history] == [h["train_loss"] for h in by_dygraph[0].history]
+    for name, weights in by_dygraph[3].items():
+        np.testing.assert_array_equal(in_child[3][name], weights, err_msg=name)
+
+    ev, best = in_child[1][-1]
+    assert ev.atol == fp32_evaluation.ATOL
+    model = load_classifier(model_dir, len(data.labels), kind.model_class())
+    model.set_state_dict(best)
+    model.eval()
+    path = tmp_path / dev_outputs.FILE
+    dev_outputs.save(path, ev, dev, ft.eval_batch_size)
+    assert dev_outputs.reuse(path, dev, dygraph_forward(model), ft.eval_batch_size)[0] is not None
+    # The kept file carries the child's tolerance: half of it passes, though it is 5x dygraph's own (dev_outputs.ATOL)
+    for shift, atol, reused in ((fp32_evaluation.ATOL / 2, ev.atol, True), (fp32_evaluation.ATOL / 2, 0.0, False),
+                                (2 * fp32_evaluation.ATOL, ev.atol, False)):
+        shifted = dataclasses.replace(ev, outputs=[o + shift for o in ev.outputs], atol=atol)
+        dev_outputs.save(path, shifted, dev, ft.eval_batch_size)
+        got = dev_outputs.reuse(path, dev, dygraph_forward(model), ft.eval_batch_size)[0]
+        assert (got is not None) == reused, (shift, atol)
