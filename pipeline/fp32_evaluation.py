@@ -1,6 +1,6 @@
-"""The FP32 dev evaluation of a dygraph model (finetune-check's, and fine-tune's after each epoch): OpenVINO runs the
-model's saved program in a child process when dygraph would take longer than the child's start costs; dygraph
-otherwise.
+"""The FP32 evaluation of a dygraph model (finetune-check's, fine-tune's after each epoch, distillation's held-out
+checks): OpenVINO runs the model's saved program in a child process when dygraph would take longer than the child's
+start costs; dygraph otherwise.
 
 Why: Paddle's dygraph over TNEWS's 10,000 dev titles took 72 s of a cold ~9-minute run (Zen 4, both cores). OpenVINO
 in FP32 (``INFERENCE_PRECISION_HINT f32``, as every OpenVINO session here) reads the same weights'
