@@ -18,7 +18,6 @@ import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -195,13 +194,6 @@ def _record_epoch(state: TrainState, ev: Evaluation, kind, train_loss: float, ev
     return True
 
 
-Evaluator = Callable[[object, FeatureSet, int, str], "tuple[Evaluation, str]"]
-
-
-def _in_dygraph(model, fs: FeatureSet, batch_size: int, desc: str) -> tuple[Evaluation, str]:
-    return evaluate_dygraph(model, fs, batch_size, desc), ""
-
-
 class _Checkpoints:
     """Saves ``checkpoint`` every ``steps`` steps and every 5 minutes (``due``), and when asked (``save``)."""
 
@@ -219,22 +211,23 @@ def train_loop(model, train: FeatureSet, evaluate_on: FeatureSet, step_loss: Cal
                total_steps: int, batch_size: int, seed: int, eval_batch_size: int, desc: str, loss_name: str = "train loss",
                eval_name: str = "dev", on_best: Callable[[object, Evaluation], None] | None = None, state: TrainState | None = None,
                checkpoint: "CheckpointDir | None" = None, checkpoint_steps: int = 0, plateau: Plateau | None = None,
-               log: Callable[[str], None] = _log, evaluator: "Evaluator | None" = None) -> TrainState:
+               log: Callable[[str], None] = _log, fp32_program: bool = True) -> TrainState:
     """Train ``model`` on ``train`` with ``step_loss(batch) -> loss``, evaluating on ``evaluate_on`` after each epoch
     (and every ``plateau.eval_steps`` steps with a ``plateau``, stopping when it stalls).  Batch order is a pure
     function of (seed, epoch), so a run resumed from ``state`` skips exactly the batches it trained on.  The best
     evaluation is kept: ``on_best(model, evaluation)`` is called when the metric improves; without it the best weights are kept in
     memory and put back at the end.  ``checkpoint``: saved every ``checkpoint_steps`` steps, every 5 minutes and at
-    each epoch end (resumable).  ``evaluator(model, fs, batch_size, desc) -> (evaluation, how)``: dygraph's own
-    when None; ``how`` ("" for dygraph) goes into the evaluation's log line."""
+    each epoch end (resumable).  ``fp32_program``: the model's saved program is the FP32 model, so an evaluation
+    may run it in a child process (``pipeline.fp32_evaluation``, which says how in the log line); False for QAT."""
     state = state or TrainState()
-    evaluator = evaluator or _in_dygraph
     best: dict = {}  # the best weights, when there is no on_best to keep them
     keep = on_best or (lambda m, ev: best.update(weights={k: v.numpy().copy() for k, v in m.state_dict().items()}))
     saver = _Checkpoints(checkpoint, checkpoint_steps)
 
     def evaluate(train_loss: float, where: str) -> None:
-        ev, how = evaluator(model, evaluate_on, eval_batch_size, f"{eval_name} eval ({desc} {where})")
+        what = f"{eval_name} eval ({desc} {where})"
+        ev, how = (fp32_evaluation.evaluate(model, evaluate_on, eval_batch_size, what, log) if fp32_program
+                   else (evaluate_dygraph(model, evaluate_on, eval_batch_size, what), ""))
         improved = _record_epoch(state, ev, train.kind, train_loss, eval_name, plateau.min_delta if plateau else 0.0)
         log(f"{desc} {where}: step {state.step}, {loss_name} {train_loss:.4f}, {eval_name} {train.kind.describe(ev.score)}"
             + ("  (best so far, kept)" if improved else "") + (f" [{how}]" if how else ""))
@@ -311,8 +304,7 @@ def finetune(
 
     state = train_loop(model, train, dev, step_loss, opt, sched, epochs=cfg.epochs, total_steps=total_steps,
                        batch_size=cfg.batch_size, seed=cfg.seed, eval_batch_size=cfg.eval_batch_size, desc="fine-tune",
-                       on_best=save_best, state=state, checkpoint=ckpt, checkpoint_steps=cfg.checkpoint_steps, log=log,
-                       evaluator=partial(fp32_evaluation.evaluate, log=log))
+                       on_best=save_best, state=state, checkpoint=ckpt, checkpoint_steps=cfg.checkpoint_steps, log=log)
     return TrainResult(state.best_accuracy, state.best_epoch, state.step, state.history, resumed_from)
 
 

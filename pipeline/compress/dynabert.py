@@ -35,13 +35,11 @@ import math
 import shutil
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Callable, ContextManager
 
 import numpy as np
 
-from pipeline import fp32_evaluation
 from pipeline.batching import eval_batch_order, iter_batches
 from pipeline.ernie_models import narrow_attention, narrow_ffn, prune_config
 from pipeline.modeling import load_classifier
@@ -251,7 +249,6 @@ def distill(
     state = train_loop(student, train, heldout, step_loss, opt, sched, epochs=plan.epochs, total_steps=plan.total_steps,
                        batch_size=schedule.batch_size, seed=schedule.seed, eval_batch_size=EVAL_BATCH, desc=desc, loss_name="distill loss",
                        eval_name="held-out", plateau=plateau, log=log, state=state,
-                       evaluator=partial(fp32_evaluation.evaluate, log=log),
                        **(resume.loop_args() if resume is not None else {}))
     if resume is not None:
         resume.restore_best(student)

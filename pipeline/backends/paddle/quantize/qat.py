@@ -165,7 +165,8 @@ def train_quant_aware(
         return train.kind.loss(logits, b, train.pad_id)
 
     state = train_loop(model, train, dev, step_loss, opt, sched, epochs=plan.epochs, total_steps=plan.total_steps,
-                       batch_size=batch_size, seed=seed, eval_batch_size=EVAL_BATCH, desc="qat", log=log)
+                       batch_size=batch_size, seed=seed, eval_batch_size=EVAL_BATCH, desc="qat", log=log,
+                       fp32_program=False)
     return QatRun(model, quanter, fp32_acc, state.best_accuracy, state.best_epoch, state.step, state.history)
 
 
