@@ -7,6 +7,10 @@ MODEL  ?=
 DATA_DIR ?=
 ARGS   ?=
 REPO   ?= model_repository
+# make test's pytest workers (pytest-xdist; 0: one process).  Each test file runs whole on one worker, so a module's
+# server starts once.  In one process the suite keeps about one of two cores busy: it waits on servers starting,
+# perf_analyzer's windows and child processes.
+TEST_WORKERS ?= 2
 
 STRATEGY ?=
 # A PaddleSlim auto-compression (ACT) YAML, e.g. pipeline/tasks/act/uie.yaml; STRATEGY and ARGS' --set win over it.
@@ -27,7 +31,7 @@ RUN_FLAGS = --task $(TASK) $(if $(MODEL),--model $(MODEL),$(if $(filter command 
 help:
 	@echo "make bundle TASK=tnews [MODEL=dir] [DATA_DIR=dir] [STRATEGY=dynabert+ptq] [ACT_CONFIG=act.yaml] [ARGS='--set finetune.epochs=1']"
 	@echo "                     TASK: a task's name, or a task YAML of your own (then the same file for every target below)"
-	@echo "make test            run the test suite"
+	@echo "make test            run the test suite [TEST_WORKERS=2: pytest workers, 0 for one process]"
 	@echo "make bench TASK=..   every INT8 form vs ORT quantize_dynamic (the anchor), ratios + JSON"
 	@echo "make manifests TASK=.. render the bundle's Kubernetes / KServe manifests and Grafana dashboard again, + helm-values.yaml for serving/bundle/chart (ARGS='--set deploy.key=value')"
 	@echo "make serve TASK=..   start Triton on model_repository/<task>; make smoke / make loadtest / make stop"
@@ -163,12 +167,12 @@ tune: perf-tools
 	$(BIN)/python -m serving.tools.tune --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
 test: perf-tools lb-tools helm-tools prom-tools
-	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 ERNIE_BUNDLE_REQUIRE_HELM=1 ERNIE_BUNDLE_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest $(ARGS)
+	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 ERNIE_BUNDLE_REQUIRE_HELM=1 ERNIE_BUNDLE_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(ARGS)
 
 # Refresh requirements.lock from a clean resolve of pyproject's pins (needs the registries).
 lock:
-	rm -rf .lockenv && $(PYTHON) -m venv .lockenv && .lockenv/bin/pip install --quiet . pytest pytest-timeout
+	rm -rf .lockenv && $(PYTHON) -m venv .lockenv && .lockenv/bin/pip install --quiet . pytest pytest-timeout pytest-xdist
 	.lockenv/bin/pip freeze --exclude ernie-bundle > requirements.lock && rm -rf .lockenv
