@@ -8,8 +8,7 @@ DATA_DIR ?=
 ARGS   ?=
 REPO   ?= model_repository
 # make test's pytest workers (pytest-xdist; 0: one process).  Each test file runs whole on one worker, so a module's
-# server starts once.  In one process the suite keeps about one of two cores busy: it waits on servers starting,
-# perf_analyzer's windows and child processes.
+# server starts once.  In one process the suite kept about one of two cores busy (MEASUREMENTS.md, "make test").
 TEST_WORKERS ?= 2
 
 STRATEGY ?=
