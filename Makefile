@@ -10,6 +10,7 @@ REPO   ?= model_repository
 # make test's pytest workers (pytest-xdist; 0: one process).  Each test file runs whole on one worker, so a module's
 # server starts once.  In one process the suite kept about one of two cores busy (MEASUREMENTS.md, "make test").
 TEST_WORKERS ?= 2
+PYTEST = $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 STRATEGY ?=
 # A PaddleSlim auto-compression (ACT) YAML, e.g. pipeline/tasks/act/uie.yaml; STRATEGY and ARGS' --set win over it.
@@ -166,12 +167,12 @@ tune: perf-tools
 	$(BIN)/python -m serving.tools.tune --task $(TASK) --repository $(REPO) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
 test: perf-tools lb-tools helm-tools prom-tools
-	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 ERNIE_BUNDLE_REQUIRE_HELM=1 ERNIE_BUNDLE_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	ERNIE_BUNDLE_REQUIRE_PERF_ANALYZER=1 ERNIE_BUNDLE_REQUIRE_HAPROXY=1 ERNIE_BUNDLE_REQUIRE_HELM=1 ERNIE_BUNDLE_REQUIRE_PROMTOOL=1 $(PYTEST) $(ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(ARGS)
+	$(PYTEST) -m "not slow" $(ARGS)
 
 # Refresh requirements.lock from a clean resolve of pyproject's pins (needs the registries).
 lock:
-	rm -rf .lockenv && $(PYTHON) -m venv .lockenv && .lockenv/bin/pip install --quiet . pytest pytest-timeout pytest-xdist
+	rm -rf .lockenv && $(PYTHON) -m venv .lockenv && .lockenv/bin/pip install --quiet '.[test]'
 	.lockenv/bin/pip freeze --exclude ernie-bundle > requirements.lock && rm -rf .lockenv
